@@ -1,0 +1,70 @@
+"""Typed errors shared by every layer of the engine.
+
+Each error carries a stable ``code`` (for scripts and the CLI) and a message that says what was
+wrong and what to do about it.
+"""
+
+from __future__ import annotations
+
+
+class OmaError(Exception):
+    """Base class of every error the engine raises on purpose."""
+
+    code: str = "OMA_ERROR"
+
+
+class StoreError(OmaError):
+    """A ``MemoryStore`` could not do what was asked."""
+
+    code = "STORE_ERROR"
+
+
+class StoreCorruptError(StoreError):
+    """Durable store contents are unreadable; the store refuses to start empty over them."""
+
+    code = "STORE_CORRUPT"
+
+    def __init__(self, location: str, problem: str) -> None:
+        self.location = location
+        self.problem = problem
+        super().__init__(
+            f"store file {location!r} is unusable: {problem}. Nothing was changed; restore the "
+            "file from a backup or move it away to start with an empty store."
+        )
+
+
+class CheckpointError(OmaError):
+    """Base class of checkpoint load and save errors."""
+
+    code = "CHECKPOINT_ERROR"
+
+
+class CheckpointDecodeError(CheckpointError):
+    """The value stored at a checkpoint key is not JSON."""
+
+    code = "CHECKPOINT_NOT_JSON"
+
+    def __init__(self, key: str, detail: str) -> None:
+        self.key = key
+        self.detail = detail
+        super().__init__(f'Checkpoint: stored value at "{key}" is not valid JSON ({detail}).')
+
+
+class CheckpointValidationError(CheckpointError):
+    """The value stored at a checkpoint key is JSON but not a valid checkpoint snapshot.
+
+    ``problems`` lists every violation as ``"<path>: <message>"``; ``rules`` names the clauses of
+    the snapshot validation rules (reference §2.6.1-§2.6.6) that failed.
+    """
+
+    code = "CHECKPOINT_INVALID"
+
+    def __init__(self, key: str, problems: list[str], rules: set[str]) -> None:
+        self.key = key
+        self.problems = problems
+        self.rules = rules
+        listed = "; ".join(problems[:10])
+        more = f" (and {len(problems) - 10} more)" if len(problems) > 10 else ""
+        super().__init__(
+            f'Checkpoint: stored value at "{key}" is not a checkpoint snapshot: {listed}{more}'
+        )

@@ -1,0 +1,87 @@
+"""The one persistence contract: a string-valued key/value store with optional atomic swap.
+
+Shared memory, checkpoints and approval rows all go through ``MemoryStore``. Callers serialise;
+values are always strings. ``created_at`` of a key survives updates; metadata is copied on the
+way in and on the way out so later caller mutation never leaks into the store.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Protocol, TypeGuard, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict
+
+Metadata = dict[str, Any]
+
+
+class MemoryEntry(BaseModel):
+    """One stored key. ``expires_at_turn`` is recorded, never enforced, by stores."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+    value: str
+    metadata: Metadata | None = None
+    created_at: datetime
+    expires_at_turn: int | None = None
+
+
+Entries = list[MemoryEntry]
+
+
+@runtime_checkable
+class MemoryStore(Protocol):
+    """Required surface of every store. ``list`` returns entries in first-insertion order."""
+
+    async def get(self, key: str) -> MemoryEntry | None: ...
+
+    async def set(self, key: str, value: str, metadata: Metadata | None = None) -> None: ...
+
+    async def list(self) -> Entries: ...
+
+    async def delete(self, key: str) -> None: ...
+
+    async def clear(self) -> None: ...
+
+
+@runtime_checkable
+class CompareAndSetStore(MemoryStore, Protocol):
+    """A store that can swap a value atomically across every writer it can have.
+
+    ``expected=None`` means "the key must be absent". A mismatch returns ``False``; it never
+    raises. Stores that cannot guarantee atomicity over their writer scope do not offer this.
+    """
+
+    async def compare_and_set(
+        self, key: str, expected: str | None, value: str, metadata: Metadata | None = None
+    ) -> bool: ...
+
+
+@runtime_checkable
+class ExpiringStore(MemoryStore, Protocol):
+    """A store that records a turn-count expiry next to a value (shared memory enforces it)."""
+
+    async def set_with_expiry(
+        self, key: str, value: str, expires_at_turn: int, metadata: Metadata | None = None
+    ) -> None: ...
+
+
+def supports_compare_and_set(store: MemoryStore) -> TypeGuard[CompareAndSetStore]:
+    """True when ``store`` offers an atomic ``compare_and_set`` (a callable attribute)."""
+    return callable(getattr(store, "compare_and_set", None))
+
+
+def supports_expiry(store: MemoryStore) -> TypeGuard[ExpiringStore]:
+    return callable(getattr(store, "set_with_expiry", None))
+
+
+def copy_metadata(metadata: Metadata | None) -> Metadata | None:
+    return dict(metadata) if metadata is not None else None
+
+
+def copy_entry(entry: MemoryEntry) -> MemoryEntry:
+    """An entry whose metadata dict the caller may mutate freely."""
+    if entry.metadata is None:
+        return entry
+    return entry.model_copy(update={"metadata": dict(entry.metadata)})

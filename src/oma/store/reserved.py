@@ -1,0 +1,15 @@
+"""Key prefixes the engine reserves for itself inside any store.
+
+Shared memory never reads, lists, restores or deletes keys under these prefixes, so one store can
+hold agent memory, checkpoints and approval rows side by side.
+"""
+
+from __future__ import annotations
+
+CHECKPOINT_KEY_PREFIX = "__oma_checkpoint__/"
+APPROVAL_KEY_PREFIX = "__oma_approval__/"
+RESERVED_KEY_PREFIXES = (CHECKPOINT_KEY_PREFIX, APPROVAL_KEY_PREFIX)
+
+
+def is_reserved_key(key: str) -> bool:
+    return key.startswith(RESERVED_KEY_PREFIXES)
