@@ -1,0 +1,170 @@
+"""Approval requests and decision records, with the reference's integrity rules.
+
+A request binds its content: ``requestHash`` is recomputed from scope, boundary and content and
+``id`` from run id, scope, boundary and hash, so tampering with any of them is detected. Content
+is kept as the exact JSON object that was hashed; ``typed_content`` gives a typed view of it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
+
+from oma.approval.canonical import canonical_json, sha256_hex
+from oma.approval.errors import DurableApprovalError
+from oma.timeutil import is_iso_timestamp
+from oma.wire import WireModel
+
+ApprovalScope = Literal["plan", "task_round", "task_dispatch", "tool_call"]
+REQUEST_ID_PATTERN = r"^apr_[0-9a-f]{32}$"
+HASH_PATTERN = r"^[0-9a-f]{64}$"
+
+
+class ApprovalTaskSnapshot(WireModel):
+    """The fields of a task snapshot an approval content must carry (others are kept)."""
+
+    id: str
+    title: str
+    description: str
+    status: str
+    created_at: str
+    updated_at: str
+
+
+class PlanContent(WireModel):
+    kind: Literal["plan"]
+    continuation: Literal["execute", "plan_only"]
+    tasks: list[ApprovalTaskSnapshot]
+
+
+class TaskRoundContent(WireModel):
+    kind: Literal["task_round"]
+    completed_tasks: list[ApprovalTaskSnapshot]
+    next_tasks: list[ApprovalTaskSnapshot]
+
+
+class TaskDispatchContent(WireModel):
+    kind: Literal["task_dispatch"]
+    task: ApprovalTaskSnapshot
+
+
+class ToolCallContent(WireModel):
+    kind: Literal["tool_call"]
+    tool_name: str
+    raw_input: dict[str, Any]
+    input: dict[str, Any]
+    agent_name: str
+    task_id: str
+    tool_call_id: str
+    consequential: bool
+
+
+TypedContent = PlanContent | TaskRoundContent | TaskDispatchContent | ToolCallContent
+ApprovalContent = Annotated[TypedContent, Field(discriminator="kind")]
+_CONTENT = TypeAdapter[ApprovalContent](ApprovalContent)
+
+
+def hash_approval_request(scope: str, boundary: str, content: dict[str, Any]) -> str:
+    """sha256 of the canonical JSON of ``{scope, boundary, content}`` (boundary trimmed)."""
+    payload = {"scope": scope, "boundary": boundary.strip(), "content": content}
+    return sha256_hex(canonical_json(payload))
+
+
+def derive_request_id(run_id: str, scope: str, boundary: str, request_hash: str) -> str:
+    preimage = f"{run_id.strip()}\n{scope}\n{boundary.strip()}\n{request_hash}"
+    return "apr_" + sha256_hex(preimage)[:32]
+
+
+class ApprovalRequest(WireModel):
+    """An immutable request for a human decision on exactly this content."""
+
+    version: Literal[1]
+    id: Annotated[str, Field(pattern=REQUEST_ID_PATTERN)]
+    run_id: str
+    scope: ApprovalScope
+    boundary: str
+    request_hash: Annotated[str, Field(pattern=HASH_PATTERN)]
+    requested_at: str
+    reason: str | None = None
+    content: dict[str, Any]
+
+    @field_validator("requested_at")
+    @classmethod
+    def _requested_at_is_a_date(cls, value: str) -> str:
+        if not is_iso_timestamp(value):
+            raise ValueError(f"requestedAt {value!r} is not a timestamp")
+        return value
+
+    @field_validator("content")
+    @classmethod
+    def _content_is_valid_for_its_kind(cls, value: dict[str, Any]) -> dict[str, Any]:
+        _CONTENT.validate_python(value)
+        return value
+
+    @model_validator(mode="after")
+    def _binds_its_content(self) -> ApprovalRequest:
+        if self.content.get("kind") != self.scope:
+            raise ValueError(f"content kind {self.content.get('kind')!r} != scope {self.scope!r}")
+        try:
+            expected_hash = hash_approval_request(self.scope, self.boundary, self.content)
+        except DurableApprovalError as exc:
+            raise ValueError(str(exc)) from exc
+        if expected_hash != self.request_hash:
+            raise ValueError("requestHash does not match the request content")
+        if derive_request_id(self.run_id, self.scope, self.boundary, self.request_hash) != self.id:
+            raise ValueError("request id does not match its run id, scope, boundary and hash")
+        return self
+
+    @property
+    def typed_content(self) -> TypedContent:
+        return _CONTENT.validate_python(self.content)
+
+
+class Reviewer(WireModel):
+    id: str
+    display_name: str | None = None
+
+    @field_validator("id")
+    @classmethod
+    def _id_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("reviewer id is empty")
+        return value
+
+
+class ApprovalDecisionRecord(WireModel):
+    """A recorded decision. It binds one request by id, run id, scope and hash."""
+
+    version: Literal[1]
+    request_id: Annotated[str, Field(pattern=REQUEST_ID_PATTERN)]
+    run_id: Annotated[str, Field(min_length=1)]
+    scope: ApprovalScope
+    request_hash: Annotated[str, Field(pattern=HASH_PATTERN)]
+    decision: Literal["approved", "rejected"]
+    reviewer: Reviewer
+    decided_at: str
+
+    @field_validator("decided_at")
+    @classmethod
+    def _decided_at_is_a_date(cls, value: str) -> str:
+        if not is_iso_timestamp(value):
+            raise ValueError(f"decidedAt {value!r} is not a timestamp")
+        return value
+
+    def binds(self, request: ApprovalRequest) -> bool:
+        return (
+            self.request_id == request.id
+            and self.run_id == request.run_id
+            and self.scope == request.scope
+            and self.request_hash == request.request_hash
+        )
+
+
+def validation_summary(error: ValidationError) -> str:
+    """One line per problem: ``path: message``."""
+    lines = []
+    for problem in error.errors():
+        path = ".".join(str(part) for part in problem["loc"]) or "(root)"
+        lines.append(f"{path}: {problem['msg']}")
+    return "; ".join(lines)
