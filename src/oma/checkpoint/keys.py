@@ -1,0 +1,18 @@
+"""Where checkpoints live in a store: ``__oma_checkpoint__/<runId>/latest``."""
+
+from __future__ import annotations
+
+from oma.store.reserved import CHECKPOINT_KEY_PREFIX
+
+DEFAULT_CHECKPOINT_KEY = f"{CHECKPOINT_KEY_PREFIX}latest"
+
+
+def checkpoint_key(run_id: str | None = None) -> str:
+    """The latest-snapshot key of a run (the run id is inserted verbatim, not escaped)."""
+    if not run_id:
+        return DEFAULT_CHECKPOINT_KEY
+    return f"{CHECKPOINT_KEY_PREFIX}{run_id}/latest"
+
+
+def is_checkpoint_key(key: str) -> bool:
+    return key.startswith(CHECKPOINT_KEY_PREFIX)

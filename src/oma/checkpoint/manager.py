@@ -1,0 +1,63 @@
+"""``Checkpoint``: save, load and delete the latest snapshot of one run in a ``MemoryStore``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oma import jsonutil
+from oma.checkpoint.keys import checkpoint_key
+from oma.checkpoint.snapshot import CheckpointSnapshot, CheckpointSnapshotV1
+from oma.checkpoint.validation import parse_snapshot
+from oma.errors import CheckpointDecodeError
+from oma.store.base import MemoryStore
+
+
+class Checkpoint:
+    """Latest-only snapshots of one run: each save overwrites the previous one.
+
+    ``key`` wins over ``run_id``; with neither, the shared default key is used.
+    """
+
+    def __init__(
+        self, store: MemoryStore, *, run_id: str | None = None, key: str | None = None
+    ) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.key = key if key else checkpoint_key(run_id)
+
+    async def save(self, snapshot: CheckpointSnapshot) -> None:
+        if isinstance(snapshot, CheckpointSnapshotV1) and snapshot.run_id is None and self.run_id:
+            snapshot = snapshot.model_copy(update={"run_id": self.run_id})
+        await self.store.set(self.key, snapshot.to_json(), snapshot_metadata(snapshot))
+
+    async def load_latest(self) -> CheckpointSnapshot | None:
+        """The stored snapshot, strictly validated; ``None`` when the key is absent."""
+        entry = await self.store.get(self.key)
+        if entry is None:
+            return None
+        return decode_snapshot(entry.value, self.key)
+
+    load = load_latest
+
+    async def delete(self) -> None:
+        await self.store.delete(self.key)
+
+
+def decode_snapshot(text: str, key: str) -> CheckpointSnapshot:
+    try:
+        raw = jsonutil.loads(text)
+    except ValueError as exc:
+        raise CheckpointDecodeError(key, str(exc)) from exc
+    return parse_snapshot(raw, key)
+
+
+def snapshot_metadata(snapshot: CheckpointSnapshot) -> dict[str, Any]:
+    """Store metadata written next to a snapshot, as the reference writes it."""
+    metadata: dict[str, Any] = {"namespace": "checkpoint", "version": snapshot.version}
+    run_id = (
+        snapshot.run_id if isinstance(snapshot, CheckpointSnapshotV1) else snapshot.identity.run_id
+    )
+    if run_id is not None:
+        metadata["runId"] = run_id
+    metadata["createdAt"] = snapshot.created_at
+    return metadata

@@ -1,0 +1,118 @@
+"""In-flight state of a built-in LLM runner: conversation, pending tool calls, commit records."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, model_validator
+
+from oma.approval.models import ApprovalDecisionRecord, ApprovalRequest
+from oma.checkpoint.queue_snapshot import NonNegativeNumber
+from oma.wire import WireModel
+
+NonEmpty = Annotated[str, Field(min_length=1)]
+RunnerPhase = Literal["awaiting_model", "executing_tools", "completed"]
+# Messages are kept as the JSON the model saw; only tool calls and commits are validated.
+LLMMessage = dict[str, Any]
+
+
+class TokenUsage(WireModel):
+    input_tokens: NonNegativeNumber = Field(alias="input_tokens")
+    output_tokens: NonNegativeNumber = Field(alias="output_tokens")
+
+
+class ToolUseBlock(WireModel):
+    type: Literal["tool_use"]
+    id: NonEmpty
+    name: NonEmpty
+    input: dict[str, Any]
+    signature: str | None = None
+
+
+class ToolResultBlock(WireModel):
+    """``content`` is text or a list of rich parts (text, image, file)."""
+
+    type: Literal["tool_result"]
+    tool_use_id: str = Field(alias="tool_use_id")
+    content: str | list[dict[str, Any]]
+    is_error: bool | None = Field(default=None, alias="is_error")
+
+
+class ToolCallRecord(WireModel):
+    tool_name: str
+    input: dict[str, Any]
+    output: str
+    duration: NonNegativeNumber
+
+
+class ToolCallCommit(WireModel):
+    """A tool result made durable on its own, keyed by the model-issued call id."""
+
+    result: ToolResultBlock
+    record: ToolCallRecord
+    delegation_usage: TokenUsage | None = None
+
+
+class PendingToolCall(WireModel):
+    call: ToolUseBlock
+    commit: ToolCallCommit | None = None
+    approval_request: ApprovalRequest | None = None
+    approval_decision: ApprovalDecisionRecord | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> PendingToolCall:
+        call, commit, request = self.call, self.commit, self.approval_request
+        if commit is not None:
+            if request is not None or self.approval_decision is not None:
+                raise ValueError("rule 2.6.4: a committed call carries no approval fields")
+            if commit.result.tool_use_id != call.id:
+                raise ValueError(
+                    f"rule 2.6.4: commit.result.tool_use_id {commit.result.tool_use_id!r} "
+                    f"does not match call.id {call.id!r}"
+                )
+            if commit.record.tool_name != call.name:
+                raise ValueError(
+                    f"rule 2.6.4: commit.record.toolName {commit.record.tool_name!r} "
+                    f"does not match call.name {call.name!r}"
+                )
+        if self.approval_decision is not None and request is None:
+            raise ValueError("rule 2.6.4: approvalDecision without approvalRequest")
+        if request is not None:
+            content = request.content
+            if request.scope != "tool_call":
+                raise ValueError("rule 2.6.4: a tool call's approvalRequest needs scope tool_call")
+            if content.get("toolCallId") != call.id or content.get("toolName") != call.name:
+                raise ValueError("rule 2.6.4: approvalRequest content does not name this call")
+            if self.approval_decision is not None and not self.approval_decision.binds(request):
+                raise ValueError("rule 2.6.4: approvalDecision does not bind the approvalRequest")
+        return self
+
+
+class InFlightTask(WireModel):
+    task_id: NonEmpty
+    assignee: NonEmpty
+    phase: RunnerPhase
+    conversation_messages: list[LLMMessage]
+    messages: list[LLMMessage]
+    token_usage: TokenUsage
+    tool_calls: list[ToolCallRecord]
+    turns: Annotated[int, Field(ge=0)]
+    pending_tool_calls: list[PendingToolCall] | None = None
+    pending_tool_result_text: str | None = None
+    final_output: str | None = None
+    loop_warned: bool | None = None
+    loop_detected: bool | None = None
+    budget_exceeded: bool | None = None
+
+    @model_validator(mode="after")
+    def _phase_fields(self) -> InFlightTask:
+        executing = self.phase == "executing_tools"
+        if executing and not self.pending_tool_calls:
+            raise ValueError("rule 2.6.3: executing_tools needs non-empty pendingToolCalls")
+        if not executing and self.pending_tool_calls is not None:
+            raise ValueError(f"rule 2.6.3: pendingToolCalls present in phase {self.phase}")
+        if not executing and self.pending_tool_result_text is not None:
+            raise ValueError(f"rule 2.6.3: pendingToolResultText present in phase {self.phase}")
+        if (self.phase == "completed") != (self.final_output is not None):
+            raise ValueError("rule 2.6.3: finalOutput is required in phase completed, else absent")
+        return self
