@@ -1,0 +1,29 @@
+"""One interface in front of every model provider."""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from oma.errors import OmaError
+from oma.llm.types import ChatRequest, ChatResponse
+
+
+class LLMError(OmaError):
+    """A model call failed after the adapter's own retries (network, HTTP status, auth)."""
+
+    code = "LLM_ERROR"
+
+
+class LLMResponseError(LLMError):
+    """The provider answered, but not with something the engine can use (malformed output)."""
+
+    code = "LLM_BAD_RESPONSE"
+
+
+@runtime_checkable
+class LLMAdapter(Protocol):
+    """``chat`` answers one model turn; adapters retry transient failures themselves."""
+
+    name: str
+
+    async def chat(self, request: ChatRequest) -> ChatResponse: ...

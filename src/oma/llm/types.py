@@ -1,0 +1,102 @@
+"""The model-facing conversation: messages of content blocks, as every adapter exchanges them.
+
+The shapes are the reference's (Anthropic-like) JSON: a message is ``{role, content: [blocks]}``
+and blocks are ``text``, ``tool_use``, ``tool_result`` or ``image``. Checkpoints store exactly this
+JSON, so a conversation restored from a snapshot is what the model saw.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Block(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class TextBlock(_Block):
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ToolUseBlock(_Block):
+    type: Literal["tool_use"] = "tool_use"
+    id: str
+    name: str
+    input: dict[str, Any]
+
+
+class ImageBlock(_Block):
+    type: Literal["image"] = "image"
+    source: dict[str, Any]
+
+
+class ToolResultBlock(_Block):
+    type: Literal["tool_result"] = "tool_result"
+    tool_use_id: str
+    content: str | list[dict[str, Any]]
+    is_error: bool = False
+
+
+ContentBlock = Annotated[
+    TextBlock | ToolUseBlock | ToolResultBlock | ImageBlock, Field(discriminator="type")
+]
+
+
+class LLMMessage(BaseModel):
+    role: Literal["user", "assistant"]
+    content: list[ContentBlock]
+
+    def to_wire(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_none=True)
+
+    @property
+    def text(self) -> str:
+        return "".join(block.text for block in self.content if isinstance(block, TextBlock))
+
+    @property
+    def tool_uses(self) -> list[ToolUseBlock]:
+        return [block for block in self.content if isinstance(block, ToolUseBlock)]
+
+
+class TokenUsage(BaseModel):
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def __add__(self, other: TokenUsage) -> TokenUsage:
+        return TokenUsage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+        )
+
+
+class ToolSpec(BaseModel):
+    """A tool as the model sees it: name, description and JSON schema of its input."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+class ChatRequest(BaseModel):
+    model: str
+    messages: list[LLMMessage]
+    system: str | None = None
+    tools: list[ToolSpec] = Field(default_factory=list)
+    max_tokens: int = 4096
+    temperature: float | None = None
+
+
+class ChatResponse(BaseModel):
+    """One assistant turn: text and/or tool calls, with the usage it cost."""
+
+    content: list[ContentBlock]
+    usage: TokenUsage = Field(default_factory=TokenUsage)
+    stop_reason: str | None = None
+    model: str = ""
+
+    @property
+    def message(self) -> LLMMessage:
+        return LLMMessage(role="assistant", content=list(self.content))
