@@ -1,0 +1,182 @@
+"""The built-in agent runner: a model/tool loop that persists at every safe boundary.
+
+Boundaries, in order, within one task:
+
+1. nothing is persisted before the first model response;
+2. a response with tool calls is appended to the conversation and persisted *before* any tool
+   runs (phase ``executing_tools``, every call pending);
+3. the calls run concurrently; each result is persisted on its own as a commit record keyed by
+   the model-issued call id, before anything else looks at it;
+4. once every call is committed, the results become the next user message (phase
+   ``awaiting_model``) and that is persisted;
+5. a final text answer is persisted as phase ``completed``.
+
+Restored with a saved state, committed results are replayed verbatim (error results too) and only
+uncommitted calls run, with their original call ids; turns and token usage carry on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from oma.agent.state import PendingCall, RunnerState
+from oma.checkpoint.runner_state import InFlightTask, ToolCallCommit, ToolCallRecord
+from oma.checkpoint.runner_state import ToolResultBlock as CommittedResult
+from oma.llm.types import ChatRequest, LLMMessage, TextBlock, ToolResultBlock
+from oma.team import AgentConfig
+from oma.tools.define import ToolContext, ToolResult
+
+Boundary = Callable[[InFlightTask], Awaitable[None]]
+
+
+@dataclass
+class RunnerOutcome:
+    state: RunnerState
+    output: str
+    executed_tool_calls: list[str]
+    replayed_tool_calls: list[str]
+
+
+class AgentRunner:
+    def __init__(
+        self,
+        agent: AgentConfig,
+        *,
+        run_id: str,
+        task_id: str,
+        attempt: int = 1,
+        on_boundary: Boundary | None = None,
+    ) -> None:
+        self.agent = agent
+        self.run_id = run_id
+        self.task_id = task_id
+        self.attempt = attempt
+        self._on_boundary = on_boundary
+        self._executed: list[str] = []
+        self._replayed: list[str] = []
+
+    async def run(self, prompt: str, resume: InFlightTask | None = None) -> RunnerOutcome:
+        if resume is not None:
+            state = RunnerState.from_checkpoint(resume)
+        else:
+            state = RunnerState(
+                conversation=[LLMMessage(role="user", content=[TextBlock(text=prompt)])]
+            )
+        while state.phase != "completed":
+            if state.phase == "executing_tools":
+                await self._run_tools(state)
+                continue
+            if state.turns >= self.agent.max_turns or self._over_budget(state):
+                state.final_output = _last_assistant_text(state)
+                state.phase = "completed"
+                await self._persist(state)
+                break
+            await self._model_turn(state)
+        return RunnerOutcome(
+            state=state,
+            output=state.final_output or "",
+            executed_tool_calls=self._executed,
+            replayed_tool_calls=self._replayed,
+        )
+
+    async def _model_turn(self, state: RunnerState) -> None:
+        request = ChatRequest(
+            model=self.agent.model,
+            system=self.agent.system_prompt,
+            messages=list(state.conversation),
+            tools=[tool.spec for tool in self.agent.tools],
+            max_tokens=self.agent.max_tokens,
+        )
+        response = await self.agent.adapter.chat(request)
+        message = response.message
+        state.conversation.append(message)
+        state.messages.append(message)
+        state.turns += 1
+        state.usage = state.usage + response.usage
+        calls = message.tool_uses
+        if calls:
+            state.phase = "executing_tools"
+            state.pending = [PendingCall(call=call) for call in calls]
+        else:
+            state.phase = "completed"
+            state.final_output = message.text
+        await self._persist(state)
+
+    async def _run_tools(self, state: RunnerState) -> None:
+        await asyncio.gather(*(self._run_one(state, pending) for pending in state.pending))
+        results: list[ToolResultBlock] = []
+        for pending in state.pending:
+            assert pending.commit is not None  # every call above either replayed or committed
+            committed = pending.commit.result
+            results.append(
+                ToolResultBlock(
+                    tool_use_id=committed.tool_use_id,
+                    content=committed.content,
+                    is_error=bool(committed.is_error),
+                )
+            )
+            state.records.append(pending.commit.record)
+        message = LLMMessage(role="user", content=list(results))
+        state.conversation.append(message)
+        state.messages.append(message)
+        state.pending = []
+        state.phase = "awaiting_model"
+        await self._persist(state)
+
+    async def _run_one(self, state: RunnerState, pending: PendingCall) -> None:
+        call = pending.call
+        if pending.commit is not None:
+            self._replayed.append(call.id)
+            return
+        started = time.monotonic()
+        result = await self._execute(call.name, call.input, call.id)
+        self._executed.append(call.id)
+        pending.commit = ToolCallCommit(
+            result=CommittedResult(
+                type="tool_result",
+                tool_use_id=call.id,
+                content=result.data,
+                is_error=result.is_error,
+            ),
+            record=ToolCallRecord(
+                tool_name=call.name,
+                input=call.input,
+                output=result.data,
+                duration=round((time.monotonic() - started) * 1000),
+            ),
+        )
+        await self._persist(state)
+
+    async def _execute(self, name: str, raw_input: dict[str, object], call_id: str) -> ToolResult:
+        tool = self.agent.tool(name)
+        if tool is None:
+            return ToolResult(
+                f'Tool "{name}" is not available to agent "{self.agent.name}".', is_error=True
+            )
+        ctx = ToolContext(
+            run_id=self.run_id,
+            task_id=self.task_id,
+            tool_call_id=call_id,
+            agent_name=self.agent.name,
+            attempt=self.attempt,
+        )
+        return await tool.run(dict(raw_input), ctx)
+
+    def _over_budget(self, state: RunnerState) -> bool:
+        budget = self.agent.max_token_budget
+        used = state.usage.input_tokens + state.usage.output_tokens
+        return budget is not None and used >= budget
+
+    async def _persist(self, state: RunnerState) -> None:
+        if self._on_boundary is not None:
+            await self._on_boundary(state.to_checkpoint(self.task_id, self.agent.name))
+
+
+def _last_assistant_text(state: RunnerState) -> str:
+    for message in reversed(state.conversation):
+        if message.role == "assistant" and message.text:
+            return message.text
+    return ""

@@ -1,0 +1,46 @@
+"""Which store and key a run checkpoints to, and the guard against key collisions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from oma.checkpoint.manager import Checkpoint
+from oma.errors import OmaError
+from oma.orchestrator.context import ActiveCheckpoint
+from oma.orchestrator.options import CheckpointOptions
+from oma.store.base import MemoryStore
+from oma.team import Team
+
+
+class CheckpointConfigError(OmaError):
+    code = "CHECKPOINT_CONFIG"
+
+
+@dataclass
+class Activation:
+    active: ActiveCheckpoint
+    checkpoint: Checkpoint
+    reuses_shared_store: bool
+
+
+def activate(options: CheckpointOptions, team: Team, fallback_store: MemoryStore) -> Activation:
+    """Store: explicit, else the team's shared-memory store, else the orchestrator's own.
+
+    The orchestrator's own store is shared by every run on it, so without an explicit store or a
+    team store a ``run_id`` or ``key`` is required: two runs must never share the default key.
+    """
+    no_store = options.store is None and team.shared_memory_store is None
+    if no_store and not (options.run_id or options.key):
+        raise CheckpointConfigError(
+            "checkpointing without a store needs a runId or key: the orchestrator's "
+            "fallback in-memory store is shared by all its runs. Pass "
+            "CheckpointOptions(run_id=...), key=..., or store=..."
+        )
+    store = options.store or team.shared_memory_store or fallback_store
+    reuses = team.shared_memory_store is not None and store is team.shared_memory_store
+    checkpoint = Checkpoint(store, run_id=options.run_id, key=options.key)
+    return Activation(
+        active=ActiveCheckpoint(checkpoint, embed_shared_memory=not reuses),
+        checkpoint=checkpoint,
+        reuses_shared_store=reuses,
+    )

@@ -1,0 +1,134 @@
+"""Everything one run (or one restored attempt) works with, and how it becomes a snapshot."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from oma.agent.result import AgentRunResult, RunIdentity
+from oma.approval.models import ApprovalDecisionRecord, ApprovalRequest
+from oma.checkpoint.manager import Checkpoint
+from oma.checkpoint.runner_state import InFlightTask
+from oma.checkpoint.snapshot import (
+    CheckpointSnapshotV4,
+    CompletedTaskCheckpoint,
+    RunIdentityCheckpoint,
+    RunMode,
+)
+from oma.orchestrator.events import OrchestratorEvent, ProgressCallback
+from oma.tasks.queue import TaskQueue
+from oma.team import Team
+from oma.timeutil import now_iso
+
+
+class FatalRunError(Exception):
+    """Raised inside a task when the whole run must stop (not retried, not a task failure)."""
+
+
+@dataclass
+class RunContext:
+    team: Team
+    queue: TaskQueue
+    identity: RunIdentity
+    mode: RunMode
+    emit_event: ProgressCallback | None
+    checkpoint: ActiveCheckpoint | None = None
+    goal: str | None = None
+    metadata: dict[str, Any] | None = None
+    max_concurrency: int = 5
+    in_flight: dict[str, InFlightTask] = field(default_factory=dict)
+    resume_states: dict[str, InFlightTask] = field(default_factory=dict)
+    results: dict[str, AgentRunResult] = field(default_factory=dict)
+    pending_approvals: list[ApprovalRequest] = field(default_factory=list)
+    approval_decisions: list[ApprovalDecisionRecord] = field(default_factory=list)
+
+    def emit(self, event: OrchestratorEvent) -> None:
+        if self.emit_event is not None:
+            self.emit_event(event)
+
+    def result_for(self, task_id: str) -> AgentRunResult | None:
+        task = self.queue.find(task_id)
+        if task is None:
+            return None
+        return self.results.get(f"{task.assignee or 'unknown'}:{task_id}")
+
+    def _in_progress(self, task_id: str) -> bool:
+        task = self.queue.find(task_id)
+        return task is not None and task.status == "in_progress"
+
+    async def save(self, *, strict: bool = False) -> bool:
+        return await self.checkpoint.save(self, strict=strict) if self.checkpoint else False
+
+    async def build_snapshot(self, *, embed_shared_memory: bool) -> CheckpointSnapshotV4:
+        shared = self.team.shared_memory
+        completed = []
+        for task in self.queue.by_status("completed"):
+            result = self.result_for(task.id)
+            completed.append(
+                CompletedTaskCheckpoint(
+                    task_id=task.id,
+                    assignee=task.assignee,
+                    result=task.result,
+                    agent_result=result.to_wire() if result is not None else None,
+                )
+            )
+        return CheckpointSnapshotV4(
+            version=4,
+            mode=self.mode,
+            created_at=now_iso(),
+            metadata=self.metadata,
+            goal=self.goal,
+            identity=RunIdentityCheckpoint(
+                run_id=self.identity.run_id,
+                attempt=self.identity.attempt,
+                last_trace_id=self.identity.trace_id,
+                last_root_span_id=self.identity.root_span_id,
+            ),
+            queue=self.queue.snapshot(),
+            shared_memory=await shared.snapshot() if shared and embed_shared_memory else None,
+            message_bus=self.team.bus.snapshot(),
+            turn_count=shared.turn_count if shared else None,
+            completed_task_results=completed,
+            in_flight_tasks=[
+                state for task_id, state in self.in_flight.items() if self._in_progress(task_id)
+            ],
+            pending_approvals=list(self.pending_approvals),
+            approval_decisions=list(self.approval_decisions),
+        )
+
+
+class ActiveCheckpoint:
+    """Serialised saves of one run's checkpoint; ordinary saves are best-effort.
+
+    A failed ordinary save is reported as an ``error`` event of kind ``checkpoint_save_failed``
+    and the run continues; the next boundary saves again. Strict saves raise instead.
+    """
+
+    def __init__(self, checkpoint: Checkpoint, *, embed_shared_memory: bool) -> None:
+        self.checkpoint = checkpoint
+        self.embed_shared_memory = embed_shared_memory
+        self._lock = asyncio.Lock()
+        self.saves = 0
+        self.failures = 0
+
+    async def save(self, context: RunContext, *, strict: bool = False) -> bool:
+        async with self._lock:
+            try:
+                # Built under the lock, so each save holds the latest state when it runs.
+                snapshot = await context.build_snapshot(
+                    embed_shared_memory=self.embed_shared_memory
+                )
+                await self.checkpoint.save(snapshot)
+            except Exception as exc:
+                self.failures += 1
+                if strict:
+                    raise
+                context.emit(
+                    OrchestratorEvent(
+                        type="error", data={"kind": "checkpoint_save_failed", "error": exc}
+                    )
+                )
+                return False
+            self.saves += 1
+            return True

@@ -1,0 +1,59 @@
+"""The coordinator of ``run_team``: decomposes a goal into tasks, then synthesizes the answer."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+
+from oma.agent.result import AgentRunResult, RunStatus, Usage
+from oma.agent.runner import AgentRunner
+from oma.errors import OmaError
+from oma.orchestrator.context import RunContext
+from oma.orchestrator.prompts import decomposition_prompt, synthesis_prompt
+from oma.tasks.loading import TaskSpec
+from oma.team import AgentConfig
+
+_SPECS = TypeAdapter(list[TaskSpec])
+
+
+class CoordinatorError(OmaError):
+    code = "COORDINATOR_ERROR"
+
+
+async def decompose(coordinator: AgentConfig, goal: str, context: RunContext) -> list[TaskSpec]:
+    runner = AgentRunner(coordinator, run_id=context.identity.run_id, task_id="coordinator:plan")
+    outcome = await runner.run(decomposition_prompt(goal, context))
+    return parse_task_list(outcome.output)
+
+
+def parse_task_list(text: str) -> list[TaskSpec]:
+    """The JSON array of tasks in the coordinator's answer (prose around it is ignored)."""
+    start, end = text.find("["), text.rfind("]")
+    if start < 0 or end < start:
+        raise CoordinatorError(f"coordinator answer holds no JSON task array: {text[:200]!r}")
+    try:
+        raw: Any = json.loads(text[start : end + 1])
+        specs = _SPECS.validate_python(raw)
+    except (ValueError, ValidationError) as exc:
+        raise CoordinatorError(f"coordinator task list is invalid: {exc}") from exc
+    if not specs:
+        raise CoordinatorError("coordinator returned an empty task list")
+    return specs
+
+
+async def synthesize(coordinator: AgentConfig, goal: str, context: RunContext) -> AgentRunResult:
+    runner = AgentRunner(
+        coordinator, run_id=context.identity.run_id, task_id="coordinator:synthesis"
+    )
+    outcome = await runner.run(synthesis_prompt(goal, context))
+    usage = outcome.state.usage
+    return AgentRunResult(
+        success=True,
+        identity=context.identity,
+        status=RunStatus(code="ok"),
+        output=outcome.output,
+        messages=[m.to_wire() for m in outcome.state.messages],
+        token_usage=Usage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens),
+    )

@@ -1,0 +1,38 @@
+"""Options of a run: where and whether to checkpoint, run id, metadata, limits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from oma.store.base import MemoryStore
+
+
+@dataclass
+class CheckpointOptions:
+    """``store`` defaults to the team's shared-memory store; ``key`` wins over ``run_id``."""
+
+    enabled: bool = True
+    store: MemoryStore | None = None
+    run_id: str | None = None
+    key: str | None = None
+
+
+CheckpointArg = bool | CheckpointOptions | None
+
+
+@dataclass
+class RunOptions:
+    run_id: str | None = None
+    metadata: dict[str, Any] | None = None
+    checkpoint: CheckpointArg = None
+    max_concurrency: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def normalize_checkpoint(value: CheckpointArg) -> CheckpointOptions | None:
+    if value is None or value is False:
+        return None
+    if value is True:
+        return CheckpointOptions()
+    return value if value.enabled else None

@@ -1,0 +1,227 @@
+"""``OpenMultiAgent``: run a team over tasks, a plan or a goal, checkpointed; restore it later."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from oma.agent.result import AgentRunResult, RunIdentity, RunStatus
+from oma.checkpoint.snapshot import RunMode
+from oma.orchestrator.activation import Activation, activate
+from oma.orchestrator.context import RunContext
+from oma.orchestrator.coordinator import decompose, synthesize
+from oma.orchestrator.events import OrchestratorEvent, ProgressCallback
+from oma.orchestrator.executor import execute_queue
+from oma.orchestrator.identity import fresh_identity, resolve_requested_run_id
+from oma.orchestrator.options import CheckpointArg, CheckpointOptions, normalize_checkpoint
+from oma.orchestrator.outcome import build_result, queue_status
+from oma.orchestrator.restore import rebuild_context
+from oma.orchestrator.results import TeamRunResult
+from oma.run_metadata import validate_run_metadata
+from oma.store.memory import InMemoryStore
+from oma.tasks.loading import TaskSpec, load_task_specs
+from oma.tasks.plan import PlanArtifact, plan_to_queue
+from oma.tasks.queue import TaskQueue
+from oma.team import AgentConfig, Team
+
+TaskSource = Sequence[TaskSpec | dict[str, Any]] | PlanArtifact | dict[str, Any]
+DEFAULT_MAX_CONCURRENCY = 5
+
+
+class OpenMultiAgent:
+    def __init__(
+        self,
+        *,
+        checkpoint: CheckpointArg = None,
+        on_progress: ProgressCallback | None = None,
+        max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+    ) -> None:
+        self.default_checkpoint = checkpoint
+        self.on_progress = on_progress
+        self.max_concurrency = max_concurrency
+        # Used only when a run has neither an explicit store nor a team store.
+        self._fallback_store = InMemoryStore()
+
+    async def run_tasks(
+        self,
+        team: Team,
+        tasks: Sequence[TaskSpec | dict[str, Any]],
+        *,
+        checkpoint: CheckpointArg = None,
+        run_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> TeamRunResult:
+        options = self._options(checkpoint)
+        activation, identity = self._prepare(team, options, run_id, metadata)
+        queue = load_task_specs(tasks, team.roster)
+        context = self._context(team, queue, identity, "runTasks", activation, None, metadata)
+        await execute_queue(context)
+        return build_result(context, queue_status(context))
+
+    async def run_from_plan(
+        self,
+        team: Team,
+        plan: PlanArtifact | dict[str, Any],
+        *,
+        checkpoint: CheckpointArg = None,
+        run_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> TeamRunResult:
+        options = self._options(checkpoint)
+        activation, identity = self._prepare(team, options, run_id, metadata)
+        queue = plan_to_queue(plan)
+        goal = plan.goal if isinstance(plan, PlanArtifact) else plan.get("goal")
+        context = self._context(team, queue, identity, "runFromPlan", activation, goal, metadata)
+        await execute_queue(context)
+        return build_result(context, queue_status(context))
+
+    async def run_team(
+        self,
+        team: Team,
+        goal: str,
+        *,
+        coordinator: AgentConfig | None = None,
+        checkpoint: CheckpointArg = None,
+        run_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> TeamRunResult:
+        options = self._options(checkpoint)
+        activation, identity = self._prepare(team, options, run_id, metadata)
+        lead = coordinator or _default_coordinator(team)
+        context = self._context(team, TaskQueue(), identity, "runTeam", activation, goal, metadata)
+        specs = await decompose(lead, goal, context)
+        context.queue = load_task_specs(specs, team.roster)
+        await execute_queue(context)
+        status = queue_status(context)
+        if status.code != "ok":
+            return build_result(context, status)
+        synthesis = await synthesize(lead, goal, context)
+        return build_result(context, status, {"coordinator": synthesis})
+
+    async def restore(
+        self,
+        team: Team,
+        source: TaskSource | None = None,
+        *,
+        checkpoint: CheckpointArg = None,
+        run_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        coordinator: AgentConfig | None = None,
+    ) -> TeamRunResult:
+        """Resume the run in the checkpoint; with none, run ``source`` fresh (or do nothing)."""
+        options = self._options(checkpoint, default=True)
+        assert options is not None  # restore always checkpoints
+        requested = resolve_requested_run_id(run_id, options.run_id)
+        if metadata is not None:
+            validate_run_metadata(metadata)
+        activation = activate(options, team, self._fallback_store)
+        snapshot = await activation.checkpoint.load_latest()
+        if snapshot is None:
+            return await self._fresh_from(team, source, options, run_id, metadata)
+        context = await rebuild_context(
+            snapshot,
+            team,
+            requested_run_id=requested,
+            metadata=metadata,
+            emit=self.on_progress,
+            max_concurrency=self.max_concurrency,
+        )
+        context.checkpoint = activation.active
+        if context.pending_approvals:
+            return build_result(
+                context, RunStatus(code="suspended", message="Durable approval decision pending.")
+            )
+        await execute_queue(context)
+        status = queue_status(context)
+        if context.mode != "runTeam" or not context.goal or status.code != "ok":
+            return build_result(context, status)
+        return await self._resynthesize(team, context, coordinator, status)
+
+    async def _resynthesize(
+        self, team: Team, context: RunContext, coordinator: AgentConfig | None, status: RunStatus
+    ) -> TeamRunResult:
+        assert context.goal is not None
+        try:
+            lead = coordinator or _default_coordinator(team)
+            synthesis: AgentRunResult = await synthesize(lead, context.goal, context)
+        except Exception as exc:  # best-effort: the task outputs are still returned
+            context.emit(
+                OrchestratorEvent("error", data={"kind": "synthesis_failed", "error": exc})
+            )
+            return build_result(
+                context, RunStatus(code="error", message=f"Synthesis failed: {exc}")
+            )
+        return build_result(context, status, {"coordinator": synthesis})
+
+    async def _fresh_from(
+        self,
+        team: Team,
+        source: TaskSource | None,
+        options: CheckpointOptions,
+        run_id: str | None,
+        metadata: dict[str, Any] | None,
+    ) -> TeamRunResult:
+        if isinstance(source, PlanArtifact) or (isinstance(source, dict) and "tasks" in source):
+            return await self.run_from_plan(
+                team, source, checkpoint=options, run_id=run_id, metadata=metadata
+            )
+        if source is not None and not isinstance(source, dict | PlanArtifact):
+            return await self.run_tasks(
+                team, source, checkpoint=options, run_id=run_id, metadata=metadata
+            )
+        identity = fresh_identity(resolve_requested_run_id(run_id, options.run_id))
+        context = RunContext(
+            team=team,
+            queue=TaskQueue(),
+            identity=identity,
+            mode="runTasks",
+            emit_event=self.on_progress,
+        )
+        return build_result(context, RunStatus(code="ok"))
+
+    def _options(self, given: CheckpointArg, *, default: bool = False) -> CheckpointOptions | None:
+        if given is not None:
+            return normalize_checkpoint(given)
+        if self.default_checkpoint is not None:
+            return normalize_checkpoint(self.default_checkpoint)
+        return normalize_checkpoint(True) if default else None
+
+    def _prepare(
+        self,
+        team: Team,
+        options: CheckpointOptions | None,
+        run_id: str | None,
+        metadata: dict[str, Any] | None,
+    ) -> tuple[Activation | None, RunIdentity]:
+        requested = resolve_requested_run_id(run_id, options.run_id if options else None)
+        if metadata is not None:
+            validate_run_metadata(metadata)
+        activation = activate(options, team, self._fallback_store) if options else None
+        return activation, fresh_identity(requested)
+
+    def _context(
+        self,
+        team: Team,
+        queue: TaskQueue,
+        identity: RunIdentity,
+        mode: RunMode,
+        activation: Activation | None,
+        goal: str | None,
+        metadata: dict[str, Any] | None,
+    ) -> RunContext:
+        return RunContext(
+            team=team,
+            queue=queue,
+            identity=identity,
+            mode=mode,
+            emit_event=self.on_progress,
+            checkpoint=activation.active if activation else None,
+            goal=goal,
+            metadata=metadata,
+            max_concurrency=self.max_concurrency,
+        )
+
+
+def _default_coordinator(team: Team) -> AgentConfig:
+    first = team.agents[0]
+    return AgentConfig(name="coordinator", adapter=first.adapter, model=first.model)

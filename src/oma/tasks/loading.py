@@ -1,0 +1,120 @@
+"""From task specs and plan artifacts to queued tasks, with dependency graph validation."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from oma.errors import OmaError
+from oma.tasks.queue import TaskQueue
+from oma.tasks.task import DependencyPayload, MemoryScope, Task
+
+
+class InvalidTaskDependenciesError(OmaError):
+    code = "INVALID_TASK_DEPENDENCIES"
+
+
+class TaskSpec(BaseModel):
+    """A task to run: ``depends_on`` names other tasks of the same list by id or title."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    title: str = Field(min_length=1)
+    description: str
+    assignee: str | None = None
+    depends_on: list[str] = Field(default_factory=list)
+    memory_scope: MemoryScope | None = None
+    dependency_payload: DependencyPayload | None = None
+    metadata: dict[str, Any] | None = None
+    max_retries: int | None = Field(default=None, ge=0)
+    retry_delay_ms: float | None = Field(default=None, ge=0)
+    retry_backoff: float | None = Field(default=None, ge=1)
+    role: str | None = None
+    priority: str | None = None
+
+
+def validate_dependency_graph(tasks: Sequence[Task], *, known_ids: Iterable[str] = ()) -> None:
+    """Refuse self-dependencies, unknown ids and cycles, naming them."""
+    ids = {task.id for task in tasks} | set(known_ids)
+    problems: list[str] = []
+    for task in tasks:
+        for dep in task.depends_on:
+            if dep == task.id:
+                problems.append(f'task "{task.title}" depends on itself')
+            elif dep not in ids:
+                problems.append(f'task "{task.title}" depends on unknown task id "{dep}"')
+    problems.extend(_cycles(tasks))
+    if problems:
+        raise InvalidTaskDependenciesError(f"Invalid task dependencies: {'; '.join(problems)}")
+
+
+def _cycles(tasks: Sequence[Task]) -> list[str]:
+    graph = {task.id: [d for d in task.depends_on if d != task.id] for task in tasks}
+    titles = {task.id: task.title for task in tasks}
+    state: dict[str, int] = {}
+    found: list[str] = []
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for dep in graph.get(node, []):
+            if state.get(dep) == 1:
+                cycle = [*path[path.index(dep) :], dep]
+                found.append("cycle " + " -> ".join(titles.get(n, n) for n in cycle))
+            elif dep in graph and state.get(dep) is None:
+                visit(dep, [*path, dep])
+        state[node] = 2
+
+    for task in tasks:
+        if state.get(task.id) is None:
+            visit(task.id, [task.id])
+    return found
+
+
+def load_task_specs(specs: Sequence[TaskSpec | dict[str, Any]], roster: Iterable[str]) -> TaskQueue:
+    """Fresh tasks (new ids) in spec order; dependencies by exact id or unique title."""
+    parsed = [
+        spec if isinstance(spec, TaskSpec) else TaskSpec.model_validate(spec) for spec in specs
+    ]
+    agents = set(roster)
+    tasks = [
+        Task(
+            title=spec.title,
+            description=spec.description,
+            assignee=spec.assignee if spec.assignee in agents else None,
+            memory_scope=spec.memory_scope,
+            dependency_payload=spec.dependency_payload,
+            metadata=spec.metadata,
+            max_retries=spec.max_retries,
+            retry_delay_ms=spec.retry_delay_ms,
+            retry_backoff=spec.retry_backoff,
+            role=spec.role,
+            priority=spec.priority,
+        )
+        for spec in parsed
+    ]
+    by_title: dict[str, list[Task]] = {}
+    for task in tasks:
+        by_title.setdefault(task.title.strip().lower(), []).append(task)
+    ids = {task.id for task in tasks}
+    unresolved: dict[str, list[str]] = {}
+    for task, spec in zip(tasks, parsed, strict=True):
+        for ref in spec.depends_on:
+            if ref in ids:
+                task.depends_on.append(ref)
+                continue
+            matches = by_title.get(ref.strip().lower(), [])
+            if len(matches) == 1:
+                task.depends_on.append(matches[0].id)
+            else:
+                why = "ambiguous duplicate title" if matches else "no such task"
+                unresolved.setdefault(task.id, []).append(f"{ref!r} ({why})")
+    validate_dependency_graph(tasks)
+    queue = TaskQueue()
+    for task in tasks:
+        queue.add(task)
+    for task_id, refs in unresolved.items():
+        queue.fail(task_id, f"Unresolved dependency reference(s): {', '.join(refs)}")
+    return queue

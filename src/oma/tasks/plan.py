@@ -1,0 +1,111 @@
+"""Plan artifacts (version 1): a frozen task graph that can be replayed verbatim."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from oma.errors import OmaError
+from oma.tasks.loading import validate_dependency_graph
+from oma.tasks.queue import TaskQueue
+from oma.tasks.task import DependencyPayload, MemoryScope, Task
+
+
+class InvalidPlanError(OmaError):
+    code = "INVALID_PLAN"
+
+
+class PlanTask(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    id: str = Field(min_length=1)
+    title: str
+    description: str
+    assignee: str | None = None
+    depends_on: list[str] | None = None
+    memory_scope: MemoryScope | None = None
+    dependency_payload: DependencyPayload | None = None
+    role: str | None = None
+    priority: str | None = None
+    metadata: dict[str, Any] | None = None
+    max_retries: int | None = None
+    retry_delay_ms: float | None = None
+    retry_backoff: float | None = None
+    requires: dict[str, Any] | None = None
+
+
+class PlanArtifact(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    version: Literal[1]
+    goal: str | None = None
+    tasks: list[PlanTask]
+
+    def to_wire(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def plan_to_queue(plan: PlanArtifact | dict[str, Any]) -> TaskQueue:
+    """Replay a plan: ids verbatim, dependencies by id only, every task pending."""
+    if isinstance(plan, dict):
+        if plan.get("version") != 1:
+            raise InvalidPlanError(f"Unsupported plan artifact version: {plan.get('version')}")
+        plan = PlanArtifact.model_validate(plan)
+    tasks = [
+        Task(
+            id=item.id,
+            title=item.title,
+            description=item.description,
+            assignee=item.assignee,
+            depends_on=list(item.depends_on or []),
+            memory_scope=item.memory_scope,
+            dependency_payload=item.dependency_payload,
+            role=item.role,
+            priority=item.priority,
+            metadata=item.metadata,
+            requires=item.requires,
+            max_retries=item.max_retries,
+            retry_delay_ms=item.retry_delay_ms,
+            retry_backoff=item.retry_backoff,
+        )
+        for item in plan.tasks
+    ]
+    if len({task.id for task in tasks}) != len(tasks):
+        raise InvalidPlanError("Invalid plan artifact: duplicate task ids")
+    try:
+        validate_dependency_graph(tasks)
+    except OmaError as exc:
+        raise InvalidPlanError(f"Invalid plan artifact: {exc}") from exc
+    queue = TaskQueue()
+    for task in tasks:
+        queue.add(task)
+    return queue
+
+
+def create_plan_artifact(tasks: list[Task], goal: str | None) -> PlanArtifact:
+    """A replayable plan from planned (not yet executed) tasks."""
+    items = []
+    for task in tasks:
+        if not task.description:
+            raise InvalidPlanError(f'task "{task.title}" has no description')
+        items.append(
+            PlanTask(
+                id=task.id,
+                title=task.title,
+                description=task.description,
+                assignee=task.assignee,
+                depends_on=list(task.depends_on) or None,
+                memory_scope=task.memory_scope,
+                dependency_payload=task.dependency_payload,
+                role=task.role,
+                priority=task.priority,
+                metadata=task.metadata,
+                requires=task.requires,
+                max_retries=task.max_retries,
+                retry_delay_ms=task.retry_delay_ms,
+                retry_backoff=task.retry_backoff,
+            )
+        )
+    return PlanArtifact(version=1, goal=goal, tasks=items)

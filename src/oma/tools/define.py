@@ -1,0 +1,104 @@
+"""Tools: a name, a description, a pydantic input model and an async ``execute(input, ctx)``.
+
+Errors are results, not exceptions: invalid input, an unknown tool or a raising tool all become
+an error ``ToolResult`` the model sees. ``ctx.tool_call_id`` is the model-issued call id, stable
+across restore, so a tool with external side effects can use
+``f"{ctx.run_id}:{ctx.task_id}:{ctx.tool_call_id}"`` as an idempotency key.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from oma.llm.types import ToolSpec
+
+InputT = TypeVar("InputT", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    run_id: str
+    task_id: str | None
+    tool_call_id: str
+    agent_name: str
+    attempt: int = 1
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What the model sees: ``data`` as the tool_result text, flagged as an error or not."""
+
+    data: str
+    is_error: bool = False
+
+
+ToolOutput = ToolResult | str | BaseModel | dict[str, Any] | list[Any] | None
+Execute = Callable[[InputT, ToolContext], Awaitable[ToolOutput]]
+
+
+@dataclass(frozen=True)
+class Tool(Generic[InputT]):
+    name: str
+    description: str
+    input_model: type[InputT]
+    execute: Execute[InputT]
+    consequential: bool = False
+
+    @property
+    def spec(self) -> ToolSpec:
+        return ToolSpec(
+            name=self.name,
+            description=self.description,
+            input_schema=self.input_model.model_json_schema(),
+        )
+
+    def validate_input(self, raw: dict[str, Any]) -> InputT:
+        return self.input_model.model_validate(raw)
+
+    async def run(self, raw: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        """Validate and execute; every failure becomes an error result."""
+        try:
+            parsed = self.validate_input(raw)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'input'}: {e['msg']}" for e in exc.errors()
+            )
+            return ToolResult(f'Invalid input for tool "{self.name}": {problems}', is_error=True)
+        try:
+            output = await self.execute(parsed, ctx)
+        except Exception as exc:  # a tool's failure is data for the model, not a crash
+            return ToolResult(f'Tool "{self.name}" failed: {exc}', is_error=True)
+        return normalize_output(output)
+
+
+def define_tool(
+    name: str,
+    description: str,
+    input_model: type[InputT],
+    execute: Execute[InputT],
+    *,
+    consequential: bool = False,
+) -> Tool[InputT]:
+    if not name or not name.replace("_", "").replace("-", "").isalnum():
+        raise ValueError(f"tool name {name!r} must be letters, digits, '_' or '-'")
+    return Tool(name, description, input_model, execute, consequential)
+
+
+def normalize_output(output: ToolOutput) -> ToolResult:
+    if isinstance(output, ToolResult):
+        return output
+    if output is None:
+        return ToolResult("")
+    if isinstance(output, str):
+        return ToolResult(output)
+    if isinstance(output, BaseModel):
+        return ToolResult(output.model_dump_json())
+    return ToolResult(json.dumps(output, ensure_ascii=False, separators=(",", ":")))
+
+
+AnyTool = Tool[Any]

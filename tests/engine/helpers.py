@@ -1,0 +1,52 @@
+"""Shared wiring for engine tests: recording tools and event collection."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from oma.orchestrator import OrchestratorEvent
+from oma.tools import AnyTool, ToolContext, define_tool
+from tests.conformance_data import require_conformance_dir
+
+
+class LabelInput(BaseModel):
+    label: str
+
+
+@dataclass
+class ToolLog:
+    calls: list[tuple[str, str, dict[str, object]]] = field(default_factory=list)
+
+    def ids(self) -> list[str]:
+        return [call_id for call_id, _, _ in self.calls]
+
+
+def commit_effect_tool(log: ToolLog) -> AnyTool:
+    """The scenario-b tool: returns ``committed:<label>`` and records every execution."""
+
+    async def execute(args: LabelInput, ctx: ToolContext) -> str:
+        log.calls.append((ctx.tool_call_id, ctx.task_id or "", {"label": args.label}))
+        return f"committed:{args.label}"
+
+    return define_tool("commit_effect", "Commit an effect.", LabelInput, execute)
+
+
+@dataclass
+class Events:
+    items: list[OrchestratorEvent] = field(default_factory=list)
+
+    def __call__(self, event: OrchestratorEvent) -> None:
+        self.items.append(event)
+
+    def kinds(self) -> list[str]:
+        return [str(e.data.get("kind")) for e in self.items if e.type == "error"]
+
+
+def copy_store_file(name: str, tmp_path: Path) -> Path:
+    target = tmp_path / name
+    shutil.copyfile(require_conformance_dir() / name, target)
+    return target
