@@ -1,12 +1,21 @@
-"""The ``oma`` command line. Commands are added as the features they drive land."""
+"""The ``oma`` command line.
+
+Exit codes: 0 success; 1 the run finished but did not succeed (a task failed); 2 bad input (an
+unreadable or invalid spec, a bad option); 10 the run is suspended waiting for approvals.
+"""
 
 from __future__ import annotations
 
 import platform
+from pathlib import Path
+from typing import Annotated
 
 import typer
+from rich.console import Console
 
 from oma import __version__
+from oma.cli_run import EXIT_BAD_INPUT, run_command
+from oma.errors import OmaError
 
 app = typer.Typer(
     name="oma",
@@ -22,9 +31,27 @@ def version() -> None:
     typer.echo(f"oma {__version__} (Python {platform.python_version()})")
 
 
-@app.callback()
-def _root() -> None:
-    """Keeps ``oma version`` a subcommand even while it is the only one."""
+@app.command()
+def run(
+    spec: Annotated[Path, typer.Argument(help="Run spec (YAML or JSON).")],
+    run_id: Annotated[
+        str | None, typer.Option(help="Run id (default: spec runId or file name).")
+    ] = None,
+    store: Annotated[
+        Path | None, typer.Option(help="File store path (default .oma/<run>.json).")
+    ] = None,
+    events: Annotated[
+        Path | None, typer.Option(help="Append progress events as JSON lines.")
+    ] = None,
+) -> None:
+    """Run a spec locally; run the same command again after an interruption to resume."""
+    console = Console(highlight=False)
+    try:
+        code = run_command(spec, run_id, store, events, console)
+    except OmaError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(EXIT_BAD_INPUT) from exc
+    raise typer.Exit(code)
 
 
 def main() -> None:

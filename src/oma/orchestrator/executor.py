@@ -129,7 +129,9 @@ async def _complete(context: RunContext, task: Task, outcome: RunnerOutcome) -> 
     context.in_flight.pop(task.id, None)
     context.queue.complete(task.id, outcome.output)
     await context.save()
-    context.emit(OrchestratorEvent("task_complete", task.assignee, task.id, {"result": result}))
+    context.emit(
+        OrchestratorEvent("task_complete", task.assignee, task.id, {"result": result, "task": task})
+    )
     context.emit(OrchestratorEvent("agent_complete", task.assignee, task.id, {"result": result}))
 
 

@@ -1,0 +1,5 @@
+"""``python -m oma`` is the ``oma`` command."""
+
+from oma.cli import main
+
+main()

@@ -1,0 +1,132 @@
+"""``oma run FILE``: the local main job, with progress on the terminal."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import IO, Any
+
+import yaml
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from oma.errors import OmaError
+from oma.local_run import LocalRun, run_spec
+from oma.orchestrator.events import OrchestratorEvent
+from oma.spec import RunSpec
+from oma.tools.builtin import builtin_tools
+
+EXIT_BAD_INPUT = 2
+
+
+def load_spec(path: Path) -> RunSpec:
+    """Read a YAML or JSON run spec; every problem is a one-line ``OmaError``."""
+    try:
+        raw: Any = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise OmaError(f"cannot read run spec {path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise OmaError(f"run spec {path} is not valid YAML/JSON: {exc}") from exc
+    try:
+        return RunSpec.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'spec'}: {e['msg']}" for e in exc.errors()
+        )
+        raise OmaError(f"run spec {path} is invalid: {problems}") from exc
+
+
+class Progress:
+    def __init__(self, console: Console, events_file: IO[str] | None) -> None:
+        self.console = console
+        self.events_file = events_file
+
+    def __call__(self, event: OrchestratorEvent) -> None:
+        if self.events_file is not None:
+            self.events_file.write(
+                json.dumps(
+                    {
+                        "type": event.type,
+                        "task": event.task,
+                        "agent": event.agent,
+                        "kind": event.data.get("kind"),
+                    }
+                )
+                + "\n"
+            )
+            self.events_file.flush()
+        task = event.data.get("task")
+        title = getattr(task, "title", None) or event.task
+        if event.type == "task_start":
+            self.console.print(f"  [cyan]▶[/] {title} [dim]→ {event.agent}[/]")
+        elif event.type == "task_complete":
+            result = event.data["result"]
+            usage = result.token_usage
+            self.console.print(
+                f"  [green]✓[/] {title} [dim]by {event.agent}[/] "
+                f"[dim](tokens {usage.input_tokens}/{usage.output_tokens}, "
+                f"{len(result.tool_calls)} tool calls)[/]"
+            )
+        elif event.type == "task_retry":
+            self.console.print(f"  [yellow]↻[/] retrying {event.task}: {event.data.get('error')}")
+        elif event.type == "error":
+            self.console.print(
+                f"  [red]![/] {event.data.get('kind') or 'error'}: {event.data.get('error')}"
+            )
+
+
+def run_command(
+    spec_path: Path, run_id: str | None, store: Path | None, events: Path | None, console: Console
+) -> int:
+    spec = load_spec(spec_path)
+    chosen_id = run_id or spec.run_id or spec_path.stem
+    default_store = store or Path(".oma") / f"{chosen_id}.json"
+    events_file = events.open("a", encoding="utf-8") if events else None
+
+    def announce(resumed: bool) -> None:
+        how = "resuming from its checkpoint" if resumed else "starting"
+        console.print(f"[bold]oma run[/] {chosen_id}: {how} (store {default_store})")
+
+    try:
+        outcome = asyncio.run(
+            run_spec(
+                spec,
+                run_id=chosen_id,
+                tools=builtin_tools(),
+                default_store_path=default_store,
+                on_progress=Progress(console, events_file),
+                on_start=announce,
+            )
+        )
+    finally:
+        if events_file is not None:
+            events_file.close()
+    _summary(outcome, console)
+    return outcome.exit_code
+
+
+def _summary(outcome: LocalRun, console: Console) -> None:
+    result = outcome.result
+    table = Table(title=f"run {result.identity.run_id} · attempt {result.identity.attempt}")
+    for column in ("task", "agent", "status", "output"):
+        table.add_column(column)
+    for task in result.tasks:
+        output = (task.result or "").replace("\n", " ")
+        table.add_row(
+            task.title,
+            task.assignee or "-",
+            task.status,
+            output[:60] + ("…" if len(output) > 60 else ""),
+        )
+    console.print(table)
+    usage = result.total_token_usage
+    coordinator = result.agent_results.get("coordinator")
+    if coordinator is not None:
+        console.print(f"[bold]answer:[/] {coordinator.output}")
+    console.print(
+        f"status [bold]{result.status.code}[/]"
+        f"{': ' + result.status.message if result.status.message else ''} · "
+        f"tokens {usage.input_tokens}/{usage.output_tokens}"
+    )

@@ -1,0 +1,68 @@
+"""``oma run``: run a spec in this process, resumably, showing progress.
+
+The same command starts a run and resumes it: with a checkpoint for the run id in the store it
+restores (completed tasks are not re-run, committed tool calls are replayed), without one it
+starts fresh.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from oma.assemble import build_coordinator, build_team, open_store
+from oma.checkpoint.manager import Checkpoint
+from oma.orchestrator.events import ProgressCallback
+from oma.orchestrator.options import CheckpointOptions
+from oma.orchestrator.orchestrator import OpenMultiAgent
+from oma.orchestrator.results import TeamRunResult
+from oma.spec import RunSpec
+from oma.tools.define import AnyTool
+
+EXIT_OK, EXIT_FAILED, EXIT_SUSPENDED = 0, 1, 10
+
+
+@dataclass
+class LocalRun:
+    result: TeamRunResult
+    resumed: bool
+
+    @property
+    def exit_code(self) -> int:
+        if self.result.status.code == "ok":
+            return EXIT_OK
+        return EXIT_SUSPENDED if self.result.status.code == "suspended" else EXIT_FAILED
+
+
+async def run_spec(
+    spec: RunSpec,
+    *,
+    run_id: str,
+    tools: Mapping[str, AnyTool],
+    default_store_path: Path,
+    on_progress: ProgressCallback | None = None,
+    on_start: Callable[[bool], None] | None = None,
+) -> LocalRun:
+    store = open_store(spec.store, default_store_path)
+    team = build_team(spec, tools, name=run_id)
+    coordinator = build_coordinator(spec, tools)
+    checkpoint = CheckpointOptions(store=store, run_id=run_id)
+    orchestrator = OpenMultiAgent(on_progress=on_progress, max_concurrency=spec.max_concurrency)
+    resumed = await Checkpoint(store, run_id=run_id).load_latest() is not None
+    if on_start is not None:
+        on_start(resumed)
+    if resumed:
+        result = await orchestrator.restore(team, checkpoint=checkpoint, coordinator=coordinator)
+    elif spec.mode == "team":
+        assert spec.goal is not None
+        result = await orchestrator.run_team(
+            team, spec.goal, coordinator=coordinator, checkpoint=checkpoint
+        )
+    elif spec.mode == "plan":
+        assert spec.plan is not None
+        result = await orchestrator.run_from_plan(team, spec.plan, checkpoint=checkpoint)
+    else:
+        assert spec.tasks is not None
+        result = await orchestrator.run_tasks(team, spec.tasks, checkpoint=checkpoint)
+    return LocalRun(result=result, resumed=resumed)

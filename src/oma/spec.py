@@ -1,0 +1,108 @@
+"""The run spec: one pydantic model for ``oma run``, the runner pod and the TeamRun resource.
+
+Agents (model, prompt, tools, turn limit), the work (``tasks``, a ``goal`` for a coordinator, or
+a frozen ``plan``), and where checkpoints go. Field names are camelCase in files, as in the
+Kubernetes resource; one validation serves every entry point.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+from oma.tasks.loading import TaskSpec
+from oma.tasks.plan import PlanArtifact
+
+
+class SpecModel(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+class ModelSpec(SpecModel):
+    provider: Literal["scripted", "anthropic", "openai"]
+    name: str = ""
+    base_url: str | None = Field(default=None, alias="baseURL")
+    api_key_env: str | None = None
+    timeout_seconds: float = Field(default=60.0, gt=0)
+    max_retries: int = Field(default=2, ge=0)
+    script: list[Any] | dict[str, list[Any]] | None = None
+
+    @model_validator(mode="after")
+    def _script_only_for_scripted(self) -> ModelSpec:
+        if self.provider == "scripted" and self.script is None:
+            raise ValueError("a scripted model needs a 'script'")
+        if self.provider != "scripted":
+            if self.script is not None:
+                raise ValueError(f"'script' is only for the scripted provider, not {self.provider}")
+            if not self.name:
+                raise ValueError(f"a {self.provider} model needs a 'name'")
+        return self
+
+
+class AgentSpec(SpecModel):
+    name: str = Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    model: ModelSpec
+    system_prompt: str | None = None
+    tools: list[str] = Field(default_factory=list)
+    max_turns: int = Field(default=10, ge=1, le=1000)
+
+
+class FileStoreSpec(SpecModel):
+    path: str
+
+
+class StoreSpec(SpecModel):
+    """Exactly one backend."""
+
+    file: FileStoreSpec | None = None
+    memory: dict[str, Any] | None = None
+    redis: dict[str, Any] | None = None
+    postgres: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> StoreSpec:
+        chosen = [
+            n for n in ("file", "memory", "redis", "postgres") if getattr(self, n) is not None
+        ]
+        if len(chosen) != 1:
+            raise ValueError(
+                f"store needs exactly one of file, memory, redis, postgres; got {chosen}"
+            )
+        return self
+
+
+class RunSpec(SpecModel):
+    run_id: str | None = Field(default=None, min_length=1, max_length=128)
+    mode: Literal["tasks", "team", "plan"] = "tasks"
+    agents: list[AgentSpec] = Field(min_length=1)
+    coordinator: AgentSpec | None = None
+    goal: str | None = None
+    tasks: list[TaskSpec] | None = None
+    plan: PlanArtifact | None = None
+    store: StoreSpec | None = None
+    max_concurrency: int = Field(default=5, ge=1, le=256)
+
+    @model_validator(mode="after")
+    def _work_matches_mode(self) -> RunSpec:
+        names = [agent.name for agent in self.agents]
+        if len(set(names)) != len(names):
+            raise ValueError(f"agent names must be unique: {names}")
+        needed = {"tasks": "tasks", "team": "goal", "plan": "plan"}[self.mode]
+        if getattr(self, needed) is None:
+            raise ValueError(f"mode {self.mode!r} needs '{needed}'")
+        for other in {"tasks", "goal", "plan"} - {needed}:
+            if getattr(self, other) is not None:
+                raise ValueError(f"mode {self.mode!r} does not take '{other}'")
+        for task in self.tasks or []:
+            if task.assignee is not None and task.assignee not in names:
+                raise ValueError(
+                    f"task {task.title!r} is assigned to unknown agent {task.assignee!r}"
+                )
+        for item in self.plan.tasks if self.plan else []:
+            if item.assignee is not None and item.assignee not in names:
+                raise ValueError(
+                    f"plan task {item.id!r} is assigned to unknown agent {item.assignee!r}"
+                )
+        return self
