@@ -43,7 +43,7 @@ class AgentRunResult(WireModel):
 
     success: bool
     identity: RunIdentity | None = None
-    status: RunStatus
+    status: RunStatus | None = None  # absent in results written before run statuses existed
     output: str
     messages: list[dict[str, Any]] = Field(default_factory=list)
     token_usage: Usage = Field(default_factory=Usage)

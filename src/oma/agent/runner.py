@@ -115,7 +115,7 @@ class AgentRunner:
                 ToolResultBlock(
                     tool_use_id=committed.tool_use_id,
                     content=committed.content,
-                    is_error=bool(committed.is_error),
+                    is_error=committed.is_error,
                 )
             )
             state.records.append(pending.commit.record)

@@ -37,7 +37,7 @@ class ToolResultBlock(_Block):
     type: Literal["tool_result"] = "tool_result"
     tool_use_id: str
     content: str | list[dict[str, Any]]
-    is_error: bool = False
+    is_error: bool | None = None  # absent and false both mean success
 
 
 ContentBlock = Annotated[

@@ -60,6 +60,7 @@ def _merge(first: AgentRunResult, second: AgentRunResult) -> AgentRunResult:
     return second.model_copy(
         update={
             "success": first.success and second.success,
+            "output": f"{first.output}\n\n---\n\n{second.output}",
             "messages": [*first.messages, *second.messages],
             "tool_calls": [*first.tool_calls, *second.tool_calls],
             "token_usage": Usage(

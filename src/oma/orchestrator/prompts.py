@@ -60,14 +60,15 @@ def decomposition_prompt(goal: str, context: RunContext) -> str:
 
 
 def synthesis_prompt(goal: str, context: RunContext) -> str:
+    """The reference's synthesis prompt, so a scripted or cached coordinator sees the same text."""
     sections = [
-        f"### {task.title} (by {task.assignee})\n{task.result or ''}"
+        f"### {task.title} ({task.status} by {task.assignee})\n{task.result or ''}"
         for task in context.queue.tasks
-        if task.status == "completed"
     ]
     return (
-        "# Synthesis\n\n"
-        f"Goal: {goal}\n\n"
-        "## Task results\n\n" + "\n\n".join(sections) + "\n\n"
-        "Write the final answer to the goal from these results."
+        f"## Original Goal\n{goal}\n\n"
+        "## Task Results\n" + "\n".join(sections) + "\n\n"
+        "## Your Task\n"
+        "Synthesise the above results into a comprehensive final answer that addresses the "
+        "original goal.\nIf some tasks failed or were skipped, note any gaps in the result."
     )
