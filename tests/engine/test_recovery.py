@@ -133,7 +133,7 @@ async def test_committed_error_results_are_replayed_too() -> None:
 
 async def test_completed_tasks_never_rerun_and_second_restore_does_nothing() -> None:
     store, log = CrashingStore(), ToolLog()
-    tasks = [
+    tasks: list[dict[str, Any]] = [
         *TASKS,
         {
             "title": "Notify",
