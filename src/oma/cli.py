@@ -49,7 +49,7 @@ def run(
     try:
         code = run_command(spec, run_id, store, events, console)
     except OmaError as exc:
-        console.print(f"[red]error:[/] {exc}")
+        console.print(f"[red]error:[/] {exc}", soft_wrap=True)
         raise typer.Exit(EXIT_BAD_INPUT) from exc
     raise typer.Exit(code)
 

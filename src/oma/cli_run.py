@@ -28,7 +28,8 @@ def load_spec(path: Path) -> RunSpec:
     except OSError as exc:
         raise OmaError(f"cannot read run spec {path}: {exc.strerror}") from exc
     except yaml.YAMLError as exc:
-        raise OmaError(f"run spec {path} is not valid YAML/JSON: {exc}") from exc
+        detail = " ".join(str(exc).split())  # one line, whatever the YAML error looks like
+        raise OmaError(f"run spec {path} is not valid YAML/JSON: {detail}") from exc
     try:
         return RunSpec.model_validate(raw)
     except ValidationError as exc:

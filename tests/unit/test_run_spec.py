@@ -1,0 +1,121 @@
+"""Run spec validation and ``oma run`` end to end (in-process CLI)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+from typer.testing import CliRunner
+
+from oma.cli import app
+from oma.spec import RunSpec
+from oma.tools import ToolContext, builtin_tools
+
+REPO = Path(__file__).resolve().parents[2]
+AGENT = {"name": "w", "model": {"provider": "scripted", "script": [{"text": "done"}]}}
+
+
+def _spec(**fields: Any) -> dict[str, Any]:
+    return {"agents": [AGENT], "tasks": [{"title": "T", "description": "d"}], **fields}
+
+
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        ({"mode": "team"}, "mode 'team' needs 'goal'"),
+        ({"store": {}}, "exactly one of file, memory, redis, postgres"),
+        ({"store": {"memory": {}, "file": {"path": "x"}}}, "exactly one"),
+        ({"agents": [{**AGENT, "model": {"provider": "gemini"}}]}, "provider"),
+        ({"agents": [{**AGENT, "model": {"provider": "scripted"}}]}, "needs a 'script'"),
+        ({"agents": [{**AGENT, "model": {"provider": "openai"}}]}, "needs a 'name'"),
+        ({"agents": [AGENT, AGENT]}, "agent names must be unique"),
+        ({"tasks": [{"title": "T", "description": "d", "assignee": "nobody"}]}, "unknown agent"),
+        ({"goal": "also a goal"}, "does not take 'goal'"),
+        ({"colour": "blue"}, "Extra inputs are not permitted"),
+    ],
+)
+def test_invalid_specs_say_what_is_wrong(fields: dict[str, Any], problem: str) -> None:
+    with pytest.raises(ValidationError, match=problem):
+        RunSpec.model_validate(_spec(**fields))
+
+
+def test_the_example_spec_is_valid() -> None:
+    import yaml
+
+    spec = RunSpec.model_validate(yaml.safe_load((REPO / "examples/demo.yaml").read_text()))
+    assert spec.run_id == "demo" and len(spec.agents) == 2
+
+
+def test_oma_run_then_run_again_resumes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OMA_LEDGER_PATH", str(tmp_path / "ledger.jsonl"))
+    spec = tmp_path / "run.json"
+    spec.write_text(json.dumps(_spec(runId="cli-1")))
+    runner = CliRunner()
+    first = runner.invoke(app, ["run", str(spec)])
+    assert first.exit_code == 0, first.output
+    assert "cli-1: starting" in first.output and "status ok" in first.output
+    assert (tmp_path / ".oma" / "cli-1.json").is_file()
+    second = runner.invoke(app, ["run", str(spec)])
+    assert second.exit_code == 0
+    assert "resuming from its checkpoint" in second.output and "attempt 2" in second.output
+
+
+def test_oma_run_reports_a_failed_task_with_exit_1(tmp_path: Path) -> None:
+    spec = tmp_path / "run.yaml"
+    spec.write_text(
+        json.dumps(
+            _spec(
+                agents=[
+                    {
+                        **AGENT,
+                        "model": {
+                            "provider": "scripted",
+                            "script": {"# Task: other": [{"text": "x"}]},
+                        },
+                    }
+                ]
+            )
+        )
+    )
+    result = CliRunner().invoke(app, ["run", str(spec), "--store", str(tmp_path / "s.json")])
+    assert result.exit_code == 1 and "status error" in result.output
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (None, "cannot read run spec"),
+        ("agents: [", "not valid YAML/JSON"),
+        ('{"agents": []}', "is invalid: agents"),
+    ],
+)
+def test_oma_run_bad_input_is_one_line_and_exit_2(
+    tmp_path: Path, content: str | None, problem: str
+) -> None:
+    spec = tmp_path / "spec.yaml"
+    if content is not None:
+        spec.write_text(content)
+    result = CliRunner().invoke(app, ["run", str(spec)])
+    assert result.exit_code == 2
+    assert problem in result.output and result.output.startswith("error:")
+
+
+async def test_ledger_tool_applies_each_call_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OMA_LEDGER_PATH", str(tmp_path / "ledger.jsonl"))
+    tool = builtin_tools()["ledger_append"]
+    ctx = ToolContext(run_id="r", task_id="t", tool_call_id="c1", agent_name="a")
+    first = await tool.run({"entry": "pay", "amount": 5}, ctx)
+    again = await tool.run({"entry": "pay", "amount": 5}, ctx)
+    other = await tool.run(
+        {"entry": "pay", "amount": 5},
+        ToolContext(run_id="r", task_id="t", tool_call_id="c2", agent_name="a"),
+    )
+    assert first == again and not first.is_error and not other.is_error
+    lines = (tmp_path / "ledger.jsonl").read_text().splitlines()
+    assert [json.loads(line)["key"] for line in lines] == ["r:t:c1", "r:t:c2"]
