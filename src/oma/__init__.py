@@ -15,15 +15,22 @@ from oma.errors import (
     StoreCorruptError,
     StoreError,
 )
+from oma.llm.scripted import ScriptedAdapter
+from oma.orchestrator import CheckpointOptions, OpenMultiAgent, OrchestratorEvent, TeamRunResult
 from oma.store import FileStore, InMemoryStore, MemoryEntry, MemoryStore
+from oma.tasks import PlanArtifact, TaskSpec
+from oma.team import AgentConfig, Team
+from oma.tools import ToolContext, ToolResult, define_tool
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AgentConfig",
     "ApprovalDecisionRecord",
     "ApprovalRequest",
     "CheckpointDecodeError",
     "CheckpointError",
+    "CheckpointOptions",
     "CheckpointValidationError",
     "DurableApprovalError",
     "FileStore",
@@ -31,9 +38,19 @@ __all__ = [
     "MemoryEntry",
     "MemoryStore",
     "OmaError",
+    "OpenMultiAgent",
+    "OrchestratorEvent",
+    "PlanArtifact",
+    "ScriptedAdapter",
     "StoreCorruptError",
     "StoreError",
+    "TaskSpec",
+    "Team",
+    "TeamRunResult",
+    "ToolContext",
+    "ToolResult",
     "__version__",
     "create_approval_request",
+    "define_tool",
     "hash_approval_request",
 ]
