@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
 from oma.errors import OmaError
-from oma.llm.registry import adapter_for
+from oma.llm.adapter import LLMAdapter
+from oma.llm.factory import make_adapter
+from oma.llm.scripted import ScriptedAdapter
 from oma.spec import AgentSpec, RunSpec, StoreSpec
 from oma.store.base import MemoryStore
 from oma.store.file import FileStore
@@ -26,15 +29,20 @@ def build_agent(spec: AgentSpec, tools: Mapping[str, AnyTool]) -> AgentConfig:
             f"agent {spec.name!r} uses unknown tool(s) {unknown}; available: {sorted(tools)}"
         )
     model = spec.model
-    adapter = adapter_for(
-        model.provider,
-        model=model.name,
-        base_url=model.base_url,
-        api_key_env=model.api_key_env,
-        timeout=model.timeout_seconds,
-        max_retries=model.max_retries,
-        script=model.script,
-    )
+    adapter: LLMAdapter
+    if model.provider == "scripted":
+        assert model.script is not None  # the spec model requires it
+        adapter = ScriptedAdapter(model.script)
+    else:
+        api_key = os.environ.get(model.api_key_env) if model.api_key_env else None
+        adapter = make_adapter(
+            model.provider,
+            model.name,
+            base_url=model.base_url,
+            api_key=api_key,
+            timeout=model.timeout_seconds,
+            max_retries=model.max_retries,
+        )
     return AgentConfig(
         name=spec.name,
         adapter=adapter,
