@@ -1,7 +1,8 @@
 """The ``oma`` command line.
 
 Exit codes: 0 success; 1 the run finished but did not succeed (a task failed); 2 bad input (an
-unreadable or invalid spec, a bad option); 10 the run is suspended waiting for approvals.
+unreadable or invalid spec, a bad option); 10 the run is suspended waiting for approvals; 130
+interrupted (Ctrl-C): run the same command again to resume.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import typer
 from rich.console import Console
 
 from oma import __version__
-from oma.cli_run import EXIT_BAD_INPUT, run_command
+from oma.cli_run import EXIT_BAD_INPUT, EXIT_INTERRUPTED, run_command
 from oma.errors import OmaError
 
 app = typer.Typer(
@@ -48,6 +49,13 @@ def run(
     console = Console(highlight=False)
     try:
         code = run_command(spec, run_id, store, events, console)
+    except KeyboardInterrupt:
+        console.print(
+            "interrupted: the checkpoint holds everything up to the last boundary; "
+            "run the same command again to resume",
+            soft_wrap=True,
+        )
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     except OmaError as exc:
         console.print(f"[red]error:[/] {exc}", soft_wrap=True)
         raise typer.Exit(EXIT_BAD_INPUT) from exc

@@ -19,6 +19,7 @@ from oma.spec import RunSpec
 from oma.tools.builtin import builtin_tools
 
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
 
 
 def load_spec(path: Path) -> RunSpec:

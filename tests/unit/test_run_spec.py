@@ -119,3 +119,42 @@ async def test_ledger_tool_applies_each_call_once(
     assert first == again and not first.is_error and not other.is_error
     lines = (tmp_path / "ledger.jsonl").read_text().splitlines()
     assert [json.loads(line)["key"] for line in lines] == ["r:t:c1", "r:t:c2"]
+
+
+def test_ctrl_c_says_how_to_resume_and_exits_130(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    spec = tmp_path / "slow.json"
+    spec.write_text(
+        json.dumps(
+            _spec(
+                runId="slow",
+                agents=[
+                    {
+                        **AGENT,
+                        "model": {
+                            "provider": "scripted",
+                            "script": [{"text": "late", "delay": 30}],
+                        },
+                    }
+                ],
+            )
+        )
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-m", "oma", "run", str(spec)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None
+    assert "starting" in child.stdout.readline()
+    time.sleep(0.3)
+    child.send_signal(signal.SIGINT)
+    out, _ = child.communicate(timeout=30)
+    assert child.returncode == 130
+    assert "run the same command again to resume" in out
