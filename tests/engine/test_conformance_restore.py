@@ -29,6 +29,14 @@ class RecordingStore(FileStore):
         self.writes.append((key, value))
         await super().set(key, value, metadata)
 
+    async def compare_and_set(
+        self, key: str, expected: str | None, value: str, metadata: dict[str, Any] | None = None
+    ) -> bool:
+        swapped = await super().compare_and_set(key, expected, value, metadata)
+        if swapped:
+            self.writes.append((key, value))
+        return swapped
+
 
 async def test_b_crash_between_parallel_tool_calls_resumes_exactly(tmp_path: Path) -> None:
     store = RecordingStore(copy_store_file("b-crash-moment.store.json", tmp_path))

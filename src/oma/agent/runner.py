@@ -23,13 +23,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from oma.agent.state import PendingCall, RunnerState
+from oma.agent.tool_approvals import ToolApprovalSupport, decided_call, live_call
+from oma.approval.models import ApprovalRequest
 from oma.checkpoint.runner_state import InFlightTask, ToolCallCommit, ToolCallRecord
 from oma.checkpoint.runner_state import ToolResultBlock as CommittedResult
 from oma.llm.types import ChatRequest, LLMMessage, TextBlock, ToolResultBlock
 from oma.team import AgentConfig
 from oma.tools.define import ToolContext, ToolResult
 
-Boundary = Callable[[InFlightTask], Awaitable[None]]
+Boundary = Callable[[InFlightTask, bool], Awaitable[None]]  # (state, strict)
 
 
 @dataclass
@@ -38,6 +40,11 @@ class RunnerOutcome:
     output: str
     executed_tool_calls: list[str]
     replayed_tool_calls: list[str]
+    pending_requests: list[ApprovalRequest]
+
+    @property
+    def suspended(self) -> bool:
+        return bool(self.pending_requests)
 
 
 class AgentRunner:
@@ -49,12 +56,14 @@ class AgentRunner:
         task_id: str,
         attempt: int = 1,
         on_boundary: Boundary | None = None,
+        approvals: ToolApprovalSupport | None = None,
     ) -> None:
         self.agent = agent
         self.run_id = run_id
         self.task_id = task_id
         self.attempt = attempt
         self._on_boundary = on_boundary
+        self._approvals = approvals or ToolApprovalSupport()
         self._executed: list[str] = []
         self._replayed: list[str] = []
 
@@ -67,7 +76,9 @@ class AgentRunner:
             )
         while state.phase != "completed":
             if state.phase == "executing_tools":
-                await self._run_tools(state)
+                waiting = await self._run_tools(state)
+                if waiting:
+                    return self._outcome(state, waiting)
                 continue
             if state.turns >= self.agent.max_turns or self._over_budget(state):
                 state.final_output = _last_assistant_text(state)
@@ -75,11 +86,15 @@ class AgentRunner:
                 await self._persist(state)
                 break
             await self._model_turn(state)
+        return self._outcome(state, [])
+
+    def _outcome(self, state: RunnerState, waiting: list[ApprovalRequest]) -> RunnerOutcome:
         return RunnerOutcome(
             state=state,
             output=state.final_output or "",
             executed_tool_calls=self._executed,
             replayed_tool_calls=self._replayed,
+            pending_requests=waiting,
         )
 
     async def _model_turn(self, state: RunnerState) -> None:
@@ -105,8 +120,13 @@ class AgentRunner:
             state.final_output = message.text
         await self._persist(state)
 
-    async def _run_tools(self, state: RunnerState) -> None:
+    async def _run_tools(self, state: RunnerState) -> list[ApprovalRequest]:
+        """Run the turn's calls; the requests still awaiting a decision, if any."""
         await asyncio.gather(*(self._run_one(state, pending) for pending in state.pending))
+        waiting = [p.approval_request for p in state.pending if p.awaiting_decision]
+        if waiting:
+            await self._persist(state, strict=True)
+            return [request for request in waiting if request is not None]
         results: list[ToolResultBlock] = []
         for pending in state.pending:
             assert pending.commit is not None  # every call above either replayed or committed
@@ -125,15 +145,33 @@ class AgentRunner:
         state.pending = []
         state.phase = "awaiting_model"
         await self._persist(state)
+        return []
 
     async def _run_one(self, state: RunnerState, pending: PendingCall) -> None:
         call = pending.call
         if pending.commit is not None:
             self._replayed.append(call.id)
             return
+        if pending.awaiting_decision:
+            return  # still suspended: neither executed nor committed
         started = time.monotonic()
-        result = await self._execute(call.name, call.input, call.id)
+        request, decision = pending.approval_request, pending.approval_decision
+        if request is not None and decision is not None:
+            result = await decided_call(
+                self.agent.tool(call.name),
+                dict(call.input),
+                self._context(call.id),
+                request,
+                decision.decision == "approved",
+            )
+        else:
+            verdict = await self._execute(call.name, call.input, call.id)
+            if isinstance(verdict, ApprovalRequest):
+                await self._suspend(state, pending, verdict)
+                return
+            result = verdict
         self._executed.append(call.id)
+        pending.approval_request = pending.approval_decision = None
         pending.commit = ToolCallCommit(
             result=CommittedResult(
                 type="tool_result",
@@ -149,30 +187,47 @@ class AgentRunner:
             ),
         )
         await self._persist(state)
+        if request is not None and self._approvals.on_consumed is not None:
+            self._approvals.on_consumed(request)
 
-    async def _execute(self, name: str, raw_input: dict[str, object], call_id: str) -> ToolResult:
-        tool = self.agent.tool(name)
-        if tool is None:
-            return ToolResult(
-                f'Tool "{name}" is not available to agent "{self.agent.name}".', is_error=True
-            )
-        ctx = ToolContext(
+    async def _suspend(
+        self, state: RunnerState, pending: PendingCall, request: ApprovalRequest
+    ) -> None:
+        """The request is durable in the checkpoint before its ledger row exists."""
+        pending.approval_request = request
+        await self._persist(state, strict=True)
+        assert self._approvals.ledger is not None  # live_call suspends only with a ledger
+        await self._approvals.ledger.ensure_request(request)
+        if self._approvals.on_pending is not None:
+            self._approvals.on_pending(request)
+
+    def _context(self, call_id: str) -> ToolContext:
+        return ToolContext(
             run_id=self.run_id,
             task_id=self.task_id,
             tool_call_id=call_id,
             agent_name=self.agent.name,
             attempt=self.attempt,
         )
-        return await tool.run(dict(raw_input), ctx)
+
+    async def _execute(
+        self, name: str, raw_input: dict[str, object], call_id: str
+    ) -> ToolResult | ApprovalRequest:
+        tool = self.agent.tool(name)
+        if tool is None:
+            return ToolResult(
+                f'Tool "{name}" is not available to agent "{self.agent.name}".', is_error=True
+            )
+        return await live_call(self._approvals, tool, dict(raw_input), self._context(call_id))
 
     def _over_budget(self, state: RunnerState) -> bool:
         budget = self.agent.max_token_budget
         used = state.usage.input_tokens + state.usage.output_tokens
         return budget is not None and used >= budget
 
-    async def _persist(self, state: RunnerState) -> None:
+    async def _persist(self, state: RunnerState, *, strict: bool = False) -> None:
         if self._on_boundary is not None:
-            await self._on_boundary(state.to_checkpoint(self.task_id, self.agent.name))
+            await self._on_boundary(state.to_checkpoint(self.task_id, self.agent.name), strict)
 
 
 def _last_assistant_text(state: RunnerState) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from oma.approval.models import ApprovalDecisionRecord, ApprovalRequest
 from oma.checkpoint.runner_state import (
     InFlightTask,
     PendingToolCall,
@@ -20,6 +21,16 @@ from oma.llm.types import LLMMessage, TokenUsage, ToolUseBlock
 class PendingCall:
     call: ToolUseBlock
     commit: ToolCallCommit | None = None
+    approval_request: ApprovalRequest | None = None
+    approval_decision: ApprovalDecisionRecord | None = None
+
+    @property
+    def awaiting_decision(self) -> bool:
+        return (
+            self.commit is None
+            and self.approval_request is not None
+            and (self.approval_decision is None)
+        )
 
 
 @dataclass
@@ -50,6 +61,8 @@ class RunnerState:
                 PendingToolCall(
                     call=CheckpointToolUse.model_validate(p.call.model_dump(mode="json")),
                     commit=p.commit,
+                    approval_request=p.approval_request if p.commit is None else None,
+                    approval_decision=p.approval_decision if p.commit is None else None,
                 )
                 for p in self.pending
             ]
@@ -71,7 +84,12 @@ class RunnerState:
             turns=saved.turns,
             phase=saved.phase,
             pending=[
-                PendingCall(call=ToolUseBlock.model_validate(p.call.to_wire()), commit=p.commit)
+                PendingCall(
+                    call=ToolUseBlock.model_validate(p.call.to_wire()),
+                    commit=p.commit,
+                    approval_request=p.approval_request,
+                    approval_decision=p.approval_decision,
+                )
                 for p in saved.pending_tool_calls or []
             ],
             final_output=saved.final_output,

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from oma.agent.result import AgentRunResult, RunIdentity
+from oma.approval.ledger import DurableApprovalLedger
 from oma.approval.models import ApprovalDecisionRecord, ApprovalRequest
 from oma.checkpoint.manager import Checkpoint
 from oma.checkpoint.runner_state import InFlightTask
@@ -21,9 +22,24 @@ from oma.tasks.queue import TaskQueue
 from oma.team import Team
 from oma.timeutil import now_iso
 
+if TYPE_CHECKING:
+    from oma.orchestrator.gating import Gates
+
 
 class FatalRunError(Exception):
     """Raised inside a task when the whole run must stop (not retried, not a task failure)."""
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Why the run stops admitting work: suspended, rejected, or a gate callback failed.
+
+    Running tasks drain first; then, if ``skip_reason`` is set, every unfinished task is skipped.
+    """
+
+    code: Literal["suspended", "rejected", "error"]
+    message: str
+    skip_reason: str | None = None
 
 
 @dataclass
@@ -42,6 +58,21 @@ class RunContext:
     results: dict[str, AgentRunResult] = field(default_factory=dict)
     pending_approvals: list[ApprovalRequest] = field(default_factory=list)
     approval_decisions: list[ApprovalDecisionRecord] = field(default_factory=list)
+    gates: Gates | None = None
+    ledger: DurableApprovalLedger | None = None
+    stop: Stop | None = None
+    approved_dispatch: dict[str, ApprovalRequest] = field(default_factory=dict)
+    plan_only: bool = False
+
+    def all_pending_approvals(self) -> list[ApprovalRequest]:
+        """Gate requests plus tool-call requests still waiting in in-flight state."""
+        found = {request.id: request for request in self.pending_approvals}
+        for state in self.in_flight.values():
+            for call in state.pending_tool_calls or []:
+                request = call.approval_request
+                if request is not None and call.commit is None and request.id not in found:
+                    found[request.id] = request
+        return list(found.values())
 
     def emit(self, event: OrchestratorEvent) -> None:
         if self.emit_event is not None:
@@ -93,7 +124,7 @@ class RunContext:
             in_flight_tasks=[
                 state for task_id, state in self.in_flight.items() if self._in_progress(task_id)
             ],
-            pending_approvals=list(self.pending_approvals),
+            pending_approvals=self.all_pending_approvals(),
             approval_decisions=list(self.approval_decisions),
         )
 

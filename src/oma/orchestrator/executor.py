@@ -1,46 +1,149 @@
-"""Event-driven execution of the queue: a task starts as soon as its dependencies complete."""
+"""Executing the queue: event-driven (a task starts once its dependencies complete) or, with an
+``on_approval`` gate, in rounds with the gate called between them.
+
+Both stop admitting work when a gate suspends or rejects, let running tasks drain, and then
+skip what is left if the stop says so. A suspended run is saved once more after draining.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import random
 
-from oma.agent.result import AgentRunResult, RunStatus, Usage
-from oma.agent.runner import AgentRunner, RunnerOutcome
-from oma.checkpoint.runner_state import InFlightTask
-from oma.orchestrator.context import FatalRunError, RunContext
+from oma.approval.errors import DurableApprovalError
+from oma.approval.gates import Allow, Deny, ask_gate
+from oma.orchestrator.context import RunContext, Stop
 from oma.orchestrator.events import OrchestratorEvent
-from oma.orchestrator.prompts import task_prompt
+from oma.orchestrator.gating import (
+    callback_failure,
+    dispatch_request,
+    persist_pending_approval,
+    round_request,
+)
+from oma.orchestrator.task_runner import run_task
 from oma.tasks.task import Task
 
-MAX_RETRY_DELAY_S = 30.0
+DISPATCH_SUSPENDED = "Task dispatch approval pending."
 
 
 async def execute_queue(context: RunContext) -> None:
+    if context.gates is not None and context.gates.on_approval is not None:
+        await _execute_rounds(context)
+    else:
+        await _execute_events(context)
+    await _finish(context)
+
+
+async def _execute_events(context: RunContext) -> None:
     running: dict[str, asyncio.Task[None]] = {}
     try:
         while True:
-            for task in context.queue.by_status("pending"):
-                if len(running) >= context.max_concurrency:
+            for task in _ready(context):
+                if context.stop is not None or len(running) >= context.max_concurrency:
                     break
                 _assign(context, task, running)
-                context.queue.start(task.id)
-                context.emit(
-                    OrchestratorEvent("task_start", task.assignee, task.id, {"task": task})
-                )
-                context.emit(OrchestratorEvent("agent_start", task.assignee, task.id))
-                running[task.id] = asyncio.create_task(run_task(context, task))
+                if not await _may_dispatch(context, task):
+                    break
+                running[task.id] = _start(context, task)
             if not running:
                 break
             done, _ = await asyncio.wait(running.values(), return_when=asyncio.FIRST_COMPLETED)
             for task_id in [tid for tid, job in running.items() if job in done]:
-                running.pop(task_id).result()  # a FatalRunError stops the whole run here
+                running.pop(task_id).result()  # a fatal error stops the whole run here
     finally:
-        for job in running.values():
-            job.cancel()
-        await asyncio.gather(*running.values(), return_exceptions=True)
-    if all(task.status == "completed" for task in context.queue.tasks):
-        await context.save()
+        await _cancel(running)
+
+
+async def _execute_rounds(context: RunContext) -> None:
+    gate = context.gates.on_approval if context.gates else None
+    while context.stop is None:
+        batch = _ready(context)
+        if not batch:
+            return
+        running: dict[str, asyncio.Task[None]] = {}
+        try:
+            for task in batch:
+                _assign(context, task, running)
+                running[task.id] = _start(context, task)
+            await asyncio.gather(*running.values())
+        finally:
+            await _cancel(running)
+        completed = [task for task in batch if task.status == "completed"]
+        upcoming = _ready(context)
+        if context.stop is None and gate is not None and completed and upcoming:
+            await _round_gate(context, completed, upcoming)
+
+
+async def _round_gate(context: RunContext, completed: list[Task], upcoming: list[Task]) -> None:
+    assert context.gates is not None and context.gates.on_approval is not None
+    try:
+        outcome = await ask_gate(context.gates.on_approval, completed, upcoming)
+        if isinstance(outcome, Allow):
+            return
+        if isinstance(outcome, Deny):
+            context.stop = Stop(
+                "rejected", "Round approval rejected.", "Skipped: approval rejected."
+            )
+            return
+        request = round_request(context.identity.run_id, completed, upcoming, outcome.reason)
+        await persist_pending_approval(context, request)
+        context.stop = Stop("suspended", "Round approval pending.")
+    except Exception as exc:
+        context.stop = Stop(
+            "error", f"Approval callback failed: {exc}", f"Skipped: approval callback error — {exc}"
+        )
+
+
+async def _may_dispatch(context: RunContext, task: Task) -> bool:
+    approved = context.approved_dispatch.pop(task.id, None)
+    if approved is not None:  # reviewed before a restore: consumed once, gate not asked again
+        candidate = dispatch_request(context.identity.run_id, task)
+        if (candidate.id, candidate.request_hash) != (approved.id, approved.request_hash):
+            raise DurableApprovalError(
+                "APPROVAL_STALE_DECISION",
+                f"Task {task.id} changed since its dispatch was approved.",
+            )
+        context.pending_approvals = [r for r in context.pending_approvals if r.id != approved.id]
+        return True
+    gate = context.gates.on_task_dispatch if context.gates else None
+    if gate is None:
+        return True
+    try:
+        outcome = await ask_gate(gate, task)
+        if isinstance(outcome, Allow):
+            return True
+        if isinstance(outcome, Deny):
+            context.stop = Stop(
+                "rejected",
+                "Task dispatch approval rejected.",
+                "Skipped: task dispatch approval rejected.",
+            )
+            return False
+        request = dispatch_request(context.identity.run_id, task, outcome.reason)
+        await persist_pending_approval(context, request)
+        context.stop = Stop("suspended", DISPATCH_SUSPENDED)
+    except Exception as exc:  # any failure in the gate or its suspension: no pending request
+        context.stop = callback_failure("Task dispatch", exc)
+    return False
+
+
+def _ready(context: RunContext) -> list[Task]:
+    """Pending tasks, an approved dispatch first; an approved task that is not ready is stale."""
+    pending = context.queue.by_status("pending")
+    for task_id in context.approved_dispatch:
+        task = context.queue.find(task_id)
+        if task is None or task.status != "pending":
+            raise DurableApprovalError(
+                "APPROVAL_STALE_DECISION",
+                f"Task {task_id} was approved for dispatch but is not ready to run.",
+            )
+    return sorted(pending, key=lambda task: task.id not in context.approved_dispatch)
+
+
+def _start(context: RunContext, task: Task) -> asyncio.Task[None]:
+    context.queue.start(task.id)
+    context.emit(OrchestratorEvent("task_start", task.assignee, task.id, {"task": task}))
+    context.emit(OrchestratorEvent("agent_start", task.assignee, task.id))
+    return asyncio.create_task(run_task(context, task))
 
 
 def _assign(context: RunContext, task: Task, running: dict[str, asyncio.Task[None]]) -> None:
@@ -55,88 +158,19 @@ def _assign(context: RunContext, task: Task, running: dict[str, asyncio.Task[Non
     task.assignee = min(roster, key=lambda name: (load[name], roster.index(name)))
 
 
-async def run_task(context: RunContext, task: Task) -> None:
-    assert task.assignee is not None
-    agent = context.team.agent(task.assignee)
-    attempts = (task.max_retries or 0) + 1
-    resume = context.resume_states.pop(task.id, None)
-    error: Exception | None = None
-    for attempt in range(1, attempts + 1):
-        if attempt > 1:
-            context.in_flight.pop(task.id, None)
-            await context.save()
-            delay = _retry_delay(task, attempt)
-            context.emit(
-                OrchestratorEvent(
-                    "task_retry",
-                    task.assignee,
-                    task.id,
-                    {
-                        "attempt": attempt,
-                        "maxAttempts": attempts,
-                        "error": error,
-                        "nextDelayMs": round(delay * 1000),
-                    },
-                )
-            )
-            await asyncio.sleep(delay)
-
-        async def boundary(state: InFlightTask) -> None:
-            context.in_flight[task.id] = state
-            await context.save()
-
-        runner = AgentRunner(
-            agent,
-            run_id=context.identity.run_id,
-            task_id=task.id,
-            attempt=context.identity.attempt,
-            on_boundary=boundary,
-        )
-        try:
-            prompt = await task_prompt(context, task) if resume is None or attempt > 1 else ""
-            outcome = await runner.run(prompt, resume if attempt == 1 else None)
-        except FatalRunError:
-            raise
-        except Exception as exc:  # a task's failure (model error, bad script) may be retried
-            error = exc
-            continue
-        await _complete(context, task, outcome)
-        return
-    context.in_flight.pop(task.id, None)
-    context.queue.fail(task.id, str(error))
-    context.emit(OrchestratorEvent("error", task.assignee, task.id, {"error": error}))
+async def _cancel(running: dict[str, asyncio.Task[None]]) -> None:
+    for job in running.values():
+        job.cancel()
+    await asyncio.gather(*running.values(), return_exceptions=True)
 
 
-async def _complete(context: RunContext, task: Task, outcome: RunnerOutcome) -> None:
-    assert task.assignee is not None
-    state = outcome.state
-    result = AgentRunResult(
-        success=True,
-        identity=context.identity,
-        status=RunStatus(code="ok"),
-        output=outcome.output,
-        messages=[message.to_wire() for message in state.messages],
-        token_usage=Usage(
-            input_tokens=state.usage.input_tokens, output_tokens=state.usage.output_tokens
-        ),
-        tool_calls=list(state.records),
-    )
-    context.results[f"{task.assignee}:{task.id}"] = result
-    shared = context.team.shared_memory
-    if shared is not None:
-        await shared.write(task.assignee, f"task:{task.id}:result", outcome.output)
-        shared.advance_turn()
-    context.in_flight.pop(task.id, None)
-    context.queue.complete(task.id, outcome.output)
-    await context.save()
-    context.emit(
-        OrchestratorEvent("task_complete", task.assignee, task.id, {"result": result, "task": task})
-    )
-    context.emit(OrchestratorEvent("agent_complete", task.assignee, task.id, {"result": result}))
-
-
-def _retry_delay(task: Task, attempt: int) -> float:
-    base = (task.retry_delay_ms if task.retry_delay_ms is not None else 1000) / 1000
-    backoff = task.retry_backoff if task.retry_backoff is not None else 2
-    delay = min(base * backoff ** (attempt - 2), MAX_RETRY_DELAY_S)
-    return random.uniform(delay / 2, delay)
+async def _finish(context: RunContext) -> None:
+    stop = context.stop
+    if stop is not None and stop.skip_reason is not None:
+        for task in context.queue.skip_remaining(stop.skip_reason):
+            context.emit(OrchestratorEvent("task_skipped", task.assignee, task.id, {"task": task}))
+        return  # drain-then-skip is not saved: the checkpoint keeps the last good state
+    if stop is not None and stop.code == "suspended":
+        await context.save(strict=True)
+    elif all(task.status == "completed" for task in context.queue.tasks):
+        await context.save()

@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from oma.agent.result import AgentRunResult, RunIdentity, RunStatus
-from oma.checkpoint.snapshot import RunMode
+from oma.approval.gates import ToolCallGate
+from oma.approval.ledger import DurableApprovalLedger
+from oma.checkpoint.snapshot import CheckpointSnapshotV4, RunMode
 from oma.orchestrator.activation import Activation, activate
+from oma.orchestrator.approval_restore import continue_approvals
 from oma.orchestrator.context import RunContext
 from oma.orchestrator.coordinator import decompose, synthesize
 from oma.orchestrator.events import OrchestratorEvent, ProgressCallback
 from oma.orchestrator.executor import execute_queue
+from oma.orchestrator.gating import Gates
 from oma.orchestrator.identity import fresh_identity, resolve_requested_run_id
 from oma.orchestrator.options import CheckpointArg, CheckpointOptions, normalize_checkpoint
 from oma.orchestrator.outcome import build_result, queue_status
+from oma.orchestrator.planning import assign_unassigned, plan_gate
 from oma.orchestrator.restore import rebuild_context
 from oma.orchestrator.results import TeamRunResult
 from oma.run_metadata import validate_run_metadata
@@ -22,6 +27,7 @@ from oma.store.memory import InMemoryStore
 from oma.tasks.loading import TaskSpec, load_task_specs
 from oma.tasks.plan import PlanArtifact, plan_to_queue
 from oma.tasks.queue import TaskQueue
+from oma.tasks.task import Task
 from oma.team import AgentConfig, Team
 
 TaskSource = Sequence[TaskSpec | dict[str, Any]] | PlanArtifact | dict[str, Any]
@@ -35,7 +41,17 @@ class OpenMultiAgent:
         checkpoint: CheckpointArg = None,
         on_progress: ProgressCallback | None = None,
         max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+        on_plan_ready: Callable[[list[Task]], Any] | None = None,
+        on_task_dispatch: Callable[[Task], Any] | None = None,
+        on_approval: Callable[[list[Task], list[Task]], Any] | None = None,
+        on_tool_call: ToolCallGate | None = None,
     ) -> None:
+        if on_approval is not None and on_task_dispatch is not None:
+            raise ValueError(
+                "on_approval (gates between rounds) and on_task_dispatch (a gate per task) "
+                "cannot be combined: choose one"
+            )
+        self.gates = Gates(on_plan_ready, on_task_dispatch, on_approval, on_tool_call)
         self.default_checkpoint = checkpoint
         self.on_progress = on_progress
         self.max_concurrency = max_concurrency
@@ -84,13 +100,21 @@ class OpenMultiAgent:
         checkpoint: CheckpointArg = None,
         run_id: str | None = None,
         metadata: dict[str, Any] | None = None,
+        plan_only: bool = False,
     ) -> TeamRunResult:
+        """Decompose ``goal`` with the coordinator, gate the plan, run it, synthesize."""
         options = self._options(checkpoint)
         activation, identity = self._prepare(team, options, run_id, metadata)
         lead = coordinator or _default_coordinator(team)
         context = self._context(team, TaskQueue(), identity, "runTeam", activation, goal, metadata)
         specs = await decompose(lead, goal, context)
         context.queue = load_task_specs(specs, team.roster)
+        assign_unassigned(context)
+        stopped = await plan_gate(context, plan_only)
+        if stopped is not None:
+            return build_result(context, stopped)
+        if plan_only:
+            return build_result(context, RunStatus(code="ok", message="Plan only."))
         await execute_queue(context)
         status = queue_status(context)
         if status.code != "ok":
@@ -127,10 +151,17 @@ class OpenMultiAgent:
             max_concurrency=self.max_concurrency,
         )
         context.checkpoint = activation.active
-        if context.pending_approvals:
-            return build_result(
-                context, RunStatus(code="suspended", message="Durable approval decision pending.")
-            )
+        context.gates = self.gates
+        context.ledger = DurableApprovalLedger(activation.checkpoint.store)
+        if isinstance(snapshot, CheckpointSnapshotV4):
+            continuation = await continue_approvals(context, snapshot)
+            if continuation.status is not None:
+                result = build_result(context, continuation.status)
+                if continuation.undecided:
+                    result.pending_approvals = continuation.undecided
+                return result
+            if continuation.plan_only:
+                return build_result(context, RunStatus(code="ok", message="Plan only."))
         await execute_queue(context)
         status = queue_status(context)
         if context.mode != "runTeam" or not context.goal or status.code != "ok":
@@ -219,6 +250,8 @@ class OpenMultiAgent:
             goal=goal,
             metadata=metadata,
             max_concurrency=self.max_concurrency,
+            gates=self.gates,
+            ledger=DurableApprovalLedger(activation.checkpoint.store) if activation else None,
         )
 
 

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from oma.agent.result import AgentRunResult, RunStatus, Usage
+from oma.approval.models import ApprovalRequest
 from oma.llm.types import TokenUsage
 from oma.orchestrator.context import RunContext
 from oma.orchestrator.results import TeamRunResult
 
 
 def queue_status(context: RunContext) -> RunStatus:
+    if context.stop is not None:
+        return RunStatus(code=context.stop.code, message=context.stop.message)
     progress = context.queue.progress()
     if progress["failed"]:
         return RunStatus(code="error", message=f"{progress['failed']} task(s) failed.")
@@ -51,9 +54,14 @@ def build_result(
         agent_results=agent_results,
         total_token_usage=total,
         goal=context.goal,
-        pending_approvals=list(context.pending_approvals),
+        pending_approvals=undecided_approvals(context),
         approval_decisions=list(context.approval_decisions),
     )
+
+
+def undecided_approvals(context: RunContext) -> list[ApprovalRequest]:
+    decided = {decision.request_id for decision in context.approval_decisions}
+    return [r for r in context.all_pending_approvals() if r.id not in decided]
 
 
 def _merge(first: AgentRunResult, second: AgentRunResult) -> AgentRunResult:

@@ -58,7 +58,10 @@ async def rebuild_context(
     if isinstance(snapshot, CheckpointSnapshotV3 | CheckpointSnapshotV4):
         context.resume_states = _in_flight_states(snapshot, team)
     if isinstance(snapshot, CheckpointSnapshotV4):
-        context.pending_approvals = list(snapshot.pending_approvals)
+        # Tool-call requests live on their in-flight calls; only gate requests are kept here.
+        context.pending_approvals = [
+            r for r in snapshot.pending_approvals if r.scope != "tool_call"
+        ]
         context.approval_decisions = list(snapshot.approval_decisions)
     for completed in snapshot.completed_task_results:
         task = queue.find(completed.task_id)

@@ -65,10 +65,16 @@ class Tool(Generic[InputT]):
         try:
             parsed = self.validate_input(raw)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or 'input'}: {e['msg']}" for e in exc.errors()
-            )
-            return ToolResult(f'Invalid input for tool "{self.name}": {problems}', is_error=True)
+            return self.invalid_input_result(exc)
+        return await self.execute_validated(parsed, ctx)
+
+    def invalid_input_result(self, error: ValidationError) -> ToolResult:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'input'}: {e['msg']}" for e in error.errors()
+        )
+        return ToolResult(f'Invalid input for tool "{self.name}": {problems}', is_error=True)
+
+    async def execute_validated(self, parsed: InputT, ctx: ToolContext) -> ToolResult:
         try:
             output = await self.execute(parsed, ctx)
         except Exception as exc:  # a tool's failure is data for the model, not a crash

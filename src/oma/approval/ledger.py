@@ -1,0 +1,208 @@
+"""The approval ledger: one row per request at ``__oma_approval__/<id>``; first decision wins.
+
+A row is ``{"version": 1, "request": ..., "decision"?: ...}``. Requests are created with
+``compare_and_set(key, None, ...)`` and decided with ``compare_and_set(key, <exact prior
+row>, ...)``, so across every writer the store can have, exactly one decision lands and it is
+never replaced. Stores without ``compare_and_set`` cannot hold durable approvals.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from oma import jsonutil
+from oma.approval.canonical import canonical_json
+from oma.approval.errors import DurableApprovalError
+from oma.approval.models import ApprovalDecisionRecord, ApprovalRequest, Reviewer
+from oma.approval.requests import parse_approval_decision, parse_approval_request
+from oma.store.base import MemoryStore, supports_compare_and_set
+from oma.store.reserved import APPROVAL_KEY_PREFIX
+from oma.timeutil import now_iso
+from oma.wire import WireModel
+
+DecisionWord = Literal["approve", "reject"]
+
+
+def approval_key(request_id: str) -> str:
+    return f"{APPROVAL_KEY_PREFIX}{request_id}"
+
+
+class ApprovalRecord(WireModel):
+    version: Literal[1]
+    request: ApprovalRequest
+    decision: ApprovalDecisionRecord | None = None
+
+
+class DurableApprovalLedger:
+    def __init__(self, store: MemoryStore) -> None:
+        self.store = store
+
+    def assert_atomic_support(self) -> None:
+        if not supports_compare_and_set(self.store):
+            raise DurableApprovalError(
+                "APPROVAL_ATOMIC_STORE_REQUIRED",
+                f"Durable approvals need a store with compare_and_set; "
+                f"{type(self.store).__name__} has none (a RedactingStore never has one).",
+            )
+
+    async def ensure_request(self, request: ApprovalRequest) -> ApprovalRecord:
+        """Create the row, or return the existing one if it holds exactly this request."""
+        request = parse_approval_request(request.to_wire())
+        self.assert_atomic_support()
+        assert supports_compare_and_set(self.store)
+        record = ApprovalRecord(version=1, request=request)
+        created = await self.store.compare_and_set(
+            approval_key(request.id), None, record.to_json(), _request_metadata(request)
+        )
+        if created:
+            return record
+        existing = await self.get(request.id)
+        if existing is None:  # deleted between the CAS and the read: try once more
+            return await self.ensure_request(request)
+        if canonical_json(existing.request.to_wire()) != canonical_json(request.to_wire()):
+            raise DurableApprovalError(
+                "APPROVAL_CONFLICT",
+                f"Approval request {request.id} is already stored with different content.",
+            )
+        return existing
+
+    async def get(self, request_id: str) -> ApprovalRecord | None:
+        entry = await self.store.get(approval_key(request_id))
+        if entry is None:
+            return None
+        return _parse_row(entry.value, request_id)
+
+    async def decide(
+        self,
+        *,
+        request_id: str,
+        request_hash: str,
+        decision: DecisionWord | str,
+        reviewer: Reviewer | dict[str, Any],
+    ) -> ApprovalDecisionRecord:
+        try:
+            who = reviewer if isinstance(reviewer, Reviewer) else Reviewer.model_validate(reviewer)
+        except ValidationError as exc:
+            raise DurableApprovalError(
+                "APPROVAL_VALIDATION_ERROR", "Approval reviewer needs a non-empty id."
+            ) from exc
+        if decision not in ("approve", "reject"):
+            raise DurableApprovalError(
+                "APPROVAL_VALIDATION_ERROR",
+                f"Approval decision must be 'approve' or 'reject', not {decision!r}.",
+            )
+        key = approval_key(request_id)
+        entry = await self.store.get(key)
+        if entry is None:
+            raise DurableApprovalError(
+                "APPROVAL_NOT_FOUND", f"No approval request {request_id} in this store."
+            )
+        record = _parse_row(entry.value, request_id)
+        if record.request.request_hash != request_hash:
+            raise DurableApprovalError(
+                "APPROVAL_STALE_DECISION",
+                f"Approval request {request_id} has hash {record.request.request_hash}; the "
+                f"decision was made on {request_hash}. Review the current content again.",
+            )
+        if record.decision is not None:
+            raise DurableApprovalError(
+                "APPROVAL_CONFLICT",
+                f"Approval request {request_id} was already {record.decision.decision} by "
+                f"{record.decision.reviewer.id}.",
+            )
+        if not supports_compare_and_set(self.store):
+            self.assert_atomic_support()
+        assert supports_compare_and_set(self.store)
+        reviewer_wire = {"id": who.id.strip()}
+        if who.display_name is not None:
+            reviewer_wire["displayName"] = who.display_name
+        made = parse_approval_decision(
+            {
+                "version": 1,
+                "requestId": record.request.id,
+                "runId": record.request.run_id,
+                "scope": record.request.scope,
+                "requestHash": record.request.request_hash,
+                "decision": "approved" if decision == "approve" else "rejected",
+                "reviewer": reviewer_wire,
+                "decidedAt": now_iso(),
+            },
+            record.request,
+        )
+        updated = ApprovalRecord(version=1, request=record.request, decision=made)
+        swapped = await self.store.compare_and_set(
+            key, entry.value, updated.to_json(), _decision_metadata(made)
+        )
+        if not swapped:
+            raise DurableApprovalError(
+                "APPROVAL_CONFLICT", f"Approval request {request_id} was decided concurrently."
+            )
+        return made
+
+
+def _parse_row(text: str, request_id: str) -> ApprovalRecord:
+    try:
+        raw = jsonutil.loads(text)
+    except ValueError as exc:
+        raise DurableApprovalError(
+            "APPROVAL_INTEGRITY_ERROR", f"Approval row {request_id} is not valid JSON."
+        ) from exc
+    if not isinstance(raw, dict) or raw.get("version") != 1:
+        raise DurableApprovalError(
+            "APPROVAL_INTEGRITY_ERROR", f"Approval row {request_id} is not a version-1 record."
+        )
+    request = parse_approval_request(raw.get("request"))
+    decision = (
+        parse_approval_decision(raw["decision"], request)
+        if raw.get("decision") is not None
+        else None
+    )
+    if request.id != request_id:
+        raise DurableApprovalError(
+            "APPROVAL_INTEGRITY_ERROR",
+            f"Approval row at {request_id} holds request {request.id}.",
+        )
+    return ApprovalRecord(version=1, request=request, decision=decision)
+
+
+def _request_metadata(request: ApprovalRequest) -> dict[str, Any]:
+    return {
+        "namespace": "approval",
+        "version": 1,
+        "runId": request.run_id,
+        "scope": request.scope,
+        "requestHash": request.request_hash,
+        "requestedAt": request.requested_at,
+    }
+
+
+def _decision_metadata(decision: ApprovalDecisionRecord) -> dict[str, Any]:
+    return {
+        "namespace": "approval",
+        "version": 1,
+        "runId": decision.run_id,
+        "scope": decision.scope,
+        "requestHash": decision.request_hash,
+        "decision": decision.decision,
+        "reviewerId": decision.reviewer.id,
+        "decidedAt": decision.decided_at,
+    }
+
+
+async def decide_approval(
+    store: MemoryStore,
+    *,
+    request_id: str,
+    request_hash: str,
+    decision: DecisionWord | str,
+    reviewer: Reviewer | dict[str, Any],
+) -> ApprovalDecisionRecord:
+    return await DurableApprovalLedger(store).decide(
+        request_id=request_id, request_hash=request_hash, decision=decision, reviewer=reviewer
+    )
+
+
+async def get_approval_record(store: MemoryStore, request_id: str) -> ApprovalRecord | None:
+    return await DurableApprovalLedger(store).get(request_id)

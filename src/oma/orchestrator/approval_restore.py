@@ -1,0 +1,164 @@
+"""Approval continuation on restore (reference §4.7): check, re-derive, attach, decide."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+from oma.agent.result import RunStatus
+from oma.approval.errors import DurableApprovalError
+from oma.approval.models import ApprovalRequest, hash_approval_request
+from oma.checkpoint.snapshot import CheckpointSnapshotV4
+from oma.orchestrator.context import RunContext
+from oma.orchestrator.gating import PLAN_BOUNDARY, round_boundary
+
+REJECTED = RunStatus(code="rejected", message="Durable approval rejected.")
+PENDING = RunStatus(code="suspended", message="Durable approval decision pending.")
+
+
+@dataclass
+class Continuation:
+    """What restore does next: stop with ``status``, or go on (``status`` is ``None``)."""
+
+    status: RunStatus | None = None
+    plan_only: bool = False
+    undecided: list[ApprovalRequest] = field(default_factory=list)
+
+
+async def continue_approvals(context: RunContext, snapshot: CheckpointSnapshotV4) -> Continuation:
+    ledger = context.ledger
+    if ledger is None or not (snapshot.pending_approvals or snapshot.approval_decisions):
+        return Continuation()
+    for consumed in snapshot.approval_decisions:
+        stored = await ledger.get(consumed.request_id)
+        if stored is None or stored.decision is None or stored.decision != consumed:
+            raise DurableApprovalError(
+                "APPROVAL_INTEGRITY_ERROR",
+                f"Checkpointed decision for {consumed.request_id} does not match the ledger.",
+            )
+    tasks = {task.id: task.to_wire() for task in snapshot.queue.tasks}
+    calls = {
+        (state.task_id, call.call.id): (state, call)
+        for state in snapshot.in_flight_tasks
+        for call in state.pending_tool_calls or []
+    }
+    outcome = Continuation()
+    rejected_boundary = False
+    for request in snapshot.pending_approvals:
+        if request.run_id != context.identity.run_id:
+            raise DurableApprovalError(
+                "APPROVAL_INTEGRITY_ERROR",
+                f"Pending approval {request.id} belongs to run {request.run_id}.",
+            )
+        _check_still_current(request, tasks, calls)
+        record = await ledger.ensure_request(request)
+        decision = record.decision
+        if decision is None:
+            outcome.undecided.append(request)
+            continue
+        if decision not in context.approval_decisions:
+            context.approval_decisions.append(decision)
+        if request.scope == "tool_call":
+            _attach(context, request, decision)
+            continue
+        approved = decision.decision == "approved"
+        if not approved:
+            rejected_boundary = True
+        elif request.scope == "task_dispatch":
+            context.approved_dispatch[request.boundary] = request
+            continue  # stays pending until the dispatch consumes it
+        elif request.scope == "plan" and request.content.get("continuation") == "plan_only":
+            outcome.plan_only = True
+        context.pending_approvals = [r for r in context.pending_approvals if r.id != request.id]
+    if outcome.undecided:
+        outcome.status = PENDING
+        return outcome
+    if rejected_boundary:
+        for task in context.queue.skip_remaining("Skipped: durable approval rejected."):
+            del task  # skipped tasks are reported through the result
+        await context.save(strict=True)
+        outcome.status = REJECTED
+        return outcome
+    if any(d.decision == "rejected" and d.scope != "tool_call" for d in context.approval_decisions):
+        outcome.status = REJECTED  # a rejection is terminal across restores
+        return outcome
+    if outcome.plan_only and not context.goal:
+        raise DurableApprovalError(
+            "APPROVAL_INTEGRITY_ERROR", "An approved plan-only request needs the run's goal."
+        )
+    return outcome
+
+
+def _check_still_current(
+    request: ApprovalRequest,
+    tasks: dict[str, dict[str, Any]],
+    calls: dict[tuple[str, str], Any],
+) -> None:
+    content = request.content
+    if request.scope == "plan":
+        if request.boundary != PLAN_BOUNDARY:
+            _stale(request, "its boundary is not the coordinator plan")
+        rebuilt = {**content, "tasks": list(tasks.values())}
+    elif request.scope == "task_dispatch":
+        task = tasks.get(request.boundary)
+        if task is None:
+            _stale(request, f"task {request.boundary} is gone")
+        rebuilt = {**content, "task": task}
+    elif request.scope == "task_round":
+        ids = [[t.get("id") for t in content.get(k, [])] for k in ("completedTasks", "nextTasks")]
+        if any(task_id not in tasks for group in ids for task_id in group):
+            _stale(request, "a task of the round is gone")
+        if round_boundary(*ids) != request.boundary:
+            raise DurableApprovalError(
+                "APPROVAL_INTEGRITY_ERROR", f"Round boundary of {request.id} does not match."
+            )
+        rebuilt = {
+            **content,
+            "completedTasks": [tasks[i] for i in ids[0] if i],
+            "nextTasks": [tasks[i] for i in ids[1] if i],
+        }
+    else:
+        rebuilt = _current_tool_content(request, calls)
+    if hash_approval_request(request.scope, request.boundary, rebuilt) != request.request_hash:
+        _stale(request, "the checkpointed content differs from what was requested")
+
+
+def _current_tool_content(
+    request: ApprovalRequest, calls: dict[tuple[str, str], Any]
+) -> dict[str, Any]:
+    content = request.content
+    found = calls.get((str(content.get("taskId")), str(content.get("toolCallId"))))
+    if found is None:
+        _stale(request, "its tool call is no longer pending")
+    state, call = found
+    ok = (
+        call.commit is None
+        and call.approval_request is not None
+        and call.approval_request.id == request.id
+        and state.assignee == content.get("agentName")
+        and call.call.name == content.get("toolName")
+        and request.boundary == f"{state.task_id}:{call.call.id}"
+    )
+    if not ok:
+        _stale(request, "its tool call was committed or changed")
+    return {**content, "rawInput": call.call.input}
+
+
+def _attach(context: RunContext, request: ApprovalRequest, decision: Any) -> None:
+    task_id = str(request.content.get("taskId"))
+    state = context.resume_states.get(task_id)
+    if state is None:
+        _stale(request, f"task {task_id} has no resumable state")
+    calls = [
+        call.model_copy(update={"approval_decision": decision})
+        if call.approval_request is not None and call.approval_request.id == request.id
+        else call
+        for call in state.pending_tool_calls or []
+    ]
+    context.resume_states[task_id] = state.model_copy(update={"pending_tool_calls": calls})
+
+
+def _stale(request: ApprovalRequest, why: str) -> NoReturn:
+    raise DurableApprovalError(
+        "APPROVAL_STALE_DECISION", f"Approval {request.id} no longer matches the run: {why}."
+    )

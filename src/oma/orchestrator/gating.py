@@ -1,0 +1,102 @@
+"""Run-level approval gates: plan, task dispatch and round gates, and durable suspension."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from oma.approval.errors import DurableApprovalError
+from oma.approval.gates import ToolCallGate
+from oma.approval.models import ApprovalRequest
+from oma.approval.requests import create_approval_request
+from oma.orchestrator.context import RunContext, Stop
+from oma.orchestrator.events import OrchestratorEvent
+from oma.tasks.task import Task
+
+PLAN_BOUNDARY = "coordinator-plan"
+
+
+@dataclass
+class Gates:
+    on_plan_ready: Callable[[list[Task]], Any] | None = None
+    on_task_dispatch: Callable[[Task], Any] | None = None
+    on_approval: Callable[[list[Task], list[Task]], Any] | None = None
+    on_tool_call: ToolCallGate | None = None
+
+
+def dispatch_request(run_id: str, task: Task, reason: str | None = None) -> ApprovalRequest:
+    return create_approval_request(
+        run_id=run_id,
+        scope="task_dispatch",
+        boundary=task.id,
+        content={"kind": "task_dispatch", "task": task.to_wire()},
+        reason=reason,
+    )
+
+
+def round_boundary(completed: Sequence[str], upcoming: Sequence[str]) -> str:
+    return f"{','.join(completed)}->{','.join(upcoming)}"
+
+
+def round_request(
+    run_id: str, completed: list[Task], upcoming: list[Task], reason: str | None = None
+) -> ApprovalRequest:
+    return create_approval_request(
+        run_id=run_id,
+        scope="task_round",
+        boundary=round_boundary([t.id for t in completed], [t.id for t in upcoming]),
+        content={
+            "kind": "task_round",
+            "completedTasks": [t.to_wire() for t in completed],
+            "nextTasks": [t.to_wire() for t in upcoming],
+        },
+        reason=reason,
+    )
+
+
+def plan_request(
+    run_id: str, tasks: list[Task], plan_only: bool, reason: str | None = None
+) -> ApprovalRequest:
+    return create_approval_request(
+        run_id=run_id,
+        scope="plan",
+        boundary=PLAN_BOUNDARY,
+        content={
+            "kind": "plan",
+            "continuation": "plan_only" if plan_only else "execute",
+            "tasks": [t.to_wire() for t in tasks],
+        },
+        reason=reason,
+    )
+
+
+async def persist_pending_approval(context: RunContext, request: ApprovalRequest) -> None:
+    """Checkpoint the request strictly, then create its ledger row, then report it."""
+    if context.ledger is None:
+        raise DurableApprovalError(
+            "APPROVAL_ATOMIC_STORE_REQUIRED",
+            "A gate answered suspend, but the run has no checkpoint: durable approval needs "
+            "checkpoint persistence in a store with compare_and_set.",
+        )
+    context.ledger.assert_atomic_support()
+    context.pending_approvals.append(request)
+    try:
+        await context.save(strict=True)
+    except Exception as exc:
+        context.pending_approvals.remove(request)
+        raise DurableApprovalError(
+            "APPROVAL_INTEGRITY_ERROR",
+            f"Approval request {request.id} could not be checkpointed; suspension was not "
+            f"reported ({exc}).",
+        ) from exc
+    await context.ledger.ensure_request(request)
+    context.emit(OrchestratorEvent("approval_pending", data={"request": request}))
+
+
+def callback_failure(what: str, error: Exception) -> Stop:
+    return Stop(
+        code="error",
+        message=f"{what} callback failed: {error}",
+        skip_reason=f"Skipped: {what.lower()} callback error — {error}",
+    )

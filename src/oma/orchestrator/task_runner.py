@@ -1,0 +1,138 @@
+"""Running one task: prompt, agent runner with checkpoint boundaries, retries, completion."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+from oma.agent.result import AgentRunResult, RunStatus, Usage
+from oma.agent.runner import AgentRunner, RunnerOutcome
+from oma.agent.tool_approvals import ToolApprovalSupport
+from oma.approval.errors import DurableApprovalError
+from oma.approval.models import ApprovalRequest
+from oma.checkpoint.runner_state import InFlightTask
+from oma.orchestrator.context import FatalRunError, RunContext, Stop
+from oma.orchestrator.events import OrchestratorEvent
+from oma.orchestrator.prompts import task_prompt
+from oma.tasks.task import Task
+
+MAX_RETRY_DELAY_S = 30.0
+TOOL_SUSPENDED = "Durable approval required before task execution can continue."
+
+
+async def run_task(context: RunContext, task: Task) -> None:
+    assert task.assignee is not None
+    agent = context.team.agent(task.assignee)
+    attempts = (task.max_retries or 0) + 1
+    resume = context.resume_states.pop(task.id, None)
+    error: Exception | None = None
+    for attempt in range(1, attempts + 1):
+        if attempt > 1:
+            context.in_flight.pop(task.id, None)
+            await context.save()
+            delay = _retry_delay(task, attempt)
+            context.emit(
+                OrchestratorEvent(
+                    "task_retry",
+                    task.assignee,
+                    task.id,
+                    {
+                        "attempt": attempt,
+                        "maxAttempts": attempts,
+                        "error": error,
+                        "nextDelayMs": round(delay * 1000),
+                    },
+                )
+            )
+            await asyncio.sleep(delay)
+
+        async def boundary(state: InFlightTask, strict: bool) -> None:
+            context.in_flight[task.id] = state
+            await context.save(strict=strict)
+
+        runner = AgentRunner(
+            agent,
+            run_id=context.identity.run_id,
+            task_id=task.id,
+            attempt=context.identity.attempt,
+            on_boundary=boundary,
+            approvals=_approval_support(context, task),
+        )
+        try:
+            prompt = await task_prompt(context, task) if resume is None or attempt > 1 else ""
+            outcome = await runner.run(prompt, resume if attempt == 1 else None)
+        except (FatalRunError, DurableApprovalError):
+            raise
+        except Exception as exc:  # a task's failure (model error, bad script) may be retried
+            error = exc
+            continue
+        if outcome.suspended:
+            _suspended(context, task, outcome)  # not a failure: retries are not consumed
+            return
+        await _complete(context, task, outcome)
+        return
+    context.in_flight.pop(task.id, None)
+    context.queue.fail(task.id, str(error))
+    context.emit(OrchestratorEvent("error", task.assignee, task.id, {"error": error}))
+
+
+def _approval_support(context: RunContext, task: Task) -> ToolApprovalSupport:
+    def pending(request: ApprovalRequest) -> None:
+        context.emit(
+            OrchestratorEvent("approval_pending", task.assignee, task.id, {"request": request})
+        )
+
+    def consumed(request: ApprovalRequest) -> None:
+        context.pending_approvals = [r for r in context.pending_approvals if r.id != request.id]
+
+    return ToolApprovalSupport(
+        gate=context.gates.on_tool_call if context.gates else None,
+        ledger=context.ledger,
+        on_pending=pending,
+        on_consumed=consumed,
+    )
+
+
+def _suspended(context: RunContext, task: Task, outcome: RunnerOutcome) -> None:
+    if context.stop is None:
+        context.stop = Stop("suspended", TOOL_SUSPENDED)
+    result = _result(context, outcome, RunStatus(code="suspended", message=TOOL_SUSPENDED))
+    context.emit(OrchestratorEvent("agent_complete", task.assignee, task.id, {"result": result}))
+
+
+async def _complete(context: RunContext, task: Task, outcome: RunnerOutcome) -> None:
+    assert task.assignee is not None
+    result = _result(context, outcome, RunStatus(code="ok"))
+    context.results[f"{task.assignee}:{task.id}"] = result
+    shared = context.team.shared_memory
+    if shared is not None:
+        await shared.write(task.assignee, f"task:{task.id}:result", outcome.output)
+        shared.advance_turn()
+    context.in_flight.pop(task.id, None)
+    context.queue.complete(task.id, outcome.output)
+    await context.save()
+    data = {"result": result, "task": task}
+    context.emit(OrchestratorEvent("task_complete", task.assignee, task.id, data))
+    context.emit(OrchestratorEvent("agent_complete", task.assignee, task.id, data))
+
+
+def _result(context: RunContext, outcome: RunnerOutcome, status: RunStatus) -> AgentRunResult:
+    state = outcome.state
+    return AgentRunResult(
+        success=status.code == "ok",
+        identity=context.identity,
+        status=status,
+        output=outcome.output,
+        messages=[message.to_wire() for message in state.messages],
+        token_usage=Usage(
+            input_tokens=state.usage.input_tokens, output_tokens=state.usage.output_tokens
+        ),
+        tool_calls=list(state.records),
+    )
+
+
+def _retry_delay(task: Task, attempt: int) -> float:
+    base = (task.retry_delay_ms if task.retry_delay_ms is not None else 1000) / 1000
+    backoff = task.retry_backoff if task.retry_backoff is not None else 2
+    delay = min(base * backoff ** (attempt - 2), MAX_RETRY_DELAY_S)
+    return random.uniform(delay / 2, delay)
