@@ -130,12 +130,14 @@ async def test_directory_path_is_an_error(tmp_path: Path) -> None:
 
 
 async def test_failed_write_changes_neither_disk_nor_memory(tmp_path: Path) -> None:
-    directory = tmp_path / "dir"
-    store = FileStore(directory / "state.json")
+    path = tmp_path / "state.json"
+    store = FileStore(path)
     await store.set("k", "old")
-    (directory / "state.json").unlink()
-    directory.rmdir()
-    directory.write_text("a file where the store's directory was")
+    before = path.read_bytes()
+    # Directories where the next temp files would go make every write fail (EISDIR).
+    blockers = [tmp_path / f"state.json.tmp-{os.getpid()}-{n}" for n in range(1, 40)]
+    for blocker in blockers:
+        blocker.mkdir()
     with pytest.raises(StoreError, match="cannot write store file") as caught:
         await store.set("k", "new")
     assert not isinstance(caught.value, StoreCorruptError)
@@ -143,9 +145,11 @@ async def test_failed_write_changes_neither_disk_nor_memory(tmp_path: Path) -> N
         await store.compare_and_set("k", "old", "new")
     entry = await store.get("k")
     assert entry is not None and entry.value == "old"
-    directory.unlink()
+    assert path.read_bytes() == before
+    for blocker in blockers:
+        blocker.rmdir()
     await store.set("other", "x")  # a later write succeeds and carries the unchanged state
-    on_disk = [(e.key, e.value) for e in await FileStore(directory / "state.json").list()]
+    on_disk = [(e.key, e.value) for e in await FileStore(path).list()]
     assert on_disk == [("k", "old"), ("other", "x")]
 
 
