@@ -19,6 +19,21 @@ class StoreError(OmaError):
     code = "STORE_ERROR"
 
 
+class StoreUnavailableError(StoreError):
+    """The store's server could not be reached or stopped answering (often transient).
+
+    Raised by a mutation, the outcome of that mutation is unknown: it may have been applied.
+    """
+
+    code = "STORE_UNAVAILABLE"
+
+
+class StoreAuthError(StoreError):
+    """The server rejected the credentials (or TLS identity): retrying will not help."""
+
+    code = "STORE_AUTH_FAILED"
+
+
 class StoreCorruptError(StoreError):
     """Durable store contents are unreadable; the store refuses to start empty over them."""
 

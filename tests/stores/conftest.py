@@ -1,42 +1,121 @@
-"""Backends of the store conformance suite. Every backend joins ``BACKENDS``."""
+"""Backends of the store conformance suite. Every backend joins ``BACKENDS``.
+
+Redis and Postgres are real servers started once per session (``tests.servers``); each test
+gets its own Redis namespace or Postgres schema, so tests never see each other's keys.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
 
-from oma.store import CompareAndSetStore, FileStore, InMemoryStore
+from oma.store import (
+    CompareAndSetStore,
+    FileStore,
+    InMemoryStore,
+    MemoryStore,
+    PostgresStore,
+    RedactingStore,
+    RedisStore,
+    supports_compare_and_set,
+)
+from tests.servers.fixtures import postgres_server, redis_server
+from tests.servers.postgres_server import PostgresServer
+from tests.servers.redis_server import RedisServer
 
-StoreFactory = Callable[[], Awaitable[CompareAndSetStore]]
+__all__ = ["postgres_server", "redis_server"]
+
+StoreFactory = Callable[[], Awaitable[MemoryStore]]
+Backend = Callable[[pytest.FixtureRequest, Path], StoreFactory]
 
 
-def _memory(_: Path) -> StoreFactory:
-    async def make() -> CompareAndSetStore:
+def unique_name(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:16]}"
+
+
+def _memory(_: pytest.FixtureRequest, __: Path) -> StoreFactory:
+    async def make() -> MemoryStore:
         return InMemoryStore()
 
     return make
 
 
-def _file(tmp_path: Path) -> StoreFactory:
+def _file(_: pytest.FixtureRequest, tmp_path: Path) -> StoreFactory:
     counter = iter(range(1_000_000))
 
-    async def make() -> CompareAndSetStore:
+    async def make() -> MemoryStore:
         return FileStore(tmp_path / f"store-{next(counter)}" / "state.json")
 
     return make
 
 
-BACKENDS: dict[str, Callable[[Path], StoreFactory]] = {"memory": _memory, "file": _file}
+def _redis(request: pytest.FixtureRequest, _: Path) -> StoreFactory:
+    server: RedisServer = request.getfixturevalue("redis_server")
+    namespace = unique_name("t")  # every store of one test shares it, as two processes would
+
+    async def make() -> MemoryStore:
+        return RedisStore(server.url, namespace=namespace)
+
+    return make
+
+
+def _postgres(request: pytest.FixtureRequest, _: Path) -> StoreFactory:
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    schema = unique_name("t")
+
+    async def make() -> MemoryStore:
+        store = PostgresStore(server.dsn(), schema=schema)
+        await store.open()
+        return store
+
+    return make
+
+
+def _redacting(_: pytest.FixtureRequest, __: Path) -> StoreFactory:
+    async def make() -> MemoryStore:
+        return RedactingStore(InMemoryStore())
+
+    return make
+
+
+BACKENDS: dict[str, Backend] = {
+    "memory": _memory,
+    "file": _file,
+    "redis": _redis,
+    "postgres": _postgres,
+    "redacting": _redacting,
+}
 
 
 @pytest.fixture(params=sorted(BACKENDS))
-def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> StoreFactory:
-    factory: StoreFactory = BACKENDS[request.param](tmp_path)
-    return factory
+async def store_factory(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[StoreFactory]:
+    make = BACKENDS[request.param](request, tmp_path)
+    created: list[MemoryStore] = []
+
+    async def tracked() -> MemoryStore:
+        store = await make()
+        created.append(store)
+        return store
+
+    yield tracked
+    for store in created:
+        if isinstance(store, RedisStore | PostgresStore):
+            await store.aclose()
 
 
 @pytest.fixture
-async def store(store_factory: StoreFactory) -> CompareAndSetStore:
+async def store(store_factory: StoreFactory) -> MemoryStore:
     return await store_factory()
+
+
+@pytest.fixture
+def cas_store(store: MemoryStore) -> CompareAndSetStore:
+    """The backend's store, for tests of ``compare_and_set``; skipped for stores without it."""
+    if not supports_compare_and_set(store):
+        pytest.skip(f"{type(store).__name__} offers no compare_and_set (by design)")
+    return store

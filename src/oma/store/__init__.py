@@ -1,4 +1,13 @@
-"""Stores: the ``MemoryStore`` contract and its implementations."""
+"""Stores: the ``MemoryStore`` contract and its implementations.
+
+``RedisStore`` and ``PostgresStore`` are imported on first access, so ``import oma.store`` does
+not load the Redis and PostgreSQL drivers for programs that never use them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from oma.store.base import (
     CompareAndSetStore,
@@ -11,25 +20,50 @@ from oma.store.base import (
 )
 from oma.store.file import FileStore
 from oma.store.memory import InMemoryStore
+from oma.store.redacting import ExpiringRedactingStore, RedactingStore
+from oma.store.remote import StoreAuthError, StoreUnavailableError, redact_url
 from oma.store.reserved import (
     APPROVAL_KEY_PREFIX,
     CHECKPOINT_KEY_PREFIX,
     RESERVED_KEY_PREFIXES,
     is_reserved_key,
 )
+from oma.store.urls import open_store
+
+if TYPE_CHECKING:
+    from oma.store.postgres import PostgresStore
+    from oma.store.redis import RedisStore
+
+_LAZY = {"RedisStore": "oma.store.redis", "PostgresStore": "oma.store.postgres"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'oma.store' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
 
 __all__ = [
     "APPROVAL_KEY_PREFIX",
     "CHECKPOINT_KEY_PREFIX",
     "RESERVED_KEY_PREFIXES",
     "CompareAndSetStore",
+    "ExpiringRedactingStore",
     "ExpiringStore",
     "FileStore",
     "InMemoryStore",
     "MemoryEntry",
     "MemoryStore",
     "Metadata",
+    "PostgresStore",
+    "RedactingStore",
+    "RedisStore",
+    "StoreAuthError",
+    "StoreUnavailableError",
     "is_reserved_key",
+    "open_store",
+    "redact_url",
     "supports_compare_and_set",
     "supports_expiry",
 ]

@@ -1,0 +1,70 @@
+"""``RedactingStore``: a decorator that redacts credentials from values before they are stored.
+
+Keys and metadata pass through unchanged; reads return what was stored (already redacted).
+It offers ``set_with_expiry`` only when the wrapped store does, so ``supports_expiry`` stays
+truthful, and it never offers ``compare_and_set``: redaction rewrites values, so an atomic swap
+on the redacted text would compare something other than what the caller wrote. Durable
+approvals therefore fail closed on it, as in the reference.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Self
+
+from oma.redaction import compile_patterns, redact_value
+from oma.store.base import Entries, MemoryEntry, MemoryStore, Metadata, supports_expiry
+
+
+class RedactingStore:
+    """``RedactingStore(inner, patterns=[...])``; extra ``patterns`` replace every match.
+
+    Constructing it over a store with ``set_with_expiry`` returns an ``ExpiringRedactingStore``
+    (a subclass that has the method); over any other store, this class (which has not).
+    """
+
+    def __new__(cls, inner: MemoryStore, *, patterns: Iterable[re.Pattern[str] | str] = ()) -> Self:
+        if cls is RedactingStore and supports_expiry(inner):
+            return super().__new__(ExpiringRedactingStore)  # type: ignore[return-value]
+        return super().__new__(cls)
+
+    def __init__(
+        self, inner: MemoryStore, *, patterns: Iterable[re.Pattern[str] | str] = ()
+    ) -> None:
+        self.inner = inner
+        self.patterns = compile_patterns(patterns)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.inner!r}, patterns={len(self.patterns)})"
+
+    def redact(self, value: str) -> str:
+        return redact_value(value, self.patterns)
+
+    async def get(self, key: str) -> MemoryEntry | None:
+        return await self.inner.get(key)
+
+    async def set(self, key: str, value: str, metadata: Metadata | None = None) -> None:
+        await self.inner.set(key, self.redact(value), metadata)
+
+    async def list(self) -> Entries:
+        return await self.inner.list()
+
+    async def delete(self, key: str) -> None:
+        await self.inner.delete(key)
+
+    async def clear(self) -> None:
+        await self.inner.clear()
+
+
+class ExpiringRedactingStore(RedactingStore):
+    """A ``RedactingStore`` over a store that records turn expiry; redacts those writes too."""
+
+    async def set_with_expiry(
+        self, key: str, value: str, expires_at_turn: int, metadata: Metadata | None = None
+    ) -> None:
+        inner = self.inner
+        # Checked at construction; re-checked so a swapped ``inner`` fails loudly, not oddly.
+        if not supports_expiry(inner):
+            raise TypeError(f"{inner!r} has no set_with_expiry")
+        await inner.set_with_expiry(key, self.redact(value), expires_at_turn, metadata)

@@ -1,0 +1,246 @@
+"""``RedisStore``: a ``MemoryStore`` in a Redis server, safe for any number of writers.
+
+Mutations are Lua scripts (see ``redis_scripts``), so each is atomic on the server and
+``compare_and_set`` holds across processes and machines. The script compares sha256 digests:
+the client hashes ``expected`` locally and sends 64 hex characters, never the expected value.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from types import TracebackType
+from typing import Any, Self, TypeVar
+from urllib.parse import unquote, urlsplit
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import (
+    AuthenticationError,
+    NoPermissionError,
+    RedisError,
+    ResponseError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential,
+)
+
+from oma import jsonutil
+from oma.errors import StoreError
+from oma.store import redis_scripts
+from oma.store.base import Entries, MemoryEntry, Metadata
+from oma.store.remote import StoreAuthError, StoreUnavailableError, redact_url, scrub, sentence
+
+T = TypeVar("T")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ENTRY_WIDTH = 5  # key, value, metadata, created, expiry (see redis_scripts.READ)
+
+
+class RedisStore:
+    """Store in Redis under ``namespace`` (several stores can share one database).
+
+    ``target`` is a ``redis://`` / ``rediss://`` URL (user, password, db, TLS options as query
+    parameters, e.g. ``?ssl_ca_certs=/ca.pem``) or an existing ``redis.asyncio.Redis``. A client
+    passed in stays the caller's: ``aclose()`` closes only a client this store created.
+    """
+
+    def __init__(
+        self,
+        target: str | aioredis.Redis,
+        *,
+        namespace: str = "oma",
+        connect_timeout: float = 5.0,
+        timeout: float = 30.0,
+        **client_options: Any,
+    ) -> None:
+        if not namespace or any(ch in namespace for ch in "{}"):
+            raise ValueError(f"namespace must be non-empty without braces, got {namespace!r}")
+        self.namespace = namespace
+        if isinstance(target, str):
+            self._secrets: tuple[str | None, ...] = _url_secrets(target)
+            self._where = redact_url(target)
+            # No driver-level retry: a re-sent script after a lost reply would run twice, and a
+            # compare_and_set that won would report False. Idempotent calls retry below instead.
+            options: dict[str, Any] = {
+                "socket_connect_timeout": connect_timeout,
+                "socket_timeout": timeout,
+                "retry": Retry(NoBackoff(), 0),
+                **client_options,
+                "decode_responses": False,
+            }
+            self._client = aioredis.Redis.from_url(target, **options)
+            self._owns_client = True
+        else:
+            kwargs = target.connection_pool.connection_kwargs
+            self._secrets = (kwargs.get("password"),)
+            self._where = f"redis://{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
+            self._client = target
+            self._owns_client = False
+        self._keys = [f"{{{namespace}}}:{field}" for field in redis_scripts.FIELDS]
+        self._write = self._client.register_script(redis_scripts.WRITE)
+        self._delete = self._client.register_script(redis_scripts.DELETE)
+        self._read = self._client.register_script(redis_scripts.READ)
+
+    def __repr__(self) -> str:
+        return f"RedisStore({self._where!r}, namespace={self.namespace!r})"
+
+    async def get(self, key: str) -> MemoryEntry | None:
+        rows = await self._idempotent(lambda: self._read(self._keys, [_encode(key)]))
+        entries = _decode_entries(rows)
+        return entries[0] if entries else None
+
+    async def list(self) -> Entries:
+        return _decode_entries(await self._idempotent(lambda: self._read(self._keys, [])))
+
+    async def set(self, key: str, value: str, metadata: Metadata | None = None) -> None:
+        args = _write_args(key, value, metadata, None, "s", "")
+        await self._idempotent(lambda: self._write(self._keys, args))
+
+    async def set_with_expiry(
+        self, key: str, value: str, expires_at_turn: int, metadata: Metadata | None = None
+    ) -> None:
+        args = _write_args(key, value, metadata, expires_at_turn, "s", "")
+        await self._idempotent(lambda: self._write(self._keys, args))
+
+    async def compare_and_set(
+        self, key: str, expected: str | None, value: str, metadata: Metadata | None = None
+    ) -> bool:
+        if expected is None:
+            args = _write_args(key, value, metadata, None, "a", "")
+        else:
+            args = _write_args(key, value, metadata, None, "c", _digest(_encode(expected)))
+        # Never retried: if the reply is lost the swap may have happened, and a second run
+        # would report False to the writer that won. The caller gets StoreUnavailableError.
+        return bool(await self._translate(self._write(self._keys, args)))
+
+    async def delete(self, key: str) -> None:
+        await self._idempotent(lambda: self._delete(self._keys, [_encode(key)]))
+
+    async def clear(self) -> None:
+        # One UNLINK of every key of the namespace: a single command, hence atomic.
+        await self._idempotent(lambda: self._client.unlink(*self._keys))
+
+    async def ping(self) -> None:
+        """Check that the server answers and accepts the credentials (typed errors if not)."""
+        await self._translate(self._client.ping())
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            await self._client.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def _idempotent(self, call: Callable[[], Awaitable[T]]) -> T:
+        """Run a call whose repetition is harmless, retrying briefly on a dropped connection."""
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(3),
+            wait=wait_exponential(multiplier=0.05, max=0.5),
+            retry=retry_if_exception_type(StoreUnavailableError),
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                return await self._translate(call())
+        raise AssertionError("unreachable: tenacity reraises the last error")
+
+    async def _translate(self, call: Awaitable[T]) -> T:
+        """Await a driver call, turning driver errors into typed store errors without secrets."""
+        try:
+            return await call
+        except (AuthenticationError, NoPermissionError) as exc:
+            message = self._clean(exc)
+            if "NOAUTH" in message or "HELLO must be called" in message:
+                message = "the server requires a password and none was given."
+            raise StoreAuthError(
+                f"Redis at {self._where} rejected the credentials: {message} Check the "
+                "username/password in the URL (or the ACL of that user)."
+            ) from None
+        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            raise StoreUnavailableError(
+                f"Redis at {self._where} is unreachable: {self._clean(exc)} Check that the "
+                "server runs and the host, port and TLS settings are right."
+            ) from None
+        except ResponseError as exc:
+            message = self._clean(exc)
+            if message.startswith(("NOAUTH", "WRONGPASS", "NOPERM")):
+                raise StoreAuthError(f"Redis at {self._where}: {message}") from None
+            raise StoreError(f"Redis at {self._where} refused a command: {message}") from None
+        except RedisError as exc:
+            raise StoreError(f"Redis at {self._where} failed: {self._clean(exc)}") from None
+
+    def _clean(self, exc: BaseException) -> str:
+        return sentence(scrub(str(exc) or type(exc).__name__, self._secrets))
+
+
+def _url_secrets(url: str) -> tuple[str | None, ...]:
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        return ()
+    return (password, unquote(password)) if password else ()
+
+
+def _encode(text: str) -> bytes:
+    # surrogatepass: a Python str may hold lone surrogates (from JSON "\ud800"); they round-trip.
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _decode(raw: bytes | str) -> str:
+    return raw.decode("utf-8", "surrogatepass") if isinstance(raw, bytes) else raw
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _write_args(
+    key: str,
+    value: str,
+    metadata: Metadata | None,
+    expires_at_turn: int | None,
+    mode: str,
+    expected_digest: str,
+) -> list[bytes | str]:
+    raw = _encode(value)
+    return [
+        _encode(key),
+        raw,
+        _digest(raw),
+        jsonutil.dumps(metadata) if metadata is not None else "",
+        str(expires_at_turn) if expires_at_turn is not None else "",
+        mode,
+        expected_digest,
+    ]
+
+
+def _decode_entries(rows: Sequence[bytes | str | None]) -> Entries:
+    entries: Entries = []
+    for start in range(0, len(rows), _ENTRY_WIDTH):
+        key, value, metadata, created, expiry = rows[start : start + _ENTRY_WIDTH]
+        assert key is not None and value is not None and created is not None
+        entries.append(
+            MemoryEntry(
+                key=_decode(key),
+                value=_decode(value),
+                metadata=jsonutil.loads(metadata) if metadata is not None else None,
+                created_at=_EPOCH + timedelta(microseconds=int(created)),
+                expires_at_turn=int(expiry) if expiry is not None else None,
+            )
+        )
+    return entries

@@ -1,0 +1,88 @@
+"""Lua scripts of ``RedisStore``: every mutation touching more than one key is one script.
+
+Redis runs a script atomically, so readers never see half an entry and ``compare_and_set`` is
+atomic across every client of the server. Layout (``{ns}`` is a hash tag, so all keys of one
+namespace live in one Redis Cluster slot and a script may touch them all):
+
+``{ns}:values``   hash  key -> value
+``{ns}:digests``  hash  key -> sha256(value), hex; what ``compare_and_set`` compares
+``{ns}:metadata`` hash  key -> metadata JSON (absent: no metadata)
+``{ns}:created``  hash  key -> creation time, microseconds since the epoch (server clock)
+``{ns}:expiry``   hash  key -> expires_at_turn (absent: no expiry)
+``{ns}:order``    zset  key scored by first-insertion sequence number
+``{ns}:seq``      string, the last sequence number handed out
+"""
+
+from __future__ import annotations
+
+FIELDS = ("values", "digests", "metadata", "created", "expiry", "order", "seq")
+
+# KEYS: the FIELDS keys, in order.
+# ARGV: key, value, digest, metadata JSON or "", expiry or "", mode, expected digest.
+# mode "s": plain upsert; "a": only if absent; "c": only if the current digest is ARGV[7].
+# Returns 1 when written, 0 when a compare failed.
+WRITE = """
+local key = ARGV[1]
+local mode = ARGV[6]
+if mode ~= 's' then
+  local current = redis.call('HGET', KEYS[2], key)
+  if mode == 'a' then
+    if current then return 0 end
+  elseif current ~= ARGV[7] then
+    return 0
+  end
+end
+-- The created hash doubles as the existence marker: HSETNX succeeds only for a new key, which
+-- is when the key gets its place in the order. Updates keep both created time and position.
+local now = redis.call('TIME')
+local created = now[1] .. string.format('%06d', tonumber(now[2]))
+if redis.call('HSETNX', KEYS[4], key, created) == 1 then
+  redis.call('ZADD', KEYS[6], redis.call('INCR', KEYS[7]), key)
+end
+redis.call('HSET', KEYS[1], key, ARGV[2])
+redis.call('HSET', KEYS[2], key, ARGV[3])
+if ARGV[4] == '' then
+  redis.call('HDEL', KEYS[3], key)
+else
+  redis.call('HSET', KEYS[3], key, ARGV[4])
+end
+if ARGV[5] == '' then
+  redis.call('HDEL', KEYS[5], key)
+else
+  redis.call('HSET', KEYS[5], key, ARGV[5])
+end
+return 1
+"""
+
+# KEYS: the FIELDS keys, in order. ARGV: key.
+DELETE = """
+local key = ARGV[1]
+for i = 1, 5 do
+  redis.call('HDEL', KEYS[i], key)
+end
+redis.call('ZREM', KEYS[6], key)
+return 1
+"""
+
+# KEYS: the FIELDS keys, in order. ARGV: one key, or none for every key in insertion order.
+# Returns a flat array: key, value, metadata, created, expiry, key, value, ... (false = nil).
+READ = """
+local keys
+if #ARGV == 1 then
+  keys = {ARGV[1]}
+else
+  keys = redis.call('ZRANGE', KEYS[6], 0, -1)
+end
+local out = {}
+for _, key in ipairs(keys) do
+  local value = redis.call('HGET', KEYS[1], key)
+  if value then
+    out[#out + 1] = key
+    out[#out + 1] = value
+    out[#out + 1] = redis.call('HGET', KEYS[3], key)
+    out[#out + 1] = redis.call('HGET', KEYS[4], key)
+    out[#out + 1] = redis.call('HGET', KEYS[5], key)
+  end
+end
+return out
+"""

@@ -1,0 +1,217 @@
+"""PostgresStore specifics: migrations, data layout, pools, odd strings, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import AsyncIterator
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg_pool import AsyncConnectionPool
+
+from oma.errors import StoreError
+from oma.store import PostgresStore, StoreAuthError, StoreUnavailableError
+from oma.store.postgres_migrations import migrate
+from oma.store.postgres_sql import MIGRATIONS
+from tests.servers.postgres_server import PostgresServer
+from tests.servers.process import free_port
+from tests.stores.conftest import unique_name
+
+LATEST = [migration.version for migration in MIGRATIONS]
+
+
+@pytest.fixture
+async def conn(postgres_server: PostgresServer) -> AsyncIterator[psycopg.AsyncConnection]:
+    async with await psycopg.AsyncConnection.connect(
+        postgres_server.dsn(), autocommit=True
+    ) as conn:
+        yield conn
+
+
+async def _applied(conn: psycopg.AsyncConnection, schema: str, table: str) -> list[int]:
+    cursor = await conn.execute(
+        sql.SQL("SELECT version FROM {} WHERE store_table = %s ORDER BY version").format(
+            sql.Identifier(schema, "oma_store_migrations")
+        ),
+        (f"{schema}.{table}",),
+    )
+    return [row[0] for row in await cursor.fetchall()]
+
+
+async def test_first_open_migrates_and_later_opens_do_nothing(
+    postgres_server: PostgresServer, conn: psycopg.AsyncConnection
+) -> None:
+    schema = unique_name("mig")
+    async with PostgresStore(postgres_server.dsn(), schema=schema, table="kv") as store:
+        await store.set("k", "v")
+    assert await _applied(conn, schema, "kv") == LATEST
+    assert await migrate(conn, sql.Identifier(schema, "kv"), schema, "kv") == []
+    async with PostgresStore(postgres_server.dsn(), schema=schema, table="kv") as again:
+        entry = await again.get("k")
+        assert entry is not None and entry.value == "v"
+
+
+async def test_concurrent_first_opens_migrate_exactly_once(
+    postgres_server: PostgresServer, conn: psycopg.AsyncConnection
+) -> None:
+    schema, table = unique_name("mig"), "racing"
+    connections = [
+        await psycopg.AsyncConnection.connect(postgres_server.dsn(), autocommit=True)
+        for _ in range(8)
+    ]
+    try:
+        applied = await asyncio.gather(
+            *(migrate(c, sql.Identifier(schema, table), schema, table) for c in connections)
+        )
+    finally:
+        for c in connections:
+            await c.close()
+    assert sorted(applied, key=len) == [[]] * 7 + [LATEST]
+    assert await _applied(conn, schema, table) == LATEST
+
+
+async def test_unknown_newer_schema_version_is_refused(
+    postgres_server: PostgresServer, conn: psycopg.AsyncConnection
+) -> None:
+    schema = unique_name("mig")
+    async with PostgresStore(postgres_server.dsn(), schema=schema):
+        pass
+    await conn.execute(
+        sql.SQL("INSERT INTO {} VALUES (%s, 999, 'from the future')").format(
+            sql.Identifier(schema, "oma_store_migrations")
+        ),
+        (f"{schema}.oma_store",),
+    )
+    store = PostgresStore(postgres_server.dsn(), schema=schema)
+    with pytest.raises(StoreError, match=r"999.*upgrade oma"):
+        await store.get("k")
+    await store.aclose()
+
+
+async def test_layout_digest_position_and_created_at(
+    postgres_server: PostgresServer, conn: psycopg.AsyncConnection
+) -> None:
+    schema = unique_name("layout")
+    async with PostgresStore(postgres_server.dsn(), schema=schema) as store:
+        await store.set("b", "beta")
+        await store.set_with_expiry("a", "alpha", 3, {"m": "x"})
+        await store.set("b", "beta2")
+        cursor = await conn.execute(
+            sql.SQL(
+                "SELECT key, value, value_sha256, metadata::text, expires_at_turn,"
+                " created_at < updated_at FROM {} ORDER BY position"
+            ).format(sql.Identifier(schema, "oma_store"))
+        )
+        rows = await cursor.fetchall()
+    assert rows == [
+        ("b", b"beta2", hashlib.sha256(b"beta2").digest(), None, None, True),
+        ("a", b"alpha", hashlib.sha256(b"alpha").digest(), '{"m":"x"}', 3, False),
+    ]
+
+
+async def test_odd_strings_round_trip(postgres_server: PostgresServer) -> None:
+    async with PostgresStore(postgres_server.dsn(), schema=unique_name("odd")) as store:
+        value = "nul\x00 and lone \ud800 surrogate"
+        await store.set("k", value, {"nul": "\x00"})
+        entry = await store.get("k")
+        assert entry is not None and entry.value == value and entry.metadata == {"nul": "\x00"}
+        assert await store.compare_and_set("k", value, "plain") is True
+        with pytest.raises(StoreError, match="NUL"):
+            await store.set("key\x00with nul", "v")
+
+
+async def test_existing_pool_is_used_and_left_open(postgres_server: PostgresServer) -> None:
+    async with AsyncConnectionPool(
+        postgres_server.dsn(), min_size=1, max_size=4, kwargs={"autocommit": True}
+    ) as pool:
+        async with PostgresStore(pool, schema=unique_name("pool")) as store:
+            await store.set("k", "v")
+            assert await store.compare_and_set("k", "v", "w") is True
+        assert not pool.closed
+
+
+async def test_pool_without_autocommit_commits_too(postgres_server: PostgresServer) -> None:
+    schema = unique_name("pool")
+    async with AsyncConnectionPool(postgres_server.dsn(), min_size=1, max_size=2) as pool:
+        store = PostgresStore(pool, schema=schema)
+        await store.set("k", "v")
+        assert await store.compare_and_set("k", "v", "w") is True
+    async with PostgresStore(postgres_server.dsn(), schema=schema) as fresh:
+        entry = await fresh.get("k")
+        assert entry is not None and entry.value == "w"
+
+
+@pytest.mark.parametrize("name", ["", "1abc", "a-b", 'x"; drop', "a" * 49])
+def test_table_and_schema_names_are_checked(name: str) -> None:
+    with pytest.raises(ValueError, match="must match"):
+        PostgresStore("postgresql://localhost/db", table=name)
+    with pytest.raises(ValueError, match="must match"):
+        PostgresStore("postgresql://localhost/db", schema=name)
+
+
+async def test_closed_port_is_unavailable_with_a_clear_message() -> None:
+    dsn = f"postgresql://oma:hunter2-secret@127.0.0.1:{free_port()}/postgres"
+    store = PostgresStore(dsn, connect_timeout=2)
+    with pytest.raises(StoreUnavailableError) as caught:
+        await store.get("k")
+    await store.aclose()
+    message = str(caught.value)
+    assert "unreachable" in message and "Connection refused" in message
+    assert "hunter2-secret" not in message and "***" in message
+    assert caught.value.code == "STORE_UNAVAILABLE"
+
+
+async def test_closed_port_through_a_pool_is_unavailable_too() -> None:
+    dsn = f"host=127.0.0.1 port={free_port()} user=oma password=hunter2-secret"
+    pool: AsyncConnectionPool = AsyncConnectionPool(dsn, open=False, timeout=1)
+    await pool.open(wait=False)
+    try:
+        store = PostgresStore(pool, connect_timeout=1)
+        with pytest.raises(StoreUnavailableError) as caught:
+            await store.set("k", "v")
+    finally:
+        await pool.close()
+    assert "hunter2-secret" not in str(caught.value)
+    assert "password=***" in str(caught.value)
+
+
+@pytest.mark.parametrize("user", ["oma", "nobody"])
+async def test_bad_credentials_are_an_auth_error_without_the_password(
+    postgres_server: PostgresServer, user: str
+) -> None:
+    dsn = postgres_server.dsn(password="wrong-pass-123").replace("//oma:", f"//{user}:")
+    store = PostgresStore(dsn)
+    with pytest.raises(StoreAuthError) as caught:
+        await store.open()
+    await store.aclose()
+    message = str(caught.value)
+    assert "wrong-pass-123" not in message and "password authentication failed" in message
+    assert caught.value.code == "STORE_AUTH_FAILED"
+
+
+async def test_a_role_without_create_privilege_uses_a_migrated_table(
+    postgres_server: PostgresServer, conn: psycopg.AsyncConnection
+) -> None:
+    schema, role = unique_name("least"), unique_name("app")
+    async with PostgresStore(postgres_server.dsn(), schema=schema) as admin:
+        await admin.set("k", "from admin")
+    grants = [
+        "CREATE ROLE {role} LOGIN PASSWORD 'app-pw'",
+        "GRANT USAGE ON SCHEMA {schema} TO {role}",
+        "GRANT SELECT ON {schema}.oma_store_migrations TO {role}",
+        "GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.oma_store TO {role}",
+    ]
+    for grant in grants:
+        await conn.execute(
+            sql.SQL(grant).format(role=sql.Identifier(role), schema=sql.Identifier(schema))
+        )
+    app_dsn = postgres_server.dsn(password="app-pw").replace("//oma:", f"//{role}:")
+    async with PostgresStore(app_dsn, schema=schema) as app:
+        assert await app.compare_and_set("k", "from admin", "from app") is True
+        await app.set("other", "v")
+    store = PostgresStore(app_dsn, schema=schema, table="not_created_yet")
+    with pytest.raises(StoreError, match="permission denied"):
+        await store.open()
+    await store.aclose()

@@ -1,0 +1,186 @@
+"""RedisStore specifics: data layout, digests on the wire, clients, TLS, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as aioredis
+
+from oma.store import RedisStore, StoreAuthError, StoreUnavailableError
+from tests.servers.process import free_port
+from tests.servers.redis_server import RedisServer
+from tests.stores.conftest import unique_name
+
+
+@pytest.fixture
+async def client(redis_server: RedisServer) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis.from_url(redis_server.url)
+    yield client
+    await client.aclose()
+
+
+async def test_layout_is_one_hash_per_field_under_a_hash_tag(
+    redis_server: RedisServer, client: aioredis.Redis
+) -> None:
+    namespace = unique_name("layout")
+    async with RedisStore(redis_server.url, namespace=namespace) as store:
+        await store.set("a", "alpha", {"m": 1})
+        await store.set_with_expiry("b", "beta", 4)
+        prefix = f"{{{namespace}}}:"
+        keys = sorted(
+            k.decode() if isinstance(k, bytes) else k for k in await client.keys(prefix + "*")
+        )
+        assert keys == [
+            prefix + field
+            for field in ("created", "digests", "expiry", "metadata", "order", "seq", "values")
+        ]
+        assert await client.hget(prefix + "values", "a") == b"alpha"
+        digest = hashlib.sha256(b"alpha").hexdigest().encode()
+        assert await client.hget(prefix + "digests", "a") == digest
+        assert await client.hget(prefix + "metadata", "a") == b'{"m":1}'
+        assert await client.hget(prefix + "expiry", "b") == b"4"
+        assert await client.zrange(prefix + "order", 0, -1) == [b"a", b"b"]
+        await store.clear()
+        assert await client.keys(f"{prefix}*") == []
+
+
+async def test_namespaces_are_isolated(redis_server: RedisServer) -> None:
+    one = RedisStore(redis_server.url, namespace=unique_name("one"))
+    two = RedisStore(redis_server.url, namespace=unique_name("two"))
+    async with one, two:
+        await one.set("k", "1")
+        await two.set("k", "2")
+        await two.clear()
+        entry = await one.get("k")
+        assert entry is not None and entry.value == "1"
+        assert await two.list() == []
+
+
+async def test_a_second_client_sees_every_write(redis_server: RedisServer) -> None:
+    namespace = unique_name("shared")
+    writer = RedisStore(redis_server.url, namespace=namespace)
+    reader = RedisStore(redis_server.url, namespace=namespace)
+    async with writer, reader:
+        await writer.set("k", "v1")
+        assert await reader.compare_and_set("k", "v1", "v2") is True
+        entry = await writer.get("k")
+        assert entry is not None and entry.value == "v2"
+
+
+async def _monitored_until_ping(reader: asyncio.StreamReader) -> list[bytes]:
+    lines: list[bytes] = []
+    while not lines or b'"PING"' not in lines[-1].upper():
+        lines.append(await asyncio.wait_for(reader.readuntil(b"\r\n"), timeout=10))
+    return lines
+
+
+async def test_compare_and_set_sends_a_digest_not_the_expected_value(
+    redis_server: RedisServer,
+) -> None:
+    """MONITOR shows every command the server receives: the expected value is never in them."""
+    marker = ("EXPECTED-" + "z" * 5000).encode()
+    reader, writer = await asyncio.open_connection("127.0.0.1", redis_server.port, limit=2**20)
+    writer.write(f"AUTH {redis_server.password}\r\nMONITOR\r\n".encode())
+    await writer.drain()
+    assert await reader.readline() == b"+OK\r\n"
+    assert await reader.readline() == b"+OK\r\n"
+    try:
+        async with RedisStore(redis_server.url, namespace=unique_name("wire")) as store:
+            await store.set("k", marker.decode())
+            await store.ping()
+            set_commands = await _monitored_until_ping(reader)
+            assert any(marker in line for line in set_commands)  # the monitor does see values
+            assert await store.compare_and_set("k", marker.decode(), "new") is True
+            await store.ping()
+            cas_commands = await _monitored_until_ping(reader)
+        digest = hashlib.sha256(marker).hexdigest().encode()
+        assert any(digest in line and b"EVALSHA" in line.upper() for line in cas_commands)
+        assert not any(marker in line for line in cas_commands)
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
+async def test_existing_client_is_used_and_left_open(
+    redis_server: RedisServer, client: aioredis.Redis
+) -> None:
+    async with RedisStore(client, namespace=unique_name("client")) as store:
+        await store.set("k", "v")
+    assert await client.ping() is True
+
+
+async def test_client_decoding_responses_works_too(redis_server: RedisServer) -> None:
+    client = aioredis.Redis.from_url(redis_server.url, decode_responses=True)
+    store = RedisStore(client, namespace=unique_name("decoded"))
+    await store.set("k", "vä", {"a": [1]})
+    entry = await store.get("k")
+    assert entry is not None and (entry.value, entry.metadata) == ("vä", {"a": [1]})
+    assert await store.compare_and_set("k", "vä", "w") is True
+    await client.aclose()
+
+
+async def test_lone_surrogates_round_trip(redis_server: RedisServer) -> None:
+    async with RedisStore(redis_server.url, namespace=unique_name("surrogate")) as store:
+        value = "broken \ud800 pair"
+        await store.set("k\udfff", value)
+        entry = await store.get("k\udfff")
+        assert entry is not None and entry.value == value
+        assert await store.compare_and_set("k\udfff", value, "fixed") is True
+
+
+async def test_acl_user_and_database_number_from_the_url(redis_server: RedisServer) -> None:
+    async with RedisStore(redis_server.user_url(db=3), namespace=unique_name("acl")) as store:
+        await store.set("k", "in db 3")
+        check = aioredis.Redis.from_url(redis_server.url.replace("/0", "/3"))
+        assert await check.hget(f"{{{store.namespace}}}:values", "k") == b"in db 3"
+        await check.aclose()
+
+
+def test_namespace_must_not_contain_braces(redis_server: RedisServer) -> None:
+    with pytest.raises(ValueError, match="braces"):
+        RedisStore(redis_server.url, namespace="a}b")
+
+
+async def test_tls_with_the_ca_works(redis_server: RedisServer) -> None:
+    async with RedisStore(redis_server.tls_url(), namespace=unique_name("tls")) as store:
+        await store.set("k", "over tls")
+        entry = await store.get("k")
+        assert entry is not None and entry.value == "over tls"
+
+
+async def test_tls_without_the_ca_is_a_typed_error(redis_server: RedisServer) -> None:
+    url = redis_server.tls_url(with_ca=False)
+    async with RedisStore(url, namespace=unique_name("tls")) as store:
+        with pytest.raises(StoreUnavailableError, match="certificate") as caught:
+            await store.get("k")
+    assert redis_server.password not in str(caught.value)
+
+
+async def test_closed_port_is_unavailable_with_a_clear_message() -> None:
+    url = f"redis://:hunter2-secret@127.0.0.1:{free_port()}/0"
+    async with RedisStore(url, connect_timeout=2) as store:
+        with pytest.raises(StoreUnavailableError) as caught:
+            await store.set("k", "v")
+        with pytest.raises(StoreUnavailableError):
+            await store.compare_and_set("k", None, "v")
+    message = str(caught.value)
+    assert "unreachable" in message and "127.0.0.1" in message
+    assert "hunter2-secret" not in message and "***" in message
+    assert caught.value.code == "STORE_UNAVAILABLE"
+
+
+@pytest.mark.parametrize("userinfo", [":wrong-pass-123", "nobody:wrong-pass-123", ""])
+async def test_bad_credentials_are_an_auth_error_without_the_password(
+    redis_server: RedisServer, userinfo: str
+) -> None:
+    at = "@" if userinfo else ""
+    url = f"redis://{userinfo}{at}127.0.0.1:{redis_server.port}/0"
+    async with RedisStore(url) as store:
+        with pytest.raises(StoreAuthError) as caught:
+            await store.ping()
+    message = str(caught.value)
+    assert "wrong-pass-123" not in message and "credentials" in message
+    assert caught.value.code == "STORE_AUTH_FAILED"
