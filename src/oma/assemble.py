@@ -14,6 +14,8 @@ from oma.spec import AgentSpec, RunSpec, StoreSpec
 from oma.store.base import MemoryStore
 from oma.store.file import FileStore
 from oma.store.memory import InMemoryStore
+from oma.store.redacting import RedactingStore
+from oma.store.urls import open_store as open_store_url
 from oma.team import AgentConfig, Team
 from oma.tools.define import AnyTool
 
@@ -64,8 +66,26 @@ def build_coordinator(spec: RunSpec, tools: Mapping[str, AnyTool]) -> AgentConfi
 def open_store(spec: StoreSpec | None, default_path: Path) -> MemoryStore:
     if spec is None:
         return FileStore(default_path)
+    store: MemoryStore
     if spec.file is not None:
-        return FileStore(spec.file.path)
-    if spec.memory is not None:
-        return InMemoryStore()
-    raise SpecError("redis and postgres stores are not available in this build yet")
+        store = FileStore(spec.file.path)
+    elif spec.memory is not None:
+        store = InMemoryStore()
+    elif spec.redis is not None:
+        url = _from_env(spec.redis.url, spec.redis.url_env, "redis URL")
+        store = open_store_url(url, namespace=spec.redis.namespace)
+    else:
+        assert spec.postgres is not None  # the spec model requires exactly one backend
+        dsn = _from_env(spec.postgres.dsn, spec.postgres.dsn_env, "postgres DSN")
+        store = open_store_url(dsn, table=spec.postgres.table, schema=spec.postgres.schema_name)
+    return RedactingStore(store) if spec.redact else store
+
+
+def _from_env(value: str | None, env: str | None, what: str) -> str:
+    if value is not None:
+        return value
+    assert env is not None
+    found = os.environ.get(env)
+    if not found:
+        raise SpecError(f"the {what} is read from ${env}, which is not set")
+    return found

@@ -1,8 +1,9 @@
 """The ``oma`` command line.
 
 Exit codes: 0 success; 1 the run finished but did not succeed (a task failed); 2 bad input (an
-unreadable or invalid spec, a bad option); 10 the run is suspended waiting for approvals; 130
-interrupted (Ctrl-C): run the same command again to resume.
+unreadable or invalid spec, a bad option); 10 the run is suspended waiting for approvals; 12
+fenced: a newer attempt of the same run took over and this process stopped without running
+further tools; 130 interrupted (Ctrl-C): run the same command again to resume.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from rich.console import Console
 
 from oma import __version__
 from oma.cli_run import EXIT_BAD_INPUT, EXIT_INTERRUPTED, run_command
-from oma.errors import OmaError
+from oma.errors import CheckpointFencedError, OmaError
+from oma.local_run import EXIT_FENCED
 
 app = typer.Typer(
     name="oma",
@@ -56,6 +58,9 @@ def run(
             soft_wrap=True,
         )
         raise typer.Exit(EXIT_INTERRUPTED) from None
+    except CheckpointFencedError as exc:
+        console.print(f"[yellow]fenced:[/] {exc}", soft_wrap=True)
+        raise typer.Exit(EXIT_FENCED) from exc
     except OmaError as exc:
         console.print(f"[red]error:[/] {exc}", soft_wrap=True)
         raise typer.Exit(EXIT_BAD_INPUT) from exc

@@ -54,6 +54,8 @@ class Progress:
                         "task": event.task,
                         "agent": event.agent,
                         "kind": event.data.get("kind"),
+                        "toolCallId": event.data.get("toolCallId"),
+                        "executed": event.data.get("executed"),
                     }
                 )
                 + "\n"

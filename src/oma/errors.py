@@ -54,6 +54,21 @@ class CheckpointError(OmaError):
     code = "CHECKPOINT_ERROR"
 
 
+class CheckpointFencedError(CheckpointError):
+    """A newer attempt claimed the run: this attempt must stop without running more tools."""
+
+    code = "FENCED"
+
+    def __init__(self, key: str, attempt: int | None) -> None:
+        self.key = key
+        self.attempt = attempt
+        which = f"attempt {attempt}" if attempt is not None else "this attempt"
+        super().__init__(
+            f'checkpoint "{key}" was written by a newer attempt of the run; {which} is '
+            "superseded and stopped without running further tools"
+        )
+
+
 class CheckpointDecodeError(CheckpointError):
     """The value stored at a checkpoint key is not JSON."""
 

@@ -20,7 +20,7 @@ from oma.orchestrator.results import TeamRunResult
 from oma.spec import RunSpec
 from oma.tools.define import AnyTool
 
-EXIT_OK, EXIT_FAILED, EXIT_SUSPENDED = 0, 1, 10
+EXIT_OK, EXIT_FAILED, EXIT_SUSPENDED, EXIT_FENCED = 0, 1, 10, 12
 
 
 @dataclass
@@ -47,7 +47,7 @@ async def run_spec(
     store = open_store(spec.store, default_store_path)
     team = build_team(spec, tools, name=run_id)
     coordinator = build_coordinator(spec, tools)
-    checkpoint = CheckpointOptions(store=store, run_id=run_id)
+    checkpoint = CheckpointOptions(store=store, run_id=run_id, fence=True)
     orchestrator = OpenMultiAgent(on_progress=on_progress, max_concurrency=spec.max_concurrency)
     resumed = await Checkpoint(store, run_id=run_id).load_latest() is not None
     if on_start is not None:

@@ -53,13 +53,44 @@ class FileStoreSpec(SpecModel):
     path: str
 
 
+class RedisStoreSpec(SpecModel):
+    """``url`` (redis:// or rediss://) or ``urlEnv``: the variable holding it (secrets)."""
+
+    url: str | None = None
+    url_env: str | None = None
+    namespace: str = Field(default="oma", min_length=1)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> RedisStoreSpec:
+        if (self.url is None) == (self.url_env is None):
+            raise ValueError("redis store needs exactly one of 'url' or 'urlEnv'")
+        return self
+
+
+class PostgresStoreSpec(SpecModel):
+    """``dsn`` (postgresql://...) or ``dsnEnv``: the variable holding it (secrets)."""
+
+    dsn: str | None = None
+    dsn_env: str | None = None
+    table: str = Field(default="oma_store", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+    schema_name: str | None = Field(default=None, alias="schema")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> PostgresStoreSpec:
+        if (self.dsn is None) == (self.dsn_env is None):
+            raise ValueError("postgres store needs exactly one of 'dsn' or 'dsnEnv'")
+        return self
+
+
 class StoreSpec(SpecModel):
-    """Exactly one backend."""
+    """Exactly one backend; ``redact`` scrubs secrets before they are stored (lossy, and it
+    rules out durable approvals, which need the verbatim content)."""
 
     file: FileStoreSpec | None = None
     memory: dict[str, Any] | None = None
-    redis: dict[str, Any] | None = None
-    postgres: dict[str, Any] | None = None
+    redis: RedisStoreSpec | None = None
+    postgres: PostgresStoreSpec | None = None
+    redact: bool = False
 
     @model_validator(mode="after")
     def _exactly_one(self) -> StoreSpec:

@@ -22,11 +22,8 @@ from oma.store import (
     RedisStore,
     supports_compare_and_set,
 )
-from tests.servers.fixtures import postgres_server, redis_server
 from tests.servers.postgres_server import PostgresServer
 from tests.servers.redis_server import RedisServer
-
-__all__ = ["postgres_server", "redis_server"]
 
 StoreFactory = Callable[[], Awaitable[MemoryStore]]
 Backend = Callable[[pytest.FixtureRequest, Path], StoreFactory]

@@ -158,3 +158,25 @@ def test_ctrl_c_says_how_to_resume_and_exits_130(tmp_path: Path) -> None:
     out, _ = child.communicate(timeout=30)
     assert child.returncode == 130
     assert "run the same command again to resume" in out
+
+
+@pytest.mark.parametrize(
+    ("store", "problem"),
+    [
+        ({"redis": {}}, "exactly one of 'url' or 'urlEnv'"),
+        ({"redis": {"url": "redis://x", "urlEnv": "X"}}, "exactly one of 'url' or 'urlEnv'"),
+        ({"postgres": {"dsn": "postgresql://x", "table": "bad table"}}, "table"),
+        ({"postgres": {}}, "exactly one of 'dsn' or 'dsnEnv'"),
+    ],
+)
+def test_store_specs_are_validated(store: dict[str, Any], problem: str) -> None:
+    with pytest.raises(ValidationError, match=problem):
+        RunSpec.model_validate(_spec(store=store))
+
+
+def test_a_store_url_from_a_missing_variable_is_a_clear_error(tmp_path: Path) -> None:
+    spec = tmp_path / "run.json"
+    spec.write_text(json.dumps(_spec(store={"redis": {"urlEnv": "OMA_TEST_UNSET_URL"}})))
+    result = CliRunner().invoke(app, ["run", str(spec)])
+    assert result.exit_code == 2
+    assert "read from $OMA_TEST_UNSET_URL, which is not set" in result.output

@@ -57,6 +57,8 @@ class AgentRunner:
         attempt: int = 1,
         on_boundary: Boundary | None = None,
         approvals: ToolApprovalSupport | None = None,
+        guard: Callable[[], None] | None = None,
+        on_tool: Callable[[str, str, bool], None] | None = None,
     ) -> None:
         self.agent = agent
         self.run_id = run_id
@@ -64,6 +66,8 @@ class AgentRunner:
         self.attempt = attempt
         self._on_boundary = on_boundary
         self._approvals = approvals or ToolApprovalSupport()
+        self._guard = guard  # raises when this attempt may no longer run tools (fenced)
+        self._on_tool = on_tool  # (tool call id, tool name, executed?) once per call
         self._executed: list[str] = []
         self._replayed: list[str] = []
 
@@ -151,9 +155,13 @@ class AgentRunner:
         call = pending.call
         if pending.commit is not None:
             self._replayed.append(call.id)
+            if self._on_tool is not None:
+                self._on_tool(call.id, call.name, False)
             return
         if pending.awaiting_decision:
             return  # still suspended: neither executed nor committed
+        if self._guard is not None:
+            self._guard()
         started = time.monotonic()
         request, decision = pending.approval_request, pending.approval_decision
         if request is not None and decision is not None:
@@ -171,6 +179,8 @@ class AgentRunner:
                 return
             result = verdict
         self._executed.append(call.id)
+        if self._on_tool is not None:
+            self._on_tool(call.id, call.name, True)
         pending.approval_request = pending.approval_decision = None
         pending.commit = ToolCallCommit(
             result=CommittedResult(

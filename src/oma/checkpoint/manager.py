@@ -9,7 +9,7 @@ from oma.checkpoint.keys import checkpoint_key
 from oma.checkpoint.snapshot import CheckpointSnapshot, CheckpointSnapshotV1
 from oma.checkpoint.validation import parse_snapshot
 from oma.errors import CheckpointDecodeError
-from oma.store.base import MemoryStore
+from oma.store.base import MemoryStore, supports_compare_and_set
 
 
 class Checkpoint:
@@ -32,10 +32,26 @@ class Checkpoint:
 
     async def load_latest(self) -> CheckpointSnapshot | None:
         """The stored snapshot, strictly validated; ``None`` when the key is absent."""
+        snapshot, _ = await self.load_latest_with_value()
+        return snapshot
+
+    async def load_latest_with_value(self) -> tuple[CheckpointSnapshot | None, str | None]:
+        """The snapshot and the exact stored string (the expected value of a fenced save)."""
         entry = await self.store.get(self.key)
         if entry is None:
-            return None
-        return decode_snapshot(entry.value, self.key)
+            return None, None
+        return decode_snapshot(entry.value, self.key), entry.value
+
+    async def save_if(self, snapshot: CheckpointSnapshot, expected: str | None) -> str | None:
+        """Write only if the stored string is still ``expected``; the written string, or
+        ``None`` when another writer changed it (the store must offer compare-and-set)."""
+        if not supports_compare_and_set(self.store):
+            raise TypeError(f"{type(self.store).__name__} offers no compare_and_set")
+        value = snapshot.to_json()
+        swapped = await self.store.compare_and_set(
+            self.key, expected, value, snapshot_metadata(snapshot)
+        )
+        return value if swapped else None
 
     load = load_latest
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from oma.checkpoint.manager import Checkpoint
 from oma.errors import OmaError
-from oma.orchestrator.context import ActiveCheckpoint
 from oma.orchestrator.options import CheckpointOptions
+from oma.orchestrator.saver import ActiveCheckpoint
 from oma.store.base import MemoryStore
 from oma.team import Team
 
@@ -40,7 +40,7 @@ def activate(options: CheckpointOptions, team: Team, fallback_store: MemoryStore
     reuses = team.shared_memory_store is not None and store is team.shared_memory_store
     checkpoint = Checkpoint(store, run_id=options.run_id, key=options.key)
     return Activation(
-        active=ActiveCheckpoint(checkpoint, embed_shared_memory=not reuses),
+        active=ActiveCheckpoint(checkpoint, embed_shared_memory=not reuses, fence=options.fence),
         checkpoint=checkpoint,
         reuses_shared_store=reuses,
     )

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from oma.agent.result import AgentRunResult, RunIdentity
 from oma.approval.ledger import DurableApprovalLedger
 from oma.approval.models import ApprovalDecisionRecord, ApprovalRequest
-from oma.checkpoint.manager import Checkpoint
 from oma.checkpoint.runner_state import InFlightTask
 from oma.checkpoint.snapshot import (
     CheckpointSnapshotV4,
@@ -24,6 +22,7 @@ from oma.timeutil import now_iso
 
 if TYPE_CHECKING:
     from oma.orchestrator.gating import Gates
+    from oma.orchestrator.saver import ActiveCheckpoint
 
 
 class FatalRunError(Exception):
@@ -127,39 +126,3 @@ class RunContext:
             pending_approvals=self.all_pending_approvals(),
             approval_decisions=list(self.approval_decisions),
         )
-
-
-class ActiveCheckpoint:
-    """Serialised saves of one run's checkpoint; ordinary saves are best-effort.
-
-    A failed ordinary save is reported as an ``error`` event of kind ``checkpoint_save_failed``
-    and the run continues; the next boundary saves again. Strict saves raise instead.
-    """
-
-    def __init__(self, checkpoint: Checkpoint, *, embed_shared_memory: bool) -> None:
-        self.checkpoint = checkpoint
-        self.embed_shared_memory = embed_shared_memory
-        self._lock = asyncio.Lock()
-        self.saves = 0
-        self.failures = 0
-
-    async def save(self, context: RunContext, *, strict: bool = False) -> bool:
-        async with self._lock:
-            try:
-                # Built under the lock, so each save holds the latest state when it runs.
-                snapshot = await context.build_snapshot(
-                    embed_shared_memory=self.embed_shared_memory
-                )
-                await self.checkpoint.save(snapshot)
-            except Exception as exc:
-                self.failures += 1
-                if strict:
-                    raise
-                context.emit(
-                    OrchestratorEvent(
-                        type="error", data={"kind": "checkpoint_save_failed", "error": exc}
-                    )
-                )
-                return False
-            self.saves += 1
-            return True

@@ -10,12 +10,19 @@ from oma.store.base import MemoryStore
 
 @dataclass
 class CheckpointOptions:
-    """``store`` defaults to the team's shared-memory store; ``key`` wins over ``run_id``."""
+    """``store`` defaults to the team's shared-memory store; ``key`` wins over ``run_id``.
+
+    ``fence``: every save is a compare-and-set from this attempt's previous write, and a restore
+    first claims the run, so an older attempt that is still alive stops (``CheckpointFencedError``)
+    instead of overwriting the newer one. Needs a store with ``compare_and_set``; without one the
+    run continues unfenced and a ``fencing_unavailable`` warning is emitted.
+    """
 
     enabled: bool = True
     store: MemoryStore | None = None
     run_id: str | None = None
     key: str | None = None
+    fence: bool = False
 
 
 CheckpointArg = bool | CheckpointOptions | None

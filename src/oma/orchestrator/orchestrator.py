@@ -9,6 +9,7 @@ from oma.agent.result import AgentRunResult, RunIdentity, RunStatus
 from oma.approval.gates import ToolCallGate
 from oma.approval.ledger import DurableApprovalLedger
 from oma.checkpoint.snapshot import CheckpointSnapshotV4, RunMode
+from oma.errors import CheckpointFencedError
 from oma.orchestrator.activation import Activation, activate
 from oma.orchestrator.approval_restore import continue_approvals
 from oma.orchestrator.context import RunContext
@@ -32,6 +33,7 @@ from oma.team import AgentConfig, Team
 
 TaskSource = Sequence[TaskSpec | dict[str, Any]] | PlanArtifact | dict[str, Any]
 DEFAULT_MAX_CONCURRENCY = 5
+CLAIM_ATTEMPTS = 5
 
 
 class OpenMultiAgent:
@@ -139,20 +141,28 @@ class OpenMultiAgent:
         if metadata is not None:
             validate_run_metadata(metadata)
         activation = activate(options, team, self._fallback_store)
-        snapshot = await activation.checkpoint.load_latest()
-        if snapshot is None:
-            return await self._fresh_from(team, source, options, run_id, metadata)
-        context = await rebuild_context(
-            snapshot,
-            team,
-            requested_run_id=requested,
-            metadata=metadata,
-            emit=self.on_progress,
-            max_concurrency=self.max_concurrency,
-        )
-        context.checkpoint = activation.active
-        context.gates = self.gates
-        context.ledger = DurableApprovalLedger(activation.checkpoint.store)
+        for _ in range(CLAIM_ATTEMPTS):
+            snapshot, loaded = await activation.checkpoint.load_latest_with_value()
+            if snapshot is None:
+                return await self._fresh_from(team, source, options, run_id, metadata)
+            context = await rebuild_context(
+                snapshot,
+                team,
+                requested_run_id=requested,
+                metadata=metadata,
+                emit=self.on_progress,
+                max_concurrency=self.max_concurrency,
+            )
+            context.checkpoint = activation.active
+            context.gates = self.gates
+            context.ledger = DurableApprovalLedger(activation.checkpoint.store)
+            # With fencing, the run is claimed before any work: an older attempt still alive
+            # fails its next save. If it wrote since we loaded, load its newer state instead.
+            if await activation.active.claim(context, loaded):
+                break
+        else:
+            raise CheckpointFencedError(activation.checkpoint.key, None)
+        _warn_if_unfenced(context, activation)
         if isinstance(snapshot, CheckpointSnapshotV4):
             continuation = await continue_approvals(context, snapshot)
             if continuation.status is not None:
@@ -240,7 +250,7 @@ class OpenMultiAgent:
         goal: str | None,
         metadata: dict[str, Any] | None,
     ) -> RunContext:
-        return RunContext(
+        context = RunContext(
             team=team,
             queue=queue,
             identity=identity,
@@ -253,6 +263,21 @@ class OpenMultiAgent:
             gates=self.gates,
             ledger=DurableApprovalLedger(activation.checkpoint.store) if activation else None,
         )
+        _warn_if_unfenced(context, activation)
+        return context
+
+
+def _warn_if_unfenced(context: RunContext, activation: Activation | None) -> None:
+    if activation is None or not activation.active.fence_unavailable:
+        return
+    store = type(activation.checkpoint.store).__name__
+    message = (
+        f"{store} offers no compare_and_set: this run is NOT fenced, and a second live attempt "
+        "could overwrite its checkpoint"
+    )
+    context.emit(
+        OrchestratorEvent("warning", data={"kind": "fencing_unavailable", "message": message})
+    )
 
 
 def _default_coordinator(team: Team) -> AgentConfig:

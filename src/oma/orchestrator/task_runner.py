@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Callable
 
 from oma.agent.result import AgentRunResult, RunStatus, Usage
 from oma.agent.runner import AgentRunner, RunnerOutcome
@@ -11,6 +12,7 @@ from oma.agent.tool_approvals import ToolApprovalSupport
 from oma.approval.errors import DurableApprovalError
 from oma.approval.models import ApprovalRequest
 from oma.checkpoint.runner_state import InFlightTask
+from oma.errors import CheckpointFencedError
 from oma.orchestrator.context import FatalRunError, RunContext, Stop
 from oma.orchestrator.events import OrchestratorEvent
 from oma.orchestrator.prompts import task_prompt
@@ -57,11 +59,13 @@ async def run_task(context: RunContext, task: Task) -> None:
             attempt=context.identity.attempt,
             on_boundary=boundary,
             approvals=_approval_support(context, task),
+            guard=context.checkpoint.assert_current if context.checkpoint else None,
+            on_tool=_tool_events(context, task),
         )
         try:
             prompt = await task_prompt(context, task) if resume is None or attempt > 1 else ""
             outcome = await runner.run(prompt, resume if attempt == 1 else None)
-        except (FatalRunError, DurableApprovalError):
+        except (FatalRunError, DurableApprovalError, CheckpointFencedError):
             raise
         except Exception as exc:  # a task's failure (model error, bad script) may be retried
             error = exc
@@ -74,6 +78,14 @@ async def run_task(context: RunContext, task: Task) -> None:
     context.in_flight.pop(task.id, None)
     context.queue.fail(task.id, str(error))
     context.emit(OrchestratorEvent("error", task.assignee, task.id, {"error": error}))
+
+
+def _tool_events(context: RunContext, task: Task) -> Callable[[str, str, bool], None]:
+    def emit(call_id: str, tool: str, executed: bool) -> None:
+        data = {"toolCallId": call_id, "tool": tool, "executed": executed}
+        context.emit(OrchestratorEvent("tool_call", task.assignee, task.id, data))
+
+    return emit
 
 
 def _approval_support(context: RunContext, task: Task) -> ToolApprovalSupport:

@@ -1,0 +1,99 @@
+"""Saving a run's checkpoint: serialised, best-effort by default, optionally fenced.
+
+Ordinary saves are best-effort: a failure is reported as an ``error`` event of kind
+``checkpoint_save_failed`` and the run continues; the next boundary saves again. Strict saves
+(suspensions) raise instead. A fenced save is a compare-and-set from the string this attempt
+wrote last; when another attempt wrote in between, this attempt is superseded and every later
+save (and so every tool commit) raises ``CheckpointFencedError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from oma.checkpoint.manager import Checkpoint
+from oma.checkpoint.snapshot import CheckpointSnapshotV4
+from oma.errors import CheckpointFencedError
+from oma.orchestrator.context import RunContext
+from oma.orchestrator.events import OrchestratorEvent
+from oma.store.base import supports_compare_and_set
+
+
+class ActiveCheckpoint:
+    def __init__(
+        self, checkpoint: Checkpoint, *, embed_shared_memory: bool, fence: bool = False
+    ) -> None:
+        self.checkpoint = checkpoint
+        self.embed_shared_memory = embed_shared_memory
+        self.fenced_saves = fence and supports_compare_and_set(checkpoint.store)
+        self.fence_unavailable = fence and not self.fenced_saves
+        self.superseded = False
+        self.expected: str | None = None  # what this attempt believes is stored
+        self._unknown: str | None = None  # a failed write that may have landed anyway
+        self._lock = asyncio.Lock()
+        self.saves = 0
+        self.failures = 0
+
+    def assert_current(self) -> None:
+        if self.superseded:
+            raise CheckpointFencedError(self.checkpoint.key, None)
+
+    async def claim(self, context: RunContext, loaded: str | None) -> bool:
+        """Take over the run by rewriting what was loaded; ``False`` if it changed meanwhile."""
+        if not self.fenced_saves:
+            return True
+        async with self._lock:
+            snapshot = await context.build_snapshot(embed_shared_memory=self.embed_shared_memory)
+            written = await self.checkpoint.save_if(snapshot, loaded)
+            if written is None:
+                return False
+            self.expected = written
+            self.saves += 1
+            return True
+
+    async def save(self, context: RunContext, *, strict: bool = False) -> bool:
+        async with self._lock:
+            self.assert_current()
+            try:
+                snapshot = await context.build_snapshot(
+                    embed_shared_memory=self.embed_shared_memory
+                )
+                if self.fenced_saves:
+                    await self._fenced_save(snapshot, context.identity.attempt)
+                else:
+                    await self.checkpoint.save(snapshot)
+            except CheckpointFencedError:
+                raise
+            except Exception as exc:
+                self.failures += 1
+                if strict:
+                    raise
+                context.emit(
+                    OrchestratorEvent(
+                        type="error", data={"kind": "checkpoint_save_failed", "error": exc}
+                    )
+                )
+                return False
+            self.saves += 1
+            return True
+
+    async def _fenced_save(self, snapshot: CheckpointSnapshotV4, attempt: int) -> None:
+        value = snapshot.to_json()
+        try:
+            written = await self.checkpoint.save_if(snapshot, self.expected)
+        except Exception:
+            self._unknown = value  # the write may have landed even though the call failed
+            raise
+        if written is None and self._unknown is not None and await self._landed(self._unknown):
+            written = await self.checkpoint.save_if(snapshot, self.expected)
+        if written is None:
+            self.superseded = True
+            raise CheckpointFencedError(self.checkpoint.key, attempt)
+        self.expected, self._unknown = written, None
+
+    async def _landed(self, value: str) -> bool:
+        entry = await self.checkpoint.store.get(self.checkpoint.key)
+        if entry is None or entry.value != value:
+            return False
+        self.expected = value
+        return True

@@ -1,0 +1,244 @@
+"""Fencing: once a newer attempt claims a run, the older one can neither save nor run tools."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from oma.checkpoint import Checkpoint, CheckpointSnapshotV4
+from oma.errors import CheckpointFencedError
+from oma.llm.scripted import ScriptedAdapter
+from oma.orchestrator import CheckpointOptions, OpenMultiAgent
+from oma.store import InMemoryStore, MemoryStore, PostgresStore, RedisStore, open_store
+from oma.team import AgentConfig, Team
+from oma.tools import ToolContext, define_tool
+from tests.engine.test_approval_ledger import NoCasStore
+from tests.servers.postgres_server import PostgresServer
+from tests.servers.redis_server import RedisServer
+
+RUN = "fenced-run"
+SCRIPT: list[dict[str, Any]] = [
+    {"tool_calls": [{"id": "a1", "name": "act", "input": {"step": "a1"}}]},
+    {"tool_calls": [{"id": "a2", "name": "act", "input": {"step": "a2"}}], "delay": 0.4},
+    {"text": "done"},
+]
+
+
+class StepInput(BaseModel):
+    step: str
+
+
+@dataclass
+class Executions:
+    by_attempt: list[tuple[int, str]]
+    first_step_done: asyncio.Event | None = None
+
+
+def _team(executions: Executions) -> Team:
+    async def act(args: StepInput, ctx: ToolContext) -> str:
+        executions.by_attempt.append((ctx.attempt, args.step))
+        if executions.first_step_done is not None and args.step == "a1":
+            executions.first_step_done.set()
+        return f"did {args.step}"
+
+    tool = define_tool("act", "Act.", StepInput, act)
+    return Team(
+        name="f", agents=[AgentConfig(name="w", adapter=ScriptedAdapter(SCRIPT), tools=[tool])]
+    )
+
+
+TASKS = [{"title": "Work", "description": "Do it.", "assignee": "w"}]
+
+
+@dataclass
+class Backend:
+    name: str
+    url: str
+
+    def open(self) -> MemoryStore:
+        return open_store(self.url)
+
+
+@pytest.fixture(params=["memory", "file", "redis", "postgres"])
+async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
+    name = request.param
+    if name == "memory":
+        shared = InMemoryStore()
+        yield shared
+        return
+    if name == "file":
+        yield Backend(name, f"file://{tmp_path}/fence.json")
+        return
+    if name == "redis":
+        server: RedisServer = request.getfixturevalue("redis_server")
+        yield Backend(name, server.url)
+        return
+    pg: PostgresServer = request.getfixturevalue("postgres_server")
+    yield Backend(name, pg.dsn())
+
+
+def _store(backend: Any) -> MemoryStore:
+    return backend if isinstance(backend, InMemoryStore) else backend.open()
+
+
+async def _close(*stores: MemoryStore) -> None:
+    for store in stores:
+        if isinstance(store, RedisStore | PostgresStore):
+            await store.aclose()
+
+
+async def test_a_superseded_attempt_stops_before_its_next_tool(backend: Any) -> None:
+    run_id = f"{RUN}-{uuid.uuid4().hex[:8]}"
+    first_store, second_store = _store(backend), _store(backend)
+    executions = Executions([], asyncio.Event())
+    options = CheckpointOptions(store=first_store, run_id=run_id, fence=True)
+    first = asyncio.create_task(
+        OpenMultiAgent().run_tasks(_team(executions), TASKS, checkpoint=options)
+    )
+    assert executions.first_step_done is not None
+    await executions.first_step_done.wait()
+    await asyncio.sleep(0.05)  # attempt 1 commits a1 and enters its slow model call
+    second = await OpenMultiAgent().restore(
+        _team(executions),
+        checkpoint=CheckpointOptions(store=second_store, run_id=run_id, fence=True),
+    )
+    with pytest.raises(CheckpointFencedError):
+        await first
+    assert second.success and second.identity.attempt == 2
+    assert executions.by_attempt == [(1, "a1"), (2, "a2")]  # a2 ran once, by the new attempt
+    final = await Checkpoint(second_store, run_id=run_id).load_latest()
+    assert isinstance(final, CheckpointSnapshotV4) and final.identity.attempt == 2
+    assert final.queue.completed == [second.tasks[0].id]
+    await _close(first_store, second_store)
+
+
+async def test_two_fresh_runs_of_one_run_id_cannot_both_write() -> None:
+    store, executions = InMemoryStore(), Executions([])
+    options = CheckpointOptions(store=store, run_id=RUN, fence=True)
+    done = await OpenMultiAgent().run_tasks(_team(executions), TASKS, checkpoint=options)
+    assert done.success
+    with pytest.raises(CheckpointFencedError):
+        await OpenMultiAgent().run_tasks(_team(executions), TASKS, checkpoint=options)
+
+
+async def test_a_store_without_cas_runs_unfenced_with_a_warning() -> None:
+    warnings: list[str] = []
+    executions = Executions([])
+    result = await OpenMultiAgent(
+        on_progress=lambda e: (
+            warnings.append(str(e.data.get("kind"))) if e.type == "warning" else None
+        ),
+    ).run_tasks(
+        _team(executions),
+        TASKS,
+        checkpoint=CheckpointOptions(store=NoCasStore(), run_id=RUN, fence=True),
+    )
+    assert result.success and warnings == ["fencing_unavailable"]
+
+
+SLOW_SPEC = {
+    "mode": "tasks",
+    "agents": [
+        {
+            "name": "w",
+            "tools": ["ledger_append"],
+            "model": {
+                "provider": "scripted",
+                "script": [
+                    {
+                        "tool_calls": [
+                            {"id": "t1", "name": "ledger_append", "input": {"entry": "first"}}
+                        ]
+                    },
+                    {
+                        "tool_calls": [
+                            {"id": "t2", "name": "ledger_append", "input": {"entry": "second"}}
+                        ],
+                        "delay": 3.0,
+                    },
+                    {"text": "both recorded"},
+                ],
+            },
+        }
+    ],
+    "tasks": [{"title": "Record", "description": "Record two entries.", "assignee": "w"}],
+}
+
+
+def _oma_run(spec: Path, events: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "oma",
+            "run",
+            str(spec),
+            "--run-id",
+            "two-live",
+            "--events",
+            str(events),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _executed(events: Path) -> list[str]:
+    if not events.exists():
+        return []
+    rows = [json.loads(line) for line in events.read_text().splitlines()]
+    return [row["toolCallId"] for row in rows if row["type"] == "tool_call" and row["executed"]]
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("backend", ["file", "redis", "postgres"], indirect=True)
+def test_two_live_oma_run_processes_one_wins(backend: Any, tmp_path: Path) -> None:
+    store: dict[str, Any]
+    if backend.name == "file":
+        store = {"file": {"path": backend.url.removeprefix("file://")}}
+    elif backend.name == "redis":
+        store = {
+            "redis": {"urlEnv": "OMA_TEST_STORE_URL", "namespace": f"two-{uuid.uuid4().hex[:8]}"}
+        }
+    else:
+        store = {
+            "postgres": {"dsnEnv": "OMA_TEST_STORE_URL", "schema": f"two_{uuid.uuid4().hex[:8]}"}
+        }
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({**SLOW_SPEC, "store": store}))
+    env = {
+        **os.environ,
+        "OMA_TEST_STORE_URL": backend.url,
+        "OMA_LEDGER_PATH": str(tmp_path / "ledger.jsonl"),
+    }
+    first = _oma_run(spec, tmp_path / "first.events", env)
+    deadline = time.monotonic() + 60
+    while "t1" not in _executed(tmp_path / "first.events"):
+        assert first.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    second = _oma_run(spec, tmp_path / "second.events", env)
+    second_out, _ = second.communicate(timeout=120)
+    first_out, _ = first.communicate(timeout=120)
+    assert second.returncode == 0, second_out
+    assert first.returncode == 12 and "fenced" in first_out, first_out
+    assert _executed(tmp_path / "first.events") == ["t1"]  # nothing after the takeover
+    assert _executed(tmp_path / "second.events") == ["t2"]
+    assert "attempt 2" in second_out
+    entries = [
+        json.loads(line)["entry"] for line in (tmp_path / "ledger.jsonl").read_text().splitlines()
+    ]
+    assert entries == ["first", "second"]
