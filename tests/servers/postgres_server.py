@@ -48,6 +48,7 @@ class PostgresServer:
     port: int = 0
     workdir: Path = field(default_factory=lambda: make_workdir("oma-pg-"))
     _process: subprocess.Popen[bytes] | None = None
+    _argv: list[str] = field(default_factory=list)
 
     @property
     def run_as(self) -> str | None:
@@ -85,6 +86,7 @@ class PostgresServer:
             self._process = spawn(argv, log, user=self.run_as)
             try:
                 wait_until(self._answers, self._process, log, "postgres")
+                self._argv = argv
                 return self
             except Exception:
                 if self._process.poll() is None or "already in use" not in log.read_text():
@@ -97,6 +99,17 @@ class PostgresServer:
                 return True
         except psycopg.OperationalError:
             return False
+
+    def pause(self) -> None:
+        """Stop the server ("fast" shutdown: clients are disconnected) until ``resume``."""
+        assert self._process is not None
+        stop(self._process, signal.SIGINT)
+
+    def resume(self) -> None:
+        """Start the server again on the same port with the same data directory."""
+        log = self.workdir / "pg.log"
+        self._process = spawn(self._argv, log, user=self.run_as)
+        wait_until(self._answers, self._process, log, "postgres")
 
     def close(self) -> None:
         if self._process is not None:

@@ -33,7 +33,9 @@ class RedisServer:
     tls_port: int = 0
     workdir: Path = field(default_factory=lambda: make_workdir("oma-redis-"))
     tls: TlsFiles | None = None
+    persistent: bool = False  # append-only file, fsync always: data survives a restart
     _process: subprocess.Popen[bytes] | None = None
+    _argv: list[str] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -58,7 +60,8 @@ class RedisServer:
                 "--bind", "127.0.0.1",
                 "--dir", str(self.workdir),
                 "--save", "",
-                "--appendonly", "no",
+                "--appendonly", "yes" if self.persistent else "no",
+                "--appendfsync", "always",
                 "--daemonize", "no",
                 "--requirepass", self.password,
                 "--user", self.user, "on", f">{self.user_password}", "~*", "&*", "+@all",
@@ -71,6 +74,7 @@ class RedisServer:
             self._process = spawn(argv, log)
             try:
                 wait_until(self._answers, self._process, log, "redis-server")
+                self._argv = argv
                 return self
             except Exception:
                 if self._process.poll() is None or "Address already in use" not in log.read_text():
@@ -90,6 +94,17 @@ class RedisServer:
                 return b"PONG" in reply
         except OSError:
             return False
+
+    def pause(self) -> None:
+        """Stop the server process (clients see connection errors) until ``resume``."""
+        assert self._process is not None
+        stop(self._process, signal.SIGTERM)
+
+    def resume(self) -> None:
+        """Start the server again on the same ports with the same data directory."""
+        log = self.workdir / "redis.log"
+        self._process = spawn(self._argv, log)
+        wait_until(self._answers, self._process, log, "redis-server")
 
     def close(self) -> None:
         if self._process is not None:
