@@ -1,0 +1,120 @@
+"""Fixtures for tests that need a real Kubernetes API server.
+
+Default: a session-wide devcluster (etcd + kube-apiserver + kube-controller-manager from
+the binaries built by hack/k8s/ensure-binaries, plus the process-running node agent).
+``E2E_CLUSTER=existing``: use the cluster in ``KUBECONFIG`` instead (e.g. kind); tests
+that need node-agent-only abilities are skipped there.
+Missing binaries skip these tests, unless ``OMA_REQUIRE_CLUSTER=1`` (CI) makes it an error.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Coroutine, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from devcluster import DevCluster, KubeClient, MissingBinaryError, NodeAgent
+from devcluster.binaries import build_times, find_binary, find_tool
+from devcluster.kubeconfig import load_kubeconfig
+from tests.cluster.helpers import wait_for
+
+T = TypeVar("T")
+EXISTING = os.environ.get("E2E_CLUSTER", "") == "existing"
+_timings: dict[str, str] = {}
+
+
+@dataclass
+class ClusterHandle:
+    """What tests may know about the cluster, whichever kind it is."""
+
+    kubeconfig: Path
+    local: DevCluster | None
+
+    def mint_kubeconfig(self, user: str, groups: tuple[str, ...] = ()) -> Path:
+        if self.local is None:
+            pytest.skip("minting client certificates needs the local devcluster CA")
+        return self.local.mint_kubeconfig(user, groups)
+
+    @property
+    def agent(self) -> NodeAgent:
+        if self.local is None:
+            pytest.skip("needs the devcluster node agent (not available with E2E_CLUSTER=existing)")
+        return self.local.agent
+
+    async def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` (e.g. a node agent method) in the local cluster's event loop."""
+        if self.local is None:
+            coro.close()
+            pytest.skip("needs the devcluster node agent (not available with E2E_CLUSTER=existing)")
+        return await self.local.call(coro)
+
+    def tool(self, name: str) -> str:
+        path = find_tool(name)
+        if path is None:
+            pytest.skip(f"{name} not found: run hack/k8s/ensure-binaries or put it on PATH")
+        return str(path)
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[ClusterHandle]:
+    if EXISTING:
+        kubeconfig = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
+        path = Path(kubeconfig) if kubeconfig else Path.home() / ".kube" / "config"
+        _timings["cluster"] = f"existing cluster from {path}"
+        yield ClusterHandle(path, None)
+        return
+    try:
+        for name in ("etcd", "kube-apiserver", "kube-controller-manager"):
+            find_binary(name)
+    except MissingBinaryError as exc:
+        if os.environ.get("OMA_REQUIRE_CLUSTER") == "1":
+            raise
+        pytest.skip(str(exc))
+    begin = time.monotonic()
+    local = DevCluster().start()
+    _timings["warm start"] = (
+        f"{time.monotonic() - begin:.1f}s (control plane + node agent, cached binaries)"
+    )
+    try:
+        yield ClusterHandle(local.kubeconfig, local)
+    finally:
+        local.stop()
+
+
+@pytest.fixture
+async def kube(cluster: ClusterHandle) -> AsyncIterator[KubeClient]:
+    async with KubeClient(load_kubeconfig(cluster.kubeconfig)) as client:
+        yield client
+
+
+@pytest.fixture
+async def namespace(kube: KubeClient) -> AsyncIterator[str]:
+    """A fresh namespace whose ``default`` ServiceAccount exists (pods need it)."""
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    await kube.create(
+        "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    )
+
+    async def sa_ready() -> bool:
+        return await kube.exists(f"/api/v1/namespaces/{name}/serviceaccounts/default")
+
+    await wait_for(sa_ready, 30, "the namespace's default ServiceAccount")
+    yield name
+    await kube.delete(f"/api/v1/namespaces/{name}")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not _timings:
+        return
+    cold = build_times()
+    terminalreporter.section("kubernetes test cluster")
+    if cold:
+        terminalreporter.write_line(f"cold build of binaries (hack/k8s/ensure-binaries): {cold}")
+    for key, value in _timings.items():
+        terminalreporter.write_line(f"{key}: {value}")

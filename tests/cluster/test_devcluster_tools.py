@@ -1,0 +1,118 @@
+"""devcluster's own guarantees that need no cluster: clear errors, no orphans, expansion."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from devcluster import ControlPlane, MissingBinaryError, PortInUseError
+from devcluster.controlplane import ControlPlaneOptions, Ports
+from devcluster.podenv import expand, field_value
+from devcluster.podstatus import exit_code
+
+
+async def test_missing_binary_says_to_run_ensure_binaries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OMA_K8S_BIN", str(tmp_path / "empty"))
+    cp = ControlPlane(tmp_path / "work")
+    with pytest.raises(MissingBinaryError, match="hack/k8s/ensure-binaries"):
+        await cp.start()
+
+
+async def test_taken_port_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("etcd", "kube-apiserver", "kube-controller-manager"):
+        (bin_dir / name).write_text("#!/bin/sh\nexit 1\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("OMA_K8S_BIN", str(bin_dir))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cp = ControlPlane(tmp_path / "work", ControlPlaneOptions(ports=Ports(apiserver=port)))
+        with pytest.raises(PortInUseError, match=f"port {port} .*kube-apiserver.* is taken"):
+            await cp.start()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead too (its parent, init here, may not have reaped it yet).
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split(") ")[-1][0] != "Z"
+
+
+def test_children_die_with_a_killed_parent(tmp_path: Path) -> None:
+    """A SIGKILLed owner (no atexit, no cleanup) leaves no child behind."""
+    pid_file = tmp_path / "child.pid"
+    script = textwrap.dedent(f"""
+        import asyncio, os, sys
+        sys.path.insert(0, {str(Path(__file__).resolve().parents[2] / "hack")!r})
+        from pathlib import Path
+        from devcluster.procs import ChildProcess
+
+        async def main():
+            child = await ChildProcess.spawn(
+                "sleeper", ["sleep", "300"], Path({str(tmp_path / "log")!r})
+            )
+            Path({str(pid_file)!r}).write_text(str(child.pid))
+            await asyncio.sleep(300)
+
+        asyncio.run(main())
+    """)
+    owner = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        deadline = time.monotonic() + 20
+        while not pid_file.exists() or not pid_file.read_text():
+            assert time.monotonic() < deadline, "the owner did not start its child"
+            time.sleep(0.05)
+        child = int(pid_file.read_text())
+        assert _alive(child)
+        owner.kill()
+        owner.wait()
+        deadline = time.monotonic() + 10
+        while _alive(child):
+            assert time.monotonic() < deadline, f"child {child} outlived its killed owner"
+            time.sleep(0.05)
+    finally:
+        owner.kill()
+        owner.wait()
+
+
+def test_kubelet_style_expansion_and_fields() -> None:
+    env = {"A": "x", "B": "y"}
+    assert expand("$(A)-$(B)-$$(A)-$(MISSING)", env) == "x-y-$(A)-$(MISSING)"
+    pod = {
+        "metadata": {"name": "p", "namespace": "n", "uid": "u", "labels": {"app": "a"}},
+        "spec": {"nodeName": "node"},
+    }
+    assert field_value(pod, "metadata.uid") == "u"
+    assert field_value(pod, "metadata.labels['app']") == "a"
+    assert field_value(pod, "spec.nodeName") == "node"
+    assert exit_code(-15) == 143
+    assert exit_code(3) == 3
+
+
+async def test_spawned_process_group_is_stopped(tmp_path: Path) -> None:
+    from devcluster.procs import ChildProcess
+
+    child = await ChildProcess.spawn(
+        "trapper",
+        ["sh", "-c", "trap '' TERM; sleep 60 & wait"],
+        tmp_path / "log",
+    )
+    await asyncio.sleep(0.2)
+    code = await child.stop(grace=0.5)  # ignores SIGTERM: SIGKILL after the grace period
+    assert exit_code(code) == 137
