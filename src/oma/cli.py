@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 
 from oma import __version__
+from oma.cli_approvals import app as approvals_app
 from oma.cli_run import EXIT_BAD_INPUT, EXIT_INTERRUPTED, run_command
 from oma.errors import CheckpointFencedError, OmaError
 from oma.local_run import EXIT_FENCED
@@ -26,6 +27,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
+
+
+app.add_typer(approvals_app, name="approvals")
 
 
 @app.command()

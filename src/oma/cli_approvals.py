@@ -1,0 +1,228 @@
+"""``oma approvals``: list, show and decide durable approval requests in a store.
+
+Exit codes: 0 done; 1 the ledger refused (not found, stale hash, already decided, tampered
+row: the error code is printed); 2 bad input (no store, bad URL, short hash).
+
+Deciding requires ``--hash`` with (a prefix of at least 12 characters of) the request hash that
+``show`` prints: a reviewer confirms exactly the content they looked at, and a request whose
+content changed since then is refused as stale.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from oma.approval.errors import DurableApprovalError
+from oma.approval.ledger import ApprovalRecord, DurableApprovalLedger
+from oma.errors import OmaError
+from oma.store.base import MemoryStore
+from oma.store.reserved import APPROVAL_KEY_PREFIX
+from oma.store.urls import open_store
+
+T = TypeVar("T")
+MIN_HASH_PREFIX = 12
+EXIT_APPROVAL_ERROR, EXIT_BAD_INPUT = 1, 2
+app = typer.Typer(help="List, show and decide durable approval requests.", no_args_is_help=True)
+console = Console(highlight=False, soft_wrap=True)
+
+StoreOption = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        help="Store URL (memory://, file://, redis://, postgresql://); default $OMA_STORE_URL.",
+    ),
+]
+RunOption = Annotated[str | None, typer.Option("--run-id", help="Only this run's requests.")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+
+
+def _with_store(url: str | None, action: Callable[[MemoryStore], Awaitable[T]]) -> T:
+    """Run ``action`` on the store; any error is one line and a documented exit code."""
+    try:
+        return _run_on_store(url, action)
+    except DurableApprovalError as exc:
+        console.print(f"[red]error:[/] {exc.code}: {exc}")
+        raise typer.Exit(EXIT_APPROVAL_ERROR) from exc
+    except OmaError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(EXIT_BAD_INPUT) from exc
+
+
+def _run_on_store(url: str | None, action: Callable[[MemoryStore], Awaitable[T]]) -> T:
+    chosen = url or os.environ.get("OMA_STORE_URL")
+    if not chosen:
+        raise OmaError("no store: pass --store URL or set OMA_STORE_URL")
+    try:
+        store = open_store(chosen)
+    except ValueError as exc:
+        raise OmaError(str(exc)) from exc
+
+    async def run() -> T:
+        try:
+            return await action(store)
+        finally:
+            closer = getattr(store, "aclose", None)
+            if callable(closer):
+                await closer()
+
+    return asyncio.run(run())
+
+
+async def _records(store: MemoryStore, run_id: str | None) -> list[ApprovalRecord]:
+    ledger = DurableApprovalLedger(store)
+    found = []
+    for entry in await store.list():
+        if not entry.key.startswith(APPROVAL_KEY_PREFIX):
+            continue
+        record = await ledger.get(entry.key.removeprefix(APPROVAL_KEY_PREFIX))
+        if record is not None and (run_id is None or record.request.run_id == run_id):
+            found.append(record)
+    return found
+
+
+def _state(record: ApprovalRecord) -> str:
+    return record.decision.decision if record.decision else "pending"
+
+
+@app.command("list")
+def list_requests(
+    store: StoreOption = None, run_id: RunOption = None, as_json: JsonOption = False
+) -> None:
+    """Every approval request in the store (or of one run), decided or not."""
+    records = _with_store(store, lambda s: _records(s, run_id))
+    if as_json:
+        typer.echo(json.dumps([r.to_wire() for r in records], indent=2, ensure_ascii=False))
+        return
+    if not records:
+        console.print("no approval requests")
+        return
+    # Plain columns, never truncated: ids and hashes are meant to be copied.
+    rows = [("REQUEST", "RUN", "SCOPE", "STATE", "REVIEWER", "BOUNDARY")] + [
+        (
+            r.request.id,
+            r.request.run_id,
+            r.request.scope,
+            _state(r),
+            r.decision.reviewer.id if r.decision else "-",
+            r.request.boundary,
+        )
+        for r in records
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+        typer.echo("  ".join([*cells, row[-1]]))
+
+
+@app.command()
+def show(request_id: str, store: StoreOption = None, as_json: JsonOption = False) -> None:
+    """The exact content a decision binds to, and its hash."""
+    record = _with_store(store, lambda s: _one(s, request_id))
+    if as_json:
+        typer.echo(json.dumps(record.to_wire(), indent=2, ensure_ascii=False))
+        return
+    request = record.request
+    console.print(
+        f"request   {request.id}\nrun       {request.run_id}\nscope     {request.scope}"
+        f"\nboundary  {request.boundary}\nrequested {request.requested_at}"
+    )
+    if request.reason:
+        console.print(f"reason    {request.reason}")
+    console.print(f"hash      {request.request_hash}\ncontent:")
+    console.print_json(json.dumps(request.content, ensure_ascii=False))
+    if record.decision is not None:
+        d = record.decision
+        console.print(f"decision  {d.decision} by {d.reviewer.id} at {d.decided_at}")
+    else:
+        console.print(
+            f"decide with: oma approvals approve {request.id} --reviewer NAME "
+            f"--hash {request.request_hash[:MIN_HASH_PREFIX]}"
+        )
+
+
+async def _one(store: MemoryStore, request_id: str) -> ApprovalRecord:
+    record = await DurableApprovalLedger(store).get(request_id)
+    if record is None:
+        raise DurableApprovalError("APPROVAL_NOT_FOUND", f"No approval request {request_id}.")
+    return record
+
+
+ReviewerOption = Annotated[str, typer.Option("--reviewer", help="Who decides (recorded).")]
+HashOption = Annotated[
+    str,
+    typer.Option(
+        "--hash", help="The request hash you reviewed (at least its first 12 characters)."
+    ),
+]
+NameOption = Annotated[str | None, typer.Option("--display-name", help="Reviewer's name.")]
+
+
+def _decide(
+    word: str,
+    request_id: str,
+    reviewer: str,
+    seen_hash: str,
+    display_name: str | None,
+    store: str | None,
+) -> None:
+    if len(seen_hash) < MIN_HASH_PREFIX:
+        console.print(
+            f"[red]error:[/] --hash needs at least {MIN_HASH_PREFIX} characters of "
+            "the request hash (oma approvals show prints it)"
+        )
+        raise typer.Exit(EXIT_BAD_INPUT)
+
+    async def decide(s: MemoryStore) -> Any:
+        ledger = DurableApprovalLedger(s)
+        record = await _one(s, request_id)
+        if not record.request.request_hash.startswith(seen_hash.lower()):
+            raise DurableApprovalError(
+                "APPROVAL_STALE_DECISION",
+                f"{request_id} has hash {record.request.request_hash}, not {seen_hash}: the "
+                "content is not what you reviewed. Run `oma approvals show` again.",
+            )
+        who: dict[str, str] = {"id": reviewer}
+        if display_name:
+            who["displayName"] = display_name
+        return await ledger.decide(
+            request_id=request_id,
+            request_hash=record.request.request_hash,
+            decision=word,
+            reviewer=who,
+        )
+
+    decision = _with_store(store, decide)
+    console.print(
+        f"{decision.decision} {request_id} as {decision.reviewer.id} (hash {decision.request_hash})"
+    )
+
+
+@app.command()
+def approve(
+    request_id: str,
+    reviewer: ReviewerOption,
+    hash_: HashOption,
+    display_name: NameOption = None,
+    store: StoreOption = None,
+) -> None:
+    """Approve exactly the content with this hash; the first decision wins."""
+    _decide("approve", request_id, reviewer, hash_, display_name, store)
+
+
+@app.command()
+def reject(
+    request_id: str,
+    reviewer: ReviewerOption,
+    hash_: HashOption,
+    display_name: NameOption = None,
+    store: StoreOption = None,
+) -> None:
+    """Reject the request; a rejected tool call becomes a denied result, other gates end the run."""
+    _decide("reject", request_id, reviewer, hash_, display_name, store)
