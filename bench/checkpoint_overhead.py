@@ -1,0 +1,272 @@
+"""Checkpoint save cost per backend, against a raw write of the same bytes, and write
+amplification of a long conversation.
+
+    .venv/bin/python bench/checkpoint_overhead.py [--quick]
+
+Starts its own redis-server and PostgreSQL as child processes (Debian packages, as the tests
+use) and stops them at the end. Prints, per backend and snapshot size (about 10 KB, 100 KB,
+1 MB): p50/p99 of ``Checkpoint.save`` (plain and fenced) and of a raw ``set`` of the same
+string to the same store in the same run, and their ratio. Then runs a 300-turn agent
+conversation on each backend and prints total bytes written / final snapshot size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "src")]
+
+from pydantic import BaseModel  # noqa: E402
+
+from oma.checkpoint import Checkpoint, CheckpointSnapshotV4, parse_snapshot  # noqa: E402
+from oma.llm.scripted import ScriptedAdapter  # noqa: E402
+from oma.orchestrator import CheckpointOptions, OpenMultiAgent  # noqa: E402
+from oma.store import FileStore, InMemoryStore, MemoryStore, PostgresStore, RedisStore  # noqa: E402
+from oma.store.base import Metadata  # noqa: E402
+from oma.team import AgentConfig, Team  # noqa: E402
+from oma.tools import ToolContext, define_tool  # noqa: E402
+from tests.servers.postgres_server import PostgresServer, postgres_bin_dir  # noqa: E402
+from tests.servers.redis_server import RedisServer, redis_binary  # noqa: E402
+
+SIZES = {"10 KB": 10_000, "100 KB": 100_000, "1 MB": 1_000_000}
+
+
+def snapshot_of_size(target: int) -> CheckpointSnapshotV4:
+    """A realistic v4 snapshot: one in-flight task whose conversation fills ``target`` bytes."""
+    base: dict[str, Any] = {
+        "version": 4,
+        "mode": "runTasks",
+        "createdAt": "2026-11-29T00:00:00.000Z",
+        "identity": {
+            "runId": "bench",
+            "attempt": 1,
+            "lastTraceId": "a" * 32,
+            "lastRootSpanId": "b" * 16,
+        },
+        "queue": {
+            "version": 1,
+            "tasks": [
+                {
+                    "id": "t1",
+                    "title": "Bench",
+                    "description": "d",
+                    "status": "in_progress",
+                    "assignee": "w",
+                    "createdAt": "2026-11-29T00:00:00.000Z",
+                    "updatedAt": "2026-11-29T00:00:00.000Z",
+                }
+            ],
+            "pending": [],
+            "inProgress": ["t1"],
+            "completed": [],
+            "failed": [],
+            "blocked": [],
+            "skipped": [],
+        },
+        "completedTaskResults": [],
+        "pendingApprovals": [],
+        "approvalDecisions": [],
+        "inFlightTasks": [
+            {
+                "taskId": "t1",
+                "assignee": "w",
+                "phase": "awaiting_model",
+                "conversationMessages": [],
+                "messages": [],
+                "tokenUsage": {"input_tokens": 1, "output_tokens": 1},
+                "toolCalls": [],
+                "turns": 0,
+            }
+        ],
+    }
+    turn = 0
+    while len(json.dumps(base)) < target:
+        text = f"turn {turn}: " + "lorem ipsum dolor sit amet " * 40
+        message = {
+            "role": "user" if turn % 2 == 0 else "assistant",
+            "content": [{"type": "text", "text": text}],
+        }
+        base["inFlightTasks"][0]["conversationMessages"].append(message)
+        turn += 1
+    return parse_snapshot(base, "bench")  # type: ignore[return-value]
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+async def timed(action: Callable[[], Awaitable[Any]], repeats: int) -> list[float]:
+    samples = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        await action()
+        samples.append((time.perf_counter() - started) * 1000)
+    return samples
+
+
+async def measure_saves(store: MemoryStore, label: str, repeats: int) -> list[str]:
+    rows = []
+    for size_name, size in SIZES.items():
+        snapshot = snapshot_of_size(size)
+        text = snapshot.to_json()
+        count = max(5, repeats // (4 if size >= 1_000_000 else 1))
+        checkpoint = Checkpoint(store, run_id=f"bench-{label}")
+        raw = await timed(lambda: store.set("bench/raw", text), count)
+        plain = await timed(lambda: checkpoint.save(snapshot), count)
+        state: dict[str, str | None] = {"expected": (await store.get(checkpoint.key)).value}  # type: ignore[union-attr]
+
+        async def fenced() -> None:
+            state["expected"] = await checkpoint.save_if(snapshot, state["expected"])
+
+        fenced_samples = await timed(fenced, count) if hasattr(store, "compare_and_set") else []
+        p50_raw = statistics.median(raw)
+        fenced_cell = (
+            f"{statistics.median(fenced_samples):7.2f} {percentile(fenced_samples, 0.99):7.2f}"
+            if fenced_samples
+            else f"{'-':>7} {'-':>7}"
+        )
+        rows.append(
+            f"{label:9} {size_name:>6} {len(text):>9} "
+            f"{p50_raw:7.2f} {percentile(raw, 0.99):7.2f}  "
+            f"{statistics.median(plain):7.2f} {percentile(plain, 0.99):7.2f}  {fenced_cell}  "
+            f"{statistics.median(plain) / p50_raw:6.2f}x"
+        )
+    return rows
+
+
+class CountingStore:
+    """Counts the bytes of every value written through it."""
+
+    def __init__(self, inner: MemoryStore) -> None:
+        self.inner = inner
+        self.written = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def set(self, key: str, value: str, metadata: Metadata | None = None) -> None:
+        self.written += len(value.encode())
+        await self.inner.set(key, value, metadata)
+
+
+class NoteInput(BaseModel):
+    note: str
+
+
+async def amplification(store: MemoryStore, turns: int) -> tuple[int, int, float]:
+    async def note(args: NoteInput, ctx: ToolContext) -> str:
+        return f"noted {args.note}"
+
+    script: list[dict[str, Any]] = [
+        {"tool_calls": [{"id": f"c{i}", "name": "note", "input": {"note": f"finding {i} " * 8}}]}
+        for i in range(turns - 1)
+    ] + [{"text": "done"}]
+    agent = AgentConfig(
+        name="w",
+        adapter=ScriptedAdapter(script),
+        max_turns=turns + 1,
+        tools=[define_tool("note", "Note.", NoteInput, note)],
+    )
+    counting = CountingStore(store)
+    started = time.perf_counter()
+    result = await OpenMultiAgent().run_tasks(
+        Team(name="amp", agents=[agent]),
+        [{"title": "Long", "description": "Many turns."}],
+        checkpoint=CheckpointOptions(store=counting, run_id="amp"),
+    )  # type: ignore[arg-type]
+    elapsed = time.perf_counter() - started
+    assert result.success, result.status
+    final = await store.get("__oma_checkpoint__/amp/latest")
+    assert final is not None
+    return counting.written, len(final.value.encode()), elapsed
+
+
+@asynccontextmanager
+async def backends(workdir: Path) -> AsyncIterator[dict[str, Callable[[], Awaitable[MemoryStore]]]]:
+    redis_path, pg_dir = redis_binary(), postgres_bin_dir()
+    redis_server = RedisServer(redis_path).start() if redis_path else None
+    pg_server = PostgresServer(pg_dir).start() if pg_dir else None
+    counter = iter(range(1000))
+
+    async def memory() -> MemoryStore:
+        return InMemoryStore()
+
+    async def file() -> MemoryStore:
+        return FileStore(workdir / f"bench-{next(counter)}.json")
+
+    async def redis() -> MemoryStore:
+        assert redis_server is not None
+        return RedisStore(redis_server.url, namespace=f"bench{next(counter)}")
+
+    async def postgres() -> MemoryStore:
+        assert pg_server is not None
+        store = PostgresStore(pg_server.dsn(), schema=f"bench{next(counter)}")
+        await store.open()
+        return store
+
+    made: dict[str, Callable[[], Awaitable[MemoryStore]]] = {"memory": memory, "file": file}
+    if redis_server:
+        made["redis"] = redis
+    if pg_server:
+        made["postgres"] = postgres
+    try:
+        yield made
+    finally:
+        for server in (redis_server, pg_server):
+            if server is not None:
+                server.close()
+
+
+async def main(quick: bool) -> None:
+    repeats, turns = (10, 60) if quick else (60, 300)
+    print(
+        f"# checkpoint overhead · {platform.node()} · {platform.processor() or platform.machine()}"
+        f" · Python {platform.python_version()} · {'quick' if quick else 'full'} run"
+    )
+    print("times in ms; ratio = p50 plain save / p50 raw set of the same string, same store\n")
+    print(
+        f"{'backend':9} {'size':>6} {'bytes':>9} {'raw p50':>7} {'p99':>7}  "
+        f"{'save p50':>7} {'p99':>7}  {'fenced':>7} {'p99':>7}  {'ratio':>7}"
+    )
+    with tempfile.TemporaryDirectory(prefix="oma-bench-") as tmp:
+        async with backends(Path(tmp)) as stores:
+            for name, make in stores.items():
+                store = await make()
+                for row in await measure_saves(store, name, repeats):
+                    print(row)
+                await _close(store)
+            print(
+                f"\nwrite amplification over a {turns}-turn conversation "
+                "(every boundary saves the whole snapshot):"
+            )
+            print(f"{'backend':9} {'written':>12} {'final':>10} {'ratio':>8} {'run s':>7}")
+            for name, make in stores.items():
+                store = await make()
+                written, final, elapsed = await amplification(store, turns)
+                print(f"{name:9} {written:>12} {final:>10} {written / final:>7.1f}x {elapsed:7.2f}")
+                await _close(store)
+
+
+async def _close(store: MemoryStore) -> None:
+    closer = getattr(store, "aclose", None)
+    if callable(closer):
+        await closer()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repeats and turns")
+    asyncio.run(main(parser.parse_args().quick))
