@@ -29,6 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "src")]
 
 from pydantic import BaseModel  # noqa: E402
+from tests.servers.postgres_server import PostgresServer, postgres_bin_dir  # noqa: E402
+from tests.servers.redis_server import RedisServer, redis_binary  # noqa: E402
 
 from oma.checkpoint import Checkpoint, CheckpointSnapshotV4, parse_snapshot  # noqa: E402
 from oma.llm.scripted import ScriptedAdapter  # noqa: E402
@@ -37,8 +39,6 @@ from oma.store import FileStore, InMemoryStore, MemoryStore, PostgresStore, Redi
 from oma.store.base import Metadata  # noqa: E402
 from oma.team import AgentConfig, Team  # noqa: E402
 from oma.tools import ToolContext, define_tool  # noqa: E402
-from tests.servers.postgres_server import PostgresServer, postgres_bin_dir  # noqa: E402
-from tests.servers.redis_server import RedisServer, redis_binary  # noqa: E402
 
 SIZES = {"10 KB": 10_000, "100 KB": 100_000, "1 MB": 1_000_000}
 
@@ -120,31 +120,37 @@ async def timed(action: Callable[[], Awaitable[Any]], repeats: int) -> list[floa
 async def measure_saves(store: MemoryStore, label: str, repeats: int) -> list[str]:
     rows = []
     for size_name, size in SIZES.items():
-        snapshot = snapshot_of_size(size)
-        text = snapshot.to_json()
         count = max(5, repeats // (4 if size >= 1_000_000 else 1))
-        checkpoint = Checkpoint(store, run_id=f"bench-{label}")
-        raw = await timed(lambda: store.set("bench/raw", text), count)
-        plain = await timed(lambda: checkpoint.save(snapshot), count)
-        state: dict[str, str | None] = {"expected": (await store.get(checkpoint.key)).value}  # type: ignore[union-attr]
-
-        async def fenced() -> None:
-            state["expected"] = await checkpoint.save_if(snapshot, state["expected"])
-
-        fenced_samples = await timed(fenced, count) if hasattr(store, "compare_and_set") else []
-        p50_raw = statistics.median(raw)
-        fenced_cell = (
-            f"{statistics.median(fenced_samples):7.2f} {percentile(fenced_samples, 0.99):7.2f}"
-            if fenced_samples
-            else f"{'-':>7} {'-':>7}"
-        )
-        rows.append(
-            f"{label:9} {size_name:>6} {len(text):>9} "
-            f"{p50_raw:7.2f} {percentile(raw, 0.99):7.2f}  "
-            f"{statistics.median(plain):7.2f} {percentile(plain, 0.99):7.2f}  {fenced_cell}  "
-            f"{statistics.median(plain) / p50_raw:6.2f}x"
-        )
+        rows.append(await measure_size(store, label, size_name, snapshot_of_size(size), count))
     return rows
+
+
+async def measure_size(
+    store: MemoryStore, label: str, size_name: str, snapshot: CheckpointSnapshotV4, count: int
+) -> str:
+    text = snapshot.to_json()
+    checkpoint = Checkpoint(store, run_id=f"bench-{label}")
+    raw = await timed(lambda: store.set("bench/raw", text), count)
+    plain = await timed(lambda: checkpoint.save(snapshot), count)
+    stored = await store.get(checkpoint.key)
+    state: dict[str, str | None] = {"expected": stored.value if stored else None}
+
+    async def fenced() -> None:
+        state["expected"] = await checkpoint.save_if(snapshot, state["expected"])
+
+    fenced_samples = await timed(fenced, count) if hasattr(store, "compare_and_set") else []
+    p50_raw = statistics.median(raw)
+    fenced_cell = (
+        f"{statistics.median(fenced_samples):7.2f} {percentile(fenced_samples, 0.99):7.2f}"
+        if fenced_samples
+        else f"{'-':>7} {'-':>7}"
+    )
+    return (
+        f"{label:9} {size_name:>6} {len(text):>9} "
+        f"{p50_raw:7.2f} {percentile(raw, 0.99):7.2f}  "
+        f"{statistics.median(plain):7.2f} {percentile(plain, 0.99):7.2f}  {fenced_cell}  "
+        f"{statistics.median(plain) / p50_raw:6.2f}x"
+    )
 
 
 class CountingStore:
