@@ -69,6 +69,12 @@ class CheckpointFencedError(CheckpointError):
         )
 
 
+class RunDrained(OmaError):
+    """The run was asked to stop (e.g. SIGTERM) and stopped at a durable boundary."""
+
+    code = "DRAINED"
+
+
 class CheckpointDecodeError(CheckpointError):
     """The value stored at a checkpoint key is not JSON."""
 

@@ -27,6 +27,7 @@ from oma.agent.tool_approvals import ToolApprovalSupport, decided_call, live_cal
 from oma.approval.models import ApprovalRequest
 from oma.checkpoint.runner_state import InFlightTask, ToolCallCommit, ToolCallRecord
 from oma.checkpoint.runner_state import ToolResultBlock as CommittedResult
+from oma.errors import RunDrained
 from oma.llm.types import ChatRequest, LLMMessage, TextBlock, ToolResultBlock
 from oma.team import AgentConfig
 from oma.tools.define import ToolContext, ToolResult
@@ -59,6 +60,7 @@ class AgentRunner:
         approvals: ToolApprovalSupport | None = None,
         guard: Callable[[], None] | None = None,
         on_tool: Callable[[str, str, bool], None] | None = None,
+        stop_requested: Callable[[], bool] | None = None,
     ) -> None:
         self.agent = agent
         self.run_id = run_id
@@ -68,6 +70,7 @@ class AgentRunner:
         self._approvals = approvals or ToolApprovalSupport()
         self._guard = guard  # raises when this attempt may no longer run tools (fenced)
         self._on_tool = on_tool  # (tool call id, tool name, executed?) once per call
+        self._stop_requested = stop_requested  # checked at every durable boundary
         self._executed: list[str] = []
         self._replayed: list[str] = []
 
@@ -79,6 +82,8 @@ class AgentRunner:
                 conversation=[LLMMessage(role="user", content=[TextBlock(text=prompt)])]
             )
         while state.phase != "completed":
+            if self._stop_requested is not None and self._stop_requested():
+                raise RunDrained(f"task {self.task_id} stopped at a durable boundary")
             if state.phase == "executing_tools":
                 waiting = await self._run_tools(state)
                 if waiting:

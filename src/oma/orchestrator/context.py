@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -36,7 +37,7 @@ class Stop:
     Running tasks drain first; then, if ``skip_reason`` is set, every unfinished task is skipped.
     """
 
-    code: Literal["suspended", "rejected", "error"]
+    code: Literal["suspended", "rejected", "error", "cancelled"]
     message: str
     skip_reason: str | None = None
 
@@ -62,6 +63,10 @@ class RunContext:
     stop: Stop | None = None
     approved_dispatch: dict[str, ApprovalRequest] = field(default_factory=dict)
     plan_only: bool = False
+    drain: asyncio.Event | None = None  # set (e.g. on SIGTERM): stop at the next boundary
+
+    def drain_requested(self) -> bool:
+        return self.drain is not None and self.drain.is_set()
 
     def all_pending_approvals(self) -> list[ApprovalRequest]:
         """Gate requests plus tool-call requests still waiting in in-flight state."""

@@ -38,6 +38,7 @@ async def _execute_events(context: RunContext) -> None:
     try:
         while True:
             for task in _ready(context):
+                _stop_if_draining(context)
                 if context.stop is not None or len(running) >= context.max_concurrency:
                     break
                 _assign(context, task, running)
@@ -56,6 +57,9 @@ async def _execute_events(context: RunContext) -> None:
 async def _execute_rounds(context: RunContext) -> None:
     gate = context.gates.on_approval if context.gates else None
     while context.stop is None:
+        _stop_if_draining(context)
+        if context.stop is not None:
+            return
         batch = _ready(context)
         if not batch:
             return
@@ -126,6 +130,14 @@ async def _may_dispatch(context: RunContext, task: Task) -> bool:
     return False
 
 
+DRAINED = "Stopped at a durable boundary (drain requested); resume continues from there."
+
+
+def _stop_if_draining(context: RunContext) -> None:
+    if context.stop is None and context.drain_requested():
+        context.stop = Stop("cancelled", DRAINED)
+
+
 def _ready(context: RunContext) -> list[Task]:
     """Pending tasks, an approved dispatch first; an approved task that is not ready is stale."""
     pending = context.queue.by_status("pending")
@@ -170,7 +182,12 @@ async def _finish(context: RunContext) -> None:
         for task in context.queue.skip_remaining(stop.skip_reason):
             context.emit(OrchestratorEvent("task_skipped", task.assignee, task.id, {"task": task}))
         return  # drain-then-skip is not saved: the checkpoint keeps the last good state
+    if not all(task.status == "completed" for task in context.queue.tasks):
+        _stop_if_draining(context)  # a drain that arrived while the last tasks were running
+    stop = context.stop
     if stop is not None and stop.code == "suspended":
         await context.save(strict=True)
+    elif stop is not None and stop.code == "cancelled":
+        await context.save()  # flush: the next attempt starts from here
     elif all(task.status == "completed" for task in context.queue.tasks):
         await context.save()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -47,6 +48,7 @@ class OpenMultiAgent:
         on_task_dispatch: Callable[[Task], Any] | None = None,
         on_approval: Callable[[list[Task], list[Task]], Any] | None = None,
         on_tool_call: ToolCallGate | None = None,
+        drain: asyncio.Event | None = None,
     ) -> None:
         if on_approval is not None and on_task_dispatch is not None:
             raise ValueError(
@@ -54,6 +56,7 @@ class OpenMultiAgent:
                 "cannot be combined: choose one"
             )
         self.gates = Gates(on_plan_ready, on_task_dispatch, on_approval, on_tool_call)
+        self.drain = drain  # once set, every run stops at its next durable boundary
         self.default_checkpoint = checkpoint
         self.on_progress = on_progress
         self.max_concurrency = max_concurrency
@@ -155,6 +158,7 @@ class OpenMultiAgent:
             )
             context.checkpoint = activation.active
             context.gates = self.gates
+            context.drain = self.drain
             context.ledger = DurableApprovalLedger(activation.checkpoint.store)
             # With fencing, the run is claimed before any work: an older attempt still alive
             # fails its next save. If it wrote since we loaded, load its newer state instead.
@@ -261,6 +265,7 @@ class OpenMultiAgent:
             metadata=metadata,
             max_concurrency=self.max_concurrency,
             gates=self.gates,
+            drain=self.drain,
             ledger=DurableApprovalLedger(activation.checkpoint.store) if activation else None,
         )
         _warn_if_unfenced(context, activation)

@@ -12,7 +12,7 @@ from oma.agent.tool_approvals import ToolApprovalSupport
 from oma.approval.errors import DurableApprovalError
 from oma.approval.models import ApprovalRequest
 from oma.checkpoint.runner_state import InFlightTask
-from oma.errors import CheckpointFencedError
+from oma.errors import CheckpointFencedError, RunDrained
 from oma.orchestrator.context import FatalRunError, RunContext, Stop
 from oma.orchestrator.events import OrchestratorEvent
 from oma.orchestrator.prompts import task_prompt
@@ -61,10 +61,13 @@ async def run_task(context: RunContext, task: Task) -> None:
             approvals=_approval_support(context, task),
             guard=context.checkpoint.assert_current if context.checkpoint else None,
             on_tool=_tool_events(context, task),
+            stop_requested=context.drain_requested,
         )
         try:
             prompt = await task_prompt(context, task) if resume is None or attempt > 1 else ""
             outcome = await runner.run(prompt, resume if attempt == 1 else None)
+        except RunDrained:
+            return  # stays in progress; its runner state is in the checkpoint
         except (FatalRunError, DurableApprovalError, CheckpointFencedError):
             raise
         except Exception as exc:  # a task's failure (model error, bad script) may be retried
