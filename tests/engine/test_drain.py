@@ -20,7 +20,10 @@ SCRIPT: list[dict[str, Any]] = [
     },
     {"text": "done"},
 ]
-TASKS = [{"title": "A", "description": "a"}, {"title": "B", "description": "b", "dependsOn": ["A"]}]
+TASKS: list[dict[str, Any]] = [
+    {"title": "A", "description": "a"},
+    {"title": "B", "description": "b", "dependsOn": ["A"]},
+]
 
 
 def _team(log: ToolLog) -> Team:
@@ -30,14 +33,23 @@ def _team(log: ToolLog) -> Team:
     )
 
 
+async def _first_commit(store: InMemoryStore) -> None:
+    """Wait (bounded) until c1's commit is in the checkpoint."""
+    for _ in range(500):
+        entry = await store.get("__oma_checkpoint__/drain/latest")
+        if entry is not None and '"tool_use_id":"c1"' in entry.value:
+            return
+        await asyncio.sleep(0.01)  # noqa: ASYNC110 - polling another writer's store
+    raise AssertionError("c1 was never committed")
+
+
 async def test_drain_stops_at_the_next_boundary_and_resume_finishes() -> None:
     store, log, drain = InMemoryStore(), ToolLog(), asyncio.Event()
     options = CheckpointOptions(store=store, run_id="drain", fence=True)
     run = asyncio.create_task(
         OpenMultiAgent(drain=drain).run_tasks(_team(log), TASKS, checkpoint=options)
     )
-    while log.ids() != ["c1"]:
-        await asyncio.sleep(0.01)
+    await _first_commit(store)
     drain.set()  # arrives while the slow second model call is in flight
     result = await run
     assert result.status.code == "cancelled"
