@@ -39,7 +39,7 @@ async def _first_commit(store: InMemoryStore) -> None:
         entry = await store.get("__oma_checkpoint__/drain/latest")
         if entry is not None and '"tool_use_id":"c1"' in entry.value:
             return
-        await asyncio.sleep(0.01)  # noqa: ASYNC110 - polling another writer's store
+        await asyncio.sleep(0.01)
     raise AssertionError("c1 was never committed")
 
 
