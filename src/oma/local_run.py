@@ -7,6 +7,7 @@ starts fresh.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,12 +44,15 @@ async def run_spec(
     default_store_path: Path,
     on_progress: ProgressCallback | None = None,
     on_start: Callable[[bool], None] | None = None,
+    drain: asyncio.Event | None = None,
 ) -> LocalRun:
     store = open_store(spec.store, default_store_path)
     team = build_team(spec, tools, name=run_id)
     coordinator = build_coordinator(spec, tools)
     checkpoint = CheckpointOptions(store=store, run_id=run_id, fence=True)
-    orchestrator = OpenMultiAgent(on_progress=on_progress, max_concurrency=spec.max_concurrency)
+    orchestrator = OpenMultiAgent(
+        on_progress=on_progress, max_concurrency=spec.max_concurrency, drain=drain
+    )
     resumed = await Checkpoint(store, run_id=run_id).load_latest() is not None
     if on_start is not None:
         on_start(resumed)

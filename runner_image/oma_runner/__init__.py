@@ -1,0 +1,1 @@
+"""What a runner pod executes: run spec -> team -> restore() -> exit code + termination message."""

@@ -1,0 +1,3 @@
+from oma_runner.main import main
+
+main()

@@ -1,0 +1,71 @@
+"""The runner's inputs, all from its pod: the run spec, the run id, the attempt, paths."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from oma import jsonutil
+from oma.errors import OmaError
+from oma.spec import RunSpec
+
+SPEC_ENV, SPEC_FILE_ENV = "OMA_RUN_SPEC", "OMA_RUN_SPEC_FILE"
+DEFAULT_TERMINATION_LOG = "/dev/termination-log"
+# Set only by the local test node agent (hack/devcluster): it roots container paths there.
+POD_ROOT_ENV = "DEVCLUSTER_POD_ROOT"
+
+
+class RunnerConfigError(OmaError):
+    code = "RUNNER_CONFIG"
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    spec: RunSpec
+    run_id: str
+    attempt: int
+    termination_log: Path
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> RunnerConfig:
+        env = dict(os.environ) if env is None else env
+        root = env.get(POD_ROOT_ENV, "")
+        text = env.get(SPEC_ENV)
+        if text is None and SPEC_FILE_ENV in env:
+            text = _read(root + env[SPEC_FILE_ENV])
+        if text is None:
+            raise RunnerConfigError(f"no run spec: set {SPEC_ENV} (JSON) or {SPEC_FILE_ENV}")
+        try:
+            spec = RunSpec.model_validate(jsonutil.loads(text))
+        except (ValueError, ValidationError) as exc:
+            raise RunnerConfigError(f"invalid run spec: {' '.join(str(exc).split())}") from exc
+        if spec.store is None or spec.store.memory is not None:
+            raise RunnerConfigError(
+                "a runner needs a durable store (redis, postgres or file) in the run spec"
+            )
+        run_id = env.get("OMA_RUN_ID") or spec.run_id
+        if not run_id:
+            raise RunnerConfigError("no run id: set OMA_RUN_ID or runId in the spec")
+        try:
+            attempt = int(env.get("OMA_ATTEMPT", "1"))
+        except ValueError as exc:
+            raise RunnerConfigError(f"OMA_ATTEMPT is not a number: {env['OMA_ATTEMPT']!r}") from exc
+        return cls(
+            spec=spec, run_id=run_id, attempt=attempt, termination_log=termination_log_path(env)
+        )
+
+
+def termination_log_path(env: dict[str, str] | None = None) -> Path:
+    env = dict(os.environ) if env is None else env
+    log = env.get("OMA_TERMINATION_LOG", DEFAULT_TERMINATION_LOG)
+    return Path(env.get(POD_ROOT_ENV, "") + log)
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise RunnerConfigError(f"cannot read run spec file {path}: {exc.strerror}") from exc

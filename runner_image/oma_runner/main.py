@@ -1,0 +1,88 @@
+"""``oma-runner``: the process inside a runner pod.
+
+Reads its run spec, run id and attempt from the pod (see ``config``), restores the run from its
+store (fenced: an older attempt still alive is stopped), runs it, writes a JSON termination
+message and exits with the code the operator acts on (see ``outcome``). On SIGTERM it stops
+admitting work, lets running tasks reach their next durable boundary, flushes the checkpoint
+and exits 11. It needs no Kubernetes API access.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from pathlib import Path
+
+from oma.errors import CheckpointFencedError, OmaError
+from oma.local_run import run_spec
+from oma_runner.config import RunnerConfig, RunnerConfigError, termination_log_path
+from oma_runner.outcome import (
+    EXIT_FENCED,
+    EXIT_PERMANENT,
+    exit_code_for,
+    message_for,
+    write_termination_message,
+)
+from oma_runner.tools import available_tools
+
+
+async def run(config: RunnerConfig) -> int:
+    drain = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, drain.set)
+    try:
+        outcome = await run_spec(
+            config.spec,
+            run_id=config.run_id,
+            tools=available_tools(),
+            default_store_path=Path("/nonexistent"),  # the config requires a store in the spec
+            drain=drain,
+        )
+    except CheckpointFencedError as exc:
+        _report(config, "fenced", str(exc))
+        return EXIT_FENCED
+    except OmaError as exc:
+        _report(config, "failed", f"{exc.code}: {exc}")
+        return EXIT_PERMANENT
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+    result = outcome.result
+    write_termination_message(
+        config.termination_log, message_for(result, pod_attempt=config.attempt)
+    )
+    print(
+        f"oma-runner: run {result.identity.run_id} attempt {result.identity.attempt}: "
+        f"{result.status.code} {result.status.message or ''}",
+        flush=True,
+    )
+    return exit_code_for(result)
+
+
+def _report(config: RunnerConfig, status: str, message: str) -> None:
+    print(f"oma-runner: {status}: {message}", file=sys.stderr, flush=True)
+    write_termination_message(
+        config.termination_log,
+        {
+            "runId": config.run_id,
+            "podAttempt": config.attempt,
+            "status": status,
+            "message": message,
+        },
+    )
+
+
+def main() -> None:
+    try:
+        config = RunnerConfig.from_env()
+    except RunnerConfigError as exc:
+        print(f"oma-runner: {exc}", file=sys.stderr, flush=True)
+        write_termination_message(
+            termination_log_path(), {"status": "invalid", "message": str(exc)}
+        )
+        raise SystemExit(EXIT_PERMANENT) from None
+    raise SystemExit(asyncio.run(run(config)))
+
+
+if __name__ == "__main__":
+    main()

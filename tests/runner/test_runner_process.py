@@ -1,0 +1,132 @@
+"""``oma-runner`` as a pod runs it: env in, exit code and termination message out."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.servers.redis_server import RedisServer
+
+SCRIPT: list[dict[str, Any]] = [
+    {"tool_calls": [{"id": "r1", "name": "ledger_append", "input": {"entry": "first"}}]},
+    {
+        "tool_calls": [{"id": "r2", "name": "ledger_append", "input": {"entry": "second"}}],
+        "delay": 1.5,
+    },
+    {"text": "recorded"},
+]
+
+
+def _spec(store: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "agents": [
+            {
+                "name": "w",
+                "tools": ["ledger_append"],
+                "model": {"provider": "scripted", "script": SCRIPT},
+            }
+        ],
+        "tasks": [{"title": "Record", "description": "Record.", "assignee": "w"}],
+        "store": store,
+    }
+
+
+def _env(
+    tmp_path: Path, spec: dict[str, Any] | str, attempt: int = 1, **extra: str
+) -> dict[str, str]:
+    text = spec if isinstance(spec, str) else json.dumps(spec)
+    return {
+        **os.environ,
+        "OMA_RUN_SPEC": text,
+        "OMA_RUN_ID": "pod-run",
+        "OMA_ATTEMPT": str(attempt),
+        "OMA_TERMINATION_LOG": str(tmp_path / "termination"),
+        "OMA_LEDGER_PATH": str(tmp_path / "ledger.jsonl"),
+        **extra,
+    }
+
+
+def _runner(env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "oma_runner"],
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def _message(tmp_path: Path) -> dict[str, Any]:
+    message: dict[str, Any] = json.loads((tmp_path / "termination").read_text())
+    return message
+
+
+def _ledger(tmp_path: Path) -> list[str]:
+    path = tmp_path / "ledger.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line)["entry"] for line in path.read_text().splitlines()]
+
+
+def test_success_exit_0_and_termination_message(tmp_path: Path) -> None:
+    env = _env(tmp_path, _spec({"file": {"path": str(tmp_path / "s.json")}}))
+    out, _ = _runner(env).communicate(timeout=60)
+    message = _message(tmp_path)
+    assert message["status"] == "ok" and message["attempt"] == 1, out
+    assert message["tasks"] == {"total": 1, "completed": 1, "failed": 0}
+    assert _ledger(tmp_path) == ["first", "second"]
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_drains_exit_11_then_the_next_attempt_resumes(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    store = {"redis": {"urlEnv": "STORE_URL", "namespace": f"runner-{time.time_ns()}"}}
+    env = _env(tmp_path, _spec(store), STORE_URL=redis_server.url)
+    first = _runner(env)
+    deadline = time.monotonic() + 60
+    while _ledger(tmp_path) != ["first"]:
+        assert first.poll() is None and time.monotonic() < deadline, first.communicate()[0]
+        time.sleep(0.05)
+    first.send_signal(signal.SIGTERM)  # while the second model call is in flight
+    out, _ = first.communicate(timeout=60)
+    assert first.returncode == 11, out
+    assert _message(tmp_path)["status"] == "cancelled"
+    assert _ledger(tmp_path) == ["first"]
+    second = _runner(_env(tmp_path, _spec(store), attempt=2, STORE_URL=redis_server.url))
+    out, _ = second.communicate(timeout=60)
+    assert second.returncode == 0, out
+    message = _message(tmp_path)
+    assert (message["status"], message["attempt"], message["podAttempt"]) == ("ok", 2, 2)
+    assert _ledger(tmp_path) == ["first", "second"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [
+        ("{not json", "invalid run spec"),
+        (json.dumps({"agents": []}), "invalid run spec"),
+        (json.dumps(_spec({"memory": {}})), "needs a durable store"),
+    ],
+)
+def test_bad_input_exits_2_with_a_message(tmp_path: Path, spec: str, problem: str) -> None:
+    runner = _runner(_env(tmp_path, spec))
+    out, _ = runner.communicate(timeout=60)
+    assert runner.returncode == 2 and problem in out
+    assert problem in _message(tmp_path)["message"]
+
+
+def test_a_failed_run_is_permanent(tmp_path: Path) -> None:
+    spec = _spec({"file": {"path": str(tmp_path / "s.json")}})
+    spec["agents"][0]["model"]["script"] = {"# Task: something else": [{"text": "x"}]}
+    runner = _runner(_env(tmp_path, spec))
+    runner.communicate(timeout=60)
+    assert runner.returncode == 2 and _message(tmp_path)["status"] == "error"
