@@ -1,0 +1,1 @@
+"""The oma operator: TeamRun -> one runner pod per attempt, resumed after evictions and crashes."""

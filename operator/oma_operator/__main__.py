@@ -1,0 +1,3 @@
+from oma_operator.main import main
+
+main()

@@ -1,0 +1,144 @@
+"""The only module that talks to the Kubernetes API (httpx; kubeconfig or in-cluster account)."""
+
+from __future__ import annotations
+
+import base64
+import os
+import ssl
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from oma.errors import OmaError
+from oma_operator.models import GROUP, VERSION
+
+SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+
+class KubeError(OmaError):
+    code = "KUBE_API"
+
+    def __init__(self, status: int, message: str) -> None:
+        self.status = status
+        super().__init__(f"Kubernetes API answered {status}: {message}")
+
+
+class Kube:
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self.http = client
+
+    @classmethod
+    def from_environment(cls) -> Kube:
+        if os.environ.get("KUBERNETES_SERVICE_HOST") and (SA_DIR / "token").exists():
+            host = os.environ["KUBERNETES_SERVICE_HOST"]
+            port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+            context = ssl.create_default_context(cafile=str(SA_DIR / "ca.crt"))
+            token = (SA_DIR / "token").read_text().strip()
+            return cls(
+                httpx.AsyncClient(
+                    base_url=f"https://{host}:{port}",
+                    verify=context,
+                    headers={"Authorization": f"Bearer {token}"},
+                    timeout=30,
+                )
+            )
+        return cls.from_kubeconfig(Path(os.environ.get("KUBECONFIG", "~/.kube/config")))
+
+    @classmethod
+    def from_kubeconfig(cls, path: Path) -> Kube:
+        config = yaml.safe_load(path.expanduser().read_text())
+        context_name = config.get("current-context")
+        context = next(c["context"] for c in config["contexts"] if c["name"] == context_name)
+        cluster = next(c["cluster"] for c in config["clusters"] if c["name"] == context["cluster"])
+        user = next(u["user"] for u in config["users"] if u["name"] == context["user"])
+        ssl_context = ssl.create_default_context(cafile=_file(cluster, "certificate-authority"))
+        headers = {}
+        if "client-certificate" in user or "client-certificate-data" in user:
+            ssl_context.load_cert_chain(
+                _file(user, "client-certificate"), _file(user, "client-key")
+            )
+        if "token" in user:
+            headers["Authorization"] = f"Bearer {user['token']}"
+        return cls(
+            httpx.AsyncClient(
+                base_url=cluster["server"], verify=ssl_context, headers=headers, timeout=30
+            )
+        )
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+    async def _call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        response = await self.http.request(method, path, **kwargs)
+        if response.status_code >= 400:
+            try:
+                message = response.json().get("message", response.text)
+            except ValueError:
+                message = response.text
+            raise KubeError(response.status_code, message)
+        body: dict[str, Any] = response.json() if response.content else {}
+        return body
+
+    # -- pods ----------------------------------------------------------------------------------
+    async def create_pod(self, namespace: str, pod: dict[str, Any]) -> dict[str, Any]:
+        return await self._call("POST", f"/api/v1/namespaces/{namespace}/pods", json=pod)
+
+    async def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return await self._call("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def remove_finalizer(self, namespace: str, name: str, finalizer: str) -> None:
+        pod = await self.get_pod(namespace, name)
+        if pod is None or finalizer not in pod["metadata"].get("finalizers", []):
+            return
+        kept = [f for f in pod["metadata"]["finalizers"] if f != finalizer]
+        patch = {
+            "metadata": {"finalizers": kept, "resourceVersion": pod["metadata"]["resourceVersion"]}
+        }
+        await self._call(
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/pods/{name}",
+            json=patch,
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+
+    # -- teamruns ------------------------------------------------------------------------------
+    async def patch_teamrun_status(
+        self, namespace: str, name: str, status: dict[str, Any]
+    ) -> dict[str, Any]:
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/teamruns/{name}/status"
+        return await self._call(
+            "PATCH",
+            path,
+            json={"status": status},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+
+    async def get_teamrun(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return await self._call(
+                "GET", f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/teamruns/{name}"
+            )
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+
+def _file(section: dict[str, Any], field: str) -> str:
+    """A kubeconfig file reference, or its inline ``-data`` written to a private temp file."""
+    if field in section:
+        return str(section[field])
+    data = base64.b64decode(section[f"{field}-data"])
+    handle = tempfile.NamedTemporaryFile(prefix="oma-kube-", delete=False)  # noqa: SIM115
+    with handle:
+        handle.write(data)
+    os.chmod(handle.name, 0o600)
+    return handle.name

@@ -1,0 +1,73 @@
+"""What the operator does after an attempt ended (pure): next attempt, or a final state."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from oma_operator.models import RetryPolicy
+from oma_operator.outcomes import Outcome
+
+Action = Literal["next_attempt", "succeeded", "failed", "awaiting_approval", "fenced"]
+MAX_ATTEMPT_HISTORY = 50
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    counters: dict[str, int]
+    reason: str
+    message: str
+    delay_seconds: int = 0
+
+
+def decide(outcome: Outcome, counters: dict[str, int], policy: RetryPolicy) -> Decision:
+    counts = {
+        "disruptions": counters.get("disruptions", 0),
+        "failures": counters.get("failures", 0),
+        "oomKills": counters.get("oomKills", 0),
+    }
+    if outcome.kind == "succeeded":
+        return Decision("succeeded", counts, "RunSucceeded", "the run completed")
+    if outcome.kind == "suspended":
+        return Decision("awaiting_approval", counts, "AwaitingApproval", outcome.message)
+    if outcome.kind == "fenced":
+        return Decision(
+            "fenced", counts, "Fenced", "a newer attempt owns the run; this attempt stopped"
+        )
+    if outcome.kind == "permanent":
+        return Decision("failed", counts, "PermanentFailure", outcome.message)
+    budget_key, limit = {
+        "disruption": ("disruptions", policy.max_disruptions),
+        "oom": ("oomKills", policy.max_oom_kills),
+        "crash": ("failures", policy.max_failures),
+    }[outcome.kind]
+    counts[budget_key] += 1
+    if counts[budget_key] > limit:
+        return Decision(
+            "failed",
+            counts,
+            f"{budget_key[0].upper()}{budget_key[1:]}Exhausted",
+            f"{counts[budget_key]} {budget_key} exceed the budget of {limit}: "
+            f"{outcome.reason} {outcome.message}".strip(),
+        )
+    delay = policy.backoff_seconds * 2 ** (counts["failures"] - 1) if outcome.kind == "crash" else 0
+    return Decision(
+        "next_attempt",
+        counts,
+        outcome.reason,
+        f"attempt ended ({outcome.reason}); starting the next one",
+        min(delay, 3600),
+    )
+
+
+def attempt_record(attempt: int, outcome: Outcome, pod: str, ended_at: str) -> dict[str, Any]:
+    return {
+        "attempt": attempt,
+        "pod": pod,
+        "outcome": outcome.kind,
+        "reason": outcome.reason,
+        "exitCode": outcome.exit_code,
+        "message": outcome.message[:1024],
+        "endedAt": ended_at,
+    }

@@ -1,0 +1,140 @@
+"""kopf handlers, kept thin: read state, call the pure modules, write through the client."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+import kopf
+from pydantic import ValidationError
+
+from oma.timeutil import now_iso
+from oma_operator.client import Kube, KubeError
+from oma_operator.decisions import attempt_record, decide
+from oma_operator.models import GROUP, VERSION, TeamRunSpec
+from oma_operator.outcomes import classify
+from oma_operator.pods import (
+    FINALIZER,
+    LABEL_ATTEMPT,
+    LABEL_TEAMRUN,
+    pod_name,
+    run_id_of,
+    runner_pod,
+)
+from oma_operator.status import after_attempt, condition, merge_conditions, started
+
+DEFAULT_IMAGE = os.environ.get("OMA_RUNNER_IMAGE", "ghcr.io/oma/oma:latest")
+FINAL_PHASES = {"Succeeded", "Failed"}
+_kube: Kube | None = None
+
+
+def kube() -> Kube:
+    global _kube
+    if _kube is None:
+        _kube = Kube.from_environment()
+    return _kube
+
+
+@kopf.on.startup()
+async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    settings.persistence.finalizer = "oma.dev/operator"
+    settings.posting.level = 20  # INFO and up become Kubernetes Events
+    settings.watching.server_timeout = 60
+
+
+@kopf.on.cleanup()
+async def close(**_: Any) -> None:
+    if _kube is not None:
+        await _kube.aclose()
+
+
+@kopf.on.create(GROUP, VERSION, "teamruns")
+@kopf.on.resume(GROUP, VERSION, "teamruns")
+async def teamrun_present(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+    """Make sure the current attempt has its runner pod (idempotent across restarts)."""
+    status = dict(body.get("status") or {})
+    if status.get("phase") in FINAL_PHASES or status.get("phase") == "AwaitingApproval":
+        return
+    generation = int(body["metadata"].get("generation", 1))
+    try:
+        spec = TeamRunSpec.model_validate(dict(body["spec"]))
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        patch.status.update(
+            {
+                "phase": "Failed",
+                "observedGeneration": generation,
+                "message": f"invalid spec: {problems}",
+                "conditions": merge_conditions(
+                    status.get("conditions") or [],
+                    [condition("Failed", True, "InvalidSpec", problems, generation)],
+                ),
+            }
+        )
+        return
+    attempt = int(status.get("attempt") or 1)
+    await _ensure_pod(body, spec, attempt)
+    patch.status.update(started(status, attempt, run_id_of(dict(body)), generation))
+
+
+async def _ensure_pod(body: kopf.Body, spec: TeamRunSpec, attempt: int) -> None:
+    manifest = runner_pod(dict(body), spec, attempt, DEFAULT_IMAGE)
+    try:
+        await kube().create_pod(body["metadata"]["namespace"], manifest)
+    except KubeError as exc:
+        if exc.status != 409:  # already there: a restarted operator, or a repeated event
+            raise
+        return
+    kopf.info(
+        body,
+        reason="AttemptStarted",
+        message=f"attempt {attempt}: pod {manifest['metadata']['name']}",
+    )
+
+
+@kopf.on.event("", "v1", "pods", labels={LABEL_TEAMRUN: kopf.PRESENT})
+async def runner_pod_changed(body: kopf.Body, event: kopf.RawEvent, **_: Any) -> None:
+    if event.get("type") == "DELETED":
+        return
+    pod = dict(body)
+    meta = pod["metadata"]
+    if FINALIZER not in (meta.get("finalizers") or []):
+        return  # outcome already recorded
+    outcome = classify(pod)
+    if not outcome.terminal:
+        return
+    namespace, name = meta["namespace"], meta["labels"][LABEL_TEAMRUN]
+    attempt = int(meta["labels"].get(LABEL_ATTEMPT, "1"))
+    teamrun = await kube().get_teamrun(namespace, name)
+    if teamrun is not None:
+        await _record(teamrun, attempt, outcome, meta["name"])
+    await kube().remove_finalizer(namespace, meta["name"], FINALIZER)
+
+
+async def _record(teamrun: dict[str, Any], attempt: int, outcome: Any, pod: str) -> None:
+    status = dict(teamrun.get("status") or {})
+    if any(a.get("attempt") == attempt for a in status.get("attempts") or []):
+        return  # recorded before an operator restart
+    spec = TeamRunSpec.model_validate(teamrun["spec"])
+    decision = decide(outcome, status, spec.retry_policy)
+    generation = int(teamrun["metadata"].get("generation", 1))
+    record = attempt_record(attempt, outcome, pod, now_iso())
+    next_attempt = attempt + 1 if decision.action == "next_attempt" else None
+    meta = teamrun["metadata"]
+    await kube().patch_teamrun_status(
+        meta["namespace"],
+        meta["name"],
+        after_attempt(status, decision, record, generation, next_attempt),
+    )
+    kopf.info(
+        kopf.Body(teamrun),  # type: ignore[arg-type]
+        reason=f"Attempt{outcome.kind.capitalize()}",
+        message=f"attempt {attempt} ended: {outcome.reason}; {decision.message}",
+    )
+    if next_attempt is not None:
+        await asyncio.sleep(decision.delay_seconds)
+        await _ensure_pod(kopf.Body(teamrun), spec, next_attempt)  # type: ignore[arg-type]
+
+
+__all__ = ["pod_name"]

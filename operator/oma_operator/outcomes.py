@@ -1,0 +1,97 @@
+"""What happened to a runner pod, from its status alone (pure, exhaustively tested).
+
+Disruptions (evictions, preemption, node drain, a drained runner) do not count as failures and
+have their own budget; OOM kills have theirs; crashes are failures retried after a backoff.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Kind = Literal[
+    "running",
+    "succeeded",
+    "suspended",
+    "fenced",
+    "permanent",
+    "disruption",
+    "oom",
+    "crash",
+]
+TERMINAL: frozenset[Kind] = frozenset(
+    {"succeeded", "suspended", "fenced", "permanent", "disruption", "oom", "crash"}
+)
+DISRUPTION_REASONS = {
+    "EvictionByEvictionAPI",
+    "PreemptionByScheduler",
+    "DeletionByTaintManager",
+    "TerminationByKubelet",
+    "DeletionByPodGC",
+}
+EXIT_KINDS: dict[int, Kind] = {
+    0: "succeeded",
+    10: "suspended",
+    11: "disruption",
+    12: "fenced",
+    2: "permanent",
+}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    kind: Kind
+    reason: str
+    message: str = ""
+    exit_code: int | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.kind in TERMINAL
+
+
+def classify(pod: dict[str, Any]) -> Outcome:
+    status = pod.get("status") or {}
+    phase = status.get("phase", "Pending")
+    terminated = _terminated(status)
+    exit_code = terminated.get("exitCode") if terminated else None
+    message = (terminated or {}).get("message", "") or status.get("message", "")
+    disruption = _disruption_reason(status)
+    if phase == "Succeeded":
+        return Outcome("succeeded", "Completed", message, exit_code)
+    if phase != "Failed":
+        if pod.get("metadata", {}).get("deletionTimestamp"):
+            return Outcome("running", "Terminating", message)
+        return Outcome("running", phase, message)
+    if status.get("reason") == "Evicted":
+        return Outcome("disruption", "Evicted", status.get("message", ""), exit_code)
+    if terminated and terminated.get("reason") == "OOMKilled":
+        return Outcome("oom", "OOMKilled", message, exit_code)
+    if exit_code in EXIT_KINDS and exit_code != 0:
+        kind = EXIT_KINDS[exit_code]
+        reason = {
+            "suspended": "AwaitingApproval",
+            "disruption": disruption or "Drained",
+            "fenced": "Fenced",
+            "permanent": "PermanentFailure",
+        }[kind]
+        return Outcome(kind, reason, message, exit_code)
+    if disruption is not None:
+        return Outcome("disruption", disruption, message, exit_code)
+    return Outcome("crash", (terminated or {}).get("reason") or "Error", message, exit_code)
+
+
+def _terminated(status: dict[str, Any]) -> dict[str, Any] | None:
+    for container in status.get("containerStatuses") or []:
+        state = container.get("state") or {}
+        if "terminated" in state:
+            found: dict[str, Any] = state["terminated"]
+            return found
+    return None
+
+
+def _disruption_reason(status: dict[str, Any]) -> str | None:
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
+            return str(condition.get("reason") or "DisruptionTarget")
+    return None

@@ -1,0 +1,130 @@
+"""The runner pod of one attempt, as a manifest (pure: no I/O).
+
+One bare Pod per attempt, ``<teamrun>-a<N>``, owned by the TeamRun, ``restartPolicy: Never``,
+restricted security, no service-account token, and a tracking finalizer that the operator
+removes once it recorded the pod's outcome.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from oma_operator.models import (
+    GROUP,
+    STORE_URL_ENV,
+    VERSION,
+    TeamRunSpec,
+    model_key_env,
+    to_run_spec,
+)
+
+FINALIZER = "oma.dev/outcome"
+LABEL_TEAMRUN, LABEL_ATTEMPT, LABEL_RUN_ID = "oma.dev/teamrun", "oma.dev/attempt", "oma.dev/run-id"
+RUNNER_COMMAND = ["oma-runner"]  # the image's runner entrypoint
+TERMINATION_LOG = "/dev/termination-log"
+
+
+def pod_name(teamrun: str, attempt: int) -> str:
+    return f"{teamrun}-a{attempt}"
+
+
+def run_id_of(body: dict[str, Any]) -> str:
+    spec = body.get("spec", {})
+    return str(spec.get("runId") or f"{body['metadata']['namespace']}.{body['metadata']['name']}")
+
+
+def runner_pod(
+    body: dict[str, Any], spec: TeamRunSpec, attempt: int, default_image: str
+) -> dict[str, Any]:
+    meta = body["metadata"]
+    name, run_id = meta["name"], run_id_of(body)
+    env: list[dict[str, Any]] = [
+        {"name": "OMA_RUN_SPEC", "value": json.dumps(to_run_spec(spec, run_id))},
+        {"name": "OMA_RUN_ID", "value": run_id},
+        {"name": "OMA_ATTEMPT", "value": str(attempt)},
+        {"name": "OMA_TERMINATION_LOG", "value": TERMINATION_LOG},
+        _secret_env(
+            STORE_URL_ENV,
+            spec.store.redis.url_secret_ref
+            if spec.store.redis
+            else spec.store.postgres.dsn_secret_ref
+            if spec.store.postgres
+            else None,
+        ),
+    ]
+    env.extend(spec.runner.env or [])
+    agents = [*spec.team.agents, *([spec.coordinator] if spec.coordinator else [])]
+    for agent in agents:
+        ref = agent.model.api_key_secret_ref
+        if ref is not None:
+            env.append(_secret_env(model_key_env(agent.name), ref))
+    container: dict[str, Any] = {
+        "name": "runner",
+        "image": spec.runner.image or default_image,
+        "command": RUNNER_COMMAND,
+        "env": env,
+        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePolicy": "File",
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+    }
+    if spec.runner.resources:
+        container["resources"] = spec.runner.resources
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": spec.runner.termination_grace_period_seconds,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": 65532,
+            "runAsGroup": 65532,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [container],
+    }
+    if spec.runner.node_selector:
+        pod_spec["nodeSelector"] = spec.runner.node_selector
+    if spec.runner.tolerations:
+        pod_spec["tolerations"] = spec.runner.tolerations
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": pod_name(name, attempt),
+            "namespace": meta["namespace"],
+            "labels": {
+                LABEL_TEAMRUN: name,
+                LABEL_ATTEMPT: str(attempt),
+                LABEL_RUN_ID: _label_value(run_id),
+            },
+            "finalizers": [FINALIZER],
+            "ownerReferences": [
+                {
+                    "apiVersion": f"{GROUP}/{VERSION}",
+                    "kind": "TeamRun",
+                    "name": name,
+                    "uid": meta["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": pod_spec,
+    }
+
+
+def _secret_env(name: str, ref: Any) -> dict[str, Any]:
+    assert ref is not None  # the CRD requires exactly one store with its secret reference
+    return {"name": name, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
+
+
+def _label_value(text: str) -> str:
+    cleaned = "".join(c if c.isalnum() or c in "-_." else "-" for c in text)[:63]
+    return cleaned.strip("-_.") or "run"

@@ -1,0 +1,129 @@
+"""TeamRun status as a projection of pod outcomes (pure): phase, conditions, attempts."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from oma.timeutil import now_iso
+from oma_operator.decisions import MAX_ATTEMPT_HISTORY, Decision
+
+PHASE_BY_ACTION = {
+    "succeeded": "Succeeded",
+    "failed": "Failed",
+    "awaiting_approval": "AwaitingApproval",
+    "fenced": "Running",
+    "next_attempt": "Running",
+}
+
+
+def condition(
+    kind: str, status: bool, reason: str, message: str, generation: int
+) -> dict[str, Any]:
+    return {
+        "type": kind,
+        "status": "True" if status else "False",
+        "reason": reason,
+        "message": message[:1024],
+        "lastTransitionTime": now_iso(),
+        "observedGeneration": generation,
+    }
+
+
+def merge_conditions(
+    current: list[dict[str, Any]], updates: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Replace by type; keep lastTransitionTime when the status did not change."""
+    by_type = {c["type"]: c for c in current}
+    for update in updates:
+        old = by_type.get(update["type"])
+        if old is not None and old.get("status") == update["status"]:
+            update = {**update, "lastTransitionTime": old.get("lastTransitionTime")}
+        by_type[update["type"]] = update
+    return list(by_type.values())
+
+
+def started(status: dict[str, Any], attempt: int, run_id: str, generation: int) -> dict[str, Any]:
+    return {
+        "runId": run_id,
+        "attempt": attempt,
+        "phase": "Running",
+        "observedGeneration": generation,
+        "conditions": merge_conditions(
+            status.get("conditions") or [],
+            [
+                condition(
+                    "Progressing",
+                    True,
+                    "AttemptStarted",
+                    f"attempt {attempt} is running",
+                    generation,
+                )
+            ],
+        ),
+    }
+
+
+def after_attempt(
+    status: dict[str, Any],
+    decision: Decision,
+    record: dict[str, Any],
+    generation: int,
+    next_attempt: int | None,
+) -> dict[str, Any]:
+    history = [*(status.get("attempts") or []), record][-MAX_ATTEMPT_HISTORY:]
+    phase = PHASE_BY_ACTION[decision.action]
+    final = decision.action in ("succeeded", "failed")
+    updates = [
+        condition(
+            "Progressing",
+            not final and decision.action != "awaiting_approval",
+            decision.reason,
+            decision.message,
+            generation,
+        )
+    ]
+    if final:
+        updates.append(
+            condition(
+                "Succeeded",
+                decision.action == "succeeded",
+                decision.reason,
+                decision.message,
+                generation,
+            )
+        )
+        updates.append(
+            condition(
+                "Failed", decision.action == "failed", decision.reason, decision.message, generation
+            )
+        )
+    if decision.action == "awaiting_approval":
+        updates.append(
+            condition("AwaitingApproval", True, decision.reason, decision.message, generation)
+        )
+    new: dict[str, Any] = {
+        "phase": phase,
+        "attempts": history,
+        "observedGeneration": generation,
+        "message": decision.message[:1024],
+        "conditions": merge_conditions(status.get("conditions") or [], updates),
+        **decision.counters,
+    }
+    report = _termination_report(record.get("message", ""))
+    if report:
+        tasks = report.get("tasks") or {}
+        if "total" in tasks:
+            new["taskSummary"] = f"{tasks.get('completed', 0)}/{tasks['total']}"
+        new["pendingApprovals"] = len(report.get("pendingApprovals") or [])
+    if next_attempt is not None:
+        new["attempt"] = next_attempt
+    return new
+
+
+def _termination_report(message: str) -> dict[str, Any] | None:
+    try:
+        report = json.loads(message)
+    except (ValueError, TypeError):
+        return None
+    return report if isinstance(report, dict) else None
