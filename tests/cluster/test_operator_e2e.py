@@ -2,24 +2,27 @@
 
 The operator runs as its own process (``python -m oma_operator``) with the cluster's
 kubeconfig; runner pods run ``oma-runner`` (on the node agent, as local processes); the store
-is a real Redis. Nothing here depends on the node agent's internals.
+is a real Redis. The side-effect ledger is a file path handed to the runner through
+``spec.runner.env``, so these tests read it on the machine that runs the pods.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from devcluster import KubeClient
+from devcluster.kubeconfig import load_kubeconfig
 from oma_operator.crdgen import approvaldecision_crd, teamrun_crd
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.helpers import get_or_none, wait_for
@@ -27,37 +30,35 @@ from tests.servers.redis_server import RedisServer
 
 pytestmark = pytest.mark.cluster
 TEAMRUNS = "/apis/oma.dev/v1alpha1/namespaces/{ns}/teamruns"
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+
+
+async def replace_crd(kube: KubeClient, crd: dict[str, Any]) -> None:
+    path = f"{CRDS}/{crd['metadata']['name']}"
+
+    async def absent() -> bool:
+        return not await kube.exists(path)
+
+    async def established() -> bool:
+        body = await kube.get(path)
+        conditions = (body.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+    if await kube.exists(path):
+        await kube.delete(path)
+        await wait_for(absent, 30, "the old CRD to go")
+    await kube.create(CRDS, crd)
+    await wait_for(established, 30, "the CRD to be established")
 
 
 @pytest.fixture(scope="module")
 def crds_installed(cluster: ClusterHandle) -> None:
-    import asyncio
-
-    from devcluster.kubeconfig import load_kubeconfig
-
     async def apply() -> None:
         async with KubeClient(load_kubeconfig(cluster.kubeconfig)) as kube:
             for crd in (teamrun_crd(), approvaldecision_crd()):
-                path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}"
-                if await kube.exists(path):
-                    await kube.delete(path)
-                    await wait_for(lambda p=path: _absent(kube, p), 30, "old CRD deletion")
-                await kube.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
-
-                async def established(p: str = path) -> bool:
-                    body = await kube.get(p)
-                    conditions = (body.get("status") or {}).get("conditions") or []
-                    return any(
-                        c["type"] == "Established" and c["status"] == "True" for c in conditions
-                    )
-
-                await wait_for(established, 30, "CRD established")
+                await replace_crd(kube, crd)
 
     asyncio.run(apply())
-
-
-async def _absent(kube: KubeClient, path: str) -> bool:
-    return not await kube.exists(path)
 
 
 @pytest.fixture
@@ -88,9 +89,7 @@ def operator(
 
 
 @pytest.fixture
-async def redis_secret(
-    kube: KubeClient, namespace: str, redis_server: RedisServer
-) -> AsyncIterator[str]:
+async def redis_secret(kube: KubeClient, namespace: str, redis_server: RedisServer) -> str:
     await kube.create(
         f"/api/v1/namespaces/{namespace}/secrets",
         {
@@ -100,10 +99,10 @@ async def redis_secret(
             "data": {"url": base64.b64encode(redis_server.url.encode()).decode()},
         },
     )
-    yield "store"
+    return "store"
 
 
-def _teamrun(name: str, script: list[dict[str, Any]], ledger: Path) -> dict[str, Any]:
+def teamrun(name: str, script: list[dict[str, Any]], ledger: Path) -> dict[str, Any]:
     return {
         "apiVersion": "oma.dev/v1alpha1",
         "kind": "TeamRun",
@@ -119,7 +118,7 @@ def _teamrun(name: str, script: list[dict[str, Any]], ledger: Path) -> dict[str,
                     }
                 ]
             },
-            "tasks": [{"title": "Record", "description": f"ledger {ledger}", "assignee": "clerk"}],
+            "tasks": [{"title": "Record", "description": "Record.", "assignee": "clerk"}],
             "store": {
                 "redis": {
                     "urlSecretRef": {"name": "store", "key": "url"},
@@ -135,15 +134,30 @@ def _teamrun(name: str, script: list[dict[str, Any]], ledger: Path) -> dict[str,
     }
 
 
-async def _status(kube: KubeClient, namespace: str, name: str) -> dict[str, Any]:
+async def status_of(kube: KubeClient, namespace: str, name: str) -> dict[str, Any]:
     body = await get_or_none(kube, f"{TEAMRUNS.format(ns=namespace)}/{name}")
     return dict((body or {}).get("status") or {})
 
 
-def _ledger(path: Path) -> list[str]:
-    if not path.exists():
-        return []
-    return [json.loads(line)["entry"] for line in path.read_text().splitlines()]
+async def finished(kube: KubeClient, namespace: str, name: str, limit: float) -> dict[str, Any]:
+    async def done() -> dict[str, Any] | None:
+        status = await status_of(kube, namespace, name)
+        return status if status.get("phase") in ("Succeeded", "Failed") else None
+
+    return await wait_for(done, limit, f"TeamRun {name} to finish")
+
+
+async def operator_log(path: Path) -> str:
+    return (await asyncio.to_thread(path.read_text))[-3000:]
+
+
+async def ledger_entries(path: Path) -> list[str]:
+    def read() -> list[str]:
+        if not path.exists():
+            return []
+        return [json.loads(line)["entry"] for line in path.read_text().splitlines()]
+
+    return await asyncio.to_thread(read)
 
 
 @pytest.mark.timeout(180)
@@ -151,23 +165,18 @@ async def test_teamrun_succeeds(
     kube: KubeClient, namespace: str, operator: Path, redis_secret: str, tmp_path: Path
 ) -> None:
     ledger = tmp_path / "ledger.jsonl"
-    script = [
+    script: list[dict[str, Any]] = [
         {"tool_calls": [{"id": "x1", "name": "ledger_append", "input": {"entry": "paid"}}]},
         {"text": "done"},
     ]
-    await kube.create(TEAMRUNS.format(ns=namespace), _teamrun("pay", script, ledger))
-
-    async def succeeded() -> dict[str, Any] | None:
-        status = await _status(kube, namespace, "pay")
-        return status if status.get("phase") in ("Succeeded", "Failed") else None
-
-    status = await wait_for(succeeded, 120, "the TeamRun to finish")
-    assert status["phase"] == "Succeeded", (status, operator.read_text()[-3000:])
+    await kube.create(TEAMRUNS.format(ns=namespace), teamrun("pay", script, ledger))
+    status = await finished(kube, namespace, "pay", 120)
+    assert status["phase"] == "Succeeded", (status, await operator_log(operator))
     assert status["attempt"] == 1 and status["taskSummary"] == "1/1"
     assert [a["outcome"] for a in status["attempts"]] == ["succeeded"]
     conditions = {c["type"]: c["status"] for c in status["conditions"]}
-    assert conditions["Succeeded"] == "True"
-    assert _ledger(ledger) == ["paid"]
+    assert conditions["Succeeded"] == "True" and conditions["Progressing"] == "False"
+    assert await ledger_entries(ledger) == ["paid"]
     pod = await kube.get(f"/api/v1/namespaces/{namespace}/pods/pay-a1")
     assert pod["spec"]["containers"][0]["command"] == ["oma-runner"]
     assert pod["spec"]["automountServiceAccountToken"] is False
@@ -179,7 +188,7 @@ async def test_eviction_mid_task_resumes_in_attempt_2(
     kube: KubeClient, namespace: str, operator: Path, redis_secret: str, tmp_path: Path
 ) -> None:
     ledger = tmp_path / "ledger.jsonl"
-    script = [
+    script: list[dict[str, Any]] = [
         {"tool_calls": [{"id": "e1", "name": "ledger_append", "input": {"entry": "first"}}]},
         {
             "tool_calls": [{"id": "e2", "name": "ledger_append", "input": {"entry": "second"}}],
@@ -187,10 +196,10 @@ async def test_eviction_mid_task_resumes_in_attempt_2(
         },
         {"text": "both recorded"},
     ]
-    await kube.create(TEAMRUNS.format(ns=namespace), _teamrun("evict", script, ledger))
+    await kube.create(TEAMRUNS.format(ns=namespace), teamrun("evict", script, ledger))
 
     async def first_recorded() -> bool:
-        return _ledger(ledger) == ["first"]
+        return await ledger_entries(ledger) == ["first"]
 
     await wait_for(first_recorded, 90, "the first ledger entry of attempt 1")
     await kube.create(
@@ -201,17 +210,11 @@ async def test_eviction_mid_task_resumes_in_attempt_2(
             "metadata": {"name": "evict-a1", "namespace": namespace},
         },
     )
-
-    async def finished() -> dict[str, Any] | None:
-        status = await _status(kube, namespace, "evict")
-        return status if status.get("phase") in ("Succeeded", "Failed") else None
-
-    status = await wait_for(finished, 180, "the evicted TeamRun to finish")
-    assert status["phase"] == "Succeeded", (status, operator.read_text()[-3000:])
+    status = await finished(kube, namespace, "evict", 180)
+    assert status["phase"] == "Succeeded", (status, await operator_log(operator))
     assert status["attempt"] == 2
     first, second = status["attempts"]
     assert (first["attempt"], first["outcome"]) == (1, "disruption")
     assert first["reason"] == "EvictionByEvictionAPI" and first["exitCode"] == 11
-    assert second["outcome"] == "succeeded"
-    assert status["disruptions"] == 1
-    assert _ledger(ledger) == ["first", "second"]  # nothing re-executed, nothing lost
+    assert second["outcome"] == "succeeded" and status["disruptions"] == 1
+    assert await ledger_entries(ledger) == ["first", "second"]  # nothing re-run, nothing lost
