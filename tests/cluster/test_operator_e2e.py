@@ -218,3 +218,67 @@ async def test_eviction_mid_task_resumes_in_attempt_2(
     assert first["reason"] == "EvictionByEvictionAPI" and first["exitCode"] == 11
     assert second["outcome"] == "succeeded" and status["disruptions"] == 1
     assert await ledger_entries(ledger) == ["first", "second"]  # nothing re-run, nothing lost
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"store": None}, "spec.store: Required value"),
+        (
+            {
+                "store": {
+                    "redis": {"urlSecretRef": {"name": "s", "key": "k"}},
+                    "postgres": {"dsnSecretRef": {"name": "s", "key": "k"}},
+                }
+            },
+            "store needs exactly one of redis or postgres",
+        ),
+        (
+            {"team": {"agents": [{"name": "a", "model": {"provider": "gemini", "name": "x"}}]}},
+            'Unsupported value: "gemini"',
+        ),
+        ({"mode": "team", "tasks": None}, "mode team needs a goal"),
+        ({"retryPolicy": {"maxFailures": -1}}, "maxFailures"),
+    ],
+)
+async def test_invalid_teamruns_are_refused_by_the_api_server(
+    kube: KubeClient, namespace: str, crds_installed: None, change: dict[str, Any], message: str
+) -> None:
+    from devcluster.kube import ApiError
+
+    body = teamrun("bad", [{"text": "x"}], Path("/nonexistent"))
+    body["spec"] = {k: v for k, v in {**body["spec"], **change}.items() if v is not None}
+    with pytest.raises(ApiError) as caught:
+        await kube.create(TEAMRUNS.format(ns=namespace), body)
+    assert caught.value.status == 422 and message in str(caught.value)
+
+
+async def test_run_id_is_immutable(kube: KubeClient, namespace: str, crds_installed: None) -> None:
+    from devcluster.kube import ApiError
+
+    await kube.create(
+        TEAMRUNS.format(ns=namespace), teamrun("fixed", [{"text": "x"}], Path("/nonexistent"))
+    )
+    with pytest.raises(ApiError) as caught:
+        await kube.patch(f"{TEAMRUNS.format(ns=namespace)}/fixed", {"spec": {"runId": "other"}})
+    assert caught.value.status == 422 and "runId is immutable" in str(caught.value)
+
+
+@pytest.mark.timeout(120)
+async def test_bad_task_dependencies_end_failed_with_a_message(
+    kube: KubeClient, namespace: str, operator: Path, redis_secret: str, tmp_path: Path
+) -> None:
+    body = teamrun("cyclic", [{"text": "x"}], tmp_path / "ledger.jsonl")
+    body["spec"]["tasks"] = [
+        {"title": "a", "description": "a", "dependsOn": ["b"]},
+        {"title": "b", "description": "b", "dependsOn": ["a"]},
+    ]
+    await kube.create(TEAMRUNS.format(ns=namespace), body)
+    status = await finished(kube, namespace, "cyclic", 90)
+    assert status["phase"] == "Failed" and status["attempt"] == 1
+    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+    assert failed["status"] == "True" and failed["reason"] == "PermanentFailure"
+    assert (
+        "Invalid task dependencies" in failed["message"]
+        and "cycle a -> b -> a" in (failed["message"])
+    )

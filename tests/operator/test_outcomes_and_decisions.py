@@ -1,0 +1,179 @@
+"""The pure operator modules: pod outcome classification, retry decisions, pod manifests."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from oma.spec import RunSpec
+from oma_operator.decisions import decide
+from oma_operator.models import RetryPolicy, TeamRunSpec, model_key_env, to_run_spec
+from oma_operator.outcomes import Outcome, classify
+from oma_operator.pods import FINALIZER, runner_pod
+
+
+def _pod(
+    phase: str,
+    *,
+    exit_code: int | None = None,
+    reason: str | None = None,
+    pod_reason: str | None = None,
+    disruption: str | None = None,
+    deleting: bool = False,
+) -> dict[str, Any]:
+    status: dict[str, Any] = {"phase": phase}
+    if exit_code is not None:
+        status["containerStatuses"] = [
+            {
+                "name": "runner",
+                "state": {
+                    "terminated": {
+                        "exitCode": exit_code,
+                        "reason": reason or "Error",
+                        "message": "msg",
+                    }
+                },
+            }
+        ]
+    if pod_reason:
+        status["reason"], status["message"] = pod_reason, "The node was low on memory."
+    if disruption:
+        status["conditions"] = [
+            {"type": "DisruptionTarget", "status": "True", "reason": disruption}
+        ]
+    meta: dict[str, Any] = {"name": "r-a1"}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return {"metadata": meta, "status": status}
+
+
+@pytest.mark.parametrize(
+    ("pod", "kind", "reason"),
+    [
+        (_pod("Pending"), "running", "Pending"),
+        (_pod("Running"), "running", "Running"),
+        (_pod("Running", deleting=True), "running", "Terminating"),
+        (_pod("Succeeded", exit_code=0, reason="Completed"), "succeeded", "Completed"),
+        (_pod("Failed", exit_code=10), "suspended", "AwaitingApproval"),
+        (_pod("Failed", exit_code=11), "disruption", "Drained"),
+        (
+            _pod("Failed", exit_code=11, disruption="EvictionByEvictionAPI"),
+            "disruption",
+            "EvictionByEvictionAPI",
+        ),
+        (_pod("Failed", exit_code=12), "fenced", "Fenced"),
+        (_pod("Failed", exit_code=2), "permanent", "PermanentFailure"),
+        (_pod("Failed", exit_code=137, reason="OOMKilled"), "oom", "OOMKilled"),
+        (
+            _pod("Failed", exit_code=137, pod_reason="Evicted", disruption="TerminationByKubelet"),
+            "disruption",
+            "Evicted",
+        ),
+        (
+            _pod("Failed", exit_code=137, disruption="PreemptionByScheduler"),
+            "disruption",
+            "PreemptionByScheduler",
+        ),
+        (
+            _pod("Failed", exit_code=143, disruption="DeletionByTaintManager"),
+            "disruption",
+            "DeletionByTaintManager",
+        ),
+        (_pod("Failed", exit_code=1), "crash", "Error"),
+        (_pod("Failed", exit_code=139, reason="Error"), "crash", "Error"),
+        (_pod("Failed"), "crash", "Error"),
+    ],
+)
+def test_classify(pod: dict[str, Any], kind: str, reason: str) -> None:
+    outcome = classify(pod)
+    assert (outcome.kind, outcome.reason) == (kind, reason)
+    assert outcome.terminal == (kind != "running")
+
+
+POLICY = RetryPolicy(max_disruptions=2, max_failures=1, max_oom_kills=1, backoff_seconds=10)
+
+
+@pytest.mark.parametrize(
+    ("kind", "counters", "action", "delay"),
+    [
+        ("succeeded", {}, "succeeded", 0),
+        ("suspended", {}, "awaiting_approval", 0),
+        ("fenced", {}, "fenced", 0),
+        ("permanent", {}, "failed", 0),
+        ("disruption", {"disruptions": 1}, "next_attempt", 0),
+        ("disruption", {"disruptions": 2}, "failed", 0),
+        ("oom", {}, "next_attempt", 0),
+        ("oom", {"oomKills": 1}, "failed", 0),
+        ("crash", {}, "next_attempt", 10),
+        ("crash", {"failures": 1}, "failed", 0),
+    ],
+)
+def test_decide(kind: str, counters: dict[str, int], action: str, delay: int) -> None:
+    decision = decide(Outcome(kind, "r"), counters, POLICY)  # type: ignore[arg-type]
+    assert decision.action == action and decision.delay_seconds == delay
+    if action == "failed" and kind in ("disruption", "oom", "crash"):
+        assert decision.reason.endswith("Exhausted")
+
+
+def test_crash_backoff_doubles() -> None:
+    policy = RetryPolicy(max_failures=5, backoff_seconds=3)
+    delays = [
+        decide(Outcome("crash", "Error"), {"failures": n}, policy).delay_seconds for n in range(4)
+    ]
+    assert delays == [3, 6, 12, 24]
+
+
+SPEC: dict[str, Any] = {
+    "runId": "pay-1",
+    "team": {
+        "agents": [
+            {
+                "name": "clerk",
+                "model": {
+                    "provider": "anthropic",
+                    "name": "claude-sonnet-4-5",
+                    "apiKeySecretRef": {"name": "llm", "key": "anthropic"},
+                },
+            }
+        ]
+    },
+    "tasks": [{"title": "Pay", "description": "Pay."}],
+    "store": {"postgres": {"dsnSecretRef": {"name": "pg", "key": "dsn"}, "schema": "runs"}},
+    "runner": {"terminationGracePeriodSeconds": 45, "env": [{"name": "X", "value": "1"}]},
+}
+BODY = {"metadata": {"name": "pay", "namespace": "team-a", "uid": "u-1"}, "spec": SPEC}
+
+
+def test_the_runner_pod_manifest() -> None:
+    pod = runner_pod(BODY, TeamRunSpec.model_validate(SPEC), 3, "registry/oma:1")
+    meta, spec = pod["metadata"], pod["spec"]
+    assert meta["name"] == "pay-a3" and meta["finalizers"] == [FINALIZER]
+    assert meta["labels"] == {
+        "oma.dev/teamrun": "pay",
+        "oma.dev/attempt": "3",
+        "oma.dev/run-id": "pay-1",
+    }
+    (owner,) = meta["ownerReferences"]
+    assert owner["uid"] == "u-1" and owner["controller"] is True
+    assert spec["restartPolicy"] == "Never" and spec["automountServiceAccountToken"] is False
+    assert spec["terminationGracePeriodSeconds"] == 45
+    (container,) = spec["containers"]
+    assert container["image"] == "registry/oma:1" and container["command"] == ["oma-runner"]
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    env = {e["name"]: e for e in container["env"]}
+    assert env["OMA_ATTEMPT"]["value"] == "3" and env["OMA_RUN_ID"]["value"] == "pay-1"
+    assert env["OMA_STORE_URL"]["valueFrom"] == {"secretKeyRef": {"name": "pg", "key": "dsn"}}
+    assert env[model_key_env("clerk")]["valueFrom"]["secretKeyRef"]["key"] == "anthropic"
+    assert env["X"]["value"] == "1"
+    run_spec = RunSpec.model_validate(json.loads(env["OMA_RUN_SPEC"]["value"]))
+    assert run_spec.agents[0].model.api_key_env == "OMA_MODEL_KEY_CLERK"
+    assert run_spec.store is not None and run_spec.store.postgres is not None
+    assert run_spec.store.postgres.dsn_env == "OMA_STORE_URL"
+
+
+def test_to_run_spec_validates_as_the_engine_spec() -> None:
+    spec = TeamRunSpec.model_validate({**SPEC, "mode": "team", "tasks": None, "goal": "g"})
+    run = RunSpec.model_validate(to_run_spec(spec, "r"))
+    assert run.mode == "team" and run.goal == "g" and run.run_id == "r"
