@@ -51,17 +51,24 @@ async def close(**_: Any) -> None:
 
 @kopf.on.create(GROUP, VERSION, "teamruns")
 @kopf.on.resume(GROUP, VERSION, "teamruns")
-async def teamrun_present(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
-    """Make sure the current attempt has its runner pod (idempotent across restarts)."""
+async def teamrun_present(body: kopf.Body, **_: Any) -> None:
+    """Make sure the current attempt has its runner pod (idempotent across restarts).
+
+    Status is written through the client only, and before the pod exists, so a pod outcome
+    recorded concurrently can never be overwritten by a stale view of the TeamRun.
+    """
     status = dict(body.get("status") or {})
     if status.get("phase") in FINAL_PHASES or status.get("phase") == "AwaitingApproval":
         return
-    generation = int(body["metadata"].get("generation", 1))
+    meta = body["metadata"]
+    generation = int(meta.get("generation", 1))
     try:
         spec = TeamRunSpec.model_validate(dict(body["spec"]))
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        patch.status.update(
+        await kube().patch_teamrun_status(
+            meta["namespace"],
+            meta["name"],
             {
                 "phase": "Failed",
                 "observedGeneration": generation,
@@ -70,12 +77,14 @@ async def teamrun_present(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
                     status.get("conditions") or [],
                     [condition("Failed", True, "InvalidSpec", problems, generation)],
                 ),
-            }
+            },
         )
         return
-    attempt = int(status.get("attempt") or 1)
-    await _ensure_pod(body, spec, attempt)
-    patch.status.update(started(status, attempt, run_id_of(dict(body)), generation))
+    if not status.get("attempt"):
+        await kube().patch_teamrun_status(
+            meta["namespace"], meta["name"], started(status, 1, run_id_of(dict(body)), generation)
+        )
+    await _ensure_pod(body, spec, int(status.get("attempt") or 1))
 
 
 async def _ensure_pod(body: kopf.Body, spec: TeamRunSpec, attempt: int) -> None:

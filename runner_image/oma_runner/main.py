@@ -14,12 +14,14 @@ import signal
 import sys
 from pathlib import Path
 
-from oma.errors import CheckpointFencedError, OmaError
+from oma.errors import CheckpointFencedError, OmaError, StoreUnavailableError
+from oma.llm.adapter import LLMError
 from oma.local_run import run_spec
 from oma_runner.config import RunnerConfig, RunnerConfigError, termination_log_path
 from oma_runner.outcome import (
     EXIT_FENCED,
     EXIT_PERMANENT,
+    EXIT_TRANSIENT,
     exit_code_for,
     message_for,
     write_termination_message,
@@ -42,6 +44,10 @@ async def run(config: RunnerConfig) -> int:
     except CheckpointFencedError as exc:
         _report(config, "fenced", str(exc))
         return EXIT_FENCED
+    except (StoreUnavailableError, LLMError) as exc:
+        # Transient by nature: the operator retries the attempt after a backoff.
+        _report(config, "crashed", f"{exc.code}: {exc}")
+        return EXIT_TRANSIENT
     except OmaError as exc:
         _report(config, "failed", f"{exc.code}: {exc}")
         return EXIT_PERMANENT

@@ -7,6 +7,7 @@
 | 11 | drained after SIGTERM, checkpoint flushed |
 | 12 | fenced: a newer attempt owns the run |
 | 2 | permanent failure (bad spec, failed or rejected run) |
+| 1 | transient failure (store unreachable, model provider down): retried like a crash |
 | other | crash |
 """
 
@@ -19,6 +20,7 @@ from typing import Any
 from oma.orchestrator.results import TeamRunResult
 
 EXIT_OK, EXIT_PERMANENT, EXIT_SUSPENDED, EXIT_DRAINED, EXIT_FENCED = 0, 2, 10, 11, 12
+EXIT_TRANSIENT = 1
 MAX_MESSAGE_BYTES = 4096  # what Kubernetes keeps of a termination message
 EXIT_BY_STATUS = {"ok": EXIT_OK, "suspended": EXIT_SUSPENDED, "cancelled": EXIT_DRAINED}
 

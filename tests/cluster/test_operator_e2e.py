@@ -147,6 +147,11 @@ async def finished(kube: KubeClient, namespace: str, name: str, limit: float) ->
     return await wait_for(done, limit, f"TeamRun {name} to finish")
 
 
+def start_process(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("a") as out:
+        return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
 async def operator_log(path: Path) -> str:
     return (await asyncio.to_thread(path.read_text))[-3000:]
 
@@ -282,3 +287,124 @@ async def test_bad_task_dependencies_end_failed_with_a_message(
         "Invalid task dependencies" in failed["message"]
         and "cycle a -> b -> a" in (failed["message"])
     )
+
+
+@pytest.mark.timeout(150)
+async def test_a_crash_loop_exhausts_max_failures(
+    kube: KubeClient, namespace: str, operator: Path, tmp_path: Path
+) -> None:
+    closed = "redis://127.0.0.1:9/0"  # nothing listens: every attempt fails transiently
+    await kube.create(
+        f"/api/v1/namespaces/{namespace}/secrets",
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "store"},
+            "data": {"url": base64.b64encode(closed.encode()).decode()},
+        },
+    )
+    body = teamrun("loop", [{"text": "x"}], tmp_path / "ledger.jsonl")
+    body["spec"]["retryPolicy"] = {"maxFailures": 2, "backoffSeconds": 1}
+    await kube.create(TEAMRUNS.format(ns=namespace), body)
+    status = await finished(kube, namespace, "loop", 120)
+    assert status["phase"] == "Failed" and status["attempt"] == 3
+    assert [a["outcome"] for a in status["attempts"]] == ["crash"] * 3
+    assert all(a["exitCode"] == 1 for a in status["attempts"])
+    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "FailuresExhausted" and "unreachable" in failed["message"]
+
+
+@pytest.mark.timeout(240)
+async def test_kubelet_eviction_resumes_from_the_last_checkpoint(
+    cluster: ClusterHandle,
+    kube: KubeClient,
+    namespace: str,
+    operator: Path,
+    redis_secret: str,
+    tmp_path: Path,
+) -> None:
+    agent = cluster.agent  # node-agent-only: kubelet-side eviction kills the process outright
+    ledger = tmp_path / "ledger.jsonl"
+    script: list[dict[str, Any]] = [
+        {"tool_calls": [{"id": "k1", "name": "ledger_append", "input": {"entry": "first"}}]},
+        {
+            "tool_calls": [{"id": "k2", "name": "ledger_append", "input": {"entry": "second"}}],
+            "delay": 4,
+        },
+        {"text": "done"},
+    ]
+    await kube.create(TEAMRUNS.format(ns=namespace), teamrun("kubelet", script, ledger))
+
+    async def first_recorded() -> bool:
+        return await ledger_entries(ledger) == ["first"]
+
+    await wait_for(first_recorded, 90, "the first ledger entry")
+    await cluster.call(agent.evict_pod(namespace, "kubelet-a1"))
+    status = await finished(kube, namespace, "kubelet", 180)
+    assert status["phase"] == "Succeeded" and status["attempt"] == 2
+    assert (status["attempts"][0]["outcome"], status["attempts"][0]["reason"]) == (
+        "disruption",
+        "Evicted",
+    )
+    assert await ledger_entries(ledger) == ["first", "second"]
+
+
+@pytest.mark.timeout(240)
+async def test_operator_restart_mid_run_loses_no_outcome(
+    cluster: ClusterHandle,
+    kube: KubeClient,
+    namespace: str,
+    crds_installed: None,
+    redis_secret: str,
+    tmp_path: Path,
+) -> None:
+    ledger = tmp_path / "ledger.jsonl"
+    script: list[dict[str, Any]] = [
+        {"tool_calls": [{"id": "o1", "name": "ledger_append", "input": {"entry": "first"}}]},
+        {
+            "tool_calls": [{"id": "o2", "name": "ledger_append", "input": {"entry": "second"}}],
+            "delay": 3,
+        },
+        {"text": "done"},
+    ]
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
+    argv = [sys.executable, "-m", "oma_operator", "--namespace", namespace]
+    log = tmp_path / "operator.log"
+    first = start_process(argv, env, log)
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        await kube.create(TEAMRUNS.format(ns=namespace), teamrun("restart", script, ledger))
+
+        async def first_recorded() -> bool:
+            return await ledger_entries(ledger) == ["first"]
+
+        await wait_for(first_recorded, 90, "the first ledger entry")
+        first.kill()  # the operator dies; the eviction below happens while it is away
+        first.wait()
+        await kube.create(
+            f"/api/v1/namespaces/{namespace}/pods/restart-a1/eviction",
+            {
+                "apiVersion": "policy/v1",
+                "kind": "Eviction",
+                "metadata": {"name": "restart-a1", "namespace": namespace},
+            },
+        )
+
+        async def a1_ended() -> bool:
+            pod = await get_or_none(kube, f"/api/v1/namespaces/{namespace}/pods/restart-a1")
+            return pod is not None and pod["status"].get("phase") == "Failed"
+
+        await wait_for(a1_ended, 60, "attempt 1 to end while the operator is down")
+        second = start_process(argv, env, log)
+        status = await finished(kube, namespace, "restart", 180)
+    finally:
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                process.terminate()
+                process.wait(timeout=15)
+    assert status["phase"] == "Succeeded" and status["attempt"] == 2
+    assert [a["attempt"] for a in status["attempts"]] == [1, 2]  # recorded once each
+    pods = await kube.get(f"/api/v1/namespaces/{namespace}/pods")
+    names = {p["metadata"]["name"] for p in pods["items"]}
+    assert "restart-a2" in names and "restart-a3" not in names  # no duplicate attempt
+    assert await ledger_entries(ledger) == ["first", "second"]
