@@ -26,6 +26,7 @@ from devcluster.kubeconfig import load_kubeconfig
 from oma_operator.crdgen import approvaldecision_crd, teamrun_crd
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.helpers import get_or_none, wait_for
+from tests.servers.postgres_server import PostgresServer
 from tests.servers.redis_server import RedisServer
 
 pytestmark = pytest.mark.cluster
@@ -189,8 +190,15 @@ async def test_teamrun_succeeds(
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.parametrize("store", ["redis", "postgres"])
 async def test_eviction_mid_task_resumes_in_attempt_2(
-    kube: KubeClient, namespace: str, operator: Path, redis_secret: str, tmp_path: Path
+    kube: KubeClient,
+    namespace: str,
+    operator: Path,
+    tmp_path: Path,
+    store: str,
+    request: pytest.FixtureRequest,
+    redis_secret: str,
 ) -> None:
     ledger = tmp_path / "ledger.jsonl"
     script: list[dict[str, Any]] = [
@@ -201,7 +209,26 @@ async def test_eviction_mid_task_resumes_in_attempt_2(
         },
         {"text": "both recorded"},
     ]
-    await kube.create(TEAMRUNS.format(ns=namespace), teamrun("evict", script, ledger))
+    body = teamrun("evict", script, ledger)
+    if store == "postgres":
+        postgres: PostgresServer = request.getfixturevalue("postgres_server")
+        dsn = base64.b64encode(postgres.dsn().encode()).decode()
+        await kube.create(
+            f"/api/v1/namespaces/{namespace}/secrets",
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": "pg"},
+                "data": {"dsn": dsn},
+            },
+        )
+        body["spec"]["store"] = {
+            "postgres": {
+                "dsnSecretRef": {"name": "pg", "key": "dsn"},
+                "schema": f"e2e_{uuid.uuid4().hex[:6]}",
+            }
+        }
+    await kube.create(TEAMRUNS.format(ns=namespace), body)
 
     async def first_recorded() -> bool:
         return await ledger_entries(ledger) == ["first"]

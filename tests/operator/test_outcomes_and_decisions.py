@@ -177,3 +177,15 @@ def test_to_run_spec_validates_as_the_engine_spec() -> None:
     spec = TeamRunSpec.model_validate({**SPEC, "mode": "team", "tasks": None, "goal": "g"})
     run = RunSpec.model_validate(to_run_spec(spec, "r"))
     assert run.mode == "team" and run.goal == "g" and run.run_id == "r"
+
+
+@pytest.mark.parametrize("name", ["teamrun.yaml", "teamrun-postgres.yaml"])
+def test_the_examples_are_valid_teamruns(name: str) -> None:
+    from pathlib import Path
+
+    import yaml
+
+    body = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / name).read_text())
+    spec = TeamRunSpec.model_validate(body["spec"])
+    RunSpec.model_validate(to_run_spec(spec, spec.run_id or "x"))
+    assert body["kind"] == "TeamRun" and body["apiVersion"] == "oma.dev/v1alpha1"
