@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from oma.spec import AgentSpec, ModelSpec, SpecModel
+from oma.spec import AgentSpec, ApprovalsSpec, ModelSpec, SpecModel
 from oma.tasks.loading import TaskSpec
 from oma.tasks.plan import PlanArtifact
 
@@ -81,6 +81,7 @@ class TeamRunSpec(SpecModel):
     tasks: list[TaskSpec] | None = Field(default=None, max_length=1000)
     plan: PlanArtifact | None = None
     store: TeamRunStore
+    approvals: ApprovalsSpec | None = None
     max_concurrency: int = Field(default=5, ge=1, le=256)
     retry_policy: RetryPolicy = Field(default_factory=RetryPolicy)
     runner: RunnerSettings = Field(default_factory=RunnerSettings)
@@ -119,6 +120,8 @@ def to_run_spec(spec: TeamRunSpec, run_id: str) -> dict[str, Any]:
     }
     if spec.coordinator is not None:
         run["coordinator"] = _agent(spec.coordinator)
+    if spec.approvals is not None:
+        run["approvals"] = spec.approvals.model_dump(mode="json", by_alias=True)
     for name, value in (("goal", spec.goal), ("tasks", spec.tasks), ("plan", spec.plan)):
         if value is not None:
             run[name] = value if isinstance(value, str) else _dump(value)

@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
+from oma.approval.gates import Allow, Suspend
 from oma.errors import OmaError
 from oma.llm.adapter import LLMAdapter
 from oma.llm.factory import make_adapter
 from oma.llm.scripted import ScriptedAdapter
-from oma.spec import AgentSpec, RunSpec, StoreSpec
+from oma.spec import AgentSpec, ApprovalsSpec, RunSpec, StoreSpec
 from oma.store.base import MemoryStore
 from oma.store.file import FileStore
 from oma.store.memory import InMemoryStore
@@ -61,6 +63,29 @@ def build_team(spec: RunSpec, tools: Mapping[str, AnyTool], name: str) -> Team:
 
 def build_coordinator(spec: RunSpec, tools: Mapping[str, AnyTool]) -> AgentConfig | None:
     return build_agent(spec.coordinator, tools) if spec.coordinator else None
+
+
+def gates_for(approvals: ApprovalsSpec | None) -> dict[str, Any]:
+    """Orchestrator gate callbacks for the boundaries a spec says wait for a human."""
+    if approvals is None:
+        return {}
+    gates: dict[str, Any] = {}
+    tools, tasks = set(approvals.tools), set(approvals.dispatch)
+    if tools:
+        gates["on_tool_call"] = lambda ctx: (
+            Suspend(f"tool {ctx.tool_name} needs approval")
+            if "*" in tools or ctx.tool_name in tools
+            else Allow()
+        )
+    if tasks:
+        gates["on_task_dispatch"] = lambda task: (
+            Suspend(f"task {task.title} needs approval")
+            if "*" in tasks or task.title in tasks
+            else Allow()
+        )
+    if approvals.plan:
+        gates["on_plan_ready"] = lambda plan: Suspend("the plan needs approval")
+    return gates
 
 
 def open_store(spec: StoreSpec | None, default_path: Path) -> MemoryStore:

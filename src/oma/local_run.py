@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from oma.assemble import build_coordinator, build_team, open_store
+from oma.assemble import build_coordinator, build_team, gates_for, open_store
 from oma.checkpoint.manager import Checkpoint
 from oma.orchestrator.events import ProgressCallback
 from oma.orchestrator.options import CheckpointOptions
@@ -51,7 +51,10 @@ async def run_spec(
     coordinator = build_coordinator(spec, tools)
     checkpoint = CheckpointOptions(store=store, run_id=run_id, fence=True)
     orchestrator = OpenMultiAgent(
-        on_progress=on_progress, max_concurrency=spec.max_concurrency, drain=drain
+        on_progress=on_progress,
+        max_concurrency=spec.max_concurrency,
+        drain=drain,
+        **gates_for(spec.approvals),
     )
     resumed = await Checkpoint(store, run_id=run_id).load_latest() is not None
     if on_start is not None:

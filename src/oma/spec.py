@@ -104,6 +104,19 @@ class StoreSpec(SpecModel):
         return self
 
 
+class ApprovalsSpec(SpecModel):
+    """Which boundaries wait for a human decision (durable: the run suspends, exit code 10).
+
+    ``tools``: tool names whose calls suspend ("*" for every tool); ``dispatch``: task titles
+    whose dispatch suspends ("*" for every task); ``plan``: a team run's plan suspends before
+    any task runs. Needs a store with compare-and-set (not a redacting store).
+    """
+
+    tools: list[str] = Field(default_factory=list)
+    dispatch: list[str] = Field(default_factory=list)
+    plan: bool = False
+
+
 class RunSpec(SpecModel):
     run_id: str | None = Field(default=None, min_length=1, max_length=128)
     mode: Literal["tasks", "team", "plan"] = "tasks"
@@ -113,6 +126,7 @@ class RunSpec(SpecModel):
     tasks: list[TaskSpec] | None = None
     plan: PlanArtifact | None = None
     store: StoreSpec | None = None
+    approvals: ApprovalsSpec | None = None
     max_concurrency: int = Field(default=5, ge=1, le=256)
 
     @model_validator(mode="after")

@@ -180,3 +180,63 @@ def test_a_store_url_from_a_missing_variable_is_a_clear_error(tmp_path: Path) ->
     result = CliRunner().invoke(app, ["run", str(spec)])
     assert result.exit_code == 2
     assert "read from $OMA_TEST_UNSET_URL, which is not set" in result.output
+
+
+def test_oma_run_suspends_on_an_approval_then_resumes_once_approved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OMA_LEDGER_PATH", str(tmp_path / "ledger.jsonl"))
+    script = [
+        {
+            "tool_calls": [
+                {"id": "p1", "name": "ledger_append", "input": {"entry": "pay", "amount": 9}}
+            ]
+        },
+        {"text": "paid"},
+    ]
+    spec = tmp_path / "run.json"
+    spec.write_text(
+        json.dumps(
+            {
+                "runId": "gated",
+                "approvals": {"tools": ["ledger_append"]},
+                "agents": [
+                    {
+                        "name": "w",
+                        "tools": ["ledger_append"],
+                        "model": {"provider": "scripted", "script": script},
+                    }
+                ],
+                "tasks": [{"title": "Pay", "description": "Pay."}],
+            }
+        )
+    )
+    runner = CliRunner()
+    first = runner.invoke(app, ["run", str(spec)])
+    assert first.exit_code == 10 and "status suspended" in first.output
+    assert not (tmp_path / "ledger.jsonl").exists()
+    store = f"file://{tmp_path}/.oma/gated.json"
+    listed = runner.invoke(app, ["approvals", "list", "--store", store, "--json"])
+    (row,) = json.loads(listed.output)
+    request = row["request"]
+    assert request["content"]["input"] == {"entry": "pay", "amount": 9.0}
+    decided = runner.invoke(
+        app,
+        [
+            "approvals",
+            "approve",
+            request["id"],
+            "--store",
+            store,
+            "--reviewer",
+            "alice",
+            "--hash",
+            request["requestHash"],
+        ],
+    )
+    assert decided.exit_code == 0, decided.output
+    second = runner.invoke(app, ["run", str(spec)])
+    assert second.exit_code == 0 and "status ok" in second.output
+    lines = (tmp_path / "ledger.jsonl").read_text().splitlines()
+    assert [json.loads(line)["entry"] for line in lines] == ["pay"]
