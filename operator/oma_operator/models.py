@@ -69,7 +69,6 @@ class RunnerSettings(SpecModel):
     node_selector: dict[str, str] | None = None
     env: list[dict[str, Any]] | None = Field(default=None, max_length=64)  # extra EnvVars
     termination_grace_period_seconds: int = Field(default=60, ge=1, le=3600)
-    start_timeout_seconds: int = Field(default=300, ge=10, le=86400)
 
 
 class TeamRunSpec(SpecModel):
