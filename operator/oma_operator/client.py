@@ -111,15 +111,61 @@ class Kube:
 
     # -- teamruns ------------------------------------------------------------------------------
     async def patch_teamrun_status(
-        self, namespace: str, name: str, status: dict[str, Any]
+        self,
+        namespace: str,
+        name: str,
+        status: dict[str, Any],
+        resource_version: str | None = None,
     ) -> dict[str, Any]:
+        """Merge-patch the status; with ``resource_version`` it fails (409) if anyone wrote
+        since, which makes a one-time transition (such as resuming) happen exactly once."""
         path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/teamruns/{name}/status"
+        body: dict[str, Any] = {"status": status}
+        if resource_version is not None:
+            body["metadata"] = {"resourceVersion": resource_version}
         return await self._call(
+            "PATCH", path, json=body, headers={"Content-Type": "application/merge-patch+json"}
+        )
+
+    # -- approval decisions --------------------------------------------------------------------
+    async def create_decision(self, namespace: str, body: dict[str, Any]) -> None:
+        try:
+            await self._call(
+                "POST",
+                f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/approvaldecisions",
+                json=body,
+            )
+        except KubeError as exc:
+            if exc.status != 409:  # created before (e.g. by a restarted operator)
+                raise
+
+    async def list_decisions(self, namespace: str, teamrun: str) -> list[dict[str, Any]]:
+        body = await self._call(
+            "GET",
+            f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/approvaldecisions",
+            params={"labelSelector": f"oma.dev/teamrun={teamrun}"},
+        )
+        items: list[dict[str, Any]] = body.get("items", [])
+        return items
+
+    async def patch_decision_status(
+        self, namespace: str, name: str, status: dict[str, Any]
+    ) -> None:
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/approvaldecisions/{name}/status"
+        await self._call(
             "PATCH",
             path,
             json={"status": status},
             headers={"Content-Type": "application/merge-patch+json"},
         )
+
+    # -- secrets -------------------------------------------------------------------------------
+    async def secret_value(self, namespace: str, name: str, key: str) -> str:
+        secret = await self._call("GET", f"/api/v1/namespaces/{namespace}/secrets/{name}")
+        data = (secret.get("data") or {}).get(key)
+        if data is None:
+            raise KubeError(404, f"secret {namespace}/{name} has no key {key!r}")
+        return base64.b64decode(data).decode()
 
     async def get_teamrun(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:

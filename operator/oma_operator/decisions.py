@@ -36,6 +36,8 @@ def decide(outcome: Outcome, counters: dict[str, int], policy: RetryPolicy) -> D
             "fenced", counts, "Fenced", "a newer attempt owns the run; this attempt stopped"
         )
     if outcome.kind == "permanent":
+        if '"status":"rejected"' in outcome.message:
+            return Decision("failed", counts, "Rejected", "a reviewer rejected the run")
         return Decision("failed", counts, "PermanentFailure", outcome.message)
     budget_key, limit = {
         "disruption": ("disruptions", policy.max_disruptions),

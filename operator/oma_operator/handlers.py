@@ -10,6 +10,7 @@ import kopf
 from pydantic import ValidationError
 
 from oma.timeutil import now_iso
+from oma_operator.approvals import sync_approvals
 from oma_operator.client import Kube, KubeError
 from oma_operator.decisions import attempt_record, decide
 from oma_operator.models import GROUP, VERSION, TeamRunSpec
@@ -25,7 +26,7 @@ from oma_operator.pods import (
 from oma_operator.status import after_attempt, condition, merge_conditions, started
 
 DEFAULT_IMAGE = os.environ.get("OMA_RUNNER_IMAGE", "ghcr.io/oma/oma:latest")
-FINAL_PHASES = {"Succeeded", "Failed"}
+FINAL_PHASES = {"Succeeded", "Failed", "Rejected"}
 _kube: Kube | None = None
 
 
@@ -141,9 +142,74 @@ async def _record(teamrun: dict[str, Any], attempt: int, outcome: Any, pod: str)
         reason=f"Attempt{outcome.kind.capitalize()}",
         message=f"attempt {attempt} ended: {outcome.reason}; {decision.message}",
     )
+    if decision.action == "awaiting_approval":
+        refreshed = await kube().get_teamrun(meta["namespace"], meta["name"])
+        if refreshed is not None and await sync_approvals(kube(), refreshed, spec):
+            await _resume(refreshed, spec)
     if next_attempt is not None:
         await asyncio.sleep(decision.delay_seconds)
         await _ensure_pod(kopf.Body(teamrun), spec, next_attempt)  # type: ignore[arg-type]
+
+
+def _awaiting(status: kopf.Status, **_: Any) -> bool:
+    return status.get("phase") == "AwaitingApproval"
+
+
+@kopf.timer(GROUP, VERSION, "teamruns", interval=3.0, when=_awaiting)
+async def approvals_pending(body: kopf.Body, **_: Any) -> None:
+    """Publish, record and reflect decisions; resume once every request is decided."""
+    teamrun = dict(body)
+    spec = TeamRunSpec.model_validate(teamrun["spec"])
+    if await sync_approvals(kube(), teamrun, spec):
+        await _resume(teamrun, spec)
+
+
+@kopf.on.update(GROUP, VERSION, "approvaldecisions", field="spec.decision")
+async def decision_set(body: kopf.Body, **_: Any) -> None:
+    meta = body["metadata"]
+    teamrun = await kube().get_teamrun(meta["namespace"], body["spec"]["teamRun"])
+    if teamrun is None or (teamrun.get("status") or {}).get("phase") != "AwaitingApproval":
+        return
+    spec = TeamRunSpec.model_validate(teamrun["spec"])
+    if await sync_approvals(kube(), teamrun, spec):
+        await _resume(teamrun, spec)
+
+
+async def _resume(teamrun: dict[str, Any], spec: TeamRunSpec) -> None:
+    """Start the next attempt after approvals, exactly once (optimistic concurrency)."""
+    meta, status = teamrun["metadata"], dict(teamrun.get("status") or {})
+    if status.get("phase") != "AwaitingApproval":
+        return
+    attempt = int(status.get("attempt") or 1) + 1
+    generation = int(meta.get("generation", 1))
+    update = {
+        **started(status, attempt, run_id_of(teamrun), generation),
+        "pendingApprovals": 0,
+        "conditions": merge_conditions(
+            status.get("conditions") or [],
+            [
+                condition(
+                    "AwaitingApproval", False, "Decided", "every request is decided", generation
+                ),
+                condition(
+                    "Progressing",
+                    True,
+                    "AttemptStarted",
+                    f"attempt {attempt} is running",
+                    generation,
+                ),
+            ],
+        ),
+    }
+    try:
+        await kube().patch_teamrun_status(
+            meta["namespace"], meta["name"], update, resource_version=meta["resourceVersion"]
+        )
+    except KubeError as exc:
+        if exc.status == 409:
+            return  # someone else (another event, a restarted operator) resumed it
+        raise
+    await _ensure_pod(kopf.Body(teamrun), spec, attempt)  # type: ignore[arg-type]
 
 
 __all__ = ["pod_name"]

@@ -72,7 +72,7 @@ def after_attempt(
     next_attempt: int | None,
 ) -> dict[str, Any]:
     history = [*(status.get("attempts") or []), record][-MAX_ATTEMPT_HISTORY:]
-    phase = PHASE_BY_ACTION[decision.action]
+    phase = "Rejected" if decision.reason == "Rejected" else PHASE_BY_ACTION[decision.action]
     final = decision.action in ("succeeded", "failed")
     updates = [
         condition(
