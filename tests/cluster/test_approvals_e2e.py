@@ -3,6 +3,9 @@ by real users (RBAC, the reviewer policy, one-way decisions), and the resumed ru
 
 from __future__ import annotations
 
+import asyncio
+import os
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -25,6 +28,7 @@ from tests.cluster.test_operator_e2e import (
     status_of,
     teamrun,
 )
+from tests.servers.redis_server import RedisServer
 
 __all__ = ["crds_installed", "operator", "redis_secret"]
 pytestmark = pytest.mark.cluster
@@ -34,8 +38,6 @@ POLICY = Path(__file__).resolve().parents[2] / "deploy" / "approval-reviewer-pol
 
 @pytest.fixture(scope="module")
 def reviewer_policy(cluster: ClusterHandle, crds_installed: None) -> None:
-    import asyncio
-
     async def apply() -> None:
         async with KubeClient(load_kubeconfig(cluster.kubeconfig)) as kube:
             for doc in yaml.safe_load_all(POLICY.read_text()):
@@ -214,3 +216,89 @@ async def test_a_rejected_dispatch_ends_the_run_rejected(
 
     final = await wait_for(rejected, 150, "the run to end")
     assert final["phase"] == "Rejected" and final["attempt"] == 2
+
+
+@pytest.mark.timeout(240)
+async def test_a_decision_made_with_the_cli_is_reflected_and_resumes(
+    kube: KubeClient,
+    namespace: str,
+    operator: Path,
+    redis_server: RedisServer,
+    redis_secret: str,
+    tmp_path: Path,
+) -> None:
+    ledger = tmp_path / "ledger.jsonl"
+    body = _gated("cli", ledger, "charged")
+    await kube.create(TEAMRUNS.format(ns=namespace), body)
+    decision = await _pending_decision(kube, namespace, "cli")
+    spec = decision["spec"]
+    store_url = redis_server.url  # the TeamRun's Redis namespace is part of its spec
+    namespace_arg = body["spec"]["store"]["redis"]["namespace"]
+    await asyncio.to_thread(_cli_approve, store_url, namespace_arg, spec)
+    final = await finished(kube, namespace, "cli", 150)
+    assert final["phase"] == "Succeeded" and await ledger_entries(ledger) == ["charge"]
+    mirrored = await kube.get(f"{DECISIONS.format(ns=namespace)}/{decision['metadata']['name']}")
+    assert mirrored["spec"]["decision"] == "Pending"  # the resource's spec is the user's
+    assert (mirrored["status"]["decision"], mirrored["status"]["reviewer"]) == (
+        "approved",
+        "ops-cli",
+    )
+
+
+def _cli_approve(store_url: str, redis_namespace: str, spec: dict[str, Any]) -> None:
+    from oma.approval import decide_approval
+    from oma.store import RedisStore
+
+    async def decide() -> None:
+        store = RedisStore(store_url, namespace=redis_namespace)
+        await decide_approval(
+            store,
+            request_id=spec["requestId"],
+            request_hash=spec["requestHash"],
+            decision="approve",
+            reviewer={"id": "ops-cli"},
+        )
+        await store.aclose()
+
+    asyncio.run(decide())
+
+
+@pytest.mark.timeout(240)
+async def test_operator_restart_between_decision_and_resume_resumes_once(
+    cluster: ClusterHandle,
+    kube: KubeClient,
+    namespace: str,
+    crds_installed: None,
+    redis_secret: str,
+    reviewer_policy: None,
+    tmp_path: Path,
+) -> None:
+    from tests.cluster.test_operator_e2e import start_process
+
+    ledger = tmp_path / "ledger.jsonl"
+    await _grant_reviewers(kube, namespace, "erin")
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
+    argv = [sys.executable, "-m", "oma_operator", "--namespace", namespace]
+    log = tmp_path / "operator.log"
+    first = start_process(argv, env, log)
+    second = None
+    try:
+        await kube.create(TEAMRUNS.format(ns=namespace), _gated("again", ledger, "charged"))
+        decision = await _pending_decision(kube, namespace, "again")
+        first.kill()
+        first.wait()
+        async with await _as(cluster, "erin") as erin:
+            await erin.patch(
+                f"{DECISIONS.format(ns=namespace)}/{decision['metadata']['name']}",
+                {"spec": {"decision": "Approved", "reviewer": "erin"}},
+            )
+        second = start_process(argv, env, log)
+        final = await finished(kube, namespace, "again", 150)
+    finally:
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                process.terminate()
+                process.wait(timeout=15)
+    assert final["phase"] == "Succeeded" and final["attempt"] == 2
+    assert [a["attempt"] for a in final["attempts"]] == [1, 2]
+    assert await ledger_entries(ledger) == ["charge"]
