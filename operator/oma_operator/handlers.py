@@ -26,6 +26,8 @@ from oma_operator.pods import (
 from oma_operator.status import after_attempt, condition, merge_conditions, started
 
 DEFAULT_IMAGE = os.environ.get("OMA_RUNNER_IMAGE", "ghcr.io/oma/oma:latest")
+# A token-less service account for runner pods (the chart creates it in its namespace).
+RUNNER_SERVICE_ACCOUNT = os.environ.get("OMA_RUNNER_SERVICE_ACCOUNT") or None
 FINAL_PHASES = {"Succeeded", "Failed", "Rejected"}
 _kube: Kube | None = None
 
@@ -42,6 +44,9 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.finalizer = "oma.dev/operator"
     settings.posting.level = 20  # INFO and up become Kubernetes Events
     settings.watching.server_timeout = 60
+    # No cluster-wide discovery of namespaces and CRDs: a namespaced operator then needs no
+    # cluster-scope RBAC at all (the chart's Role is enough).
+    settings.scanning.disabled = True
 
 
 @kopf.on.cleanup()
@@ -89,7 +94,7 @@ async def teamrun_present(body: kopf.Body, **_: Any) -> None:
 
 
 async def _ensure_pod(body: kopf.Body, spec: TeamRunSpec, attempt: int) -> None:
-    manifest = runner_pod(dict(body), spec, attempt, DEFAULT_IMAGE)
+    manifest = runner_pod(dict(body), spec, attempt, DEFAULT_IMAGE, RUNNER_SERVICE_ACCOUNT)
     try:
         await kube().create_pod(body["metadata"]["namespace"], manifest)
     except KubeError as exc:

@@ -35,7 +35,11 @@ def run_id_of(body: dict[str, Any]) -> str:
 
 
 def runner_pod(
-    body: dict[str, Any], spec: TeamRunSpec, attempt: int, default_image: str
+    body: dict[str, Any],
+    spec: TeamRunSpec,
+    attempt: int,
+    default_image: str,
+    service_account: str | None = None,
 ) -> dict[str, Any]:
     meta = body["metadata"]
     name, run_id = meta["name"], run_id_of(body)
@@ -89,6 +93,8 @@ def runner_pod(
         },
         "containers": [container],
     }
+    if service_account:
+        pod_spec["serviceAccountName"] = service_account
     if spec.runner.node_selector:
         pod_spec["nodeSelector"] = spec.runner.node_selector
     if spec.runner.tolerations:

@@ -1,0 +1,220 @@
+"""The Helm chart: lint, schema, CRD copies, and an install whose RBAC alone is enough for the
+operator to survive an eviction, with runner pods admitted under the restricted PSS."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from devcluster import KubeClient
+from tests.cluster.conftest import ClusterHandle
+from tests.cluster.helpers import wait_for
+from tests.cluster.test_operator_e2e import (
+    TEAMRUNS,
+    finished,
+    ledger_entries,
+    start_process,
+    teamrun,
+)
+from tests.servers.redis_server import RedisServer
+
+pytestmark = pytest.mark.cluster
+CHART = Path(__file__).resolve().parents[2] / "charts" / "oma"
+KUBE_VERSION = "1.37.2"
+
+
+def _helm(
+    cluster: ClusterHandle, *args: str, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [cluster.tool("helm"), *args],
+        capture_output=True,
+        text=True,
+        check=check,
+        env={
+            **os.environ,
+            "KUBECONFIG": str(cluster.kubeconfig),
+            "HELM_CACHE_HOME": "/tmp/oma-helm-cache",
+        },
+    )
+
+
+def test_lint_and_template(cluster: ClusterHandle) -> None:
+    assert "0 chart(s) failed" in _helm(cluster, "lint", str(CHART)).stdout
+    rendered = _helm(
+        cluster, "template", "t", str(CHART), "-n", "oma", "--kube-version", KUBE_VERSION
+    ).stdout
+    kinds = [doc["kind"] for doc in yaml.safe_load_all(rendered) if doc]
+    assert sorted(kinds) == sorted(
+        [
+            "ServiceAccount",
+            "ServiceAccount",
+            "Role",
+            "RoleBinding",
+            "Deployment",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+        ]
+    )
+    wide = _helm(
+        cluster,
+        "template",
+        "t",
+        str(CHART),
+        "--kube-version",
+        KUBE_VERSION,
+        "--set",
+        "operator.watchAllNamespaces=true",
+    ).stdout
+    assert "kind: ClusterRole" in wide and "--all-namespaces" in wide
+
+
+def test_a_typo_in_values_fails_the_schema(cluster: ClusterHandle) -> None:
+    result = _helm(
+        cluster,
+        "template",
+        "t",
+        str(CHART),
+        "--kube-version",
+        KUBE_VERSION,
+        "--set",
+        "operator.replicaz=1",
+        check=False,
+    )
+    assert result.returncode != 0 and "additional properties 'replicaz' not allowed" in (
+        result.stderr
+    )
+
+
+def test_chart_crds_are_the_generated_crds() -> None:
+    generated = CHART.parents[1] / "crds"
+    for path in generated.glob("*.yaml"):
+        assert (CHART / "crds" / path.name).read_text() == path.read_text(), (
+            f"charts/oma/crds/{path.name} differs from crds/: copy it again"
+        )
+
+
+async def _token_kubeconfig(
+    kube: KubeClient, cluster: ClusterHandle, namespace: str, account: str, target: Path
+) -> Path:
+    token = await kube.create(
+        f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
+        {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 3600},
+        },
+    )
+    admin = yaml.safe_load(await asyncio.to_thread(cluster.kubeconfig.read_text))
+    cluster_entry = admin["clusters"][0]
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "sa",
+        "clusters": [cluster_entry],
+        "users": [{"name": account, "user": {"token": token["status"]["token"]}}],
+        "contexts": [
+            {"name": "sa", "context": {"cluster": cluster_entry["name"], "user": account}}
+        ],
+    }
+    await asyncio.to_thread(target.write_text, yaml.safe_dump(config))
+    return target
+
+
+@pytest.mark.timeout(300)
+async def test_installed_chart_rbac_runs_the_eviction_resume(
+    cluster: ClusterHandle, kube: KubeClient, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    namespace = f"oma-{uuid.uuid4().hex[:8]}"
+    await kube.create(
+        "/api/v1/namespaces",
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {
+                "name": namespace,
+                "labels": {
+                    "pod-security.kubernetes.io/enforce": "restricted",
+                    "pod-security.kubernetes.io/enforce-version": "latest",
+                },
+            },
+        },
+    )
+    release = f"r{uuid.uuid4().hex[:6]}"
+    installed = await asyncio.to_thread(
+        _helm,
+        cluster,
+        "install",
+        release,
+        str(CHART),
+        "-n",
+        namespace,
+        "--set",
+        "operator.replicas=0",
+        "--set",
+        "approvals.reviewerPolicy=false",
+        "--wait=false",
+    )
+    assert "STATUS: deployed" in installed.stdout
+    kubeconfig = await _token_kubeconfig(
+        kube, cluster, namespace, f"{release}-operator", tmp_path / "operator.kubeconfig"
+    )
+    await kube.create(
+        f"/api/v1/namespaces/{namespace}/secrets",
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "store"},
+            "data": {"url": base64.b64encode(redis_server.url.encode()).decode()},
+        },
+    )
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "OMA_RUNNER_SERVICE_ACCOUNT": "oma-runner"}
+    operator = start_process(
+        [sys.executable, "-m", "oma_operator", "--namespace", namespace],
+        env,
+        tmp_path / "operator.log",
+    )
+    try:
+        ledger = tmp_path / "ledger.jsonl"
+        script: list[dict[str, Any]] = [
+            {"tool_calls": [{"id": "h1", "name": "ledger_append", "input": {"entry": "a"}}]},
+            {
+                "tool_calls": [{"id": "h2", "name": "ledger_append", "input": {"entry": "b"}}],
+                "delay": 4,
+            },
+            {"text": "done"},
+        ]
+        await kube.create(TEAMRUNS.format(ns=namespace), teamrun("chart", script, ledger))
+
+        async def first() -> bool:
+            return await ledger_entries(ledger) == ["a"]
+
+        await wait_for(first, 90, "attempt 1's first entry")
+        pod = await kube.get(f"/api/v1/namespaces/{namespace}/pods/chart-a1")
+        assert pod["spec"]["serviceAccountName"] == "oma-runner"  # admitted: restricted PSS
+        await kube.create(
+            f"/api/v1/namespaces/{namespace}/pods/chart-a1/eviction",
+            {
+                "apiVersion": "policy/v1",
+                "kind": "Eviction",
+                "metadata": {"name": "chart-a1", "namespace": namespace},
+            },
+        )
+        status = await finished(kube, namespace, "chart", 180)
+    finally:
+        operator.terminate()
+        operator.wait(timeout=15)
+        await asyncio.to_thread(_helm, cluster, "uninstall", release, "-n", namespace, check=False)
+    log = await asyncio.to_thread((tmp_path / "operator.log").read_text)
+    assert status["phase"] == "Succeeded" and status["attempt"] == 2, log[-3000:]
+    assert await ledger_entries(ledger) == ["a", "b"]
+    assert "403" not in log and "Forbidden" not in log, log[-3000:]
