@@ -79,6 +79,13 @@ def _report(config: RunnerConfig, status: str, message: str) -> None:
 
 
 def main() -> None:
+    if any(arg in ("-h", "--help") for arg in sys.argv[1:]):
+        print(__doc__)
+        print(
+            "Inputs (environment): OMA_RUN_SPEC or OMA_RUN_SPEC_FILE, OMA_RUN_ID, OMA_ATTEMPT,"
+            " OMA_TERMINATION_LOG; store and model credentials as the run spec names them."
+        )
+        raise SystemExit(0)
     try:
         config = RunnerConfig.from_env()
     except RunnerConfigError as exc:

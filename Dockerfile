@@ -1,0 +1,21 @@
+# One image, two entrypoints: `oma-operator` (the Deployment) and `oma-runner` (runner pods).
+# Build it with hack/build-image: it prepares wheels/ (the build runs without network) and, when
+# no base image is available, makes one from Debian packages.
+ARG BASE=python:3.11-slim-bookworm
+
+FROM ${BASE} AS build
+COPY wheels/ /wheels/
+RUN python3 -m venv /opt/oma \
+ && /opt/oma/bin/pip install --no-cache-dir --no-index --find-links /wheels oma \
+ && /opt/oma/bin/python -m compileall -q /opt/oma
+
+FROM ${BASE}
+COPY --from=build /opt/oma /opt/oma
+ENV PATH=/opt/oma/bin:/usr/local/bin:/usr/bin:/bin \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    HOME=/tmp
+# Non-root, and nothing is written outside /tmp, so a read-only root filesystem works.
+USER 65532:65532
+WORKDIR /tmp
+CMD ["oma-operator", "--help"]

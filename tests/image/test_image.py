@@ -1,0 +1,111 @@
+"""The podman-built image: both entrypoints run, as non-root, on a read-only root filesystem,
+and the command the operator puts in runner pods is the image's runner entrypoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from oma_operator.models import TeamRunSpec
+from oma_operator.pods import runner_pod
+
+REPO = Path(__file__).resolve().parents[2]
+IMAGE = os.environ.get("OMA_IMAGE", "localhost/oma:dev")
+PODMAN = ["podman", "--storage-driver", "vfs"]
+RUN = [
+    *PODMAN,
+    "run",
+    "--rm",
+    "--runtime",
+    "runc",
+    "--ulimit",
+    "nofile=1024:1024",
+    "--ulimit",
+    "nproc=1024:1024",
+    "--read-only",
+    "--network",
+    "none",
+]
+
+
+@pytest.fixture(scope="session")
+def image() -> str:
+    missing = [tool for tool in ("podman", "debootstrap") if shutil.which(tool) is None]
+    if missing:
+        message = f"{', '.join(missing)} not installed (Debian packages; hack/test installs them)"
+        if os.environ.get("OMA_REQUIRE_IMAGE") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    started = time.monotonic()
+    built = subprocess.run(
+        [str(REPO / "hack" / "build-image")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        env={**os.environ, "OMA_IMAGE": IMAGE},
+    )
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    print(f"\nimage {IMAGE} built in {time.monotonic() - started:.0f}s")
+    return IMAGE
+
+
+def _run(
+    image: str, *argv: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    flags = [arg for key, value in (env or {}).items() for arg in ("-e", f"{key}={value}")]
+    return subprocess.run([*RUN, *flags, image, *argv], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.timeout(1500)
+def test_both_entrypoints_run_as_non_root_read_only(image: str) -> None:
+    operator = _run(image, "oma-operator", "--help")
+    assert operator.returncode == 0 and "usage: oma-operator" in operator.stdout
+    runner = _run(image, "oma-runner", "--help")
+    assert runner.returncode == 0 and "oma-runner" in runner.stdout
+    whoami = _run(image, "python3", "-c", "import os; print(os.getuid())")
+    assert whoami.stdout.strip() == "65532"
+
+
+def test_the_operators_runner_command_is_the_images_entrypoint(image: str) -> None:
+    spec = TeamRunSpec.model_validate(
+        {
+            "team": {
+                "agents": [
+                    {"name": "w", "model": {"provider": "scripted", "script": [{"text": "done"}]}}
+                ]
+            },
+            "tasks": [{"title": "T", "description": "d"}],
+            "store": {"redis": {"urlSecretRef": {"name": "s", "key": "k"}}},
+        }
+    )
+    body = {"metadata": {"name": "t", "namespace": "n", "uid": "u"}, "spec": {}}
+    command = runner_pod(body, spec, 1, image)["spec"]["containers"][0]["command"]
+    run_spec = {
+        "runId": "in-image",
+        "agents": [
+            {
+                "name": "w",
+                "model": {"provider": "scripted", "script": [{"text": "done in the image"}]},
+            }
+        ],
+        "tasks": [{"title": "T", "description": "d"}],
+        "store": {"file": {"path": "/tmp/store.json"}},
+    }
+    shell = " ".join(command) + "; echo exit=$?; cat /tmp/termination"
+    result = _run(
+        image,
+        "sh",
+        "-c",
+        shell,
+        env={"OMA_RUN_SPEC": json.dumps(run_spec), "OMA_TERMINATION_LOG": "/tmp/termination"},
+    )
+    assert "exit=0" in result.stdout, result.stdout + result.stderr
+    report = json.loads(result.stdout.split("exit=0", 1)[1].strip())
+    assert report["status"] == "ok" and report["runId"] == "in-image"
