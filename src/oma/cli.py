@@ -9,6 +9,8 @@ further tools; 130 interrupted (Ctrl-C): run the same command again to resume.
 from __future__ import annotations
 
 import platform
+import sys
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Annotated
 
@@ -17,6 +19,7 @@ from rich.console import Console
 
 from oma import __version__
 from oma.cli_approvals import app as approvals_app
+from oma.cli_checkpoint import app as checkpoint_app
 from oma.cli_run import EXIT_BAD_INPUT, EXIT_INTERRUPTED, run_command
 from oma.errors import CheckpointFencedError, OmaError
 from oma.local_run import EXIT_FENCED
@@ -30,6 +33,7 @@ app = typer.Typer(
 
 
 app.add_typer(approvals_app, name="approvals")
+app.add_typer(checkpoint_app, name="checkpoint")
 
 
 @app.command()
@@ -71,5 +75,20 @@ def run(
     raise typer.Exit(code)
 
 
+def load_plugins(target: typer.Typer) -> None:
+    """Add the commands of installed packages (entry point group ``oma.cli``, each a
+    ``register(app)``): e.g. ``oma approve`` comes from the operator package, which the engine
+    must not import. A broken plugin costs its commands only, never the whole CLI."""
+    for entry in entry_points(group="oma.cli"):
+        try:
+            entry.load()(target)
+        except Exception as exc:
+            print(
+                f"oma: warning: plugin {entry.name} ({entry.value}) not loaded: {exc}",
+                file=sys.stderr,
+            )
+
+
 def main() -> None:
+    load_plugins(app)
     app()

@@ -10,9 +10,7 @@ content changed since then is refused as stale.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 
@@ -21,58 +19,21 @@ from rich.console import Console
 
 from oma.approval.errors import DurableApprovalError
 from oma.approval.ledger import ApprovalRecord, DurableApprovalLedger
-from oma.errors import OmaError
+from oma.cli_store import EXIT_BAD_INPUT, JsonOption, StoreOption, with_store
 from oma.store.base import MemoryStore
 from oma.store.reserved import APPROVAL_KEY_PREFIX
-from oma.store.urls import open_store
 
 T = TypeVar("T")
+
 MIN_HASH_PREFIX = 12
-EXIT_APPROVAL_ERROR, EXIT_BAD_INPUT = 1, 2
+EXIT_APPROVAL_ERROR = 1
 app = typer.Typer(help="List, show and decide durable approval requests.", no_args_is_help=True)
 console = Console(highlight=False, soft_wrap=True)
-
-StoreOption = Annotated[
-    str | None,
-    typer.Option(
-        "--store",
-        help="Store URL (memory://, file://, redis://, postgresql://); default $OMA_STORE_URL.",
-    ),
-]
 RunOption = Annotated[str | None, typer.Option("--run-id", help="Only this run's requests.")]
-JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 
 
 def _with_store(url: str | None, action: Callable[[MemoryStore], Awaitable[T]]) -> T:
-    """Run ``action`` on the store; any error is one line and a documented exit code."""
-    try:
-        return _run_on_store(url, action)
-    except DurableApprovalError as exc:
-        console.print(f"[red]error:[/] {exc.code}: {exc}")
-        raise typer.Exit(EXIT_APPROVAL_ERROR) from exc
-    except OmaError as exc:
-        console.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(EXIT_BAD_INPUT) from exc
-
-
-def _run_on_store(url: str | None, action: Callable[[MemoryStore], Awaitable[T]]) -> T:
-    chosen = url or os.environ.get("OMA_STORE_URL")
-    if not chosen:
-        raise OmaError("no store: pass --store URL or set OMA_STORE_URL")
-    try:
-        store = open_store(chosen)
-    except ValueError as exc:
-        raise OmaError(str(exc)) from exc
-
-    async def run() -> T:
-        try:
-            return await action(store)
-        finally:
-            closer = getattr(store, "aclose", None)
-            if callable(closer):
-                await closer()
-
-    return asyncio.run(run())
+    return with_store(url, action, exit_codes=[(DurableApprovalError, EXIT_APPROVAL_ERROR)])
 
 
 async def _records(store: MemoryStore, run_id: str | None) -> list[ApprovalRecord]:

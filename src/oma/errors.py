@@ -104,3 +104,16 @@ class CheckpointValidationError(CheckpointError):
         super().__init__(
             f'Checkpoint: stored value at "{key}" is not a checkpoint snapshot: {listed}{more}'
         )
+
+
+class AttemptLogError(CheckpointError):
+    """The attempt log next to a checkpoint is unreadable; the snapshot itself is unaffected."""
+
+    code = "ATTEMPT_LOG_INVALID"
+
+    def __init__(self, key: str, detail: str) -> None:
+        self.key = key
+        super().__init__(
+            f'attempt log at "{key}" is unreadable ({detail}); the checkpoint itself is not '
+            "affected: delete this key to start a new log"
+        )

@@ -49,7 +49,7 @@ async def run_spec(
     store = open_store(spec.store, default_store_path)
     team = build_team(spec, tools, name=run_id)
     coordinator = build_coordinator(spec, tools)
-    checkpoint = CheckpointOptions(store=store, run_id=run_id, fence=True)
+    checkpoint = CheckpointOptions(store=store, run_id=run_id, fence=True, attempt_log=True)
     orchestrator = OpenMultiAgent(
         on_progress=on_progress,
         max_concurrency=spec.max_concurrency,

@@ -29,7 +29,7 @@ class CrashingStore(InMemoryStore):
         self.checkpoint_writes: list[Snapshot] = []
 
     async def set(self, key: str, value: str, metadata: Metadata | None = None) -> None:
-        if key.startswith("__oma_checkpoint__/"):
+        if key.endswith("/latest"):
             snapshot = json.loads(value)
             if self.crash_before is not None and self.crash_before(snapshot):
                 self.crash_before = None

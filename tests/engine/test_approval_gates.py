@@ -149,7 +149,7 @@ async def test_approved_call_refuses_when_no_longer_what_was_reviewed(
     else:
         document = json.loads((tmp_path / "s.json").read_text())
         for entry in document["entries"]:
-            if entry["key"].startswith("__oma_checkpoint__/"):
+            if entry["key"].endswith("/latest"):
                 snapshot = json.loads(entry["value"])
                 snapshot["inFlightTasks"][0]["pendingToolCalls"][0]["call"]["input"] = {
                     "amount": "700"
@@ -261,7 +261,7 @@ async def test_dispatch_approved_task_that_is_not_ready_is_stale(tmp_path: Path)
     _store, path = ts_store("d4-approved.store.json", tmp_path)
     document = json.loads(path.read_text())
     for entry in document["entries"]:
-        if entry["key"].startswith("__oma_checkpoint__/"):
+        if entry["key"].endswith("/latest"):
             snapshot = json.loads(entry["value"])
             build = snapshot["queue"]["tasks"][0]
             build["status"] = "in_progress"  # Build must run again: Deploy is not ready

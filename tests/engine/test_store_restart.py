@@ -70,7 +70,7 @@ class CrashBefore:
     ) -> bool:
         import json
 
-        if key.startswith("__oma_checkpoint__/") and self.predicate(json.loads(value)):
+        if key.endswith("/latest") and self.predicate(json.loads(value)):
             raise SimulatedCrash("killed before this write")
         result: bool = await self.inner.compare_and_set(key, expected, value, metadata)
         return result

@@ -11,7 +11,7 @@ from tests.conformance_data import load_json
 
 def _checkpoint_value(store_file: str) -> dict[str, Any]:
     for entry in load_json(store_file)["entries"]:
-        if entry["key"].startswith("__oma_checkpoint__/"):
+        if entry["key"].endswith("/latest"):
             value: dict[str, Any] = json.loads(entry["value"])
             return value
     raise AssertionError(f"{store_file} holds no checkpoint")

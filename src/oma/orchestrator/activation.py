@@ -40,7 +40,12 @@ def activate(options: CheckpointOptions, team: Team, fallback_store: MemoryStore
     reuses = team.shared_memory_store is not None and store is team.shared_memory_store
     checkpoint = Checkpoint(store, run_id=options.run_id, key=options.key)
     return Activation(
-        active=ActiveCheckpoint(checkpoint, embed_shared_memory=not reuses, fence=options.fence),
+        active=ActiveCheckpoint(
+            checkpoint,
+            embed_shared_memory=not reuses,
+            fence=options.fence,
+            attempt_log=options.attempt_log,
+        ),
         checkpoint=checkpoint,
         reuses_shared_store=reuses,
     )

@@ -16,6 +16,11 @@ class CheckpointOptions:
     first claims the run, so an older attempt that is still alive stops (``CheckpointFencedError``)
     instead of overwriting the newer one. Needs a store with ``compare_and_set``; without one the
     run continues unfenced and a ``fencing_unavailable`` warning is emitted.
+
+    ``attempt_log``: each attempt also appends one record (start time, host, work already done)
+    to ``__oma_checkpoint__/<runId>/attempts``, which ``oma checkpoint show`` prints. Off by
+    default so a library run writes exactly what the reference writes; ``oma run`` and the
+    Kubernetes runner turn it on.
     """
 
     enabled: bool = True
@@ -23,6 +28,7 @@ class CheckpointOptions:
     run_id: str | None = None
     key: str | None = None
     fence: bool = False
+    attempt_log: bool = False
 
 
 CheckpointArg = bool | CheckpointOptions | None

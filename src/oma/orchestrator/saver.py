@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 
+from oma.checkpoint.attempts import append_attempt, attempt_record
 from oma.checkpoint.manager import Checkpoint
 from oma.checkpoint.snapshot import CheckpointSnapshotV4
 from oma.errors import CheckpointFencedError
@@ -21,7 +22,12 @@ from oma.store.base import supports_compare_and_set
 
 class ActiveCheckpoint:
     def __init__(
-        self, checkpoint: Checkpoint, *, embed_shared_memory: bool, fence: bool = False
+        self,
+        checkpoint: Checkpoint,
+        *,
+        embed_shared_memory: bool,
+        fence: bool = False,
+        attempt_log: bool = False,
     ) -> None:
         self.checkpoint = checkpoint
         self.embed_shared_memory = embed_shared_memory
@@ -33,6 +39,7 @@ class ActiveCheckpoint:
         self._lock = asyncio.Lock()
         self.saves = 0
         self.failures = 0
+        self.attempt_logged = not attempt_log  # nothing to log when the log is off
 
     def assert_current(self) -> None:
         if self.superseded:
@@ -49,6 +56,7 @@ class ActiveCheckpoint:
                 return False
             self.expected = written
             self.saves += 1
+            await self._log_attempt(context, snapshot)
             return True
 
     async def save(self, context: RunContext, *, strict: bool = False) -> bool:
@@ -62,6 +70,7 @@ class ActiveCheckpoint:
                     await self._fenced_save(snapshot, context.identity.attempt)
                 else:
                     await self.checkpoint.save(snapshot)
+                await self._log_attempt(context, snapshot)
             except CheckpointFencedError:
                 raise
             except Exception as exc:
@@ -76,6 +85,20 @@ class ActiveCheckpoint:
                 return False
             self.saves += 1
             return True
+
+    async def _log_attempt(self, context: RunContext, snapshot: CheckpointSnapshotV4) -> None:
+        """Once per attempt, after its first write: best-effort, like ordinary saves."""
+        if self.attempt_logged:
+            return
+        self.attempt_logged = True
+        try:
+            await append_attempt(
+                self.checkpoint.store, self.checkpoint.key, attempt_record(snapshot)
+            )
+        except Exception as exc:
+            context.emit(
+                OrchestratorEvent(type="error", data={"kind": "attempt_log_failed", "error": exc})
+            )
 
     async def _fenced_save(self, snapshot: CheckpointSnapshotV4, attempt: int) -> None:
         value = snapshot.to_json()

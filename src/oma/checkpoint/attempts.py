@@ -1,0 +1,120 @@
+"""The attempt log of a run: one record per attempt, next to its latest snapshot.
+
+A snapshot only knows the attempt that wrote it last. ``oma checkpoint show`` and operators
+want the history (which attempt started when, where, and from how much finished work), so
+each attempt appends one record to ``__oma_checkpoint__/<runId>/attempts`` after its first
+successful save. It is an engine-only key: the snapshot format, which the TypeScript
+implementation shares, is unchanged, and a run without the log restores exactly the same.
+Appending is best-effort and bounded (the newest ``MAX_ATTEMPT_RECORDS`` are kept).
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Annotated, Literal
+
+from pydantic import Field, ValidationError
+
+from oma import jsonutil
+from oma.checkpoint.keys import DEFAULT_CHECKPOINT_KEY
+from oma.checkpoint.snapshot import CheckpointSnapshotV4
+from oma.errors import AttemptLogError
+from oma.store.base import MemoryStore, supports_compare_and_set
+from oma.store.reserved import CHECKPOINT_KEY_PREFIX
+from oma.timeutil import now_iso
+from oma.wire import WireModel
+
+MAX_ATTEMPT_RECORDS = 100
+_APPEND_TRIES = 5
+_LATEST_SUFFIX = "/latest"
+
+
+class AttemptRecord(WireModel):
+    """Where an attempt started and how much of the run was already done at that moment."""
+
+    attempt: Annotated[int, Field(ge=1)]
+    trace_id: str
+    started_at: str
+    host: str
+    completed_tasks: Annotated[int, Field(ge=0)]
+    total_tasks: Annotated[int, Field(ge=0)]
+    in_flight_tasks: Annotated[int, Field(ge=0)]
+    committed_tool_calls: Annotated[int, Field(ge=0)]
+
+
+class AttemptLog(WireModel):
+    version: Literal[1]
+    run_id: str
+    attempts: list[AttemptRecord]
+
+
+def attempts_key(checkpoint_key: str) -> str:
+    """``__oma_checkpoint__/<runId>/latest`` -> ``__oma_checkpoint__/<runId>/attempts``."""
+    if checkpoint_key == DEFAULT_CHECKPOINT_KEY:
+        return f"{CHECKPOINT_KEY_PREFIX}attempts"
+    base = checkpoint_key.removesuffix(_LATEST_SUFFIX)
+    return f"{base}/attempts"
+
+
+def attempt_record(snapshot: CheckpointSnapshotV4) -> AttemptRecord:
+    """The record of the attempt that wrote ``snapshot`` (its first save)."""
+    tasks = snapshot.queue.tasks
+    committed = sum(
+        1
+        for task in snapshot.in_flight_tasks
+        for pending in task.pending_tool_calls or []
+        if pending.commit is not None
+    )
+    return AttemptRecord(
+        attempt=snapshot.identity.attempt,
+        trace_id=snapshot.identity.last_trace_id,
+        started_at=now_iso(),
+        # In a runner pod the host name is the pod name: the log says which pod ran what.
+        host=socket.gethostname(),
+        completed_tasks=sum(1 for task in tasks if task.status == "completed"),
+        total_tasks=len(tasks),
+        in_flight_tasks=len(snapshot.in_flight_tasks),
+        committed_tool_calls=committed,
+    )
+
+
+async def load_attempt_log(store: MemoryStore, checkpoint_key: str) -> AttemptLog | None:
+    key = attempts_key(checkpoint_key)
+    entry = await store.get(key)
+    return None if entry is None else _decode(entry.value, key)
+
+
+async def append_attempt(store: MemoryStore, checkpoint_key: str, record: AttemptRecord) -> None:
+    """Add ``record`` (replacing an earlier record of the same attempt number)."""
+    key = attempts_key(checkpoint_key)
+    run_id = _run_id_of(checkpoint_key)
+    for _ in range(_APPEND_TRIES):
+        entry = await store.get(key)
+        log = (
+            AttemptLog(version=1, run_id=run_id, attempts=[])
+            if entry is None
+            else _decode(entry.value, key)
+        )
+        kept = [item for item in log.attempts if item.attempt != record.attempt]
+        log.attempts = sorted([*kept, record], key=lambda item: item.attempt)[-MAX_ATTEMPT_RECORDS:]
+        value = jsonutil.dumps(log.to_wire())
+        metadata = {"namespace": "checkpoint-attempts", "runId": run_id}
+        if not supports_compare_and_set(store):
+            await store.set(key, value, metadata)
+            return
+        if await store.compare_and_set(key, entry.value if entry else None, value, metadata):
+            return
+    raise RuntimeError(f"attempt log {key!r} kept changing during {_APPEND_TRIES} append tries")
+
+
+def _run_id_of(checkpoint_key: str) -> str:
+    if checkpoint_key == DEFAULT_CHECKPOINT_KEY:
+        return ""
+    return checkpoint_key.removeprefix(CHECKPOINT_KEY_PREFIX).removesuffix(_LATEST_SUFFIX)
+
+
+def _decode(text: str, key: str) -> AttemptLog:
+    try:
+        return AttemptLog.model_validate(jsonutil.loads(text))
+    except (ValueError, ValidationError) as exc:
+        raise AttemptLogError(key, str(exc).splitlines()[0]) from exc

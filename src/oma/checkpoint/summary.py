@@ -1,0 +1,167 @@
+"""A readable account of a stored checkpoint: what is done, what is in flight, what waits.
+
+Pure: built from a snapshot (any version) and the run's attempt log, so ``oma checkpoint show``
+and anything else that reports on a run print the same facts.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from oma.checkpoint.attempts import AttemptLog, AttemptRecord
+from oma.checkpoint.runner_state import InFlightTask, PendingToolCall
+from oma.checkpoint.snapshot import (
+    CheckpointSnapshot,
+    CheckpointSnapshotV1,
+    CheckpointSnapshotV3,
+    CheckpointSnapshotV4,
+)
+from oma.wire import WireModel
+
+# committed: its result is durable and is replayed, never run again. not_committed: the call
+# may have started before the attempt stopped; a resume runs it again (tools get the same
+# ``tool_call_id`` so they can deduplicate). The other states wait for or carry a decision.
+ToolCallState = Literal[
+    "committed", "not_committed", "awaiting_approval", "approved_not_run", "rejected"
+]
+
+
+class TaskLine(WireModel):
+    id: str
+    title: str
+    status: str
+    assignee: str | None = None
+
+
+class ToolCallLine(WireModel):
+    id: str
+    tool: str
+    state: ToolCallState
+    approval_request_id: str | None = None
+
+
+class InFlightLine(WireModel):
+    task_id: str
+    assignee: str
+    phase: str
+    turns: int
+    committed_tool_calls: int
+    tool_calls: list[ToolCallLine]
+
+
+class ApprovalLine(WireModel):
+    request_id: str
+    scope: str
+    boundary: str
+    state: Literal["pending", "approved", "rejected"]
+    reviewer: str | None = None
+
+
+class CheckpointSummary(WireModel):
+    run_id: str | None
+    key: str
+    version: int
+    mode: str
+    saved_at: str
+    attempt: int | None
+    goal: str | None = None
+    task_counts: dict[str, int]
+    tasks: list[TaskLine]
+    in_flight: list[InFlightLine]
+    approvals: list[ApprovalLine]
+    attempts: list[AttemptRecord] | None
+    shared_memory_entries: int | None
+
+
+def summarize(
+    snapshot: CheckpointSnapshot, key: str, attempt_log: AttemptLog | None
+) -> CheckpointSummary:
+    if isinstance(snapshot, CheckpointSnapshotV1):
+        run_id, attempt = snapshot.run_id, None
+    else:
+        run_id, attempt = snapshot.identity.run_id, snapshot.identity.attempt
+    tasks = [
+        TaskLine(id=task.id, title=task.title, status=task.status, assignee=task.assignee)
+        for task in snapshot.queue.tasks
+    ]
+    counts: dict[str, int] = {}
+    for task in tasks:
+        counts[task.status] = counts.get(task.status, 0) + 1
+    in_flight = (
+        [_in_flight(task) for task in snapshot.in_flight_tasks]
+        if isinstance(snapshot, CheckpointSnapshotV3 | CheckpointSnapshotV4)
+        else []
+    )
+    return CheckpointSummary(
+        run_id=run_id,
+        key=key,
+        version=snapshot.version,
+        mode=snapshot.mode,
+        saved_at=snapshot.created_at,
+        attempt=attempt,
+        goal=snapshot.goal,
+        task_counts=counts,
+        tasks=tasks,
+        in_flight=in_flight,
+        approvals=_approvals(snapshot) if isinstance(snapshot, CheckpointSnapshotV4) else [],
+        attempts=attempt_log.attempts if attempt_log is not None else None,
+        shared_memory_entries=(
+            len(snapshot.shared_memory.entries) if snapshot.shared_memory is not None else None
+        ),
+    )
+
+
+def _in_flight(task: InFlightTask) -> InFlightLine:
+    calls = [_tool_call(pending) for pending in task.pending_tool_calls or []]
+    return InFlightLine(
+        task_id=task.task_id,
+        assignee=task.assignee,
+        phase=task.phase,
+        turns=task.turns,
+        committed_tool_calls=sum(1 for call in calls if call.state == "committed"),
+        tool_calls=calls,
+    )
+
+
+def _tool_call(pending: PendingToolCall) -> ToolCallLine:
+    request = pending.approval_request
+    state: ToolCallState
+    if pending.commit is not None:
+        state = "committed"
+    elif pending.approval_decision is not None:
+        approved = pending.approval_decision.decision == "approved"
+        state = "approved_not_run" if approved else "rejected"
+    elif request is not None:
+        state = "awaiting_approval"
+    else:
+        state = "not_committed"
+    return ToolCallLine(
+        id=pending.call.id,
+        tool=pending.call.name,
+        state=state,
+        approval_request_id=request.id if request is not None else None,
+    )
+
+
+def _approvals(snapshot: CheckpointSnapshotV4) -> list[ApprovalLine]:
+    """One line per request: decided ones with the decision, the rest pending."""
+    boundaries = {request.id: request.boundary for request in snapshot.pending_approvals}
+    decided = {decision.request_id: decision for decision in snapshot.approval_decisions}
+    lines = [
+        ApprovalLine(
+            request_id=request.id, scope=request.scope, boundary=request.boundary, state="pending"
+        )
+        for request in snapshot.pending_approvals
+        if request.id not in decided
+    ]
+    lines += [
+        ApprovalLine(
+            request_id=decision.request_id,
+            scope=decision.scope,
+            boundary=boundaries.get(decision.request_id, ""),
+            state=decision.decision,
+            reviewer=decision.reviewer.id,
+        )
+        for decision in snapshot.approval_decisions
+    ]
+    return lines

@@ -1,0 +1,204 @@
+"""``oma checkpoint``: list, show, export and delete the checkpoints in a store.
+
+The store is ``--store URL``, else ``$OMA_STORE_URL``, else the file ``oma run`` uses by default
+(``.oma/<run-id>.json``) when it exists.
+
+Exit codes: 0 done; 1 no checkpoint for that run; 2 bad input (no store, bad URL, unreachable
+store, ``delete`` without ``--yes`` when not interactive); 3 the stored checkpoint or attempt
+log is unreadable (the message says what is wrong; ``export`` still writes the raw value).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated, TypeVar
+
+import typer
+
+from oma.checkpoint.attempts import AttemptRecord, attempts_key, load_attempt_log
+from oma.checkpoint.keys import checkpoint_key
+from oma.checkpoint.manager import Checkpoint
+from oma.checkpoint.summary import CheckpointSummary, summarize
+from oma.cli_store import JsonOption, StoreOption, errors, with_store
+from oma.errors import CheckpointError, OmaError
+from oma.store.base import MemoryStore
+from oma.store.reserved import CHECKPOINT_KEY_PREFIX
+
+T = TypeVar("T")
+EXIT_NOT_FOUND, EXIT_UNREADABLE = 1, 3
+app = typer.Typer(help="List, show, export and delete run checkpoints.", no_args_is_help=True)
+RunIdOption = Annotated[str, typer.Option("--run-id", help="The run whose checkpoint to use.")]
+_STATE_TEXT = {
+    "committed": "committed (replayed on resume, never run again)",
+    "not_committed": "not committed: runs again on resume (same tool_call_id)",
+    "awaiting_approval": "awaiting approval",
+    "approved_not_run": "approved, runs on resume",
+    "rejected": "rejected (the model sees a denial)",
+}
+
+
+class CheckpointNotFound(OmaError):
+    code = "CHECKPOINT_NOT_FOUND"
+
+
+def _on_store(url: str | None, run_id: str, action: Callable[[MemoryStore], Awaitable[T]]) -> T:
+    default_file = Path(".oma") / f"{run_id}.json"
+    fallback = f"file:{default_file}" if default_file.is_file() else None
+    return with_store(
+        url,
+        action,
+        fallback_url=fallback,
+        exit_codes=[(CheckpointNotFound, EXIT_NOT_FOUND), (CheckpointError, EXIT_UNREADABLE)],
+    )
+
+
+@app.command("list")
+def list_runs(store: StoreOption = None, as_json: JsonOption = False) -> None:
+    """The runs that have a checkpoint in the store."""
+
+    async def runs(s: MemoryStore) -> list[dict[str, object]]:
+        found = []
+        for entry in await s.list():
+            if entry.key.startswith(CHECKPOINT_KEY_PREFIX) and entry.key.endswith("latest"):
+                meta = entry.metadata or {}
+                found.append(
+                    {"runId": meta.get("runId"), "key": entry.key, "savedAt": meta.get("createdAt")}
+                )
+        return found
+
+    listed = with_store(store, runs)
+    if as_json:
+        typer.echo(json.dumps(listed, indent=2, ensure_ascii=False))
+    elif not listed:
+        typer.echo("no checkpoints")
+    for run in [] if as_json else listed:
+        typer.echo(f"{run['runId'] or '(default key)'}  saved {run['savedAt']}  {run['key']}")
+
+
+@app.command()
+def show(run_id: RunIdOption, store: StoreOption = None, as_json: JsonOption = False) -> None:
+    """What the checkpoint holds: attempts, tasks, in-flight tool calls, approvals."""
+
+    async def load(s: MemoryStore) -> CheckpointSummary:
+        key = checkpoint_key(run_id)
+        snapshot = await Checkpoint(s, run_id=run_id).load_latest()
+        if snapshot is None:
+            raise CheckpointNotFound(f'no checkpoint for run "{run_id}" (key {key})')
+        return summarize(snapshot, key, await load_attempt_log(s, key))
+
+    summary = _on_store(store, run_id, load)
+    if as_json:
+        # Every field, null included: scripts should not have to guess what is absent.
+        document = summary.model_dump(mode="json", by_alias=True)
+        typer.echo(json.dumps(document, indent=2, ensure_ascii=False))
+        return
+    for line in render(summary):
+        typer.echo(line)
+
+
+@app.command()
+def export(
+    run_id: RunIdOption,
+    store: StoreOption = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write to this file (default stdout).")
+    ] = None,
+) -> None:
+    """The stored snapshot exactly as stored (JSON), valid or not: for backups and bug reports."""
+
+    async def raw(s: MemoryStore) -> str:
+        entry = await s.get(checkpoint_key(run_id))
+        if entry is None:
+            raise CheckpointNotFound(f'no checkpoint for run "{run_id}"')
+        return entry.value
+
+    value = _on_store(store, run_id, raw)
+    if output is None:
+        sys.stdout.write(value + "\n")
+        return
+    output.write_text(value, encoding="utf-8")
+    errors.print(f"wrote {len(value)} characters to {output}")
+
+
+@app.command()
+def delete(
+    run_id: RunIdOption,
+    store: StoreOption = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Delete the run's checkpoint and attempt log: a later run with this id starts fresh.
+
+    Approval rows stay: they are the record of who decided what.
+    """
+    key = checkpoint_key(run_id)
+    if not yes:
+        if not sys.stdin.isatty():
+            errors.print(
+                "[red]error:[/] refusing to delete without --yes (stdin is not a terminal)"
+            )
+            raise typer.Exit(2)
+        typer.confirm(f"delete the checkpoint of run {run_id!r} ({key})?", abort=True)
+
+    async def remove(s: MemoryStore) -> None:
+        if await s.get(key) is None and await s.get(attempts_key(key)) is None:
+            raise CheckpointNotFound(f'no checkpoint for run "{run_id}" (key {key})')
+        await s.delete(key)
+        await s.delete(attempts_key(key))
+
+    _on_store(store, run_id, remove)
+    typer.echo(f"deleted the checkpoint of run {run_id} ({key}) and its attempt log")
+
+
+def render(summary: CheckpointSummary) -> list[str]:
+    """The plain-text report: ids and hashes are never truncated (they are meant to be copied)."""
+    attempt = f"attempt {summary.attempt}" if summary.attempt is not None else "attempt 1"
+    lines = [
+        f"run       {summary.run_id or '(default key)'}  ({attempt}, snapshot v{summary.version},"
+        f" {summary.mode}, saved {summary.saved_at})",
+        f"key       {summary.key}",
+    ]
+    if summary.goal:
+        lines.append(f"goal      {summary.goal}")
+    counts = ", ".join(f"{n} {status}" for status, n in summary.task_counts.items())
+    lines.append(f"tasks     {len(summary.tasks)}: {counts or 'none'}")
+    width = max((len(task.status) for task in summary.tasks), default=0)
+    lines += [
+        f"  {task.status.ljust(width)}  {task.id}  {task.title}"
+        + (f"  ({task.assignee})" if task.assignee else "")
+        for task in summary.tasks
+    ]
+    lines.append("attempts")
+    if summary.attempts is None:
+        lines.append("  (no attempt log: the run was not started by `oma run` or the runner)")
+    lines += [f"  {_attempt_line(record)}" for record in summary.attempts or []]
+    if summary.in_flight:
+        lines.append("in flight")
+    for task in summary.in_flight:
+        lines.append(
+            f"  task {task.task_id} ({task.assignee}, {task.phase}, turn {task.turns}): "
+            f"{task.committed_tool_calls} of {len(task.tool_calls)} tool calls committed"
+        )
+        lines += [f"    {c.id}  {c.tool}  {_STATE_TEXT[c.state]}" for c in task.tool_calls]
+    if summary.approvals:
+        lines.append("approvals")
+    for approval in summary.approvals:
+        by = f" by {approval.reviewer}" if approval.reviewer else ""
+        lines.append(f"  {approval.request_id}  {approval.scope}  {approval.state}{by}")
+    if summary.shared_memory_entries is not None:
+        lines.append(f"memory    {summary.shared_memory_entries} shared-memory entries")
+    return lines
+
+
+def _attempt_line(record: AttemptRecord) -> str:
+    done = f"{record.completed_tasks}/{record.total_tasks} tasks done"
+    if record.attempt == 1:
+        how = "first attempt"
+    else:
+        how = (
+            f"resumed with {done}, {record.in_flight_tasks} in flight, "
+            f"{record.committed_tool_calls} committed tool calls"
+        )
+    return f"#{record.attempt}  {record.started_at}  on {record.host}: {how}"

@@ -1,0 +1,75 @@
+"""What the store-reading commands share: the ``--store`` option, opening and closing the store,
+and turning typed errors into one line and a documented exit code."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Annotated, TypeVar
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from oma.errors import OmaError
+from oma.store.base import MemoryStore
+from oma.store.urls import open_store
+
+T = TypeVar("T")
+EXIT_BAD_INPUT = 2
+STORE_ENV = "OMA_STORE_URL"
+
+StoreOption = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        help=f"Store URL (memory://, file://, redis://, postgresql://); default ${STORE_ENV}.",
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+# Errors go to stderr so that ``--json`` and ``export`` output on stdout stays parseable.
+errors = Console(stderr=True, highlight=False, soft_wrap=True)
+
+ExitCodes = Sequence[tuple[type[Exception], int]]
+
+
+def with_store(
+    url: str | None,
+    action: Callable[[MemoryStore], Awaitable[T]],
+    *,
+    exit_codes: ExitCodes = (),
+    fallback_url: str | None = None,
+) -> T:
+    """Run ``action`` on the store; an error becomes one line and an exit code.
+
+    ``exit_codes`` maps error types to codes (first match wins); any other ``OmaError`` is bad
+    input (2). ``fallback_url`` is used when neither ``--store`` nor ``$OMA_STORE_URL`` is set.
+    """
+    try:
+        return _run_on_store(url or os.environ.get(STORE_ENV) or fallback_url, action)
+    except OmaError as exc:
+        code = next((c for kind, c in exit_codes if isinstance(exc, kind)), EXIT_BAD_INPUT)
+        label = getattr(exc, "code", None)
+        prefix = f"{label}: " if label and code != EXIT_BAD_INPUT else ""
+        errors.print(f"[red]error:[/] {escape(prefix + str(exc))}")
+        raise typer.Exit(code) from exc
+
+
+def _run_on_store(url: str | None, action: Callable[[MemoryStore], Awaitable[T]]) -> T:
+    if not url:
+        raise OmaError(f"no store: pass --store URL or set {STORE_ENV}")
+    try:
+        store = open_store(url)
+    except ValueError as exc:
+        raise OmaError(str(exc)) from exc
+
+    async def run() -> T:
+        try:
+            return await action(store)
+        finally:
+            closer = getattr(store, "aclose", None)
+            if callable(closer):
+                await closer()
+
+    return asyncio.run(run())

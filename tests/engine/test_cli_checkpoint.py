@@ -1,0 +1,174 @@
+"""``oma checkpoint list|show|export|delete`` on stores written by the TypeScript implementation
+and by ``oma run``, over file, Redis and Postgres URLs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from oma.cli import app
+from oma.store import FileStore
+from oma.store.urls import open_store
+from tests.conformance_data import require_conformance_dir
+from tests.servers.postgres_server import PostgresServer
+from tests.servers.redis_server import RedisServer
+
+runner = CliRunner()
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _cli(*args: str) -> tuple[int, str]:
+    result = runner.invoke(app, ["checkpoint", *args])
+    return result.exit_code, result.output
+
+
+def _ts_store(name: str, tmp_path: Path) -> str:
+    target = tmp_path / name
+    shutil.copy(require_conformance_dir() / name, target)
+    return f"file://{target}"
+
+
+def test_show_a_crash_between_two_tool_calls(tmp_path: Path) -> None:
+    url = _ts_store("b-crash-moment.store.json", tmp_path)
+    code, out = _cli("show", "--run-id", "conf-b", "--store", url)
+    assert code == 0, out
+    assert "run       conf-b  (attempt 1, snapshot v4, runTasks" in out
+    assert "1 of 2 tool calls committed" in out
+    assert "tu-b-p  commit_effect  committed (replayed on resume, never run again)" in out
+    assert "tu-b-q  commit_effect  not committed: runs again on resume" in out
+    assert "no attempt log" in out  # written by the TypeScript implementation
+
+    code, out = _cli("show", "--run-id", "conf-b", "--store", url, "--json")
+    summary = json.loads(out)
+    (task,) = summary["inFlight"]
+    assert [(c["id"], c["state"]) for c in task["toolCalls"]] == [
+        ("tu-b-p", "committed"),
+        ("tu-b-q", "not_committed"),
+    ]
+    assert summary["attempt"] == 1 and summary["attempts"] is None
+    assert summary["taskCounts"] == {"completed": 1, "in_progress": 1}
+
+
+def test_show_a_tool_call_awaiting_approval(tmp_path: Path) -> None:
+    url = _ts_store("c1-suspended.store.json", tmp_path)
+    code, out = _cli("show", "--run-id", "conf-c", "--store", url, "--json")
+    summary = json.loads(out)
+    call = summary["inFlight"][0]["toolCalls"][0]
+    assert code == 0 and call["state"] == "awaiting_approval" and call["tool"] == "charge_card"
+    (approval,) = summary["approvals"]
+    assert approval["state"] == "pending" and approval["requestId"] == call["approvalRequestId"]
+    code, out = _cli("show", "--run-id", "conf-c", "--store", url)
+    assert f"{approval['requestId']}  tool_call  pending" in out
+
+
+def test_list_and_export_give_the_exact_stored_value(tmp_path: Path) -> None:
+    url = _ts_store("a-after-run.store.json", tmp_path)
+    code, out = _cli("list", "--store", url, "--json")
+    assert code == 0 and [run["runId"] for run in json.loads(out)] == ["conf-a"]
+    stored = next(
+        entry["value"]
+        for entry in json.loads(Path(url.removeprefix("file://")).read_text())["entries"]
+        if entry["key"] == "__oma_checkpoint__/conf-a/latest"
+    )
+    code, out = _cli("export", "--run-id", "conf-a", "--store", url)
+    assert code == 0 and out == stored + "\n"
+    target = tmp_path / "backup.json"
+    code, _ = _cli("export", "--run-id", "conf-a", "--store", url, "-o", str(target))
+    assert code == 0 and target.read_text() == stored
+
+
+def test_delete_asks_for_yes_then_removes_snapshot_and_attempt_log(tmp_path: Path) -> None:
+    url = _ts_store("a-after-run.store.json", tmp_path)
+    code, out = _cli("delete", "--run-id", "conf-a", "--store", url)
+    assert code == 2 and "without --yes" in out  # CliRunner's stdin is not a terminal
+    code, out = _cli("delete", "--run-id", "conf-a", "--store", url, "--yes")
+    assert code == 0 and "deleted the checkpoint of run conf-a" in out
+    keys = [e.key for e in asyncio.run(open_store(url).list())]
+    assert not [key for key in keys if key.startswith("__oma_checkpoint__/")]
+    assert _cli("show", "--run-id", "conf-a", "--store", url)[0] == 1
+    code, out = _cli("delete", "--run-id", "conf-a", "--store", url, "--yes")
+    assert code == 1 and 'no checkpoint for run "conf-a"' in out
+
+
+def test_errors_are_one_line_with_documented_codes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("OMA_STORE_URL", raising=False)
+    code, out = _cli("show", "--run-id", "nothing")
+    assert code == 2 and "no store: pass --store URL or set OMA_STORE_URL" in out
+    code, out = _cli("show", "--run-id", "x", "--store", "ftp://host/x")
+    assert code == 2 and "unsupported store URL" in out
+    code, out = _cli(
+        "show", "--run-id", "missing", "--store", _ts_store("a-after-run.store.json", tmp_path)
+    )
+    assert code == 1 and 'no checkpoint for run "missing"' in out
+
+    store = FileStore(tmp_path / "bad.json")
+    asyncio.run(store.set("__oma_checkpoint__/bad/latest", '{"version": 9}'))
+    url = f"file://{tmp_path}/bad.json"
+    code, out = _cli("show", "--run-id", "bad", "--store", url)
+    assert code == 3 and "CHECKPOINT_INVALID" in out and len(out.strip().splitlines()) == 1
+    code, out = _cli("export", "--run-id", "bad", "--store", url)
+    assert code == 0 and out == '{"version": 9}\n'  # unreadable snapshots can still be exported
+
+
+def test_attempt_history_of_oma_run_in_its_default_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("OMA_STORE_URL", raising=False)
+    spec = REPO / "examples" / "demo.yaml"
+    for _ in range(2):  # the second run restores the finished run: attempt 2
+        assert runner.invoke(app, ["run", str(spec), "--run-id", "hist"]).exit_code == 0
+    code, out = _cli("show", "--run-id", "hist")  # finds .oma/hist.json by itself
+    assert code == 0, out
+    assert "(attempt 2, snapshot v4" in out
+    assert "#1  " in out and ": first attempt" in out
+    assert "resumed with 3/3 tasks done, 0 in flight, 0 committed tool calls" in out
+    attempts = json.loads(_cli("show", "--run-id", "hist", "--json")[1])["attempts"]
+    assert [a["attempt"] for a in attempts] == [1, 2]
+    assert attempts[1]["completedTasks"] == 3 and attempts[1]["host"]
+
+
+def _copy_into(url: str, source: Path) -> None:
+    entries = json.loads(source.read_text())["entries"]
+
+    async def copy() -> None:
+        store: Any = open_store(url)
+        try:
+            for entry in entries:
+                await store.set(entry["key"], entry["value"], entry.get("metadata"))
+        finally:
+            await store.aclose()
+
+    asyncio.run(copy())
+
+
+@pytest.mark.parametrize("backend", ["redis", "postgres"])
+def test_show_and_delete_on_server_stores(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    if backend == "redis":
+        server: RedisServer = request.getfixturevalue("redis_server")
+        url = server.url
+    else:
+        pg: PostgresServer = request.getfixturevalue("postgres_server")
+        url = pg.dsn()
+    _copy_into(url, require_conformance_dir() / "b-crash-moment.store.json")
+    code, out = _cli("show", "--run-id", "conf-b", "--store", url)
+    assert code == 0 and "tu-b-q  commit_effect  not committed" in out
+    assert server_secret_absent(out, url)
+    assert _cli("delete", "--run-id", "conf-b", "--store", url, "--yes")[0] == 0
+    assert _cli("show", "--run-id", "conf-b", "--store", url)[0] == 1
+
+
+def server_secret_absent(out: str, url: str) -> bool:
+    password = url.split("://", 1)[1].split("@", 1)[0].split(":")[-1]
+    return password not in out

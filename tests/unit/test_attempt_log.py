@@ -1,0 +1,86 @@
+"""The attempt log next to a checkpoint: keys, concurrent appends, bounds, unreadable logs, and
+that it is written only when asked for (library runs write exactly what the reference writes)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from oma import AgentConfig, CheckpointOptions, OpenMultiAgent, ScriptedAdapter, Team
+from oma.checkpoint.attempts import (
+    MAX_ATTEMPT_RECORDS,
+    AttemptRecord,
+    append_attempt,
+    attempts_key,
+    load_attempt_log,
+)
+from oma.checkpoint.keys import DEFAULT_CHECKPOINT_KEY, checkpoint_key
+from oma.errors import AttemptLogError
+from oma.store import InMemoryStore
+
+
+def _record(attempt: int) -> AttemptRecord:
+    return AttemptRecord(
+        attempt=attempt,
+        trace_id="ab" * 16,
+        started_at="2026-12-01T00:00:00.000Z",
+        host="pod-a",
+        completed_tasks=attempt - 1,
+        total_tasks=3,
+        in_flight_tasks=0,
+        committed_tool_calls=0,
+    )
+
+
+def test_keys_sit_next_to_the_latest_snapshot() -> None:
+    assert attempts_key(checkpoint_key("r-1")) == "__oma_checkpoint__/r-1/attempts"
+    assert attempts_key(DEFAULT_CHECKPOINT_KEY) == "__oma_checkpoint__/attempts"
+
+
+async def test_concurrent_appends_lose_nothing() -> None:
+    store = InMemoryStore()
+    key = checkpoint_key("r-1")
+    await asyncio.gather(*(append_attempt(store, key, _record(n)) for n in range(1, 6)))
+    log = await load_attempt_log(store, key)
+    assert log is not None and log.run_id == "r-1"
+    assert [record.attempt for record in log.attempts] == [1, 2, 3, 4, 5]
+
+
+async def test_the_newest_records_are_kept_and_a_repeat_replaces() -> None:
+    store = InMemoryStore()
+    key = checkpoint_key("r-2")
+    for n in range(1, MAX_ATTEMPT_RECORDS + 6):
+        await append_attempt(store, key, _record(n))
+    await append_attempt(
+        store, key, _record(MAX_ATTEMPT_RECORDS + 5).model_copy(update={"host": "b"})
+    )
+    log = await load_attempt_log(store, key)
+    assert log is not None and len(log.attempts) == MAX_ATTEMPT_RECORDS
+    assert log.attempts[0].attempt == 6 and log.attempts[-1].host == "b"
+
+
+async def test_an_unreadable_log_is_a_typed_error_naming_the_key() -> None:
+    store = InMemoryStore()
+    await store.set("__oma_checkpoint__/r-3/attempts", '{"version": 1}')
+    with pytest.raises(AttemptLogError, match="r-3/attempts") as raised:
+        await load_attempt_log(store, checkpoint_key("r-3"))
+    assert raised.value.code == "ATTEMPT_LOG_INVALID"
+
+
+@pytest.mark.parametrize("enabled", [False, True])
+async def test_written_once_per_attempt_only_when_enabled(enabled: bool) -> None:
+    store = InMemoryStore()
+    team = Team(
+        name="t", agents=[AgentConfig(name="w", adapter=ScriptedAdapter([{"text": "ok"}] * 4))]
+    )
+    tasks = [{"title": "A", "description": "a", "assignee": "w"}]
+    options = CheckpointOptions(store=store, run_id="r-4", attempt_log=enabled)
+    await OpenMultiAgent().run_tasks(team, tasks, checkpoint=options)
+    await OpenMultiAgent().restore(team, tasks, checkpoint=options)
+    log = await load_attempt_log(store, checkpoint_key("r-4"))
+    if not enabled:
+        assert log is None
+        return
+    assert log is not None and [r.attempt for r in log.attempts] == [1, 2]
+    assert log.attempts[1].completed_tasks == 1 and log.attempts[1].total_tasks == 1
