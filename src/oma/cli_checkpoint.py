@@ -34,6 +34,7 @@ RunIdOption = Annotated[str, typer.Option("--run-id", help="The run whose checkp
 _STATE_TEXT = {
     "committed": "committed (replayed on resume, never run again)",
     "not_committed": "not committed: runs again on resume (same tool_call_id)",
+    "uncertain": "started, not committed: may or may not have happened (a reviewer decides)",
     "awaiting_approval": "awaiting approval",
     "approved_not_run": "approved, runs on resume",
     "rejected": "rejected (the model sees a denial)",

@@ -12,7 +12,9 @@ Boundaries, in order, within one task:
 5. a final text answer is persisted as phase ``completed``.
 
 Restored with a saved state, committed results are replayed verbatim (error results too) and only
-uncommitted calls run, with their original call ids; turns and token usage carry on.
+uncommitted calls run, with their original call ids; turns and token usage carry on. A call of a
+non-idempotent tool is also persisted as started right before it runs; restored started but
+uncommitted, it is not re-run but put to a reviewer (``oma.agent.uncertain_calls``).
 """
 
 from __future__ import annotations
@@ -23,13 +25,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from oma.agent.state import PendingCall, RunnerState
-from oma.agent.tool_approvals import ToolApprovalSupport, decided_call, live_call
+from oma.agent.tool_approvals import BeforeExecute, ToolApprovalSupport, decided_call, live_call
+from oma.agent.uncertain_calls import is_uncertain, uncertain_request
 from oma.approval.models import ApprovalRequest
-from oma.checkpoint.runner_state import InFlightTask, ToolCallCommit, ToolCallRecord
+from oma.checkpoint.runner_state import InFlightTask, ToolCallCommit, ToolCallRecord, ToolCallStart
 from oma.checkpoint.runner_state import ToolResultBlock as CommittedResult
 from oma.errors import RunDrained
 from oma.llm.types import ChatRequest, LLMMessage, TextBlock, ToolResultBlock
 from oma.team import AgentConfig
+from oma.timeutil import now_iso
 from oma.tools.define import ToolContext, ToolResult
 
 Boundary = Callable[[InFlightTask, bool], Awaitable[None]]  # (state, strict)
@@ -168,7 +172,12 @@ class AgentRunner:
         if self._guard is not None:
             self._guard()
         started = time.monotonic()
+        if is_uncertain(pending):
+            await self._ask_about_uncertain(state, pending)
+            return
         request, decision = pending.approval_request, pending.approval_decision
+        decided = request is not None and decision is not None
+        mark = self._start_mark(state, pending, request.id if request and decided else None)
         if request is not None and decision is not None:
             result = await decided_call(
                 self.agent.tool(call.name),
@@ -176,13 +185,20 @@ class AgentRunner:
                 self._context(call.id),
                 request,
                 decision.decision == "approved",
+                mark,
             )
         else:
-            verdict = await self._execute(call.name, call.input, call.id)
+            verdict = await self._execute(call.name, call.input, call.id, mark)
             if isinstance(verdict, ApprovalRequest):
                 await self._suspend(state, pending, verdict)
                 return
             result = verdict
+        await self._commit(state, pending, result, started)
+
+    async def _commit(
+        self, state: RunnerState, pending: PendingCall, result: ToolResult, started: float
+    ) -> None:
+        call, request = pending.call, pending.approval_request
         self._executed.append(call.id)
         if self._on_tool is not None:
             self._on_tool(call.id, call.name, True)
@@ -205,6 +221,37 @@ class AgentRunner:
         if request is not None and self._approvals.on_consumed is not None:
             self._approvals.on_consumed(request)
 
+    def _start_mark(
+        self, state: RunnerState, pending: PendingCall, after_approval: str | None
+    ) -> BeforeExecute:
+        """For a non-idempotent tool: persist "started" before it runs (strict: no mark, no run)."""
+        tool = self.agent.tool(pending.call.name)
+        if tool is None or tool.idempotent:
+            return None
+
+        async def mark() -> None:
+            pending.started = ToolCallStart(
+                at=now_iso(), attempt=self.attempt, after_approval=after_approval
+            )
+            await self._persist(state, strict=True)
+
+        return mark
+
+    async def _ask_about_uncertain(self, state: RunnerState, pending: PendingCall) -> None:
+        """Suspend for a reviewer (or, without durable approvals, record an error result)."""
+        superseded = pending.approval_request  # a decision whose own run is now uncertain
+        if superseded is not None and self._approvals.on_consumed is not None:
+            self._approvals.on_consumed(superseded)
+        pending.approval_request = pending.approval_decision = None
+        context = self._context(pending.call.id)
+        verdict = uncertain_request(
+            self._approvals, self.agent.tool(pending.call.name), pending, context
+        )
+        if isinstance(verdict, ApprovalRequest):
+            await self._suspend(state, pending, verdict)
+            return
+        await self._commit(state, pending, verdict, time.monotonic())
+
     async def _suspend(
         self, state: RunnerState, pending: PendingCall, request: ApprovalRequest
     ) -> None:
@@ -226,14 +273,14 @@ class AgentRunner:
         )
 
     async def _execute(
-        self, name: str, raw_input: dict[str, object], call_id: str
+        self, name: str, raw_input: dict[str, object], call_id: str, mark: BeforeExecute
     ) -> ToolResult | ApprovalRequest:
         tool = self.agent.tool(name)
         if tool is None:
             return ToolResult(
                 f'Tool "{name}" is not available to agent "{self.agent.name}".', is_error=True
             )
-        return await live_call(self._approvals, tool, dict(raw_input), self._context(call_id))
+        return await live_call(self._approvals, tool, dict(raw_input), self._context(call_id), mark)
 
     def _over_budget(self, state: RunnerState) -> bool:
         budget = self.agent.max_token_budget

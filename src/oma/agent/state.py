@@ -11,6 +11,7 @@ from oma.checkpoint.runner_state import (
     RunnerPhase,
     ToolCallCommit,
     ToolCallRecord,
+    ToolCallStart,
 )
 from oma.checkpoint.runner_state import TokenUsage as CheckpointUsage
 from oma.checkpoint.runner_state import ToolUseBlock as CheckpointToolUse
@@ -23,6 +24,7 @@ class PendingCall:
     commit: ToolCallCommit | None = None
     approval_request: ApprovalRequest | None = None
     approval_decision: ApprovalDecisionRecord | None = None
+    started: ToolCallStart | None = None
 
     @property
     def awaiting_decision(self) -> bool:
@@ -61,6 +63,7 @@ class RunnerState:
                 PendingToolCall(
                     call=CheckpointToolUse.model_validate(p.call.model_dump(mode="json")),
                     commit=p.commit,
+                    started=p.started,
                     approval_request=p.approval_request if p.commit is None else None,
                     approval_decision=p.approval_decision if p.commit is None else None,
                 )
@@ -89,6 +92,7 @@ class RunnerState:
                     commit=p.commit,
                     approval_request=p.approval_request,
                     approval_decision=p.approval_decision,
+                    started=p.started,
                 )
                 for p in saved.pending_tool_calls or []
             ],

@@ -42,7 +42,9 @@ class ToolApprovalSupport:
 
 
 Verdict = ToolResult | ApprovalRequest
-Persist = Callable[[], Awaitable[None]]
+# Called right before a tool's execute (after validation and the gate): where a non-idempotent
+# call is durably marked as started.
+BeforeExecute = Callable[[], Awaitable[None]] | None
 
 
 def tool_content(
@@ -61,7 +63,11 @@ def tool_content(
 
 
 async def live_call(
-    support: ToolApprovalSupport, tool: AnyTool, raw: dict[str, Any], ctx: ToolContext
+    support: ToolApprovalSupport,
+    tool: AnyTool,
+    raw: dict[str, Any],
+    ctx: ToolContext,
+    before_execute: BeforeExecute = None,
 ) -> Verdict:
     """Validate, ask the gate, and execute, deny, or build a suspension request."""
     try:
@@ -69,7 +75,7 @@ async def live_call(
     except ValidationError as exc:
         return tool.invalid_input_result(exc)
     if support.gate is None:
-        return await tool.execute_validated(parsed, ctx)
+        return await _execute(tool, parsed, ctx, before_execute)
     gate_ctx = ToolCallGateContext(
         tool_name=tool.name,
         input=parsed.model_dump(mode="json"),
@@ -85,28 +91,36 @@ async def live_call(
     except Exception as exc:  # a throwing gate denies this call
         return ToolResult(f'Tool "{tool.name}" was denied: approval gate failed: {exc}', True)
     if isinstance(outcome, Allow):
-        return await tool.execute_validated(parsed, ctx)
+        return await _execute(tool, parsed, ctx, before_execute)
     if isinstance(outcome, Deny):
         why = f": {outcome.reason}" if outcome.reason else "."
         return ToolResult(f'Tool "{tool.name}" was denied by the approval gate{why}', True)
-    return _suspension(support, tool, raw, parsed, ctx, outcome)
+    return tool_suspension(support, tool.name, tool_content(tool, ctx, raw, parsed), ctx, outcome)
 
 
-def _suspension(
+async def _execute(
+    tool: AnyTool, parsed: Any, ctx: ToolContext, before_execute: BeforeExecute
+) -> ToolResult:
+    if before_execute is not None:
+        await before_execute()
+    return await tool.execute_validated(parsed, ctx)
+
+
+def tool_suspension(
     support: ToolApprovalSupport,
-    tool: AnyTool,
-    raw: dict[str, Any],
-    parsed: Any,
+    tool_name: str,
+    content: dict[str, Any],
     ctx: ToolContext,
     outcome: Suspend,
 ) -> Verdict:
+    """A request for ``content`` (a tool call's), or an error result if no durable approval."""
     if ctx.task_id is None:
         return ToolResult(
-            f'Tool "{tool.name}" cannot suspend outside an orchestrated checkpointed task.', True
+            f'Tool "{tool_name}" cannot suspend outside an orchestrated checkpointed task.', True
         )
     if support.ledger is None:
         return ToolResult(
-            f'Tool "{tool.name}" cannot suspend: durable approval needs checkpoint persistence '
+            f'Tool "{tool_name}" cannot suspend: durable approval needs checkpoint persistence '
             "and a store with compare_and_set.",
             True,
         )
@@ -115,7 +129,7 @@ def _suspension(
         run_id=ctx.run_id,
         scope="tool_call",
         boundary=f"{ctx.task_id}:{ctx.tool_call_id}",
-        content=tool_content(tool, ctx, raw, parsed),
+        content=content,
         reason=outcome.reason,
     )
 
@@ -126,6 +140,7 @@ async def decided_call(
     ctx: ToolContext,
     request: ApprovalRequest,
     approved: bool,
+    before_execute: BeforeExecute = None,
 ) -> ToolResult:
     """Execute an approved call once, or deny a rejected one, if it is still what was reviewed."""
     name = str(request.content.get("toolName"))
@@ -148,5 +163,11 @@ async def decided_call(
             f'Tool "{name}" would now run with other input than the reviewer approved.',
         )
     if not approved:
+        if "uncertain" in request.content:
+            return ToolResult(
+                f'Tool "{name}" may or may not have run before the run was interrupted; a '
+                "reviewer decided not to run it again. Check its effect before repeating it.",
+                is_error=True,
+            )
         return ToolResult(f'Tool "{name}" denied by durable approval.', is_error=True)
-    return await tool.execute_validated(parsed, ctx)
+    return await _execute(tool, parsed, ctx, before_execute)

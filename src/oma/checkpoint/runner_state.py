@@ -53,9 +53,21 @@ class ToolCallCommit(WireModel):
     delegation_usage: TokenUsage | None = None
 
 
+class ToolCallStart(WireModel):
+    """Written (durably) just before a non-idempotent tool runs: a restore that finds it on an
+    uncommitted call knows the call may have happened. ``after_approval`` names the decision
+    that allowed this run, if any. Absent for idempotent tools, so their snapshots are exactly
+    the reference's."""
+
+    at: str
+    attempt: Annotated[int, Field(ge=1)]
+    after_approval: str | None = None
+
+
 class PendingToolCall(WireModel):
     call: ToolUseBlock
     commit: ToolCallCommit | None = None
+    started: ToolCallStart | None = None
     approval_request: ApprovalRequest | None = None
     approval_decision: ApprovalDecisionRecord | None = None
 

@@ -21,8 +21,9 @@ from oma.wire import WireModel
 # committed: its result is durable and is replayed, never run again. not_committed: the call
 # may have started before the attempt stopped; a resume runs it again (tools get the same
 # ``tool_call_id`` so they can deduplicate). The other states wait for or carry a decision.
+# uncertain: a non-idempotent call that started and did not commit; a resume asks a reviewer.
 ToolCallState = Literal[
-    "committed", "not_committed", "awaiting_approval", "approved_not_run", "rejected"
+    "committed", "not_committed", "uncertain", "awaiting_approval", "approved_not_run", "rejected"
 ]
 
 
@@ -133,6 +134,8 @@ def _tool_call(pending: PendingToolCall) -> ToolCallLine:
         state = "approved_not_run" if approved else "rejected"
     elif request is not None:
         state = "awaiting_approval"
+    elif pending.started is not None:
+        state = "uncertain"
     else:
         state = "not_committed"
     return ToolCallLine(

@@ -48,6 +48,7 @@ class Tool(Generic[InputT]):
     input_model: type[InputT]
     execute: Execute[InputT]
     consequential: bool = False
+    idempotent: bool = True
 
     @property
     def spec(self) -> ToolSpec:
@@ -89,10 +90,14 @@ def define_tool(
     execute: Execute[InputT],
     *,
     consequential: bool = False,
+    idempotent: bool = True,
 ) -> Tool[InputT]:
+    """``idempotent=False``: running the call twice would do its effect twice. Such a call is
+    marked as started (durably) before it runs, and a restore that finds it started but not
+    committed does not run it again by itself: it suspends for a reviewer to decide."""
     if not name or not name.replace("_", "").replace("-", "").isalnum():
         raise ValueError(f"tool name {name!r} must be letters, digits, '_' or '-'")
-    return Tool(name, description, input_model, execute, consequential)
+    return Tool(name, description, input_model, execute, consequential, idempotent)
 
 
 def normalize_output(output: ToolOutput) -> ToolResult:
