@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from oma.agent.result import AgentRunResult, RunIdentity
 from oma.approval.ledger import DurableApprovalLedger
 from oma.approval.models import ApprovalDecisionRecord, ApprovalRequest
+from oma.checkpoint.queue_snapshot import TaskQueueSnapshot
 from oma.checkpoint.runner_state import InFlightTask
 from oma.checkpoint.snapshot import (
     CheckpointSnapshotV4,
@@ -71,7 +72,7 @@ class RunContext:
     def all_pending_approvals(self) -> list[ApprovalRequest]:
         """Gate requests plus tool-call requests still waiting in in-flight state."""
         found = {request.id: request for request in self.pending_approvals}
-        for state in self.in_flight.values():
+        for state in self._durable_in_flight():
             for call in state.pending_tool_calls or []:
                 request = call.approval_request
                 if request is not None and call.commit is None and request.id not in found:
@@ -91,6 +92,41 @@ class RunContext:
     def _in_progress(self, task_id: str) -> bool:
         task = self.queue.find(task_id)
         return task is not None and task.status == "in_progress"
+
+    def _waiting_resumes(self) -> dict[str, InFlightTask]:
+        """Restored runner states whose task has not been dispatched again yet."""
+        found = {}
+        for task_id, state in self.resume_states.items():
+            task = self.queue.find(task_id)
+            if task is not None and task.status == "pending":
+                found[task_id] = state
+        return found
+
+    def _durable_in_flight(self) -> list[InFlightTask]:
+        """Running tasks' states, and restored ones still waiting to run: a save made before a
+        resumed task re-enters its runner (the fencing claim, another task's boundary) must
+        keep its committed tool results, or a kill right then would lose them."""
+        running = [state for task_id, state in self.in_flight.items() if self._in_progress(task_id)]
+        return running + list(self._waiting_resumes().values())
+
+    def _queue_snapshot(self) -> TaskQueueSnapshot:
+        """The queue, with waiting resumed tasks still shown in progress (as they were saved):
+        a snapshot's in-flight states must belong to in-progress tasks."""
+        snapshot = self.queue.snapshot()
+        waiting = set(self._waiting_resumes())
+        if not waiting:
+            return snapshot
+        tasks = [
+            task.model_copy(update={"status": "in_progress"}) if task.id in waiting else task
+            for task in snapshot.tasks
+        ]
+        return snapshot.model_copy(
+            update={
+                "tasks": tasks,
+                "pending": [i for i in snapshot.pending if i not in waiting],
+                "in_progress": [*snapshot.in_progress, *(t.id for t in tasks if t.id in waiting)],
+            }
+        )
 
     async def save(self, *, strict: bool = False) -> bool:
         return await self.checkpoint.save(self, strict=strict) if self.checkpoint else False
@@ -120,14 +156,12 @@ class RunContext:
                 last_trace_id=self.identity.trace_id,
                 last_root_span_id=self.identity.root_span_id,
             ),
-            queue=self.queue.snapshot(),
+            queue=self._queue_snapshot(),
             shared_memory=await shared.snapshot() if shared and embed_shared_memory else None,
             message_bus=self.team.bus.snapshot(),
             turn_count=shared.turn_count if shared else None,
             completed_task_results=completed,
-            in_flight_tasks=[
-                state for task_id, state in self.in_flight.items() if self._in_progress(task_id)
-            ],
+            in_flight_tasks=self._durable_in_flight(),
             pending_approvals=self.all_pending_approvals(),
             approval_decisions=list(self.approval_decisions),
         )

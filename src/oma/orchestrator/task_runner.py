@@ -27,6 +27,8 @@ async def run_task(context: RunContext, task: Task) -> None:
     agent = context.team.agent(task.assignee)
     attempts = (task.max_retries or 0) + 1
     resume = context.resume_states.pop(task.id, None)
+    if resume is not None:
+        context.in_flight[task.id] = resume  # saved by every boundary until the runner's own
     error: Exception | None = None
     for attempt in range(1, attempts + 1):
         if attempt > 1:
