@@ -54,12 +54,22 @@ class Kube:
         context = next(c["context"] for c in config["contexts"] if c["name"] == context_name)
         cluster = next(c["cluster"] for c in config["clusters"] if c["name"] == context["cluster"])
         user = next(u["user"] for u in config["users"] if u["name"] == context["user"])
-        ssl_context = ssl.create_default_context(cafile=_file(cluster, "certificate-authority"))
-        headers = {}
-        if "client-certificate" in user or "client-certificate-data" in user:
-            ssl_context.load_cert_chain(
-                _file(user, "client-certificate"), _file(user, "client-key")
+        temporary: list[str] = []  # inline -data written out for ssl; removed once loaded
+        try:
+            # Without a CA in the kubeconfig, the server's certificate is publicly trusted.
+            ca = any(k in cluster for k in ("certificate-authority", "certificate-authority-data"))
+            ssl_context = ssl.create_default_context(
+                cafile=_file(cluster, "certificate-authority", temporary) if ca else None
             )
+            if "client-certificate" in user or "client-certificate-data" in user:
+                ssl_context.load_cert_chain(
+                    _file(user, "client-certificate", temporary),
+                    _file(user, "client-key", temporary),
+                )
+        finally:
+            for name in temporary:
+                Path(name).unlink(missing_ok=True)
+        headers = {}
         if "token" in user:
             headers["Authorization"] = f"Bearer {user['token']}"
         return cls(
@@ -148,6 +158,28 @@ class Kube:
         items: list[dict[str, Any]] = body.get("items", [])
         return items
 
+    async def get_decision(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return await self._call(
+                "GET", f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/approvaldecisions/{name}"
+            )
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def patch_decision_spec(
+        self, namespace: str, name: str, spec: dict[str, Any], resource_version: str
+    ) -> dict[str, Any]:
+        """Merge-patch the spec only if nobody wrote since ``resource_version`` (else 409), so a
+        decision is never laid over one made meanwhile by someone else."""
+        return await self._call(
+            "PATCH",
+            f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/approvaldecisions/{name}",
+            json={"metadata": {"resourceVersion": resource_version}, "spec": spec},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+
     async def patch_decision_status(
         self, namespace: str, name: str, status: dict[str, Any]
     ) -> None:
@@ -177,14 +209,27 @@ class Kube:
                 return None
             raise
 
+    # -- identity ------------------------------------------------------------------------------
+    async def self_subject_review(self) -> dict[str, Any]:
+        """Who the API server takes us for (``status.userInfo``: username, groups)."""
+        body = await self._call(
+            "POST",
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            json={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
+        )
+        user: dict[str, Any] = (body.get("status") or {}).get("userInfo") or {}
+        return user
 
-def _file(section: dict[str, Any], field: str) -> str:
-    """A kubeconfig file reference, or its inline ``-data`` written to a private temp file."""
+
+def _file(section: dict[str, Any], field: str, temporary: list[str]) -> str:
+    """A kubeconfig file reference, or its inline ``-data`` written to a private temp file
+    (its name appended to ``temporary`` for the caller to remove)."""
     if field in section:
         return str(section[field])
     data = base64.b64decode(section[f"{field}-data"])
     handle = tempfile.NamedTemporaryFile(prefix="oma-kube-", delete=False)  # noqa: SIM115
+    temporary.append(handle.name)
     with handle:
+        os.chmod(handle.name, 0o600)  # before the key material is in it
         handle.write(data)
-    os.chmod(handle.name, 0o600)
     return handle.name

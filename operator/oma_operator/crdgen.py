@@ -126,6 +126,16 @@ def approvaldecision_crd() -> dict[str, Any]:
             "message": "a decision is final: Pending -> Approved or Rejected, once",
         }
     ]
+    # Who decided, and why, are part of the decision: final with it (an audit record).
+    spec["x-kubernetes-validations"] = [
+        {
+            "rule": "oldSelf.decision == 'Pending' || ("
+            "(has(self.reviewer) ? self.reviewer : '') == "
+            "(has(oldSelf.reviewer) ? oldSelf.reviewer : '') && "
+            "(has(self.reason) ? self.reason : '') == (has(oldSelf.reason) ? oldSelf.reason : ''))",
+            "message": "reviewer and reason are final once the decision is made",
+        }
+    ]
     return _crd(
         kind="ApprovalDecision",
         plural="approvaldecisions",

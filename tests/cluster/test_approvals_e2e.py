@@ -155,6 +155,10 @@ async def test_approve_by_patch_runs_the_tool_once(
         with pytest.raises(ApiError) as second:
             await alice.patch(path, {"spec": {"decision": "Rejected", "reviewer": "alice"}})
         assert second.value.status == 422 and "a decision is final" in str(second.value)
+        for rewrite in ({"reviewer": "mallory"}, {"reason": "added afterwards"}):
+            with pytest.raises(ApiError) as audit:
+                await alice.patch(path, {"spec": rewrite})
+            assert audit.value.status == 422 and "final once the decision" in str(audit.value)
     final = await finished(kube, namespace, "gate", 150)
     assert final["phase"] == "Succeeded" and final["attempt"] == 2
     assert [a["outcome"] for a in final["attempts"]] == ["suspended", "succeeded"]

@@ -1,0 +1,307 @@
+"""The demo, step by step: eviction mid-task, resume, approval, success; then the summary.
+
+Each step checks what it expects to see and raises ``DemoError`` when it does not."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from demolib.infra import (
+    REPO,
+    REVIEWER,
+    Tools,
+    grant_reviewer,
+    install_chart,
+    operator_kubeconfig,
+    run_tool,
+    start_operator,
+    start_redis,
+    store_secret,
+)
+from demolib.views import (
+    CheckpointView,
+    DemoError,
+    attempt_line,
+    checkpoint_view,
+    read_checkpoint,
+    say,
+    shown,
+    step,
+    termination_report,
+    wait_until,
+)
+from devcluster.cluster import running_cluster
+from devcluster.kube import ApiError, KubeClient
+from devcluster.kubeconfig import load_kubeconfig
+from devcluster.procs import ChildProcess
+
+EXAMPLE = REPO / "examples" / "teamrun-demo.yaml"
+Approver = Literal["oma", "kubectl"]
+
+
+@dataclass
+class Scene:
+    """What the steps share."""
+
+    kube: KubeClient
+    tools: Tools
+    env: dict[str, str]  # admin KUBECONFIG, helm's homes in the demo dir
+    workdir: Path
+    namespace: str
+    operator: ChildProcess
+    redis_url: str
+    reviewer_kubeconfig: Path
+    teamrun: dict[str, Any]
+    summary: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return str(self.teamrun["metadata"]["name"])
+
+    @property
+    def run_id(self) -> str:
+        return str(self.teamrun["spec"]["runId"])
+
+    @property
+    def ledger(self) -> Path:
+        return self.workdir / "ledger.jsonl"
+
+    def path(self, resource: str, name: str = "") -> str:
+        group = "/api/v1" if resource == "pods" else "/apis/oma.dev/v1alpha1"
+        return f"{group}/namespaces/{self.namespace}/{resource}" + (f"/{name}" if name else "")
+
+    async def status(self) -> dict[str, Any]:
+        if self.operator.returncode is not None:
+            raise DemoError(f"the operator exited ({self.operator.returncode})")
+        body = await self.kube.get(self.path("teamruns", self.name))
+        return dict(body.get("status") or {})
+
+    async def attempts(self, count: int) -> list[dict[str, Any]]:
+        async def recorded() -> list[dict[str, Any]] | None:
+            attempts: list[dict[str, Any]] = (await self.status()).get("attempts") or []
+            return attempts if len(attempts) >= count else None
+
+        return await wait_until(recorded, 90, f"attempt {count}'s outcome in the TeamRun status")
+
+    async def checkpoint(self) -> CheckpointView | None:
+        snapshot = await read_checkpoint(self.redis_url, self.run_id)
+        return None if snapshot is None else checkpoint_view(snapshot)
+
+
+async def demo(namespace: str, approver: Approver) -> None:
+    async with AsyncExitStack() as stack:
+        workdir = Path(tempfile.mkdtemp(prefix="oma-demo-"))
+        stack.callback(shutil.rmtree, workdir, True)  # registered first: runs last
+        tools = Tools.find()
+        step(1, "local control plane: etcd, kube-apiserver, kube-controller-manager, node agent")
+        (workdir / "cluster").mkdir()
+        running = await stack.enter_async_context(running_cluster(workdir / "cluster"))
+        control = running.control_plane
+        say(f"up in {running.start_seconds:.1f}s at {control.server} (pods run as local processes)")
+        admin = KubeClient(load_kubeconfig(control.admin_kubeconfig))
+        kube = await stack.enter_async_context(admin)
+        env = {**os.environ, "KUBECONFIG": str(control.admin_kubeconfig)}
+        env |= {f"HELM_{kind}_HOME": str(workdir / "helm" / kind) for kind in ("CACHE", "CONFIG")}
+        env["HELM_DATA_HOME"] = str(workdir / "helm" / "DATA")
+
+        step(2, f"Helm chart charts/oma into namespace {namespace} (restricted pod security)")
+        await install_chart(kube, tools, namespace, env)
+
+        step(3, "the operator (chart service account), a Redis store, a reviewer")
+        token = await operator_kubeconfig(
+            kube, control.admin_kubeconfig, namespace, workdir / "operator.kubeconfig"
+        )
+        operator = await start_operator(token, namespace, workdir)
+        stack.push_async_callback(operator.stop, 15)
+        redis = await start_redis(tools.redis_server, workdir)
+        stack.push_async_callback(redis.process.stop, 5)
+        await store_secret(kube, namespace, redis.url)
+        say("Secret oma-store holds the store URL; runner pods get it as a secretKeyRef")
+        await grant_reviewer(kube, namespace, REVIEWER)
+        reviewer = control.mint_kubeconfig(REVIEWER)
+        say(f"user {REVIEWER} (client certificate) may get/list/patch approvaldecisions")
+
+        teamrun = yaml.safe_load(EXAMPLE.read_text())
+        scene = Scene(kube, tools, env, workdir, namespace, operator, redis.url, reviewer, teamrun)
+        try:
+            await story(scene, approver)
+        except Exception:  # not on Ctrl-C: the reader knows why it stopped
+            say(f"\n--- operator log (last lines) ---\n{operator.tail(25)}")
+            raise
+        print_summary(scene)
+
+
+async def story(scene: Scene, approver: Approver) -> None:
+    await start_run(scene)
+    await evict_first_attempt(scene)
+    await second_attempt(scene)
+    await approve(scene, approver)
+    await finish(scene)
+
+
+async def start_run(scene: Scene) -> None:
+    step(4, "a TeamRun: attempt 1 starts, the demo waits until it is mid-task")
+    runner = scene.teamrun["spec"].setdefault("runner", {})
+    # One ledger file for every attempt's pod: it is how the demo counts side effects.
+    runner.setdefault("env", []).append({"name": "OMA_LEDGER_PATH", "value": str(scene.ledger)})
+    argv = [scene.tools.kubectl, "-n", scene.namespace, "apply", "-f", "-"]
+    done = await run_tool(argv, scene.env, stdin=yaml.safe_dump(scene.teamrun))
+    say(f"$ {shown(argv)} < examples/teamrun-demo.yaml   (+ OMA_LEDGER_PATH for the pods)")
+    say(f"  {done.stdout.strip()}")
+
+    async def mid_task() -> CheckpointView | None:
+        await scene.status()  # fails fast if the operator died
+        view = await scene.checkpoint()
+        return view if view is not None and view.done_calls else None
+
+    view = await wait_until(mid_task, 90, "attempt 1 to commit its first tool result")
+    say(f"checkpoint: {view.line()}")
+
+
+async def evict_first_attempt(scene: Scene) -> None:
+    pod = f"{scene.name}-a1"
+    step(5, f"evict {pod} through the Eviction API while its task runs")
+    say(f"POST {scene.path('pods', pod)}/eviction   (the API kubectl drain uses)")
+    await scene.kube.create(
+        scene.path("pods", pod) + "/eviction",
+        {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": pod, "namespace": scene.namespace},
+        },
+    )
+    first = (await scene.attempts(1))[0]
+    say(attempt_line(first))
+    if first.get("outcome") != "disruption" or first.get("exitCode") != 11:
+        raise DemoError(f"attempt 1 was not a drained disruption: {first}")
+    scene.summary["attempt 1"] = (
+        f"evicted mid-task: pod {pod} {first['reason']}, drained with exit 11 "
+        "(checkpoint flushed at the next boundary)"
+    )
+
+
+async def second_attempt(scene: Scene) -> None:
+    pod_name = f"{scene.name}-a2"
+    step(6, f"attempt 2: {pod_name} resumes from the checkpoint, then waits for an approval")
+    pod = await wait_until(lambda: _pod_or_none(scene, pod_name), 60, f"pod {pod_name} (attempt 2)")
+    pod_env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0].get("env", [])}
+    run_id, attempt = pod_env.get("OMA_RUN_ID"), pod_env.get("OMA_ATTEMPT")
+    say(f"pod {pod_name}: OMA_RUN_ID={run_id} OMA_ATTEMPT={attempt}")
+    if (run_id, attempt) != (scene.run_id, "2"):
+        raise DemoError(f"{pod_name} is not attempt 2 of run {scene.run_id}: {pod_env}")
+    second = (await scene.attempts(2))[1]
+    say(attempt_line(second))
+    report = termination_report(second)
+    if second.get("outcome") != "suspended" or report.get("runId") != scene.run_id:
+        raise DemoError(f"attempt 2 did not suspend on an approval of run {scene.run_id}: {second}")
+    if report.get("attempt") != 2:
+        raise DemoError(f"attempt 2 did not resume the checkpoint of attempt 1: {report}")
+    view = await scene.checkpoint()
+    if view is None or not view.awaiting:
+        raise DemoError(f"the checkpoint shows no tool call awaiting approval: {view}")
+    say(f"checkpoint: {view.line()}")
+    scene.summary["attempt 2"] = (
+        f"resumed: pod {pod_name}, same runId {scene.run_id}, engine attempt 2 restored from "
+        f"attempt 1's checkpoint; suspended on {len(view.awaiting)} approval (exit 10)"
+    )
+
+
+async def approve(scene: Scene, approver: Approver) -> None:
+    step(7, f"approve the tool call as {REVIEWER}")
+
+    async def created() -> dict[str, Any] | None:
+        body = await scene.kube.get(
+            scene.path("approvaldecisions"), labelSelector=f"oma.dev/teamrun={scene.name}"
+        )
+        items: list[dict[str, Any]] = body.get("items") or []
+        return items[0] if items else None
+
+    decision = await wait_until(created, 60, "the operator's ApprovalDecision")
+    name = decision["metadata"]["name"]
+    listing = [scene.tools.kubectl, "-n", scene.namespace, "get", "approvaldecisions"]
+    say(f"$ {shown(listing)}\n{(await run_tool(listing, scene.env)).stdout.rstrip()}")
+    patch = json.dumps({"spec": {"decision": "Approved", "reviewer": REVIEWER}})
+    kubectl = [scene.tools.kubectl, "-n", scene.namespace, "patch", "approvaldecision", name]
+    kubectl += ["--type=merge", "-p", patch]
+    oma = [shutil.which("oma") or "oma", "approve", name, "-n", scene.namespace]
+    argv, other = (oma, kubectl) if approver == "oma" else (kubectl, oma)
+    reviewer_env = {**scene.env, "KUBECONFIG": str(scene.reviewer_kubeconfig)}
+    say(f"$ KUBECONFIG={REVIEWER}.kubeconfig {shown(argv)}")
+    done = await run_tool(argv, reviewer_env)
+    say("\n".join(f"  {line}" for line in done.stdout.rstrip().splitlines()))
+    say(f"  (equivalent: {shown(other)})")
+    spec = (await scene.kube.get(scene.path("approvaldecisions", name)))["spec"]
+    if (spec.get("decision"), spec.get("reviewer")) != ("Approved", REVIEWER):
+        raise DemoError(f"{name} was not approved by {REVIEWER}: {spec}")
+    summary_line = str(spec.get("summary", "")).splitlines()[0]
+    scene.summary["approval"] = (
+        f"{name} Approved by {REVIEWER} (reviewer = the caller's Kubernetes identity, "
+        f"enforced by the chart's policy): {summary_line} hash {spec['requestHash'][:12]}…"
+    )
+
+
+async def finish(scene: Scene) -> None:
+    step(8, "attempt 3 runs the approved call and the run succeeds")
+
+    async def ended() -> dict[str, Any] | None:
+        status = await scene.status()
+        return status if status.get("phase") in ("Succeeded", "Failed", "Rejected") else None
+
+    status = await wait_until(ended, 90, "the TeamRun to finish")
+    attempts = status.get("attempts") or []
+    for record in attempts[2:]:
+        say(attempt_line(record))
+    outcomes = [record.get("outcome") for record in attempts]
+    if status["phase"] != "Succeeded" or outcomes != ["disruption", "suspended", "succeeded"]:
+        ended_as = f"the run ended {status['phase']} after attempts {outcomes}"
+        raise DemoError(f"{ended_as}: {status.get('message')}")
+    listing = [scene.tools.kubectl, "-n", scene.namespace, "get", "teamruns"]
+    say(f"$ {shown(listing)}\n{(await run_tool(listing, scene.env)).stdout.rstrip()}")
+    # The attempt log next to the snapshot, as any user of the store can read it.
+    show = [shutil.which("oma") or "oma", "checkpoint", "show", "--run-id", scene.run_id]
+    store_env = {**scene.env, "OMA_STORE_URL": scene.redis_url}
+    say(f"$ OMA_STORE_URL=redis://… {shown(show)}")
+    say((await run_tool(show, store_env)).stdout.rstrip())
+    entries = [json.loads(line) for line in scene.ledger.read_text().splitlines() if line.strip()]
+    if len(entries) != 1:
+        raise DemoError(f"the ledger should hold the approved payment once, it holds {entries}")
+    view = await scene.checkpoint()
+    if view is None or view.attempt != 3 or f"approved by {REVIEWER}" not in view.line():
+        raise DemoError(f"the final checkpoint is not attempt 3 with the approval: {view}")
+    recorded = (await scene.kube.get(scene.path("approvaldecisions")))["items"][0]["status"]
+    if not recorded.get("recorded"):
+        raise DemoError(f"the operator did not record the decision in the store: {recorded}")
+    scene.summary["attempt 3"] = f"succeeded: pod {scene.name}-a3 ran the approved call (exit 0)"
+    scene.summary["approval"] += "; recorded in the run's store ledger by the operator"
+    scene.summary["checkpoint"] = view.line()
+    scene.summary["side effects"] = (
+        f"ledger holds 1 entry: {entries[0]['entry']!r} ({entries[0]['amount']:g}), "
+        "the approved call ran exactly once"
+    )
+    scene.summary["final phase"] = str(status["phase"])
+
+
+def print_summary(scene: Scene) -> None:
+    rows = {"run": f"{scene.run_id} (TeamRun {scene.namespace}/{scene.name})", **scene.summary}
+    say("\n==> summary")
+    order = ("run", "attempt 1", "attempt 2", "attempt 3", "checkpoint", "approval")
+    for key in (*order, "side effects", "final phase"):
+        say(f"  {key:<14} {rows[key]}")
+
+
+async def _pod_or_none(scene: Scene, name: str) -> dict[str, Any] | None:
+    try:
+        return await scene.kube.get(scene.path("pods", name))
+    except ApiError as exc:
+        if exc.status == 404:
+            return None
+        raise

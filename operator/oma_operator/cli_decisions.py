@@ -1,0 +1,247 @@
+"""``oma approve NAME`` / ``oma reject NAME``: decide an ``ApprovalDecision`` resource.
+
+Registered into the ``oma`` command line through the ``oma.cli`` entry point (the engine must
+not import Kubernetes code). The decision is a merge patch of ``spec.decision`` and
+``spec.reviewer`` (and ``spec.reason`` with ``--reason``); the reviewer is who the API server
+says you are (a SelfSubjectReview), because the reviewer policy admits no other name.
+
+Exit codes: 0 decided; 1 the cluster refused or there is nothing to decide (no such
+ApprovalDecision, already decided, RBAC or the reviewer policy forbids it: the API's message is
+printed); 2 cannot talk to the cluster (no or unreadable kubeconfig, cluster unreachable,
+credentials not accepted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+import httpx
+import typer
+import yaml
+
+if TYPE_CHECKING:
+    from oma_operator.client import Kube
+
+EXIT_REFUSED, EXIT_NO_CLUSTER = 1, 2
+SUMMARY_LINES = 6  # enough for a tool call (what, input, hash); the resource holds the rest
+Verdict = Literal["Approved", "Rejected"]
+
+
+class DecisionRefused(Exception):
+    """A one-line reason and the exit code it maps to."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_REFUSED) -> None:
+        self.exit_code = exit_code
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    namespace: str
+    kubeconfig: Path
+
+
+NamespaceOption = Annotated[
+    str | None,
+    typer.Option(
+        "--namespace", "-n", help="Namespace (default: the kubeconfig context's, else default)."
+    ),
+]
+KubeconfigOption = Annotated[
+    Path | None,
+    typer.Option(help="Kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)."),
+]
+ReasonOption = Annotated[
+    str | None, typer.Option(help="Why (stored in spec.reason, at most 4096 characters).")
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+NameArgument = Annotated[str, typer.Argument(help="ApprovalDecision name (kubectl get ad).")]
+
+
+def register(app: typer.Typer) -> None:
+    """Entry point ``oma.cli``: add ``approve`` and ``reject`` to the ``oma`` app."""
+
+    @app.command()
+    def approve(
+        name: NameArgument,
+        namespace: NamespaceOption = None,
+        kubeconfig: KubeconfigOption = None,
+        reason: ReasonOption = None,
+        as_json: JsonOption = False,
+    ) -> None:
+        """Approve an ApprovalDecision as your current Kubernetes user."""
+        _command("Approved", name, namespace, kubeconfig, reason, as_json)
+
+    @app.command()
+    def reject(
+        name: NameArgument,
+        namespace: NamespaceOption = None,
+        kubeconfig: KubeconfigOption = None,
+        reason: ReasonOption = None,
+        as_json: JsonOption = False,
+    ) -> None:
+        """Reject an ApprovalDecision as your current Kubernetes user."""
+        _command("Rejected", name, namespace, kubeconfig, reason, as_json)
+
+
+def _command(
+    verdict: Verdict,
+    name: str,
+    namespace: str | None,
+    kubeconfig: Path | None,
+    reason: str | None,
+    as_json: bool,
+) -> None:
+    try:
+        path = kubeconfig or default_kubeconfig()
+        target = Target(name, namespace or context_namespace(path), path)
+        result = asyncio.run(decide(target, verdict, reason, show=None if as_json else _show))
+    except DecisionRefused as exc:
+        typer.echo(f"error: {exc}", err=True)
+        if as_json:
+            typer.echo(json.dumps({"error": str(exc), "exitCode": exc.exit_code}))
+        raise typer.Exit(exc.exit_code) from None
+    if as_json:
+        typer.echo(json.dumps(result, ensure_ascii=False, indent=2))
+    else:
+        typer.echo(f"{verdict.lower()} by {result['reviewer']}")
+
+
+def default_kubeconfig() -> Path:
+    first = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
+    return Path(first) if first else Path.home() / ".kube" / "config"
+
+
+def context_namespace(path: Path) -> str:
+    """The current context's namespace, else ``default`` (as kubectl picks it)."""
+    config = _read_kubeconfig(path)
+    current = config.get("current-context")
+    for entry in config.get("contexts") or []:
+        if isinstance(entry, dict) and entry.get("name") == current:
+            namespace = (entry.get("context") or {}).get("namespace")
+            return str(namespace) if namespace else "default"
+    return "default"
+
+
+def _read_kubeconfig(path: Path) -> dict[str, Any]:
+    try:
+        config = yaml.safe_load(path.expanduser().read_text())
+    except FileNotFoundError:
+        raise DecisionRefused(
+            f"no kubeconfig at {path} (set KUBECONFIG or use --kubeconfig)", EXIT_NO_CLUSTER
+        ) from None
+    except (OSError, yaml.YAMLError) as exc:
+        raise DecisionRefused(f"cannot read kubeconfig {path}: {exc}", EXIT_NO_CLUSTER) from exc
+    if not isinstance(config, dict):
+        raise DecisionRefused(f"kubeconfig {path} is not a kubeconfig", EXIT_NO_CLUSTER)
+    return config
+
+
+async def decide(
+    target: Target,
+    verdict: Verdict,
+    reason: str | None,
+    show: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Check the decision is pending, show it (``show(decision)``), patch it; return the
+    decided resource as a small dict. Raises ``DecisionRefused`` for every expected failure."""
+    # Imported here, not at the top: every `oma` invocation loads this plugin to register it.
+    from oma_operator.client import KubeError
+
+    kube = _connect(target.kubeconfig)
+    try:
+        user = await kube.self_subject_review()
+        reviewer = user.get("username")
+        if not reviewer:
+            raise DecisionRefused("the API server did not say who you are (no username)")
+        decision = await kube.get_decision(target.namespace, target.name)
+        if decision is None:
+            raise DecisionRefused(
+                f"approvaldecision {target.name} not found in namespace {target.namespace}"
+            )
+        _ensure_pending(decision)
+        if show is not None:
+            show(decision)
+        spec: dict[str, Any] = {"decision": verdict, "reviewer": reviewer}
+        if reason is not None:
+            spec["reason"] = reason
+        version = decision["metadata"]["resourceVersion"]
+        try:
+            decided = await kube.patch_decision_spec(target.namespace, target.name, spec, version)
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+            # Someone wrote in between: report what they did rather than overwrite it.
+            latest = await kube.get_decision(target.namespace, target.name)
+            if latest is not None:
+                _ensure_pending(latest)
+            raise DecisionRefused(
+                f"approvaldecision {target.name} changed meanwhile: try again"
+            ) from exc
+        return _result(decided, target.namespace)
+    except KubeError as exc:
+        code = EXIT_NO_CLUSTER if exc.status == 401 else EXIT_REFUSED
+        raise DecisionRefused(str(exc), code) from exc
+    except httpx.TransportError as exc:
+        raise DecisionRefused(
+            f"cannot reach the cluster at {kube.http.base_url}: {exc or type(exc).__name__}",
+            EXIT_NO_CLUSTER,
+        ) from exc
+    finally:
+        await kube.aclose()
+
+
+def _connect(path: Path) -> Kube:
+    from oma_operator.client import Kube
+
+    _read_kubeconfig(path)  # a missing or unreadable file gets its own clear message
+    try:
+        return Kube.from_kubeconfig(path)
+    except (OSError, KeyError, StopIteration, TypeError, ValueError) as exc:
+        detail = f"missing entry {exc}" if isinstance(exc, KeyError) else str(exc) or "incomplete"
+        raise DecisionRefused(f"cannot use kubeconfig {path}: {detail}", EXIT_NO_CLUSTER) from exc
+
+
+def _ensure_pending(decision: dict[str, Any]) -> None:
+    spec = decision.get("spec") or {}
+    current = spec.get("decision", "Pending")
+    if current != "Pending":
+        by = spec.get("reviewer") or "an unknown reviewer"
+        raise DecisionRefused(
+            f"approvaldecision {decision['metadata']['name']} is already {current} by {by}"
+        )
+
+
+def _show(decision: dict[str, Any]) -> None:
+    """What is being decided, as the resource holds it (the hash binds the exact content)."""
+    meta, spec = decision["metadata"], decision.get("spec") or {}
+    typer.echo(
+        f"{meta['namespace']}/{meta['name']}: {spec.get('scope')} in TeamRun "
+        f"{spec.get('teamRun')} (request {spec.get('requestId')})"
+    )
+    lines = [line for line in str(spec.get("summary") or "").splitlines() if line.strip()]
+    hash_line = f"Content hash: {spec.get('requestHash')}"
+    shown = [line for line in lines if line != hash_line][:SUMMARY_LINES]
+    for line in shown:
+        typer.echo(f"  {line if len(line) <= 200 else line[:199] + '…'}")
+    if len(lines) > len(shown) + (hash_line in lines):
+        typer.echo(f"  … (kubectl get ad {meta['name']} -o yaml shows the whole summary)")
+    typer.echo(f"  {hash_line}")
+
+
+def _result(decided: dict[str, Any], namespace: str) -> dict[str, Any]:
+    spec = decided.get("spec") or {}
+    keys = ("teamRun", "requestId", "requestHash", "scope", "decision", "reviewer", "reason")
+    return {
+        "name": decided["metadata"]["name"],
+        "namespace": namespace,
+        **{key: spec.get(key) for key in keys},
+        "summary": spec.get("summary", ""),
+    }

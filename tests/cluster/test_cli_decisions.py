@@ -1,0 +1,239 @@
+"""``oma approve`` / ``oma reject`` as a subprocess against the real API server: the reviewer is
+the caller's own identity (the reviewer policy admits it), decisions are final, and every
+refusal is one line with the documented exit code."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from devcluster import KubeClient
+from tests.cluster.conftest import ClusterHandle
+from tests.cluster.test_approvals_e2e import (
+    DECISIONS,
+    _gated,
+    _grant_reviewers,
+    _pending_decision,
+    reviewer_policy,
+)
+from tests.cluster.test_operator_e2e import (
+    TEAMRUNS,
+    crds_installed,
+    finished,
+    ledger_entries,
+    operator,
+    redis_secret,
+)
+
+__all__ = ["crds_installed", "operator", "redis_secret", "reviewer_policy"]
+pytestmark = pytest.mark.cluster
+SUMMARY = (
+    "Tool call ledger_append by agent clerk in task t-1 (call c1).\n"
+    'Input: {"amount": 7, "entry": "charge"}\n'
+    "The tool is marked consequential.\n"
+    "Content hash: {hash}"
+)
+
+
+def _oma() -> str:
+    beside = Path(sys.executable).with_name("oma")
+    found = str(beside) if beside.exists() else shutil.which("oma")
+    if found is None:
+        pytest.skip("the oma console script is not installed (pip install -e .)")
+    return found
+
+
+def _run(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    return subprocess.run(
+        [_oma(), *args], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
+
+
+async def oma(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return await asyncio.to_thread(_run, kubeconfig, *args)
+
+
+async def _decision(kube: KubeClient, namespace: str) -> tuple[str, dict[str, Any]]:
+    """A pending ApprovalDecision as the operator would create it (no TeamRun needed)."""
+    name = f"pay-{uuid.uuid4().hex[:16]}"
+    request_hash = secrets.token_hex(32)
+    body = {
+        "apiVersion": "oma.dev/v1alpha1",
+        "kind": "ApprovalDecision",
+        "metadata": {"name": name},
+        "spec": {
+            "teamRun": "pay",
+            "requestId": f"apr_{secrets.token_hex(16)}",
+            "requestHash": request_hash,
+            "scope": "tool_call",
+            "summary": SUMMARY.replace("{hash}", request_hash),
+        },
+    }
+    return name, await kube.create(DECISIONS.format(ns=namespace), body)
+
+
+async def _spec(kube: KubeClient, namespace: str, name: str) -> dict[str, Any]:
+    body = await kube.get(f"{DECISIONS.format(ns=namespace)}/{name}")
+    return dict(body["spec"])
+
+
+@pytest.mark.timeout(120)
+async def test_approve_as_alice_then_a_second_decision_is_refused(
+    cluster: ClusterHandle, kube: KubeClient, namespace: str, reviewer_policy: None
+) -> None:
+    await _grant_reviewers(kube, namespace, "alice")
+    name, created = await _decision(kube, namespace)
+    alice = cluster.mint_kubeconfig("alice")
+    done = await oma(alice, "approve", name, "-n", namespace)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == (
+        f"{namespace}/{name}: tool_call in TeamRun pay (request {created['spec']['requestId']})"
+    )
+    assert "  Tool call ledger_append by agent clerk in task t-1 (call c1)." in lines
+    assert f"  Content hash: {created['spec']['requestHash']}" in lines
+    assert lines[-1] == "approved by alice"
+    spec = await _spec(kube, namespace, name)
+    assert (spec["decision"], spec["reviewer"]) == ("Approved", "alice")
+    assert "reason" not in spec
+
+    again = await oma(alice, "reject", name, "-n", namespace)
+    assert again.returncode == 1 and again.stdout == ""
+    assert again.stderr.strip() == (f"error: approvaldecision {name} is already Approved by alice")
+    assert (await _spec(kube, namespace, name))["decision"] == "Approved"
+
+
+@pytest.mark.timeout(120)
+async def test_reject_with_reason_and_json_output(
+    cluster: ClusterHandle, kube: KubeClient, namespace: str, reviewer_policy: None
+) -> None:
+    await _grant_reviewers(kube, namespace, "carol")
+    name, created = await _decision(kube, namespace)
+    done = await oma(
+        cluster.mint_kubeconfig("carol"),
+        "reject",
+        name,
+        "--namespace",
+        namespace,
+        "--reason",
+        "amount not in the budget",
+        "--json",
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["name"] == name and result["namespace"] == namespace
+    assert (result["decision"], result["reviewer"]) == ("Rejected", "carol")
+    assert result["reason"] == "amount not in the budget"
+    assert result["requestHash"] == created["spec"]["requestHash"]
+    assert result["scope"] == "tool_call" and result["teamRun"] == "pay"
+    spec = await _spec(kube, namespace, name)
+    assert (spec["decision"], spec["reviewer"], spec["reason"]) == (
+        "Rejected",
+        "carol",
+        "amount not in the budget",
+    )
+
+
+@pytest.mark.timeout(120)
+async def test_namespace_comes_from_the_kubeconfig_context(
+    cluster: ClusterHandle, kube: KubeClient, namespace: str, reviewer_policy: None, tmp_path: Path
+) -> None:
+    await _grant_reviewers(kube, namespace, "dana")
+    name, _ = await _decision(kube, namespace)
+    config = yaml.safe_load(cluster.mint_kubeconfig("dana").read_text())
+    config["contexts"][0]["context"]["namespace"] = namespace
+    kubeconfig = tmp_path / "dana.kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(config))
+    done = await oma(kubeconfig, "approve", name)
+    assert done.returncode == 0, done.stderr
+    assert (await _spec(kube, namespace, name))["reviewer"] == "dana"
+
+
+@pytest.mark.timeout(120)
+async def test_unknown_name_is_refused(
+    cluster: ClusterHandle, kube: KubeClient, namespace: str, reviewer_policy: None
+) -> None:
+    await _grant_reviewers(kube, namespace, "alice")
+    done = await oma(cluster.mint_kubeconfig("alice"), "approve", "nope", "-n", namespace)
+    assert done.returncode == 1
+    assert done.stderr.strip() == f"error: approvaldecision nope not found in namespace {namespace}"
+    with_json = await oma(
+        cluster.mint_kubeconfig("alice"), "approve", "nope", "-n", namespace, "--json"
+    )
+    assert with_json.returncode == 1
+    assert json.loads(with_json.stdout)["exitCode"] == 1
+
+
+@pytest.mark.timeout(120)
+async def test_a_user_without_rbac_gets_the_api_message(
+    cluster: ClusterHandle, kube: KubeClient, namespace: str, reviewer_policy: None
+) -> None:
+    name, _ = await _decision(kube, namespace)
+    done = await oma(cluster.mint_kubeconfig("mallory"), "approve", name, "-n", namespace)
+    assert done.returncode == 1 and done.stdout == ""
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert "error: Kubernetes API answered 403:" in done.stderr
+    assert 'User "mallory" cannot get resource "approvaldecisions"' in done.stderr
+    assert (await _spec(kube, namespace, name))["decision"] == "Pending"
+
+
+async def test_no_cluster_exits_2(tmp_path: Path) -> None:
+    missing = await oma(tmp_path / "absent.kubeconfig", "approve", "x")
+    assert missing.returncode == 2
+    assert missing.stderr.strip() == (
+        f"error: no kubeconfig at {tmp_path / 'absent.kubeconfig'} "
+        "(set KUBECONFIG or use --kubeconfig)"
+    )
+    unreachable = tmp_path / "closed.kubeconfig"
+    unreachable.write_text(
+        yaml.safe_dump(
+            {
+                "current-context": "c",
+                "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+                "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:9"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+            }
+        )
+    )
+    closed = await oma(unreachable, "reject", "x", "-n", "n")
+    assert closed.returncode == 2
+    assert closed.stderr.startswith("error: cannot reach the cluster at https://127.0.0.1:9")
+
+
+@pytest.mark.timeout(240)
+async def test_a_suspended_teamrun_resumes_after_oma_approve(
+    cluster: ClusterHandle,
+    kube: KubeClient,
+    namespace: str,
+    operator: Path,
+    redis_secret: str,
+    reviewer_policy: None,
+    tmp_path: Path,
+) -> None:
+    ledger = tmp_path / "ledger.jsonl"
+    await _grant_reviewers(kube, namespace, "erin")
+    await kube.create(TEAMRUNS.format(ns=namespace), _gated("cli-gate", ledger, "charged"))
+    decision = await _pending_decision(kube, namespace, "cli-gate")
+    assert await ledger_entries(ledger) == []
+    done = await oma(
+        cluster.mint_kubeconfig("erin"), "approve", decision["metadata"]["name"], "-n", namespace
+    )
+    assert done.returncode == 0, done.stderr
+    assert '"amount": 7' in done.stdout and done.stdout.endswith("approved by erin\n")
+    final = await finished(kube, namespace, "cli-gate", 150)
+    assert final["phase"] == "Succeeded" and final["attempt"] == 2
+    assert await ledger_entries(ledger) == ["charge"]
+    recorded = await kube.get(f"{DECISIONS.format(ns=namespace)}/{decision['metadata']['name']}")
+    assert (recorded["status"]["decision"], recorded["status"]["reviewer"]) == ("approved", "erin")
