@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import os
+from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 from pydantic import ValidationError
 
-from oma.timeutil import now_iso
+from oma.timeutil import now_iso, parse_iso
 from oma_operator.approvals import sync_approvals
 from oma_operator.client import Kube, KubeError
 from oma_operator.decisions import attempt_record, decide
+from oma_operator.metrics import METRICS, Resume, pod_ended_at
 from oma_operator.models import GROUP, VERSION, TeamRunSpec
 from oma_operator.outcomes import classify
 from oma_operator.pods import (
@@ -28,6 +30,8 @@ from oma_operator.status import after_attempt, condition, merge_conditions, star
 DEFAULT_IMAGE = os.environ.get("OMA_RUNNER_IMAGE", "ghcr.io/oma/oma:latest")
 # A token-less service account for runner pods (the chart creates it in its namespace).
 RUNNER_SERVICE_ACCOUNT = os.environ.get("OMA_RUNNER_SERVICE_ACCOUNT") or None
+# The port runner pods serve their metrics on (None: they serve none); set by ``main``.
+RUNNER_METRICS_PORT: int | None = None
 FINAL_PHASES = {"Succeeded", "Failed", "Rejected"}
 _kube: Kube | None = None
 
@@ -93,14 +97,20 @@ async def teamrun_present(body: kopf.Body, **_: Any) -> None:
     await _ensure_pod(body, spec, int(status.get("attempt") or 1))
 
 
-async def _ensure_pod(body: kopf.Body, spec: TeamRunSpec, attempt: int) -> None:
-    manifest = runner_pod(dict(body), spec, attempt, DEFAULT_IMAGE, RUNNER_SERVICE_ACCOUNT)
+async def _ensure_pod(
+    body: kopf.Body, spec: TeamRunSpec, attempt: int, resume: Resume | None = None
+) -> None:
+    manifest = runner_pod(
+        dict(body), spec, attempt, DEFAULT_IMAGE, RUNNER_SERVICE_ACCOUNT, RUNNER_METRICS_PORT
+    )
     try:
         await kube().create_pod(body["metadata"]["namespace"], manifest)
     except KubeError as exc:
         if exc.status != 409:  # already there: a restarted operator, or a repeated event
             raise
         return
+    if resume is not None:
+        METRICS.resumed(resume)
     kopf.info(
         body,
         reason="AttemptStarted",
@@ -123,11 +133,14 @@ async def runner_pod_changed(body: kopf.Body, event: kopf.RawEvent, **_: Any) ->
     attempt = int(meta["labels"].get(LABEL_ATTEMPT, "1"))
     teamrun = await kube().get_teamrun(namespace, name)
     if teamrun is not None:
-        await _record(teamrun, attempt, outcome, meta["name"])
+        ended = pod_ended_at(pod) or datetime.now(UTC)
+        await _record(teamrun, attempt, outcome, meta["name"], ended)
     await kube().remove_finalizer(namespace, meta["name"], FINALIZER)
 
 
-async def _record(teamrun: dict[str, Any], attempt: int, outcome: Any, pod: str) -> None:
+async def _record(
+    teamrun: dict[str, Any], attempt: int, outcome: Any, pod: str, ended: datetime
+) -> None:
     status = dict(teamrun.get("status") or {})
     if any(a.get("attempt") == attempt for a in status.get("attempts") or []):
         return  # recorded before an operator restart
@@ -142,6 +155,8 @@ async def _record(teamrun: dict[str, Any], attempt: int, outcome: Any, pod: str)
         meta["name"],
         after_attempt(status, decision, record, generation, next_attempt),
     )
+    METRICS.attempt_ended(outcome.kind)
+    METRICS.runner_report(outcome.message)
     kopf.info(
         kopf.Body(teamrun),  # type: ignore[arg-type]
         reason=f"Attempt{outcome.kind.capitalize()}",
@@ -153,7 +168,8 @@ async def _record(teamrun: dict[str, Any], attempt: int, outcome: Any, pod: str)
             await _resume(refreshed, spec)
     if next_attempt is not None:
         await asyncio.sleep(decision.delay_seconds)
-        await _ensure_pod(kopf.Body(teamrun), spec, next_attempt)  # type: ignore[arg-type]
+        resume = Resume(outcome.kind, ended)
+        await _ensure_pod(kopf.Body(teamrun), spec, next_attempt, resume)  # type: ignore[arg-type]
 
 
 def _awaiting(status: kopf.Status, **_: Any) -> bool:
@@ -214,7 +230,20 @@ async def _resume(teamrun: dict[str, Any], spec: TeamRunSpec) -> None:
         if exc.status == 409:
             return  # someone else (another event, a restarted operator) resumed it
         raise
-    await _ensure_pod(kopf.Body(teamrun), spec, attempt)  # type: ignore[arg-type]
+    previous = [a for a in status.get("attempts") or [] if a.get("attempt") == attempt - 1]
+    ended = parse_iso(str(previous[-1].get("endedAt", ""))) if previous else None
+    resume = Resume("suspended", ended) if ended is not None else None
+    await _ensure_pod(kopf.Body(teamrun), spec, attempt, resume)  # type: ignore[arg-type]
+
+
+@kopf.on.event(GROUP, VERSION, "teamruns")
+async def teamrun_event(body: kopf.Body, event: kopf.RawEvent, **_: Any) -> None:
+    METRICS.teamrun_seen(body, event.get("type"))
+
+
+@kopf.on.event(GROUP, VERSION, "approvaldecisions")
+async def decision_event(body: kopf.Body, event: kopf.RawEvent, **_: Any) -> None:
+    METRICS.decision_seen(body, event.get("type"))
 
 
 __all__ = ["pod_name"]

@@ -5,10 +5,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 
 import kopf
 
-from oma_operator import handlers  # noqa: F401  (registers the handlers)
+from oma_operator import handlers
+from oma_operator.metrics import serve
+
+DEFAULT_METRICS_PORT = 8000  # 8080 is the chart's liveness port
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port number (0-65535)")
+    return port
 
 
 def main() -> None:
@@ -21,8 +35,30 @@ def main() -> None:
         default=None,
         help="serve a liveness endpoint, e.g. http://0.0.0.0:8080/healthz",
     )
+    # String defaults go through ``type`` too, so a bad environment value gets a clear error.
+    parser.add_argument(
+        "--metrics-port",
+        type=_port,
+        default=os.environ.get("OMA_METRICS_PORT", str(DEFAULT_METRICS_PORT)),
+        help="serve Prometheus metrics on this port at /metrics; 0 turns them off "
+        f"(env OMA_METRICS_PORT, default {DEFAULT_METRICS_PORT})",
+    )
+    parser.add_argument(
+        "--metrics-address",
+        default=os.environ.get("OMA_METRICS_ADDRESS", "0.0.0.0"),
+        help="the address the metrics endpoint listens on (env OMA_METRICS_ADDRESS)",
+    )
+    parser.add_argument(
+        "--runner-metrics-port",
+        type=_port,
+        default=os.environ.get("OMA_RUNNER_METRICS_PORT", "0"),
+        help="have runner pods serve their metrics on this port (named container port "
+        "'metrics'); 0, the default, leaves them without (env OMA_RUNNER_METRICS_PORT)",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    handlers.RUNNER_METRICS_PORT = args.runner_metrics_port or None
+    serve(args.metrics_port, args.metrics_address)
     asyncio.run(
         kopf.operator(
             standalone=True,

@@ -23,6 +23,7 @@ FINALIZER = "oma.dev/outcome"
 LABEL_TEAMRUN, LABEL_ATTEMPT, LABEL_RUN_ID = "oma.dev/teamrun", "oma.dev/attempt", "oma.dev/run-id"
 RUNNER_COMMAND = ["oma-runner"]  # the image's runner entrypoint
 TERMINATION_LOG = "/dev/termination-log"
+METRICS_PORT_ENV = "OMA_METRICS_PORT"  # what the runner reads (see oma_runner.config)
 
 
 def pod_name(teamrun: str, attempt: int) -> str:
@@ -40,6 +41,7 @@ def runner_pod(
     attempt: int,
     default_image: str,
     service_account: str | None = None,
+    metrics_port: int | None = None,
 ) -> dict[str, Any]:
     meta = body["metadata"]
     name, run_id = meta["name"], run_id_of(body)
@@ -57,6 +59,8 @@ def runner_pod(
             else None,
         ),
     ]
+    if metrics_port:  # before the TeamRun's own env, so spec.runner.env can override it
+        env.append({"name": METRICS_PORT_ENV, "value": str(metrics_port)})
     env.extend(spec.runner.env or [])
     agents = [*spec.team.agents, *([spec.coordinator] if spec.coordinator else [])]
     for agent in agents:
@@ -80,6 +84,14 @@ def runner_pod(
     }
     if spec.runner.resources:
         container["resources"] = spec.runner.resources
+    annotations: dict[str, str] = {}
+    if metrics_port:
+        container["ports"] = [{"name": "metrics", "containerPort": metrics_port, "protocol": "TCP"}]
+        annotations = {
+            "prometheus.io/scrape": "true",
+            "prometheus.io/port": str(metrics_port),
+            "prometheus.io/path": "/metrics",
+        }
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
@@ -110,6 +122,7 @@ def runner_pod(
                 LABEL_ATTEMPT: str(attempt),
                 LABEL_RUN_ID: _label_value(run_id),
             },
+            **({"annotations": annotations} if annotations else {}),
             "finalizers": [FINALIZER],
             "ownerReferences": [
                 {

@@ -14,6 +14,7 @@ from oma.spec import RunSpec
 
 SPEC_ENV, SPEC_FILE_ENV = "OMA_RUN_SPEC", "OMA_RUN_SPEC_FILE"
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
+METRICS_PORT_ENV = "OMA_METRICS_PORT"  # unset or 0: no metrics endpoint
 # Set only by the local test node agent (hack/devcluster): it roots container paths there.
 POD_ROOT_ENV = "DEVCLUSTER_POD_ROOT"
 
@@ -28,6 +29,7 @@ class RunnerConfig:
     run_id: str
     attempt: int
     termination_log: Path
+    metrics_port: int | None = None
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> RunnerConfig:
@@ -54,8 +56,24 @@ class RunnerConfig:
         except ValueError as exc:
             raise RunnerConfigError(f"OMA_ATTEMPT is not a number: {env['OMA_ATTEMPT']!r}") from exc
         return cls(
-            spec=spec, run_id=run_id, attempt=attempt, termination_log=termination_log_path(env)
+            spec=spec,
+            run_id=run_id,
+            attempt=attempt,
+            termination_log=termination_log_path(env),
+            metrics_port=_metrics_port(env.get(METRICS_PORT_ENV, "")),
         )
+
+
+def _metrics_port(text: str) -> int | None:
+    if not text.strip():
+        return None
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise RunnerConfigError(f"{METRICS_PORT_ENV} is not a port number (0-65535): {text!r}")
+    return port or None
 
 
 def termination_log_path(env: dict[str, str] | None = None) -> Path:

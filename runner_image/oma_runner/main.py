@@ -13,11 +13,13 @@ import asyncio
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 from oma.errors import CheckpointFencedError, OmaError, StoreUnavailableError
 from oma.llm.adapter import LLMError
 from oma.local_run import run_spec
 from oma_runner.config import RunnerConfig, RunnerConfigError, termination_log_path
+from oma_runner.metrics import RunnerMetrics, serve
 from oma_runner.outcome import (
     EXIT_FENCED,
     EXIT_PERMANENT,
@@ -29,7 +31,7 @@ from oma_runner.outcome import (
 from oma_runner.tools import available_tools
 
 
-async def run(config: RunnerConfig) -> int:
+async def run(config: RunnerConfig, metrics: RunnerMetrics) -> int:
     drain = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, drain.set)
@@ -39,24 +41,24 @@ async def run(config: RunnerConfig) -> int:
             run_id=config.run_id,
             tools=available_tools(),
             default_store_path=Path("/nonexistent"),  # the config requires a store in the spec
+            on_progress=metrics.on_progress,
             drain=drain,
         )
     except CheckpointFencedError as exc:
-        _report(config, "fenced", str(exc))
+        _report(config, "fenced", str(exc), metrics)
         return EXIT_FENCED
     except (StoreUnavailableError, LLMError) as exc:
         # Transient by nature: the operator retries the attempt after a backoff.
-        _report(config, "crashed", f"{exc.code}: {exc}")
+        _report(config, "crashed", f"{exc.code}: {exc}", metrics)
         return EXIT_TRANSIENT
     except OmaError as exc:
-        _report(config, "failed", f"{exc.code}: {exc}")
+        _report(config, "failed", f"{exc.code}: {exc}", metrics)
         return EXIT_PERMANENT
     finally:
         loop.remove_signal_handler(signal.SIGTERM)
     result = outcome.result
-    write_termination_message(
-        config.termination_log, message_for(result, pod_attempt=config.attempt)
-    )
+    message: dict[str, Any] = message_for(result, pod_attempt=config.attempt)
+    write_termination_message(config.termination_log, {**message, "metrics": metrics.report()})
     print(
         f"oma-runner: run {result.identity.run_id} attempt {result.identity.attempt}: "
         f"{result.status.code} {result.status.message or ''}",
@@ -65,7 +67,7 @@ async def run(config: RunnerConfig) -> int:
     return exit_code_for(result)
 
 
-def _report(config: RunnerConfig, status: str, message: str) -> None:
+def _report(config: RunnerConfig, status: str, message: str, metrics: RunnerMetrics) -> None:
     print(f"oma-runner: {status}: {message}", file=sys.stderr, flush=True)
     write_termination_message(
         config.termination_log,
@@ -74,6 +76,7 @@ def _report(config: RunnerConfig, status: str, message: str) -> None:
             "podAttempt": config.attempt,
             "status": status,
             "message": message,
+            "metrics": metrics.report(),
         },
     )
 
@@ -94,7 +97,13 @@ def main() -> None:
             termination_log_path(), {"status": "invalid", "message": str(exc)}
         )
         raise SystemExit(EXIT_PERMANENT) from None
-    raise SystemExit(asyncio.run(run(config)))
+    metrics = RunnerMetrics()
+    stop_serving = serve(config.metrics_port)
+    try:
+        code = asyncio.run(run(config, metrics))
+    finally:
+        stop_serving()
+    raise SystemExit(code)
 
 
 if __name__ == "__main__":

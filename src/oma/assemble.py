@@ -14,6 +14,7 @@ from oma.llm.factory import make_adapter
 from oma.llm.scripted import ScriptedAdapter
 from oma.spec import AgentSpec, ApprovalsSpec, RunSpec, StoreSpec
 from oma.store.base import MemoryStore
+from oma.store.faults import with_faults_from_env
 from oma.store.file import FileStore
 from oma.store.memory import InMemoryStore
 from oma.store.redacting import RedactingStore
@@ -57,8 +58,12 @@ def build_agent(spec: AgentSpec, tools: Mapping[str, AnyTool]) -> AgentConfig:
     )
 
 
-def build_team(spec: RunSpec, tools: Mapping[str, AnyTool], name: str) -> Team:
-    return Team(name=name, agents=[build_agent(agent, tools) for agent in spec.agents])
+def build_team(
+    spec: RunSpec, tools: Mapping[str, AnyTool], name: str, store: MemoryStore | None = None
+) -> Team:
+    """With ``sharedMemory``, the team's shared memory lives in the run's ``store``."""
+    agents = [build_agent(agent, tools) for agent in spec.agents]
+    return Team(name=name, agents=agents, shared_memory_store=store if spec.shared_memory else None)
 
 
 def build_coordinator(spec: RunSpec, tools: Mapping[str, AnyTool]) -> AgentConfig | None:
@@ -89,6 +94,11 @@ def gates_for(approvals: ApprovalsSpec | None) -> dict[str, Any]:
 
 
 def open_store(spec: StoreSpec | None, default_path: Path) -> MemoryStore:
+    """The run's store (fault injection wraps it only when its variables are set)."""
+    return with_faults_from_env(_open_store(spec, default_path))
+
+
+def _open_store(spec: StoreSpec | None, default_path: Path) -> MemoryStore:
     if spec is None:
         return FileStore(default_path)
     store: MemoryStore

@@ -47,7 +47,7 @@ async def run_spec(
     drain: asyncio.Event | None = None,
 ) -> LocalRun:
     store = open_store(spec.store, default_store_path)
-    team = build_team(spec, tools, name=run_id)
+    team = build_team(spec, tools, name=run_id, store=store)
     coordinator = build_coordinator(spec, tools)
     checkpoint = CheckpointOptions(store=store, run_id=run_id, fence=True, attempt_log=True)
     orchestrator = OpenMultiAgent(

@@ -128,6 +128,9 @@ class RunSpec(SpecModel):
     store: StoreSpec | None = None
     approvals: ApprovalsSpec | None = None
     max_concurrency: int = Field(default=5, ge=1, le=256)
+    # Agents see earlier results (each task's result is written as `<agent>/task:<id>:result`)
+    # through a shared memory kept in the run's store, next to the checkpoint.
+    shared_memory: bool = False
 
     @model_validator(mode="after")
     def _work_matches_mode(self) -> RunSpec:

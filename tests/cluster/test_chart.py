@@ -218,3 +218,118 @@ async def test_installed_chart_rbac_runs_the_eviction_resume(
     assert status["phase"] == "Succeeded" and status["attempt"] == 2, log[-3000:]
     assert await ledger_entries(ledger) == ["a", "b"]
     assert "403" not in log and "Forbidden" not in log, log[-3000:]
+
+
+def _render(cluster: ClusterHandle, *values: str) -> list[dict[str, Any]]:
+    sets = [arg for value in values for arg in ("--set", value)]
+    rendered = _helm(
+        cluster, "template", "t", str(CHART), "-n", "oma", "--kube-version", KUBE_VERSION, *sets
+    ).stdout
+    return [doc for doc in yaml.safe_load_all(rendered) if doc]
+
+
+def test_metrics_render_a_service_monitors_and_scrape_annotations(cluster: ClusterHandle) -> None:
+    off = _render(cluster)
+    (deployment,) = [d for d in off if d["kind"] == "Deployment"]
+    assert "--metrics-port=0" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    docs = _render(
+        cluster,
+        "metrics.enabled=true",
+        "metrics.serviceMonitor.enabled=true",
+        "metrics.serviceMonitor.labels.release=prom",
+        "metrics.runners.enabled=true",
+        "metrics.runners.port=9100",
+        "metrics.runners.podMonitor.enabled=true",
+        "networkPolicy.enabled=true",
+    )
+    by_kind = {d["kind"]: d for d in docs}
+    template = by_kind["Deployment"]["spec"]["template"]
+    (container,) = template["spec"]["containers"]
+    assert {"--metrics-port=8000", "--runner-metrics-port=9100"} <= set(container["args"])
+    assert {"name": "metrics", "containerPort": 8000} in container["ports"]
+    annotations = template["metadata"]["annotations"]
+    assert annotations == {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": "8000",
+        "prometheus.io/path": "/metrics",
+    }
+    service = by_kind["Service"]
+    assert service["metadata"]["name"] == "t-operator-metrics"
+    assert service["spec"]["selector"].items() <= template["metadata"]["labels"].items()
+    assert service["spec"]["ports"] == [
+        {"name": "metrics", "port": 8000, "targetPort": "metrics", "protocol": "TCP"}
+    ]
+    monitor = by_kind["ServiceMonitor"]
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    pods = by_kind["PodMonitor"]
+    assert pods["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
+    assert pods["spec"]["selector"]["matchExpressions"][0]["key"] == "oma.dev/teamrun"
+    (rule,) = by_kind["NetworkPolicy"]["spec"]["ingress"]
+    assert rule["ports"] == [{"port": "metrics", "protocol": "TCP"}] and "from" not in rule
+    peers = _render(
+        cluster,
+        "metrics.runners.enabled=true",
+        "networkPolicy.enabled=true",
+        "networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.name=monitoring",
+    )
+    (policy,) = [d for d in peers if d["kind"] == "NetworkPolicy"]
+    assert policy["spec"]["ingress"][0]["from"] == [
+        {"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}
+    ]
+    no_monitors = _render(cluster, "metrics.enabled=true")
+    assert "ServiceMonitor" not in {d["kind"] for d in no_monitors}  # no CRD needed by default
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (["metrics.serviceMonitor.enabled=true"], "needs metrics.enabled"),
+        (["metrics.runners.podMonitor.enabled=true"], "needs metrics.runners.enabled"),
+        (["metrics.enabled=true", "metrics.port=8080"], "must differ from operator.livenessPort"),
+        (["metrics.port=0"], "/metrics/port"),
+        (["metrics.serviceMonitor.interval=soon"], "does not match pattern"),
+    ],
+)
+def test_bad_metrics_values_fail_with_a_message(
+    cluster: ClusterHandle, values: list[str], message: str
+) -> None:
+    sets = [arg for value in values for arg in ("--set", value)]
+    result = _helm(
+        cluster, "template", "t", str(CHART), "--kube-version", KUBE_VERSION, *sets, check=False
+    )
+    assert result.returncode != 0 and message in result.stderr, result.stderr
+
+
+async def test_the_metrics_render_is_accepted_by_the_api_server(
+    cluster: ClusterHandle, kube: KubeClient, namespace: str, tmp_path: Path
+) -> None:
+    """Server-side dry run of everything but the monitors (their CRDs are not installed)."""
+    docs = await asyncio.to_thread(
+        _render,
+        cluster,
+        "metrics.enabled=true",
+        "metrics.runners.enabled=true",
+        "networkPolicy.enabled=true",
+    )
+    manifest = tmp_path / "rendered.yaml"
+    kept = [{**d, "metadata": {**d["metadata"], "namespace": namespace}} for d in docs]
+    kept = [
+        d
+        for d in kept
+        if d["kind"] not in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+    ]
+    await asyncio.to_thread(manifest.write_text, yaml.safe_dump_all(kept))
+    result = await asyncio.to_thread(
+        subprocess.run,
+        [cluster.tool("kubectl"), "apply", "--dry-run=server", "-f", str(manifest)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "service/t-operator-metrics created (server dry run)" in result.stdout

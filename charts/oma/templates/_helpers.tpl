@@ -13,3 +13,17 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- define "oma.operatorName" -}}
 {{ .Release.Name }}-operator
 {{- end -}}
+
+
+{{- define "oma.checkMetrics" -}}
+{{- $m := .Values.metrics -}}
+{{- if and $m.enabled (eq (int $m.port) (int .Values.operator.livenessPort)) -}}
+{{- fail "metrics.port must differ from operator.livenessPort (both are the operator's)" -}}
+{{- end -}}
+{{- if and $m.serviceMonitor.enabled (not $m.enabled) -}}
+{{- fail "metrics.serviceMonitor.enabled needs metrics.enabled" -}}
+{{- end -}}
+{{- if and $m.runners.podMonitor.enabled (not $m.runners.enabled) -}}
+{{- fail "metrics.runners.podMonitor.enabled needs metrics.runners.enabled" -}}
+{{- end -}}
+{{- end -}}

@@ -14,6 +14,7 @@ EventType = Literal[
     "task_skipped",
     "task_retry",
     "approval_pending",
+    "checkpoint_saved",
     "tool_call",
     "message",
     "warning",

@@ -4,12 +4,14 @@ Ordinary saves are best-effort: a failure is reported as an ``error`` event of k
 ``checkpoint_save_failed`` and the run continues; the next boundary saves again. Strict saves
 (suspensions) raise instead. A fenced save is a compare-and-set from the string this attempt
 wrote last; when another attempt wrote in between, this attempt is superseded and every later
-save (and so every tool commit) raises ``CheckpointFencedError``.
+save (and so every tool commit) raises ``CheckpointFencedError``. Every save that completes emits
+``checkpoint_saved`` (``data["seconds"]``: building the snapshot and writing it), e.g. for metrics.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 from oma.checkpoint.attempts import append_attempt, attempt_record
 from oma.checkpoint.manager import Checkpoint
@@ -62,6 +64,7 @@ class ActiveCheckpoint:
     async def save(self, context: RunContext, *, strict: bool = False) -> bool:
         async with self._lock:
             self.assert_current()
+            started = time.monotonic()
             try:
                 snapshot = await context.build_snapshot(
                     embed_shared_memory=self.embed_shared_memory
@@ -70,6 +73,7 @@ class ActiveCheckpoint:
                     await self._fenced_save(snapshot, context.identity.attempt)
                 else:
                     await self.checkpoint.save(snapshot)
+                seconds = time.monotonic() - started  # snapshot + write, not the attempt log
                 await self._log_attempt(context, snapshot)
             except CheckpointFencedError:
                 raise
@@ -84,6 +88,7 @@ class ActiveCheckpoint:
                 )
                 return False
             self.saves += 1
+            context.emit(OrchestratorEvent(type="checkpoint_saved", data={"seconds": seconds}))
             return True
 
     async def _log_attempt(self, context: RunContext, snapshot: CheckpointSnapshotV4) -> None:

@@ -2,7 +2,9 @@
 
 ``ledger_append`` has an external side effect (a line in a JSONL ledger file) and uses
 ``run_id:task_id:tool_call_id`` as its idempotency key: a call re-run after a crash finds its key
-already recorded and does not append again.
+already recorded and does not append again. ``tally`` is its opposite: every run of it adds a
+line (no key check), so it is declared ``idempotent=False`` and a restore puts a call of it that
+may have happened to a reviewer instead of re-running it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pydantic import BaseModel, Field
 from oma.tools.define import AnyTool, ToolContext, define_tool
 
 LEDGER_ENV = "OMA_LEDGER_PATH"
+TALLY_ENV = "OMA_TALLY_PATH"
 
 
 class EchoInput(BaseModel):
@@ -68,6 +71,26 @@ def _append_once(path: Path, key: str, args: LedgerInput) -> bool:
         return True
 
 
+class TallyInput(BaseModel):
+    item: str = Field(description="What to count")
+    amount: float = 1
+
+
+async def _tally(args: TallyInput, ctx: ToolContext) -> str:
+    path = Path(os.environ.get(TALLY_ENV, ".oma/tally.jsonl"))
+    line = json.dumps({"call": idempotency_key(ctx), "item": args.item, "amount": args.amount})
+    await asyncio.to_thread(_append_line, path, line)
+    return f"tallied {args.item} ({args.amount:g})"
+
+
+def _append_line(path: Path, line: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as tally:
+        tally.write(line + "\n")
+        tally.flush()
+        os.fsync(tally.fileno())
+
+
 def builtin_tools() -> dict[str, AnyTool]:
     tools: list[AnyTool] = [
         define_tool("echo", "Return the given text.", EchoInput, _echo),
@@ -78,6 +101,14 @@ def builtin_tools() -> dict[str, AnyTool]:
             LedgerInput,
             _ledger_append,
             consequential=True,
+        ),
+        define_tool(
+            "tally",
+            "Add an amount to a running tally (NOT idempotent: each run adds again).",
+            TallyInput,
+            _tally,
+            consequential=True,
+            idempotent=False,
         ),
     ]
     return {tool.name: tool for tool in tools}

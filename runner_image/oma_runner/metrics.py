@@ -1,0 +1,96 @@
+"""The runner's Prometheus series (listed in docs/metrics.md), fed by the engine's progress events.
+
+A runner lives as long as one attempt, often shorter than a scrape interval, so the same totals
+also go into its termination message (``report``), which the operator adds to its own series.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+from prometheus_client.exposition import start_http_server
+
+from oma.orchestrator.events import OrchestratorEvent
+
+log = logging.getLogger(__name__)
+# Saves are milliseconds on Redis/PostgreSQL (docs/performance.md); slow ones are what matters.
+SAVE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+class RunnerMetrics:
+    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+        self.save_seconds = Histogram(
+            "oma_runner_checkpoint_save_seconds",
+            "Checkpoint saves of this attempt that completed: building the snapshot and "
+            "writing it to the store.",
+            buckets=SAVE_BUCKETS,
+            registry=registry,
+        )
+        self.save_failures = Counter(
+            "oma_runner_checkpoint_save_failures",
+            "Best-effort checkpoint saves of this attempt that failed (the run went on).",
+            registry=registry,
+        )
+        self.tool_calls = Counter(
+            "oma_runner_tool_calls",
+            "Tool calls of this attempt: executed, or replayed from a commit in the checkpoint.",
+            ["source"],
+            registry=registry,
+        )
+        for source in ("executed", "replayed"):
+            self.tool_calls.labels(source)
+        self._totals: dict[str, float] = {
+            "saves": 0,
+            "saveSeconds": 0.0,
+            "saveFailures": 0,
+            "executed": 0,
+            "replayed": 0,
+        }
+
+    def on_progress(self, event: OrchestratorEvent) -> None:
+        if event.type == "checkpoint_saved":
+            seconds = float(event.data.get("seconds", 0.0))
+            self.save_seconds.observe(seconds)
+            self._totals["saves"] += 1
+            self._totals["saveSeconds"] += seconds
+        elif event.type == "error" and event.data.get("kind") == "checkpoint_save_failed":
+            self.save_failures.inc()
+            self._totals["saveFailures"] += 1
+        elif event.type == "tool_call":
+            source = "executed" if event.data.get("executed") else "replayed"
+            self.tool_calls.labels(source).inc()
+            self._totals[source] += 1
+
+    def report(self) -> dict[str, Any]:
+        """This attempt's totals, compact: they share the 4 KiB termination message."""
+        totals = self._totals
+        return {
+            "saves": int(totals["saves"]),
+            "saveSeconds": round(totals["saveSeconds"], 6),
+            "saveFailures": int(totals["saveFailures"]),
+            "toolCalls": {"executed": int(totals["executed"]), "replayed": int(totals["replayed"])},
+        }
+
+
+def serve(port: int | None, registry: CollectorRegistry = REGISTRY) -> Callable[[], None]:
+    """Serve ``/metrics`` on ``port`` from a background thread; returns how to stop it.
+
+    A taken port is logged and skipped: metrics must never cost a run its attempt.
+    """
+    if not port:
+        return lambda: None
+    try:
+        server, thread = start_http_server(port, registry=registry)
+    except OSError as exc:
+        log.warning("oma-runner: metrics are off: cannot listen on port %d: %s", port, exc.strerror)
+        return lambda: None
+
+    def stop() -> None:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=2)
+
+    return stop

@@ -1,0 +1,328 @@
+"""Kill a real run process at every durable boundary, resume it, and compare with a clean run.
+
+Each invocation of the run is a forked child process running ``oma.local_run.run_spec`` (what
+``oma run`` and the Kubernetes runner run) with ``OMA_FAULT_KILL_AT``: the store wrapper of
+``oma.store.faults`` SIGKILLs it just before or just after its n-th store write. The clean run,
+with ``OMA_FAULT_LOG``, says how many writes each invocation makes; every (invocation, write,
+before|after) is then a kill point. After a kill the run is resumed like an operator would, and
+between invocations a reviewer decides pending approvals: gate requests are approved; an
+uncertain call (a non-idempotent ``tally`` that may or may not have happened) is rejected if
+its effect is visible in the tally and approved (retried) otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing
+import os
+import signal
+import sys
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from oma.approval.ledger import DurableApprovalLedger
+from oma.assemble import open_store
+from oma.checkpoint.manager import Checkpoint
+from oma.checkpoint.snapshot import CheckpointSnapshotV4
+from oma.local_run import run_spec
+from oma.orchestrator.events import OrchestratorEvent
+from oma.spec import RunSpec, StoreSpec
+from oma.store.base import MemoryStore
+from oma.store.faults import KILL_ENV, LOG_ENV
+from oma.tools.builtin import LEDGER_ENV, TALLY_ENV, builtin_tools
+from tests.faults.workflow import CALLS, OUTPUTS, spec
+
+KILLED = -signal.SIGKILL
+MAX_INVOCATIONS = 12
+StoreFor = Callable[[str], dict[str, Any]]  # scenario id -> the run spec's `store`
+
+
+@dataclass
+class Scenario:
+    """One run from start to finish, killed at most once."""
+
+    kill: tuple[int, int, str] | None
+    killed: bool = False
+    codes: list[int] = field(default_factory=list)
+    divergence: list[str] = field(default_factory=list)
+    committed_rerun: int = 0
+    ledger_twice: int = 0
+    tally_twice: int = 0
+    uncertain: int = 0
+    writes: list[int] = field(default_factory=list)  # per invocation (clean run only)
+
+
+@dataclass
+class Harness:
+    work: Path
+    store_for: StoreFor
+
+    # -- one invocation ---------------------------------------------------------------------
+    def invoke(self, sid: str, number: int, fault: str | None, log: Path | None) -> int:
+        """One process run to its end (or its SIGKILL): its exit code, or -9 when killed."""
+        env = {LEDGER_ENV: str(self._ledger(sid)), TALLY_ENV: str(self._tally(sid))}
+        if fault:
+            env[KILL_ENV] = fault
+        if log is not None:
+            env[LOG_ENV] = str(log)
+        events = self.work / f"{sid}.events-{number}.jsonl"
+        child = _FORKS.Process(
+            target=_child_main,
+            args=(sid, self.store_for(sid), self.work, env, events, number),
+            daemon=True,
+        )
+        child.start()
+        child.join(timeout=120)
+        if child.exitcode is None:
+            child.kill()
+            child.join()
+            return -1  # a hang is a divergence, reported by drive
+        return child.exitcode
+
+    # -- a whole scenario -------------------------------------------------------------------
+    def drive(self, sid: str, kill: tuple[int, int, str] | None) -> Scenario:
+        scenario = Scenario(kill=kill)
+        committed: set[str] = set()
+        for number in range(1, MAX_INVOCATIONS + 1):
+            fault = f"{kill[1]}:{kill[2]}" if kill and kill[0] == number else None
+            log = self.work / f"{sid}.writes-{number}" if kill is None else None
+            code = self.invoke(sid, number, fault, log)
+            scenario.codes.append(code)
+            if log is not None:
+                scenario.writes.append(len(log.read_text().splitlines()) if log.exists() else 0)
+            if fault and code == KILLED:
+                scenario.killed = True
+                committed = asyncio.run(self._with_store(sid, self._committed_calls))
+                continue
+            scenario.committed_rerun += self._reruns(sid, number, committed)
+            if code == 10:
+                scenario.uncertain += asyncio.run(self._with_store(sid, self._decide))
+                continue
+            if code != 0:
+                scenario.divergence.append(f"invocation {number} exited {code}")
+            break
+        else:
+            scenario.divergence.append(f"not finished after {MAX_INVOCATIONS} invocations")
+        self._check_final(sid, scenario)
+        return scenario
+
+    # -- checks -----------------------------------------------------------------------------
+    def _reruns(self, sid: str, number: int, committed: set[str]) -> int:
+        path = self.work / f"{sid}.events-{number}.jsonl"
+        lines = path.read_text().splitlines() if path.exists() else []
+        return sum(
+            1
+            for line in lines
+            if (event := json.loads(line))["executed"] and event["toolCallId"] in committed
+        )
+
+    def _check_final(self, sid: str, scenario: Scenario) -> None:
+        snapshot = asyncio.run(self._with_store(sid, self._snapshot))
+        if snapshot is None:
+            scenario.divergence.append("no checkpoint at the end")
+            return
+        outputs = {task.title: task.result for task in snapshot.queue.tasks}
+        if outputs != OUTPUTS or any(t.status != "completed" for t in snapshot.queue.tasks):
+            scenario.divergence.append(f"outputs {outputs}")
+        ledger = Counter(_keys(self._ledger(sid), "key"))
+        scenario.ledger_twice = sum(1 for n in ledger.values() if n > 1)
+        if {key.rsplit(":", 1)[1] for key in ledger} != {"c-1", "c-2", "p-1", "r-2"}:
+            scenario.divergence.append(f"ledger entries {sorted(ledger)}")
+        tally = Counter(_keys(self._tally(sid), "call"))
+        scenario.tally_twice = sum(1 for n in tally.values() if n > 1)
+        if {key.rsplit(":", 1)[1] for key in tally} != {"c-3", "p-2"}:
+            scenario.divergence.append(f"tally entries {sorted(tally)}")
+
+    # -- store access from the parent ----------------------------------------------------------
+    async def _with_store(self, sid: str, action: Callable[[MemoryStore, str], Any]) -> Any:
+        store = open_store(StoreSpec.model_validate(self.store_for(sid)), self.work / "unused")
+        try:
+            return await action(store, sid)
+        finally:
+            closer = getattr(store, "aclose", None)
+            if callable(closer):
+                await closer()
+
+    async def _snapshot(self, store: MemoryStore, sid: str) -> CheckpointSnapshotV4 | None:
+        snapshot = await Checkpoint(store, run_id=sid).load_latest()
+        assert snapshot is None or isinstance(snapshot, CheckpointSnapshotV4)
+        return snapshot
+
+    async def _committed_calls(self, store: MemoryStore, sid: str) -> set[str]:
+        snapshot = await self._snapshot(store, sid)
+        if snapshot is None:
+            return set()
+        done = {
+            call
+            for task in snapshot.queue.tasks
+            if task.status == "completed"
+            for call in CALLS[task.title]
+        }
+        return done | {
+            pending.call.id
+            for state in snapshot.in_flight_tasks
+            for pending in state.pending_tool_calls or []
+            if pending.commit is not None
+        }
+
+    async def _decide(self, store: MemoryStore, sid: str) -> int:
+        """Decide every undecided request as a careful reviewer would; count uncertain ones."""
+        snapshot = await self._snapshot(store, sid)
+        assert snapshot is not None
+        ledger, uncertain = DurableApprovalLedger(store), 0
+        tally = set(_keys(self._tally(sid), "call"))
+        for request in snapshot.pending_approvals:
+            record = await ledger.get(request.id)
+            if record is not None and record.decision is not None:
+                continue
+            word = "approve"
+            if "uncertain" in request.content:
+                uncertain += 1
+                key = f"{sid}:{request.content['taskId']}:{request.content['toolCallId']}"
+                word = "reject" if key in tally else "approve"  # happened: do not repeat
+            await ledger.decide(
+                request_id=request.id,
+                request_hash=request.request_hash,
+                decision=word,
+                reviewer={"id": "harness"},
+            )
+        return uncertain
+
+    def _ledger(self, sid: str) -> Path:
+        return self.work / f"{sid}.ledger.jsonl"
+
+    def _tally(self, sid: str) -> Path:
+        return self.work / f"{sid}.tally.jsonl"
+
+
+# The children are forked from a clean, single-threaded fork server, not from this process:
+# this one talks to the stores (threads, sockets), and forking it could deadlock a child.
+_FORKS = multiprocessing.get_context("forkserver")
+_FORKS.set_forkserver_preload(["oma.local_run", "oma.store.redis", "oma.store.postgres"])
+
+
+def _child_main(
+    sid: str, store: dict[str, Any], work: Path, env: dict[str, str], events: Path, number: int
+) -> None:
+    code = 70
+    try:
+        for name in (KILL_ENV, LOG_ENV):
+            os.environ.pop(name, None)
+        os.environ.update(env)
+        code = asyncio.run(_run_once(sid, store, work, events))
+    except BaseException:
+        (work / f"{sid}.error-{number}.txt").write_text(traceback.format_exc())
+    finally:
+        os._exit(code)
+
+
+async def _run_once(sid: str, store: dict[str, Any], work: Path, events: Path) -> int:
+    with events.open("a", encoding="utf-8") as sink:
+
+        def record(event: OrchestratorEvent) -> None:
+            if event.type == "tool_call":
+                sink.write(json.dumps(event.data) + "\n")
+                sink.flush()
+
+        run = await run_spec(
+            RunSpec.model_validate(spec(store)),
+            run_id=sid,
+            tools=builtin_tools(),
+            default_store_path=work / f"{sid}.json",
+            on_progress=record,
+        )
+        return run.exit_code
+
+
+def _keys(path: Path, field_name: str) -> list[str]:
+    if not path.exists():
+        return []
+    return [json.loads(line)[field_name] for line in path.read_text().splitlines() if line]
+
+
+@dataclass
+class BackendReport:
+    backend: str
+    boundaries: int
+    kill_points: int
+    kills: int
+    diverged: int
+    committed_rerun: int
+    ledger_twice: int
+    tally_twice: int
+    uncertain: int
+    seconds: float
+    failures: list[str]
+
+
+def run_backend(name: str, work: Path, store_for: StoreFor) -> BackendReport:
+    """The clean run, then one scenario per kill point."""
+    started = time.monotonic()
+    harness = Harness(work, store_for)
+    clean = harness.drive("clean", None)
+    assert not clean.divergence and clean.codes[-1] == 0, clean
+    points = [
+        (number, write, when)
+        for number, writes in enumerate(clean.writes, start=1)
+        for write in range(1, writes + 1)
+        for when in ("before", "after")
+    ]
+    report = BackendReport(name, sum(clean.writes), len(points), 0, 0, 0, 0, 0, 0, 0.0, [])
+    for number, write, when in points:
+        sid = f"k{number}w{write}{when[0]}"
+        scenario = harness.drive(sid, (number, write, when))
+        report.kills += scenario.killed
+        report.diverged += bool(scenario.divergence)
+        report.committed_rerun += scenario.committed_rerun
+        report.ledger_twice += scenario.ledger_twice
+        report.tally_twice += scenario.tally_twice
+        report.uncertain += scenario.uncertain
+        if scenario.divergence or scenario.committed_rerun:
+            report.failures.append(f"{sid}: {scenario}")
+    report.seconds = time.monotonic() - started
+    return report
+
+
+COLUMNS = (
+    "backend",
+    "boundaries",
+    "kill points",
+    "SIGKILLs",
+    "diverged",
+    "committed re-run",
+    "ledger twice",
+    "tally twice",
+    "uncertain reviewed",
+    "seconds",
+)
+
+
+def table(reports: list[BackendReport]) -> str:
+    rows = [
+        (
+            r.backend,
+            r.boundaries,
+            r.kill_points,
+            r.kills,
+            r.diverged,
+            r.committed_rerun,
+            r.ledger_twice,
+            r.tally_twice,
+            r.uncertain,
+            f"{r.seconds:.0f}",
+        )
+        for r in reports
+    ]
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # pragma: no cover - the test is the entry point
+    sys.exit("run: python -m pytest tests/faults -s")
