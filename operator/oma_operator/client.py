@@ -104,6 +104,14 @@ class Kube:
                 return None
             raise
 
+    async def delete_pod(self, namespace: str, name: str) -> None:
+        """Ask for a graceful delete; a pod already gone is fine."""
+        try:
+            await self._call("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}")
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+
     async def remove_finalizer(self, namespace: str, name: str, finalizer: str) -> None:
         pod = await self.get_pod(namespace, name)
         if pod is None or finalizer not in pod["metadata"].get("finalizers", []):

@@ -108,6 +108,7 @@ def teamrun_crd() -> dict[str, Any]:
             ("Attempt", "integer", ".status.attempt"),
             ("Tasks", "string", ".status.taskSummary"),
             ("Approvals", "integer", ".status.pendingApprovals"),
+            ("Checkpoint", "date", ".status.lastCheckpointAt"),
             ("Age", "date", ".metadata.creationTimestamp"),
         ],
     )

@@ -9,7 +9,7 @@ import os
 
 import kopf
 
-from oma_operator import handlers
+from oma_operator import handlers, runtime  # noqa: F401 (importing registers the handlers)
 from oma_operator.metrics import serve
 
 DEFAULT_METRICS_PORT = 8000  # 8080 is the chart's liveness port
@@ -57,7 +57,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    handlers.RUNNER_METRICS_PORT = args.runner_metrics_port or None
+    runtime.RUNNER_METRICS_PORT = args.runner_metrics_port or None
     serve(args.metrics_port, args.metrics_address)
     asyncio.run(
         kopf.operator(

@@ -20,12 +20,18 @@ GROUP, VERSION = "oma.dev", "v1alpha1"
 
 
 class SecretKeyRef(SpecModel):
-    name: str = Field(min_length=1, max_length=253)
-    key: str = Field(min_length=1, max_length=253)
+    name: str = Field(
+        min_length=1, max_length=253, description="Secret name, in the TeamRun's namespace."
+    )
+    key: str = Field(min_length=1, max_length=253, description="Key within the Secret's data.")
 
 
 class TeamRunModel(ModelSpec):
-    api_key_secret_ref: SecretKeyRef | None = None
+    api_key_secret_ref: SecretKeyRef | None = Field(
+        default=None,
+        description="Secret key holding the provider's API key (handed to the runner as "
+        "OMA_MODEL_KEY_<AGENT>); leave out for the scripted provider.",
+    )
 
 
 class TeamRunAgent(AgentSpec):
@@ -33,57 +39,155 @@ class TeamRunAgent(AgentSpec):
 
 
 class TeamSpec(SpecModel):
-    agents: list[TeamRunAgent] = Field(min_length=1, max_length=64)
+    agents: list[TeamRunAgent] = Field(
+        min_length=1, max_length=64, description="The agents; task assignees name one of them."
+    )
 
 
 class RedisRef(SpecModel):
-    url_secret_ref: SecretKeyRef
-    namespace: str = Field(default="oma", min_length=1, max_length=63)
+    url_secret_ref: SecretKeyRef = Field(
+        description="Secret key holding the Redis URL (redis:// or rediss://)."
+    )
+    namespace: str = Field(
+        default="oma",
+        min_length=1,
+        max_length=63,
+        description="Key prefix in Redis; runs with different namespaces never see each other.",
+    )
 
 
 class PostgresRef(SpecModel):
-    dsn_secret_ref: SecretKeyRef
-    table: str = Field(default="oma_store", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
-    schema_name: str | None = Field(default=None, alias="schema", max_length=63)
+    dsn_secret_ref: SecretKeyRef = Field(
+        description="Secret key holding the PostgreSQL connection string (postgresql://...)."
+    )
+    table: str = Field(
+        default="oma_store",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,62}$",
+        description="Table the store keeps its rows in (created if missing).",
+    )
+    schema_name: str | None = Field(
+        default=None,
+        alias="schema",
+        max_length=63,
+        description="Schema of the table (created if missing); default: the search path's.",
+    )
 
 
 class TeamRunStore(SpecModel):
     """Exactly one of ``redis`` or ``postgres`` (checked by the API server)."""
 
-    redis: RedisRef | None = None
-    postgres: PostgresRef | None = None
-    redact: bool = False
+    redis: RedisRef | None = Field(default=None, description="Checkpoint into Redis.")
+    postgres: PostgresRef | None = Field(default=None, description="Checkpoint into PostgreSQL.")
+    redact: bool = Field(
+        default=False,
+        description="Redact secret-shaped values before they reach the store (the run is then "
+        "not fenced and cannot suspend for approvals).",
+    )
 
 
 class RetryPolicy(SpecModel):
-    max_disruptions: int = Field(default=20, ge=0, le=1000)
-    max_failures: int = Field(default=3, ge=0, le=100)
-    max_oom_kills: int = Field(default=2, ge=0, le=100)
-    backoff_seconds: int = Field(default=10, ge=0, le=3600)
+    max_disruptions: int = Field(
+        default=20,
+        ge=0,
+        le=1000,
+        description="Evictions, preemptions, drains and lost nodes tolerated before the run "
+        "ends Failed (DisruptionsExhausted).",
+    )
+    max_failures: int = Field(
+        default=3,
+        ge=0,
+        le=100,
+        description="Crashes and start timeouts tolerated before the run ends Failed "
+        "(FailuresExhausted).",
+    )
+    max_oom_kills: int = Field(
+        default=2,
+        ge=0,
+        le=100,
+        description="OOM kills tolerated before the run ends Failed (OomKillsExhausted).",
+    )
+    backoff_seconds: int = Field(
+        default=10,
+        ge=0,
+        le=3600,
+        description="Wait before the attempt after a crash; doubled per failure, at most 1 h.",
+    )
+    start_timeout_seconds: int = Field(
+        default=600,
+        ge=10,
+        le=86400,
+        description="A runner pod not started this long after creation ends its attempt as a "
+        "failure (StartTimeout) and is deleted.",
+    )
+    node_loss_grace_seconds: int = Field(
+        default=60,
+        ge=0,
+        le=3600,
+        description="How long a runner pod's node may be unreachable (after the node controller "
+        "marks the pod not ready) before its attempt ends as a disruption (NodeLost).",
+    )
 
 
 class RunnerSettings(SpecModel):
-    image: str | None = Field(default=None, max_length=512)
-    resources: dict[str, Any] | None = None
-    tolerations: list[dict[str, Any]] | None = None
-    node_selector: dict[str, str] | None = None
-    env: list[dict[str, Any]] | None = Field(default=None, max_length=64)  # extra EnvVars
-    termination_grace_period_seconds: int = Field(default=60, ge=1, le=3600)
+    image: str | None = Field(
+        default=None, max_length=512, description="Runner image; default: the operator's."
+    )
+    resources: dict[str, Any] | None = Field(
+        default=None, description="Container resources (requests, limits) of the runner."
+    )
+    tolerations: list[dict[str, Any]] | None = Field(
+        default=None, description="Pod tolerations of runner pods."
+    )
+    node_selector: dict[str, str] | None = Field(
+        default=None, description="Node labels runner pods must land on."
+    )
+    env: list[dict[str, Any]] | None = Field(
+        default=None, max_length=64, description="Extra environment variables (EnvVar objects)."
+    )
+    termination_grace_period_seconds: int = Field(
+        default=60,
+        ge=1,
+        le=3600,
+        description="Time a runner gets after SIGTERM to reach its next durable boundary and "
+        "save; make it longer than the slowest model call.",
+    )
 
 
 class TeamRunSpec(SpecModel):
-    run_id: str | None = Field(default=None, min_length=1, max_length=128)
-    mode: Literal["tasks", "team", "plan"] = "tasks"
-    goal: str | None = None
-    team: TeamSpec
-    coordinator: TeamRunAgent | None = None
-    tasks: list[TaskSpec] | None = Field(default=None, max_length=1000)
-    plan: PlanArtifact | None = None
-    store: TeamRunStore
-    approvals: ApprovalsSpec | None = None
-    max_concurrency: int = Field(default=5, ge=1, le=256)
-    retry_policy: RetryPolicy = Field(default_factory=RetryPolicy)
-    runner: RunnerSettings = Field(default_factory=RunnerSettings)
+    run_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        description="Logical run id, the checkpoint's key in the store; immutable. Default: "
+        "<namespace>.<name>.",
+    )
+    mode: Literal["tasks", "team", "plan"] = Field(
+        default="tasks",
+        description="tasks: run the task list; team: a coordinator plans the goal; plan: run a "
+        "stored plan artifact.",
+    )
+    goal: str | None = Field(default=None, description="What the team is to do (mode team).")
+    team: TeamSpec = Field(description="The agents of the run.")
+    coordinator: TeamRunAgent | None = Field(
+        default=None, description="The agent that plans in mode team (default: a built-in one)."
+    )
+    tasks: list[TaskSpec] | None = Field(
+        default=None, max_length=1000, description="The task list (mode tasks)."
+    )
+    plan: PlanArtifact | None = Field(default=None, description="The plan to run (mode plan).")
+    store: TeamRunStore = Field(description="Where checkpoints and approvals live.")
+    approvals: ApprovalsSpec | None = Field(
+        default=None, description="Approval gates; a run suspends at each until decided."
+    )
+    max_concurrency: int = Field(
+        default=5, ge=1, le=256, description="Tasks run at the same time at most."
+    )
+    retry_policy: RetryPolicy = Field(
+        default_factory=RetryPolicy, description="Budgets and timers for attempts."
+    )
+    runner: RunnerSettings = Field(
+        default_factory=RunnerSettings, description="Runner pod settings."
+    )
 
 
 STORE_URL_ENV = "OMA_STORE_URL"
@@ -141,11 +245,27 @@ def _dump(value: Any) -> Any:
 
 
 class ApprovalDecisionSpec(SpecModel):
-    team_run: str = Field(min_length=1, max_length=253)
-    request_id: str = Field(pattern=r"^apr_[0-9a-f]{32}$")
-    request_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
-    scope: Literal["plan", "task_round", "task_dispatch", "tool_call"]
-    summary: str = Field(default="", max_length=16384)
-    decision: Literal["Pending", "Approved", "Rejected"] = "Pending"
-    reviewer: str | None = Field(default=None, max_length=253)
-    reason: str | None = Field(default=None, max_length=4096)
+    team_run: str = Field(
+        min_length=1, max_length=253, description="The TeamRun that asks (same namespace)."
+    )
+    request_id: str = Field(
+        pattern=r"^apr_[0-9a-f]{32}$", description="The approval request's id in the ledger."
+    )
+    request_hash: str = Field(
+        pattern=r"^[0-9a-f]{64}$",
+        description="SHA-256 of the exact content asked about; a decision binds to it.",
+    )
+    scope: Literal["plan", "task_round", "task_dispatch", "tool_call"] = Field(
+        description="What is to be approved: a plan, a round of tasks, one task, one tool call."
+    )
+    summary: str = Field(
+        default="", max_length=16384, description="The content asked about, for the reviewer."
+    )
+    decision: Literal["Pending", "Approved", "Rejected"] = Field(
+        default="Pending",
+        description="Set to Approved or Rejected to decide; final once set (first wins).",
+    )
+    reviewer: str | None = Field(
+        default=None, max_length=253, description="Who decides (oma approve fills it in)."
+    )
+    reason: str | None = Field(default=None, max_length=4096, description="Why, for the record.")

@@ -18,6 +18,7 @@ from oma_operator.models import (
     model_key_env,
     to_run_spec,
 )
+from oma_operator.watchdog import NODE_LOSS_GRACE_ANNOTATION, START_TIMEOUT_ANNOTATION
 
 FINALIZER = "oma.dev/outcome"
 LABEL_TEAMRUN, LABEL_ATTEMPT, LABEL_RUN_ID = "oma.dev/teamrun", "oma.dev/attempt", "oma.dev/run-id"
@@ -84,10 +85,14 @@ def runner_pod(
     }
     if spec.runner.resources:
         container["resources"] = spec.runner.resources
-    annotations: dict[str, str] = {}
+    policy = spec.retry_policy
+    annotations: dict[str, str] = {
+        START_TIMEOUT_ANNOTATION: str(policy.start_timeout_seconds),
+        NODE_LOSS_GRACE_ANNOTATION: str(policy.node_loss_grace_seconds),
+    }
     if metrics_port:
         container["ports"] = [{"name": "metrics", "containerPort": metrics_port, "protocol": "TCP"}]
-        annotations = {
+        annotations |= {
             "prometheus.io/scrape": "true",
             "prometheus.io/port": str(metrics_port),
             "prometheus.io/path": "/metrics",
@@ -122,7 +127,7 @@ def runner_pod(
                 LABEL_ATTEMPT: str(attempt),
                 LABEL_RUN_ID: _label_value(run_id),
             },
-            **({"annotations": annotations} if annotations else {}),
+            "annotations": annotations,
             "finalizers": [FINALIZER],
             "ownerReferences": [
                 {

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from oma.timeutil import now_iso
+from oma.timeutil import format_iso, now_iso, parse_iso
 from oma_operator.decisions import MAX_ATTEMPT_HISTORY, Decision
 
 PHASE_BY_ACTION = {
@@ -70,7 +71,10 @@ def after_attempt(
     record: dict[str, Any],
     generation: int,
     next_attempt: int | None,
+    report: str = "",
 ) -> dict[str, Any]:
+    """The status after an attempt ended. ``report`` is the runner's whole termination message
+    (the attempt record keeps only its first 1024 characters)."""
     history = [*(status.get("attempts") or []), record][-MAX_ATTEMPT_HISTORY:]
     phase = "Rejected" if decision.reason == "Rejected" else PHASE_BY_ACTION[decision.action]
     final = decision.action in ("succeeded", "failed")
@@ -110,14 +114,18 @@ def after_attempt(
         "conditions": merge_conditions(status.get("conditions") or [], updates),
         **decision.counters,
     }
-    report = _termination_report(record.get("message", ""))
-    if report:
-        tasks = report.get("tasks") or {}
+    parsed = _termination_report(report or record.get("message", ""))
+    if parsed:
+        tasks = parsed.get("tasks") or {}
         if "total" in tasks:
             new["taskSummary"] = f"{tasks.get('completed', 0)}/{tasks['total']}"
-        new["pendingApprovals"] = len(report.get("pendingApprovals") or [])
+        new["pendingApprovals"] = len(parsed.get("pendingApprovals") or [])
     if next_attempt is not None:
         new["attempt"] = next_attempt
+        start = datetime.now(UTC) + timedelta(seconds=decision.delay_seconds)
+        new["nextAttemptAfter"] = format_iso(start)
+    else:
+        new["nextAttemptAfter"] = None  # merge patch: remove
     return new
 
 
@@ -127,3 +135,9 @@ def _termination_report(message: str) -> dict[str, Any] | None:
     except (ValueError, TypeError):
         return None
     return report if isinstance(report, dict) else None
+
+
+def backoff_left(status: dict[str, Any], now: datetime) -> float:
+    """Seconds until the current attempt may start (0: now), from ``nextAttemptAfter``."""
+    after = parse_iso(str(status.get("nextAttemptAfter") or ""))
+    return max(0.0, (after - now).total_seconds()) if after is not None else 0.0

@@ -177,7 +177,7 @@ def test_the_endpoint_serves_the_text_format(
 def test_runner_pods_get_a_metrics_port_only_when_asked() -> None:
     spec = TeamRunSpec.model_validate(SPEC)
     plain = runner_pod(BODY, spec, 1, "img")
-    assert "annotations" not in plain["metadata"]
+    assert not any(k.startswith("prometheus.io/") for k in plain["metadata"]["annotations"])
     assert "ports" not in plain["spec"]["containers"][0]
     assert "OMA_METRICS_PORT" not in {e["name"] for e in plain["spec"]["containers"][0]["env"]}
     pod = runner_pod(BODY, spec, 1, "img", metrics_port=9100)

@@ -22,18 +22,39 @@ class TaskSpec(BaseModel):
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
-    title: str = Field(min_length=1)
-    description: str
-    assignee: str | None = None
-    depends_on: list[str] = Field(default_factory=list)
-    memory_scope: MemoryScope | None = None
-    dependency_payload: DependencyPayload | None = None
-    metadata: dict[str, Any] | None = None
-    max_retries: int | None = Field(default=None, ge=0)
-    retry_delay_ms: float | None = Field(default=None, ge=0)
-    retry_backoff: float | None = Field(default=None, ge=1)
-    role: str | None = None
-    priority: str | None = None
+    title: str = Field(min_length=1, description="Short name; the prompt's heading.")
+    description: str = Field(description="What to do: the body of the task's prompt.")
+    assignee: str | None = Field(
+        default=None, description="The agent that runs it (default: the first agent)."
+    )
+    depends_on: list[str] = Field(
+        default_factory=list,
+        description="Tasks (by id or title) that must complete first; their results become "
+        "the prompt's context.",
+    )
+    memory_scope: MemoryScope | None = Field(
+        default=None,
+        description='Context from dependencies only ("dependencies") or the whole shared '
+        'memory summary ("all").',
+    )
+    dependency_payload: DependencyPayload | None = Field(
+        default=None,
+        description="What a dependency passes on: its output text, its structured result, or both.",
+    )
+    metadata: dict[str, Any] | None = Field(
+        default=None, description="Free-form data kept with the task in checkpoints."
+    )
+    max_retries: int | None = Field(
+        default=None, ge=0, description="Retries of a failed task (each starts afresh)."
+    )
+    retry_delay_ms: float | None = Field(
+        default=None, ge=0, description="First retry delay in milliseconds."
+    )
+    retry_backoff: float | None = Field(
+        default=None, ge=1, description="Factor the delay grows by per retry (capped at 30 s)."
+    )
+    role: str | None = Field(default=None, description="Free-form role label.")
+    priority: str | None = Field(default=None, description="Free-form priority label.")
 
 
 def validate_dependency_graph(tasks: Sequence[Task], *, known_ids: Iterable[str] = ()) -> None:

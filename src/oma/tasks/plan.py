@@ -18,13 +18,17 @@ class InvalidPlanError(OmaError):
 
 
 class PlanTask(BaseModel):
+    """One task of a stored plan; the fields mean what they mean in a task list."""
+
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
-    id: str = Field(min_length=1)
-    title: str
-    description: str
-    assignee: str | None = None
-    depends_on: list[str] | None = None
+    id: str = Field(min_length=1, description="Task id, kept verbatim when the plan is replayed.")
+    title: str = Field(description="Short name; the prompt's heading.")
+    description: str = Field(description="What to do: the body of the task's prompt.")
+    assignee: str | None = Field(default=None, description="The agent that runs it.")
+    depends_on: list[str] | None = Field(
+        default=None, description="Ids of tasks of this plan that must complete first."
+    )
     memory_scope: MemoryScope | None = None
     dependency_payload: DependencyPayload | None = None
     role: str | None = None
@@ -37,11 +41,13 @@ class PlanTask(BaseModel):
 
 
 class PlanArtifact(BaseModel):
+    """A plan as a coordinator produced it, stored to be run again without planning."""
+
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
-    version: Literal[1]
-    goal: str | None = None
-    tasks: list[PlanTask]
+    version: Literal[1] = Field(description="Plan format version (1).")
+    goal: str | None = Field(default=None, description="The goal the plan was made for.")
+    tasks: list[PlanTask] = Field(description="The tasks, with dependencies by id.")
 
     def to_wire(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)

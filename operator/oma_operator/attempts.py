@@ -1,0 +1,171 @@
+"""Attempt lifecycle over the API: create an attempt's pod, record how it ended, start the next.
+
+Recording is serialized per TeamRun (the pod watch and the watchdog can both see one ending) and
+idempotent (an attempt already in the history is not recorded again, e.g. after a restart).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+
+from oma.errors import OmaError
+from oma.timeutil import now_iso, parse_iso
+from oma_operator import runtime
+from oma_operator.approvals import store_of, sync_approvals
+from oma_operator.client import KubeError
+from oma_operator.decisions import attempt_record, decide
+from oma_operator.metrics import METRICS, Resume
+from oma_operator.models import TeamRunSpec
+from oma_operator.outcomes import Outcome
+from oma_operator.pods import FINALIZER, LABEL_ATTEMPT, LABEL_TEAMRUN, run_id_of, runner_pod
+from oma_operator.progress import read_progress
+from oma_operator.status import after_attempt, condition, merge_conditions, started
+
+log = logging.getLogger(__name__)
+_recording: defaultdict[tuple[str, str], asyncio.Lock] = defaultdict(asyncio.Lock)
+
+
+async def ensure_pod(
+    teamrun: dict[str, Any], spec: TeamRunSpec, attempt: int, resume: Resume | None = None
+) -> None:
+    """Create the attempt's pod unless it exists (a restarted operator, a repeated event)."""
+    manifest = runner_pod(
+        teamrun,
+        spec,
+        attempt,
+        runtime.DEFAULT_IMAGE,
+        runtime.RUNNER_SERVICE_ACCOUNT,
+        runtime.RUNNER_METRICS_PORT,
+    )
+    try:
+        await runtime.kube().create_pod(teamrun["metadata"]["namespace"], manifest)
+    except KubeError as exc:
+        if exc.status != 409:
+            raise
+        return
+    body = kopf.Body(teamrun)  # type: ignore[arg-type]
+    pod = manifest["metadata"]["name"]
+    kopf.info(body, reason="AttemptStarted", message=f"attempt {attempt}: pod {pod}")
+    if resume is not None:
+        METRICS.resumed(resume)
+        kopf.info(
+            body,
+            reason="Resumed",
+            message=f"attempt {attempt} resumes from the latest checkpoint "
+            f"after attempt {attempt - 1} ended ({resume.after})",
+        )
+
+
+async def record_outcome(
+    namespace: str, name: str, attempt: int, outcome: Outcome, pod: str, ended: datetime
+) -> None:
+    """Write the attempt's end into the status, then start what the retry policy says."""
+    async with _recording[(namespace, name)]:
+        teamrun = await runtime.kube().get_teamrun(namespace, name)
+        if teamrun is None:
+            return
+        status = dict(teamrun.get("status") or {})
+        if any(a.get("attempt") == attempt for a in status.get("attempts") or []):
+            return  # recorded before (another watcher, or before an operator restart)
+        spec = TeamRunSpec.model_validate(teamrun["spec"])
+        decision = decide(outcome, status, spec.retry_policy)
+        generation = int(teamrun["metadata"].get("generation", 1))
+        record = attempt_record(attempt, outcome, pod, now_iso())
+        next_attempt = attempt + 1 if decision.action == "next_attempt" else None
+        update = after_attempt(status, decision, record, generation, next_attempt, outcome.message)
+        update |= await store_progress(teamrun, spec)
+        await runtime.kube().patch_teamrun_status(namespace, name, update)
+    METRICS.attempt_ended(outcome.kind)
+    METRICS.runner_report(outcome.message)
+    body = kopf.Body(teamrun)  # type: ignore[arg-type]
+    kopf.info(
+        body,
+        reason=f"Attempt{outcome.kind.capitalize()}",
+        message=f"attempt {attempt} ended: {outcome.reason}; {decision.message}",
+    )
+    if decision.action == "awaiting_approval":
+        refreshed = await runtime.kube().get_teamrun(namespace, name)
+        if refreshed is not None and await sync_approvals(runtime.kube(), refreshed, spec):
+            await resume_after_approvals(refreshed, spec)
+    if next_attempt is not None:
+        await asyncio.sleep(decision.delay_seconds)
+        await ensure_pod(teamrun, spec, next_attempt, Resume(outcome.kind, ended))
+
+
+async def store_progress(teamrun: dict[str, Any], spec: TeamRunSpec) -> dict[str, Any]:
+    """Tasks done/total and the last checkpoint time from the run's store ({} if unknown)."""
+    try:
+        store = await store_of(runtime.kube(), teamrun, spec)
+    except (KubeError, OmaError) as exc:
+        log.warning("no progress for %s: %s", teamrun["metadata"]["name"], exc)
+        return {}
+    try:
+        return await read_progress(store, run_id_of(teamrun)) or {}
+    except OmaError as exc:
+        log.warning("no progress for %s: %s", teamrun["metadata"]["name"], exc)
+        return {}
+    finally:
+        closer = getattr(store, "aclose", None)
+        if callable(closer):
+            await closer()
+
+
+async def give_up(pod: dict[str, Any], outcome: Outcome) -> None:
+    """End an attempt whose pod will not report by itself (see ``watchdog``).
+
+    The delete comes first and the finalizer goes last, so a restart anywhere in between finds
+    the pod again and repeats only what is left.
+    """
+    meta = pod["metadata"]
+    namespace, name = meta["namespace"], meta["labels"][LABEL_TEAMRUN]
+    attempt = int(meta["labels"].get(LABEL_ATTEMPT, "1"))
+    log.info("giving up on pod %s/%s: %s", namespace, meta["name"], outcome.message)
+    await runtime.kube().delete_pod(namespace, meta["name"])
+    await record_outcome(namespace, name, attempt, outcome, meta["name"], datetime.now(UTC))
+    await runtime.kube().remove_finalizer(namespace, meta["name"], FINALIZER)
+
+
+async def resume_after_approvals(teamrun: dict[str, Any], spec: TeamRunSpec) -> None:
+    """Start the next attempt after approvals, exactly once (optimistic concurrency)."""
+    meta, status = teamrun["metadata"], dict(teamrun.get("status") or {})
+    if status.get("phase") != "AwaitingApproval":
+        return
+    attempt = int(status.get("attempt") or 1) + 1
+    generation = int(meta.get("generation", 1))
+    update = {
+        **started(status, attempt, run_id_of(teamrun), generation),
+        "pendingApprovals": 0,
+        "conditions": merge_conditions(
+            status.get("conditions") or [],
+            [
+                condition(
+                    "AwaitingApproval", False, "Decided", "every request is decided", generation
+                ),
+                condition(
+                    "Progressing",
+                    True,
+                    "AttemptStarted",
+                    f"attempt {attempt} is running",
+                    generation,
+                ),
+            ],
+        ),
+    }
+    try:
+        await runtime.kube().patch_teamrun_status(
+            meta["namespace"], meta["name"], update, resource_version=meta["resourceVersion"]
+        )
+    except KubeError as exc:
+        if exc.status == 409:
+            return  # someone else (another event, a restarted operator) resumed it
+        raise
+    previous = [a for a in status.get("attempts") or [] if a.get("attempt") == attempt - 1]
+    ended = parse_iso(str(previous[-1].get("endedAt", ""))) if previous else None
+    resume = Resume("suspended", ended) if ended is not None else None
+    await ensure_pod(teamrun, spec, attempt, resume)

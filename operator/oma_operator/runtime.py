@@ -1,0 +1,30 @@
+"""Process-wide operator settings and the one API client (set up by ``main``, used by handlers)."""
+
+from __future__ import annotations
+
+import os
+
+from oma_operator.client import Kube
+
+DEFAULT_IMAGE = os.environ.get("OMA_RUNNER_IMAGE", "ghcr.io/oma/oma:latest")
+# A token-less service account for runner pods (the chart creates it in its namespace).
+RUNNER_SERVICE_ACCOUNT = os.environ.get("OMA_RUNNER_SERVICE_ACCOUNT") or None
+# The port runner pods serve their metrics on (None: they serve none); set by ``main``.
+RUNNER_METRICS_PORT: int | None = None
+# How often a running TeamRun's progress is read from its store into its status.
+PROGRESS_SECONDS = float(os.environ.get("OMA_PROGRESS_SECONDS", "15"))
+_kube: Kube | None = None
+
+
+def kube() -> Kube:
+    global _kube
+    if _kube is None:
+        _kube = Kube.from_environment()
+    return _kube
+
+
+async def close() -> None:
+    global _kube
+    if _kube is not None:
+        await _kube.aclose()
+        _kube = None

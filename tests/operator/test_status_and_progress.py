@@ -1,0 +1,59 @@
+"""Status math after an attempt (report, backoff) and progress read from a real store file."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from oma.store.urls import open_store
+from oma.timeutil import parse_iso
+from oma_operator.decisions import Decision, attempt_record
+from oma_operator.outcomes import Outcome
+from oma_operator.progress import changed, read_progress
+from oma_operator.status import after_attempt, backoff_left
+from tests.conformance_data import require_conformance_dir
+
+NEXT = Decision("next_attempt", {"failures": 1}, "Error", "starting the next one", 20)
+DONE = Decision("succeeded", {}, "RunSucceeded", "the run completed")
+
+
+def test_task_summary_comes_from_the_whole_report_even_past_1024_characters() -> None:
+    report = json.dumps(
+        {"status": "ok", "message": "x" * 2000, "tasks": {"total": 3, "completed": 3}}
+    )
+    outcome = Outcome("succeeded", "Completed", report, 0)
+    record = attempt_record(1, outcome, "r-a1", "2026-12-01T10:00:00.000Z")
+    assert len(record["message"]) == 1024  # the history keeps a bounded excerpt
+    status = after_attempt({}, DONE, record, 1, None, report)
+    assert status["taskSummary"] == "3/3"
+    assert status["nextAttemptAfter"] is None  # merge patch: removed
+
+
+def test_a_backoff_is_written_as_next_attempt_after_and_survives_a_restart() -> None:
+    record = attempt_record(1, Outcome("crash", "Error", "boom", 1), "r-a1", "t")
+    before = datetime.now(UTC)
+    status = after_attempt({}, NEXT, record, 1, 2)
+    after = parse_iso(status["nextAttemptAfter"])
+    assert status["attempt"] == 2 and after is not None
+    assert before + timedelta(seconds=19) < after <= datetime.now(UTC) + timedelta(seconds=20)
+    # what a restarted operator computes before creating attempt 2's pod
+    assert 0 < backoff_left(status, before) <= 20.01
+    assert backoff_left(status, after + timedelta(seconds=1)) == 0
+    assert backoff_left({}, before) == 0
+
+
+async def test_progress_is_read_from_the_latest_checkpoint(tmp_path: Path) -> None:
+    target = tmp_path / "store.json"
+    shutil.copy(require_conformance_dir() / "b-crash-moment.store.json", target)
+    store = open_store(f"file://{target}")
+    progress = await read_progress(store, "conf-b")
+    assert progress is not None
+    assert progress["taskSummary"] == "1/2"
+    assert parse_iso(progress["lastCheckpointAt"]) is not None
+    assert await read_progress(store, "no-such-run") is None
+    assert changed({"taskSummary": "1/2"}, progress) == {
+        "lastCheckpointAt": progress["lastCheckpointAt"]
+    }
+    assert changed(progress, progress) == {}
