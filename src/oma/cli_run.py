@@ -5,17 +5,15 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
-import yaml
-from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
 from oma.errors import OmaError
 from oma.local_run import LocalRun, run_spec
 from oma.orchestrator.events import OrchestratorEvent
-from oma.spec import RunSpec
+from oma.spec import RunSpec, load_run_spec
 from oma.tools.builtin import builtin_tools
 
 EXIT_BAD_INPUT = 2
@@ -25,19 +23,10 @@ EXIT_INTERRUPTED = 130
 def load_spec(path: Path) -> RunSpec:
     """Read a YAML or JSON run spec; every problem is a one-line ``OmaError``."""
     try:
-        raw: Any = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = path.read_bytes()
     except OSError as exc:
         raise OmaError(f"cannot read run spec {path}: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        detail = " ".join(str(exc).split())  # one line, whatever the YAML error looks like
-        raise OmaError(f"run spec {path} is not valid YAML/JSON: {detail}") from exc
-    try:
-        return RunSpec.model_validate(raw)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'spec'}: {e['msg']}" for e in exc.errors()
-        )
-        raise OmaError(f"run spec {path} is invalid: {problems}") from exc
+    return load_run_spec(data, str(path))
 
 
 class Progress:

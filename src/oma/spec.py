@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
+from oma.errors import OmaError
 from oma.tasks.loading import TaskSpec
 from oma.tasks.plan import PlanArtifact
 
@@ -154,3 +156,30 @@ class RunSpec(SpecModel):
                     f"plan task {item.id!r} is assigned to unknown agent {item.assignee!r}"
                 )
         return self
+
+
+class RunSpecError(OmaError):
+    """A run spec document could not be read or is not a valid ``RunSpec`` (one line)."""
+
+    code = "RUN_SPEC_INVALID"
+
+
+def load_run_spec(text: str | bytes, source: str) -> RunSpec:
+    """A validated ``RunSpec`` from YAML or JSON text; every problem is a ``RunSpecError``.
+
+    Loaders should read the document through here: besides ``yaml.YAMLError``, PyYAML raises
+    ``UnicodeDecodeError`` on bytes that are not UTF-8, ``RecursionError`` on deeply nested
+    documents and ``ValueError`` on integers with too many digits.
+    """
+    try:
+        raw: Any = yaml.safe_load(text)
+    except (yaml.YAMLError, ValueError, RecursionError) as exc:
+        detail = " ".join(str(exc).split()) or type(exc).__name__  # one line, whatever it was
+        raise RunSpecError(f"run spec {source} is not valid YAML/JSON: {detail[:500]}") from exc
+    try:
+        return RunSpec.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'spec'}: {e['msg']}" for e in exc.errors()
+        )
+        raise RunSpecError(f"run spec {source} is invalid: {problems}") from exc

@@ -15,6 +15,11 @@ from typing import Any
 
 from oma.approval.errors import DurableApprovalError
 
+# The writer recurses once per level; refusing deeper content keeps that far from Python's stack
+# limit (a RecursionError would escape as an untyped crash). Snapshots cannot hold deeper
+# content anyway (oma.checkpoint.validation.MAX_SNAPSHOT_DEPTH).
+MAX_CONTENT_DEPTH = 256
+
 _SHORT_ESCAPES = {
     '"': '\\"',
     "\\": "\\\\",
@@ -75,6 +80,11 @@ def _write(value: Any, out: list[str], active: set[int]) -> None:
 
 
 def _enter(container: list[Any] | dict[Any, Any], active: set[int]) -> None:
+    if len(active) >= MAX_CONTENT_DEPTH:
+        raise DurableApprovalError(
+            "APPROVAL_VALIDATION_ERROR",
+            f"Approval content is nested deeper than {MAX_CONTENT_DEPTH} levels.",
+        )
     if id(container) in active:
         raise DurableApprovalError(
             "APPROVAL_VALIDATION_ERROR", "Approval content contains a cycle."

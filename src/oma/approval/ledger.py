@@ -15,12 +15,11 @@ from pydantic import ValidationError
 from oma import jsonutil
 from oma.approval.canonical import canonical_json
 from oma.approval.errors import DurableApprovalError
-from oma.approval.models import ApprovalDecisionRecord, ApprovalRequest, Reviewer
+from oma.approval.models import ApprovalDecisionRecord, ApprovalRequest, JsonDataModel, Reviewer
 from oma.approval.requests import parse_approval_decision, parse_approval_request
 from oma.store.base import MemoryStore, supports_compare_and_set
 from oma.store.reserved import APPROVAL_KEY_PREFIX
 from oma.timeutil import now_iso
-from oma.wire import WireModel
 
 DecisionWord = Literal["approve", "reject"]
 
@@ -29,7 +28,7 @@ def approval_key(request_id: str) -> str:
     return f"{APPROVAL_KEY_PREFIX}{request_id}"
 
 
-class ApprovalRecord(WireModel):
+class ApprovalRecord(JsonDataModel):
     version: Literal[1]
     request: ApprovalRequest
     decision: ApprovalDecisionRecord | None = None
@@ -145,7 +144,7 @@ class DurableApprovalLedger:
 def _parse_row(text: str, request_id: str) -> ApprovalRecord:
     try:
         raw = jsonutil.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # the fallback parser recurses per level
         raise DurableApprovalError(
             "APPROVAL_INTEGRITY_ERROR", f"Approval row {request_id} is not valid JSON."
         ) from exc

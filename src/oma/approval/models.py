@@ -21,6 +21,19 @@ REQUEST_ID_PATTERN = r"^apr_[0-9a-f]{32}$"
 HASH_PATTERN = r"^[0-9a-f]{64}$"
 
 
+class JsonDataModel(WireModel):
+    """A wire model holding only JSON data, dumped in python mode.
+
+    pydantic's JSON mode turns a lone surrogate in an object key (``"\\ud800"``, legal JSON that
+    the reference writes) into U+FFFD, or raises ``UnicodeEncodeError`` when the key is nested:
+    approval content would change, and its hash no longer match. ``jsonutil.dumps`` writes
+    such keys as escapes.
+    """
+
+    def to_wire(self) -> dict[str, Any]:
+        return self.model_dump(mode="python", by_alias=True, exclude_none=True)
+
+
 class ApprovalTaskSnapshot(WireModel):
     """The fields of a task snapshot an approval content must carry (others are kept)."""
 
@@ -76,7 +89,7 @@ def derive_request_id(run_id: str, scope: str, boundary: str, request_hash: str)
     return "apr_" + sha256_hex(preimage)[:32]
 
 
-class ApprovalRequest(WireModel):
+class ApprovalRequest(JsonDataModel):
     """An immutable request for a human decision on exactly this content."""
 
     version: Literal[1]
@@ -133,7 +146,7 @@ class Reviewer(WireModel):
         return value
 
 
-class ApprovalDecisionRecord(WireModel):
+class ApprovalDecisionRecord(JsonDataModel):
     """A recorded decision. It binds one request by id, run id, scope and hash."""
 
     version: Literal[1]

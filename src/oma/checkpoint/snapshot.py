@@ -87,6 +87,13 @@ class _SnapshotBase(WireModel):
     turn_count: Annotated[int, Field(ge=0)] | None = None
     completed_task_results: list[CompletedTaskCheckpoint]
 
+    def to_wire(self) -> dict[str, Any]:
+        # Python mode, not JSON mode: pydantic's JSON mode turns a lone surrogate in an object
+        # key ("\\ud800", which the reference writes) into U+FFFD, or raises UnicodeEncodeError
+        # when the key is nested. Every value here is JSON data already, and jsonutil.dumps
+        # writes such keys as escapes.
+        return self.model_dump(mode="python", by_alias=True, exclude_none=True)
+
     @field_validator("metadata")
     @classmethod
     def _metadata_valid(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -7,13 +7,13 @@ check it ourselves, and SDK failures become one-line ``LLMError`` messages witho
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, cast
 
 import anthropic
 from anthropic.types import MessageParam, ToolParam
 
+from oma.llm import output_json
 from oma.llm.adapter import LLMError, LLMResponseError
 from oma.llm.types import (
     ChatRequest,
@@ -144,10 +144,10 @@ class AnthropicAdapter:
 def parse_message(payload: bytes, model: str) -> ChatResponse:
     """Check a Messages API response body and turn it into a ``ChatResponse``."""
     try:
-        body = json.loads(payload)
-    except ValueError as err:
+        body = output_json.loads(payload)
+    except output_json.OutputJSONError as err:
         raise LLMResponseError(
-            f"anthropic response for model {model!r} is not JSON: {payload[:120]!r}"
+            f"anthropic response for model {model!r} is not JSON ({err}): {payload[:120]!r}"
         ) from err
     if not isinstance(body, dict):
         raise LLMResponseError(f"anthropic response for model {model!r} is not a JSON object")
@@ -170,8 +170,9 @@ def parse_message(payload: bytes, model: str) -> ChatResponse:
                 blocks.append(TextBlock(text=text))
         elif kind == "tool_use":
             blocks.append(_tool_use(block, at))
-        elif kind not in _IGNORED_BLOCK_TYPES:
-            raise LLMResponseError(f"{at} has unsupported block type {kind!r}")
+        # A non-string type (e.g. a list) is unhashable: test for str before the set lookup.
+        elif not isinstance(kind, str) or kind not in _IGNORED_BLOCK_TYPES:
+            raise LLMResponseError(f"{at} has unsupported block type {kind!r:.80}")
     stop_reason = body.get("stop_reason")
     if not blocks:
         raise LLMResponseError(f"{where} has no text or tool_use (stop_reason {stop_reason!r})")
@@ -194,6 +195,10 @@ def _tool_use(block: dict[str, Any], at: str) -> ToolUseBlock:
             f"{at} (tool_use {call_id!r}, tool {name!r}) has input {_kind(args)}, "
             "expected an object"
         )
+    try:
+        output_json.check_tool_input_depth(args)
+    except output_json.OutputJSONError as err:
+        raise LLMResponseError(f"{at} (tool_use {call_id!r}, tool {name!r}): {err}") from None
     return ToolUseBlock(id=call_id, name=name, input=args)
 
 

@@ -14,6 +14,7 @@ from typing import Any, cast
 import openai
 from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
 
+from oma.llm import output_json
 from oma.llm.adapter import LLMError, LLMResponseError
 from oma.llm.types import (
     ChatRequest,
@@ -217,9 +218,9 @@ def parse_completion(payload: bytes, model: str) -> ChatResponse:
     """Check a Chat Completions response body and turn it into a ``ChatResponse``."""
     where = f"openai response for model {model!r}"
     try:
-        body = json.loads(payload)
-    except ValueError as err:
-        raise LLMResponseError(f"{where} is not JSON: {payload[:120]!r}") from err
+        body = output_json.loads(payload)
+    except output_json.OutputJSONError as err:
+        raise LLMResponseError(f"{where} is not JSON ({err}): {payload[:120]!r}") from err
     if not isinstance(body, dict):
         raise LLMResponseError(f"{where} is not a JSON object")
     choices = body.get("choices")
@@ -283,8 +284,8 @@ def _tool_call(call: object, at: str) -> ToolUseBlock:
         if not arguments.strip():
             arguments = "{}"
         try:
-            arguments = json.loads(arguments)
-        except ValueError as err:
+            arguments = output_json.loads(arguments)
+        except output_json.OutputJSONError as err:
             raise LLMResponseError(
                 f"{what} has arguments that are not valid JSON ({err}): {arguments[:120]!r}"
             ) from None
@@ -292,6 +293,10 @@ def _tool_call(call: object, at: str) -> ToolUseBlock:
         arguments = {}
     if not isinstance(arguments, dict):
         raise LLMResponseError(f"{what} has arguments {_kind(arguments)}, expected a JSON object")
+    try:
+        output_json.check_tool_input_depth(arguments)
+    except output_json.OutputJSONError as err:
+        raise LLMResponseError(f"{what}: {err}") from None
     return ToolUseBlock(id=call_id, name=name, input=arguments)
 
 

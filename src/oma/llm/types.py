@@ -50,7 +50,9 @@ class LLMMessage(BaseModel):
     content: list[ContentBlock]
 
     def to_wire(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", exclude_none=True)
+        # Python mode: the blocks hold JSON data only, and pydantic's JSON mode fails on (or
+        # replaces with U+FFFD) a lone surrogate in an object key of a model's tool input.
+        return self.model_dump(mode="python", exclude_none=True)
 
     @property
     def text(self) -> str:

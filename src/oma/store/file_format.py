@@ -7,11 +7,11 @@ a file it could not read.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
-import orjson
-
-from oma.errors import StoreCorruptError
+from oma import jsonutil
+from oma.errors import StoreCorruptError, StoreError
 from oma.store.base import MemoryEntry
 from oma.timeutil import format_iso, parse_iso
 
@@ -19,9 +19,11 @@ STATE_FILE_VERSION = 1
 
 
 def decode_state_file(location: str, data: bytes) -> dict[str, MemoryEntry]:
+    # jsonutil, not orjson alone: the reference writes lone surrogates as "\\ud800" escapes, and
+    # such a file is valid. Its fallback parser recurses per level, hence RecursionError.
     try:
-        root = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
+        root = jsonutil.loads(data)
+    except (ValueError, RecursionError) as exc:
         raise StoreCorruptError(location, f"not valid JSON ({exc})") from exc
     if not isinstance(root, dict):
         raise StoreCorruptError(location, "the top level is not a JSON object")
@@ -51,7 +53,7 @@ def _decode_entry(location: str, index: int, raw: Any) -> MemoryEntry:
     for field in ("key", "value", "createdAt"):
         if not isinstance(raw.get(field), str):
             raise StoreCorruptError(location, f'malformed entry: {where} has no string "{field}"')
-    created = parse_iso(raw["createdAt"])
+    created = _utc(parse_iso(raw["createdAt"]))
     if created is None:
         raise StoreCorruptError(
             location, f"malformed entry: {where} has unparsable createdAt {raw['createdAt']!r}"
@@ -72,6 +74,14 @@ def _decode_entry(location: str, index: int, raw: Any) -> MemoryEntry:
     )
 
 
+def _utc(moment: datetime | None) -> datetime | None:
+    # "0001-01-01T00:00:00+01:00" parses but has no UTC form: writing it back would raise.
+    try:
+        return moment.astimezone(UTC) if moment is not None else None
+    except OverflowError:
+        return None
+
+
 def encode_state_file(entries: dict[str, MemoryEntry]) -> bytes:
     rows: list[dict[str, Any]] = []
     for entry in entries.values():
@@ -82,4 +92,10 @@ def encode_state_file(entries: dict[str, MemoryEntry]) -> bytes:
         if entry.expires_at_turn is not None:
             row["expiresAtTurn"] = entry.expires_at_turn
         rows.append(row)
-    return orjson.dumps({"version": STATE_FILE_VERSION, "entries": rows})
+    # jsonutil escapes lone surrogates and writes integers beyond 64 bits, which orjson refuses.
+    try:
+        return jsonutil.dumps_bytes({"version": STATE_FILE_VERSION, "entries": rows})
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise StoreError(
+            f"cannot encode the store state as JSON ({exc}); nothing was written"
+        ) from exc
