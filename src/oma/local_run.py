@@ -47,29 +47,38 @@ async def run_spec(
     drain: asyncio.Event | None = None,
 ) -> LocalRun:
     store = open_store(spec.store, default_store_path)
-    team = build_team(spec, tools, name=run_id, store=store)
-    coordinator = build_coordinator(spec, tools)
-    checkpoint = CheckpointOptions(store=store, run_id=run_id, fence=True, attempt_log=True)
-    orchestrator = OpenMultiAgent(
-        on_progress=on_progress,
-        max_concurrency=spec.max_concurrency,
-        drain=drain,
-        **gates_for(spec.approvals),
-    )
-    resumed = await Checkpoint(store, run_id=run_id).load_latest() is not None
-    if on_start is not None:
-        on_start(resumed)
-    if resumed:
-        result = await orchestrator.restore(team, checkpoint=checkpoint, coordinator=coordinator)
-    elif spec.mode == "team":
-        assert spec.goal is not None
-        result = await orchestrator.run_team(
-            team, spec.goal, coordinator=coordinator, checkpoint=checkpoint
+    try:
+        team = build_team(spec, tools, name=run_id, store=store)
+        coordinator = build_coordinator(spec, tools)
+        checkpoint = CheckpointOptions(store=store, run_id=run_id, fence=True, attempt_log=True)
+        orchestrator = OpenMultiAgent(
+            on_progress=on_progress,
+            max_concurrency=spec.max_concurrency,
+            drain=drain,
+            **gates_for(spec.approvals),
         )
-    elif spec.mode == "plan":
-        assert spec.plan is not None
-        result = await orchestrator.run_from_plan(team, spec.plan, checkpoint=checkpoint)
-    else:
-        assert spec.tasks is not None
-        result = await orchestrator.run_tasks(team, spec.tasks, checkpoint=checkpoint)
-    return LocalRun(result=result, resumed=resumed)
+        resumed = await Checkpoint(store, run_id=run_id).load_latest() is not None
+        if on_start is not None:
+            on_start(resumed)
+        if resumed:
+            result = await orchestrator.restore(
+                team, checkpoint=checkpoint, coordinator=coordinator
+            )
+        elif spec.mode == "team":
+            assert spec.goal is not None
+            result = await orchestrator.run_team(
+                team, spec.goal, coordinator=coordinator, checkpoint=checkpoint
+            )
+        elif spec.mode == "plan":
+            assert spec.plan is not None
+            result = await orchestrator.run_from_plan(team, spec.plan, checkpoint=checkpoint)
+        else:
+            assert spec.tasks is not None
+            result = await orchestrator.run_tasks(team, spec.tasks, checkpoint=checkpoint)
+        return LocalRun(result=result, resumed=resumed)
+    finally:
+        # Connections and pools end with the run, not with the event loop (a pool still open
+        # when the loop shuts down may be mid-connect, and some do not let go then).
+        closer = getattr(store, "aclose", None)
+        if callable(closer):
+            await closer()

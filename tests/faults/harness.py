@@ -30,15 +30,18 @@ from oma.approval.ledger import DurableApprovalLedger
 from oma.assemble import open_store
 from oma.checkpoint.manager import Checkpoint
 from oma.checkpoint.snapshot import CheckpointSnapshotV4
+from oma.errors import CheckpointFencedError, StoreError
 from oma.local_run import run_spec
 from oma.orchestrator.events import OrchestratorEvent
 from oma.spec import RunSpec, StoreSpec
 from oma.store.base import MemoryStore
-from oma.store.faults import KILL_ENV, LOG_ENV
+from oma.store.faults import KILL_ENV, LOG_ENV, PAUSE_ENV, PAUSE_FILE_ENV
 from oma.tools.builtin import LEDGER_ENV, TALLY_ENV, builtin_tools
 from tests.faults.workflow import CALLS, OUTPUTS, spec
 
 KILLED = -signal.SIGKILL
+FENCED = 12  # what `oma run` and the runner exit with on CheckpointFencedError
+STORE_FAILED = 75  # a typed StoreError (message in <sid>.error-<n>.txt)
 MAX_INVOCATIONS = 12
 StoreFor = Callable[[str], dict[str, Any]]  # scenario id -> the run spec's `store`
 
@@ -56,6 +59,7 @@ class Scenario:
     tally_twice: int = 0
     uncertain: int = 0
     writes: list[int] = field(default_factory=list)  # per invocation (clean run only)
+    store_errors: list[str] = field(default_factory=list)  # typed errors a child exited with
 
 
 @dataclass
@@ -64,13 +68,20 @@ class Harness:
     store_for: StoreFor
 
     # -- one invocation ---------------------------------------------------------------------
-    def invoke(self, sid: str, number: int, fault: str | None, log: Path | None) -> int:
-        """One process run to its end (or its SIGKILL): its exit code, or -9 when killed."""
+    def start(
+        self,
+        sid: str,
+        number: int,
+        fault: str | None,
+        log: Path | None,
+        extra: dict[str, str] | None = None,
+    ) -> Any:
         env = {LEDGER_ENV: str(self._ledger(sid)), TALLY_ENV: str(self._tally(sid))}
         if fault:
             env[KILL_ENV] = fault
         if log is not None:
             env[LOG_ENV] = str(log)
+        env.update(extra or {})
         events = self.work / f"{sid}.events-{number}.jsonl"
         child = _FORKS.Process(
             target=_child_main,
@@ -78,29 +89,90 @@ class Harness:
             daemon=True,
         )
         child.start()
+        return child
+
+    @staticmethod
+    def finish(child: Any) -> int:
+        """The child's exit code, or -1 for a hang (reported as a divergence by the caller)."""
         child.join(timeout=120)
         if child.exitcode is None:
             child.kill()
             child.join()
-            return -1  # a hang is a divergence, reported by drive
-        return child.exitcode
+            return -1
+        code: int = child.exitcode
+        return code
+
+    def invoke(
+        self,
+        sid: str,
+        number: int,
+        fault: str | None,
+        log: Path | None,
+        extra: dict[str, str] | None = None,
+    ) -> int:
+        """One process run to its end (or its SIGKILL): its exit code, or -9 when killed."""
+        return self.finish(self.start(sid, number, fault, log, extra))
 
     # -- a whole scenario -------------------------------------------------------------------
-    def drive(self, sid: str, kill: tuple[int, int, str] | None) -> Scenario:
+    def drive(
+        self,
+        sid: str,
+        kill: tuple[int, int, str] | None,
+        *,
+        after_kill: Callable[[str, Scenario], None] | None = None,
+        on_store_error: Callable[[str, Scenario, int], bool] | None = None,
+        first_env: dict[str, str] | None = None,
+        during_first: Callable[[Any], None] | None = None,
+    ) -> Scenario:
+        """Run ``sid`` to its end, killed at ``kill`` (invocation, write, when) if given.
+
+        ``after_kill`` runs right after the SIGKILL (e.g. tears the state file);
+        ``on_store_error`` decides whether an invocation that exited with a typed store error
+        is resumed (``True``: its repair is done) or is a divergence. ``first_env`` and
+        ``during_first`` act on invocation 1 (a pause point, and what to do while it waits).
+        """
         scenario = Scenario(kill=kill)
-        committed: set[str] = set()
-        for number in range(1, MAX_INVOCATIONS + 1):
+        self.resume(
+            sid, scenario, 1, set(), kill, after_kill, on_store_error, first_env, during_first
+        )
+        self._check_final(sid, scenario)
+        return scenario
+
+    def resume(
+        self,
+        sid: str,
+        scenario: Scenario,
+        first: int,
+        committed: set[str],
+        kill: tuple[int, int, str] | None = None,
+        after_kill: Callable[[str, Scenario], None] | None = None,
+        on_store_error: Callable[[str, Scenario, int], bool] | None = None,
+        first_env: dict[str, str] | None = None,
+        during_first: Callable[[Any], None] | None = None,
+    ) -> None:
+        """Invocations ``first``, ``first + 1``, ... until the run ends (an operator's loop)."""
+        for number in range(first, MAX_INVOCATIONS + 1):
             fault = f"{kill[1]}:{kill[2]}" if kill and kill[0] == number else None
             log = self.work / f"{sid}.writes-{number}" if kill is None else None
-            code = self.invoke(sid, number, fault, log)
+            child = self.start(sid, number, fault, log, first_env if number == first else None)
+            if during_first is not None and number == first:
+                during_first(child)
+            code = self.finish(child)
             scenario.codes.append(code)
             if log is not None:
                 scenario.writes.append(len(log.read_text().splitlines()) if log.exists() else 0)
             if fault and code == KILLED:
                 scenario.killed = True
                 committed = asyncio.run(self._with_store(sid, self._committed_calls))
+                if after_kill is not None:
+                    after_kill(sid, scenario)
                 continue
             scenario.committed_rerun += self._reruns(sid, number, committed)
+            if code == STORE_FAILED:
+                scenario.store_errors.append(self.error_text(sid, number))
+                if on_store_error is not None and on_store_error(sid, scenario, number):
+                    committed = asyncio.run(self._with_store(sid, self._committed_calls))
+                    continue
             if code == 10:
                 scenario.uncertain += asyncio.run(self._with_store(sid, self._decide))
                 continue
@@ -109,8 +181,16 @@ class Harness:
             break
         else:
             scenario.divergence.append(f"not finished after {MAX_INVOCATIONS} invocations")
-        self._check_final(sid, scenario)
-        return scenario
+
+    def error_text(self, sid: str, number: int) -> str:
+        path = self.work / f"{sid}.error-{number}.txt"
+        return path.read_text() if path.exists() else ""
+
+    def executed(self, sid: str, number: int) -> int:
+        """Tool executions (not replays) an invocation reported."""
+        path = self.work / f"{sid}.events-{number}.jsonl"
+        lines = path.read_text().splitlines() if path.exists() else []
+        return sum(1 for line in lines if json.loads(line)["executed"])
 
     # -- checks -----------------------------------------------------------------------------
     def _reruns(self, sid: str, number: int, committed: set[str]) -> int:
@@ -212,10 +292,16 @@ def _child_main(
 ) -> None:
     code = 70
     try:
-        for name in (KILL_ENV, LOG_ENV):
+        for name in (KILL_ENV, LOG_ENV, PAUSE_ENV, PAUSE_FILE_ENV):
             os.environ.pop(name, None)
         os.environ.update(env)
         code = asyncio.run(_run_once(sid, store, work, events))
+    except CheckpointFencedError as exc:
+        (work / f"{sid}.error-{number}.txt").write_text(f"{type(exc).__name__}: {exc}")
+        code = FENCED
+    except StoreError as exc:
+        (work / f"{sid}.error-{number}.txt").write_text(f"{type(exc).__name__}: {exc}")
+        code = STORE_FAILED
     except BaseException:
         (work / f"{sid}.error-{number}.txt").write_text(traceback.format_exc())
     finally:

@@ -28,9 +28,7 @@ def _stores(backend: str, request: pytest.FixtureRequest, work: Path) -> Any:
 
 @pytest.mark.crash
 @pytest.mark.timeout(900)
-# postgres is left out for now: a resumed child sometimes hangs connecting after a kill
-# ("error connecting in oma-store-..."); see issue #11 notes.
-@pytest.mark.parametrize("backend", ["file", "redis"])
+@pytest.mark.parametrize("backend", ["file", "redis", "postgres"])
 def test_kill_at_every_boundary(
     backend: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:

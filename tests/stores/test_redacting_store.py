@@ -107,6 +107,19 @@ async def test_over_redis_through_open_store(redis_server: RedisServer) -> None:
     await store.set("k", "Authorization: Bearer abcdefghij")
     entry = await store.get("k")
     assert entry is not None and entry.value == "Authorization: [redacted]"
-    inner = store.inner
-    assert isinstance(inner, RedisStore)
-    await inner.aclose()
+    assert isinstance(store.inner, RedisStore)
+    await store.aclose()
+
+
+class _ClosableStore(InMemoryStore):
+    closed = False
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+async def test_aclose_closes_the_wrapped_store() -> None:
+    inner = _ClosableStore()
+    await RedactingStore(inner).aclose()
+    assert inner.closed
+    await RedactingStore(InMemoryStore()).aclose()  # a store without connections: nothing to do

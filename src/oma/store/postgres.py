@@ -1,16 +1,28 @@
 """``PostgresStore``: a ``MemoryStore`` in one PostgreSQL table, safe for any number of writers.
 
-Each operation is one statement on an autocommit connection from a psycopg pool, so every
-write is atomic and ``compare_and_set`` holds across processes. The table is created and
-migrated on first use (see ``postgres_migrations``).
+Each operation is one statement on an autocommit connection, so every write is atomic and
+``compare_and_set`` holds across processes. The table is created and migrated on first use
+(see ``postgres_migrations``).
+
+Given a DSN, the store keeps its own small set of connections (``Connections``) instead of a
+``psycopg_pool`` pool: every connection is made in the task that needs it, under a deadline, and
+nothing runs in the background. A pool's background workers connect on their own, and while one
+is connecting it swallows ``CancelledError`` (psycopg_pool 3.3 ``_add_connection`` catches it and
+schedules a retry), so a program that ends ``asyncio.run`` without ``aclose()`` at such a moment
+waits forever in the loop's shutdown, which cancels every task and waits for each to finish.
+With no background task there is nothing to wait for. Every operation is bounded: connecting
+by ``connect_timeout``, the whole statement by ``command_timeout``; statements whose repetition
+is harmless are retried for ``retry_for`` seconds (a server restart), and what is left is a
+typed ``StoreUnavailableError``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -19,12 +31,19 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential,
+)
 
 from oma import jsonutil
 from oma.errors import StoreError
 from oma.store import postgres_sql as q
 from oma.store.base import Entries, MemoryEntry, Metadata
+from oma.store.postgres_connections import Connections
 from oma.store.postgres_migrations import migrate
 from oma.store.remote import StoreAuthError, StoreUnavailableError, redact_url, scrub, sentence
 
@@ -42,7 +61,13 @@ class PostgresStore:
     ``target`` is a libpq DSN (``postgresql://user:pw@host:5432/db?sslmode=verify-full&
     sslrootcert=/ca.pem`` or ``host=... user=...``) or an existing ``AsyncConnectionPool``
     (autocommit connections preferred; the pool's commit on return works too). A pool passed
-    in stays the caller's: ``aclose()`` closes only a pool this store created.
+    in stays the caller's: ``aclose()`` closes only connections this store made. (Close such a
+    pool before the event loop ends: see the module docstring.)
+
+    Bounds: ``connect_timeout`` per connection attempt, ``command_timeout`` per statement
+    including getting its connection, ``retry_for`` seconds of retries for statements that can
+    safely run twice. ``min_size`` connections are opened by ``open()``; at most ``max_size``
+    are in use at once.
     """
 
     def __init__(
@@ -54,30 +79,30 @@ class PostgresStore:
         min_size: int = 1,
         max_size: int = 10,
         connect_timeout: float = 5.0,
+        command_timeout: float = 30.0,
+        retry_for: float = 10.0,
     ) -> None:
         for label, name in (("table", table), ("schema", schema)):
             if name is not None and not _IDENTIFIER.fullmatch(name):
                 raise ValueError(f"{label} must match {_IDENTIFIER.pattern}, got {name!r}")
+        if not 0 <= min_size <= max_size or max_size < 1:
+            raise ValueError(
+                f"need 0 <= min_size <= max_size and max_size >= 1, got {min_size}, {max_size}"
+            )
         self.table, self.schema = table, schema
         self.qualified_name = f"{schema}.{table}" if schema else table
         self._table = sql.Identifier(schema, table) if schema else sql.Identifier(table)
         self._connect_timeout = connect_timeout
+        self._command_timeout = command_timeout
+        self._retry_for = retry_for
+        self._min_size = min_size
+        self._connections: Connections | None = None
+        self._pool: AsyncConnectionPool[Any] | None = None
         if isinstance(target, str):
-            self._conninfo: str | None = target
             self._where = redact_url(target)
             self._secrets = _conninfo_secrets(target, {})
-            self._pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-                target,
-                min_size=min_size,
-                max_size=max_size,
-                open=False,
-                timeout=connect_timeout,
-                kwargs={"autocommit": True, "connect_timeout": max(1, round(connect_timeout))},
-                name=f"oma-store-{self.qualified_name}",
-            )
-            self._owns_pool = True
+            self._connections = Connections(target, max_size, connect_timeout)
         else:
-            self._conninfo = None
             # A pool may compute its conninfo / kwargs per connection (callables): then there
             # is nothing static to show, and nothing static to scrub.
             conninfo = target.conninfo if isinstance(target.conninfo, str) else ""
@@ -85,7 +110,6 @@ class PostgresStore:
             self._where = redact_url(conninfo) if conninfo else "(pool with dynamic conninfo)"
             self._secrets = _conninfo_secrets(conninfo, kwargs)
             self._pool = target
-            self._owns_pool = False
         self._ready = False
         self._ready_lock = asyncio.Lock()
 
@@ -97,16 +121,12 @@ class PostgresStore:
         async with self._ready_lock:
             if self._ready:
                 return
-            if self._owns_pool:
-                assert self._conninfo is not None
-                # One plain connection first: its error says *why* (refused, bad password),
-                # where a pool would only report a timeout.
-                conn = await self._translate(self._connect_once(self._conninfo))
-                async with conn:
-                    await self._translate(migrate(conn, self._table, self.schema, self.table))
-                await self._translate(self._pool.open(wait=True, timeout=self._connect_timeout))
-            else:
-                await self._run(lambda conn: migrate(conn, self._table, self.schema, self.table))
+            # Migrating waits for a concurrent migrator's lock: bounded like any statement.
+            await self._run(
+                lambda conn: migrate(conn, self._table, self.schema, self.table), retry=True
+            )
+            if self._connections is not None:
+                await self._translate(self._connections.fill(self._min_size))
             self._ready = True
 
     async def get(self, key: str) -> MemoryEntry | None:
@@ -134,9 +154,12 @@ class PostgresStore:
             statement = q.SWAP
             params["expected"] = hashlib.sha256(_encode(expected)).digest()
         await self.open()
-        # Never retried: if the connection drops after the commit the swap happened, and a
-        # second attempt would report False to the writer that won.
-        rowcount = await self._run(lambda conn: _execute(conn, self._sql(statement), params))
+        # Retried only while no connection was had (nothing sent): if the connection drops
+        # after the statement went out, the swap may have happened, and a second attempt would
+        # report False to the writer that won. That error is typed; the caller resolves it.
+        rowcount = await self._run(
+            lambda conn: _execute(conn, self._sql(statement), params), retry=False
+        )
         return rowcount == 1
 
     async def delete(self, key: str) -> None:
@@ -146,8 +169,8 @@ class PostgresStore:
         await self._idempotent(q.DELETE_ALL, {})
 
     async def aclose(self) -> None:
-        if self._owns_pool:
-            await self._pool.close()
+        if self._connections is not None:
+            await self._connections.close()
 
     async def __aenter__(self) -> Self:
         await self.open()
@@ -164,11 +187,6 @@ class PostgresStore:
     def _sql(self, template: sql.SQL) -> sql.Composed:
         return template.format(table=self._table)
 
-    async def _connect_once(self, conninfo: str) -> psycopg.AsyncConnection[Any]:
-        return await psycopg.AsyncConnection.connect(
-            conninfo, autocommit=True, connect_timeout=max(1, round(self._connect_timeout))
-        )
-
     async def _idempotent(
         self, template: sql.SQL, params: dict[str, Any], *, fetch: bool = False
     ) -> Any:
@@ -181,28 +199,73 @@ class PostgresStore:
                 return await _fetch(conn, statement, params)
             return await _execute(conn, statement, params)
 
+        return await self._run(once, retry=True)
+
+    async def _run(
+        self, work: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]], *, retry: bool
+    ) -> T:
+        """``work`` on a connection, bounded in time, with typed errors.
+
+        ``retry``: the work may run twice, so any unavailability is retried (for ``retry_for``
+        seconds once the store has opened). Otherwise only getting a connection is retried
+        (nothing was sent yet).
+        """
+        # Before the store has worked once, a failure is most likely a wrong DSN or a server
+        # that is not there: say so quickly. Afterwards it is most likely a restart: ride it out.
+        stop = stop_after_delay(self._retry_for) if self._ready else stop_after_attempt(3)
         retrying = AsyncRetrying(
-            stop=stop_after_attempt(3),
-            wait=wait_exponential(multiplier=0.05, max=0.5),
-            retry=retry_if_exception_type(StoreUnavailableError),
+            stop=stop | stop_after_attempt(50),
+            wait=wait_exponential(multiplier=0.05, max=1.0),
+            retry=retry_if_exception_type(_Retryable),
             reraise=True,
         )
-        async for attempt in retrying:
-            with attempt:
-                return await self._run(once)
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    return await self._once(work, retry=retry)
+        except _Retryable as exc:
+            raise exc.error from None
         raise AssertionError("unreachable: tenacity reraises the last error")
 
-    async def _run(self, work: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]) -> T:
-        async def on_connection() -> T:
-            async with self._pool.connection() as conn:
-                return await work(conn)
+    async def _once(
+        self, work: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]], *, retry: bool
+    ) -> T:
+        sent = False
 
-        return await self._translate(on_connection())
+        async def on_connection() -> T:
+            nonlocal sent
+            async with asyncio.timeout(self._command_timeout):
+                async with self._connection() as conn:
+                    sent = True
+                    return await work(conn)
+
+        try:
+            return await self._translate(on_connection())
+        except StoreUnavailableError as exc:
+            if retry or not sent:
+                raise _Retryable(exc) from None
+            raise
+
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        if self._connections is not None:
+            async with self._connections.connection() as conn:
+                yield conn
+        else:
+            assert self._pool is not None
+            async with self._pool.connection(timeout=self._connect_timeout) as conn:
+                yield conn
 
     async def _translate(self, call: Awaitable[T]) -> T:
         """Await a driver call, turning driver errors into typed store errors without secrets."""
         try:
             return await call
+        except TimeoutError:
+            raise StoreUnavailableError(
+                f"PostgreSQL at {self._where}: no answer within {self._command_timeout}s on "
+                f"{self.qualified_name!r}. Check that the server runs and is not overloaded, "
+                "and that no other session holds a lock on the table (pg_locks)."
+            ) from None
         except PoolTimeout as exc:
             raise StoreUnavailableError(
                 f"PostgreSQL at {self._where}: no connection within {self._connect_timeout}s: "
@@ -226,6 +289,14 @@ class PostgresStore:
 
     def _clean(self, exc: BaseException) -> str:
         return sentence(scrub(str(exc) or type(exc).__name__, self._secrets))
+
+
+class _Retryable(Exception):
+    """Carries a ``StoreUnavailableError`` that may be retried (tenacity retries on type)."""
+
+    def __init__(self, error: StoreUnavailableError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 async def _execute(

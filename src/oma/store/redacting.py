@@ -56,6 +56,12 @@ class RedactingStore:
     async def clear(self) -> None:
         await self.inner.clear()
 
+    async def aclose(self) -> None:
+        """Close the wrapped store's connections, if it has any."""
+        closer = getattr(self.inner, "aclose", None)
+        if callable(closer):
+            await closer()
+
 
 class ExpiringRedactingStore(RedactingStore):
     """A ``RedactingStore`` over a store that records turn expiry; redacts those writes too."""
