@@ -24,8 +24,10 @@ from oma_operator.outcomes import classify
 from oma_operator.pods import FINALIZER, LABEL_ATTEMPT, LABEL_TEAMRUN, run_id_of
 from oma_operator.progress import changed
 from oma_operator.status import backoff_left, condition, merge_conditions, started
+from oma_operator.ticker import TICKER
 
 FINAL_PHASES = {"Succeeded", "Failed", "Rejected"}
+APPROVAL_POLL_SECONDS = 3.0  # how soon a decision made outside Kubernetes (oma approvals) shows
 log = logging.getLogger(__name__)
 
 
@@ -37,10 +39,13 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # No cluster-wide discovery of namespaces and CRDs: a namespaced operator then needs no
     # cluster-scope RBAC at all (the chart's Role is enough).
     settings.scanning.disabled = True
+    TICKER.every(APPROVAL_POLL_SECONDS, "AwaitingApproval", approvals_pending, "approvals")
+    TICKER.every(runtime.PROGRESS_SECONDS, "Running", progress, "progress")
 
 
 @kopf.on.cleanup()
 async def close(**_: Any) -> None:
+    await TICKER.close()
     await TIMERS.close()
     await runtime.close()
 
@@ -107,30 +112,18 @@ async def runner_pod_changed(body: kopf.Body, event: kopf.RawEvent, **_: Any) ->
     await runtime.kube().remove_finalizer(namespace, meta["name"], FINALIZER)
 
 
-def _awaiting(status: kopf.Status, **_: Any) -> bool:
-    return status.get("phase") == "AwaitingApproval"
-
-
-def _running(status: kopf.Status, **_: Any) -> bool:
-    return status.get("phase") == "Running"
-
-
-@kopf.timer(GROUP, VERSION, "teamruns", interval=3.0, when=_awaiting)
-async def approvals_pending(body: kopf.Body, **_: Any) -> None:
+async def approvals_pending(teamrun: dict[str, Any]) -> None:
     """Publish, record and reflect decisions; resume once every request is decided."""
-    teamrun = dict(body)
     spec = TeamRunSpec.model_validate(teamrun["spec"])
     if await sync_approvals(runtime.kube(), teamrun, spec):
         await resume_after_approvals(teamrun, spec)
 
 
-@kopf.timer(GROUP, VERSION, "teamruns", interval=runtime.PROGRESS_SECONDS, when=_running)
-async def progress(body: kopf.Body, **_: Any) -> None:
+async def progress(teamrun: dict[str, Any]) -> None:
     """Mirror tasks done/total and the last checkpoint time from the store into the status."""
-    teamrun, meta = dict(body), body["metadata"]
+    meta = teamrun["metadata"]
     spec = TeamRunSpec.model_validate(teamrun["spec"])
-    found = await store_progress(teamrun, spec)
-    update = changed(dict(body.get("status") or {}), found)
+    update = changed(dict(teamrun.get("status") or {}), await store_progress(teamrun, spec))
     if update:
         await runtime.kube().patch_teamrun_status(meta["namespace"], meta["name"], update)
 
@@ -149,6 +142,7 @@ async def decision_set(body: kopf.Body, **_: Any) -> None:
 @kopf.on.event(GROUP, VERSION, "teamruns")
 async def teamrun_event(body: kopf.Body, event: kopf.RawEvent, **_: Any) -> None:
     METRICS.teamrun_seen(body, event.get("type"))
+    TICKER.seen(dict(body), event.get("type"))
 
 
 @kopf.on.event(GROUP, VERSION, "approvaldecisions")

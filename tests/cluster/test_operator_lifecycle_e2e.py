@@ -85,6 +85,9 @@ async def test_events_and_last_checkpoint_time_through_an_eviction(
     assert saved is not None and ended is not None
     assert timedelta(0) <= ended - saved < timedelta(seconds=30)  # the final save, read at the end
     assert "nextAttemptAfter" not in status  # no attempt is waiting to start
+    body = await kube.get(f"{TEAMRUNS.format(ns=namespace)}/ev")
+    # No operator finalizer: deleting a TeamRun (or its namespace) never waits for the operator.
+    assert body["metadata"].get("finalizers") in (None, [])
 
     async def all_posted() -> dict[str, int] | None:
         counts = await event_counts(kube, namespace, "ev")
