@@ -112,11 +112,8 @@ async def test_run_survives_a_store_restart_and_resumes_after_a_crash(server: An
             checkpoint=CheckpointOptions(store=crashing, run_id="restart", fence=True),
         )
     assert time.monotonic() - started >= DOWN_SECONDS  # the run kept going through the outage
-    failed_saves = events.kinds().count("checkpoint_save_failed")
-    if isinstance(server, RedisServer):
-        assert failed_saves >= 1  # a save in the outage fails; the run goes on without it
-    else:
-        assert failed_saves == 0  # PostgresStore retries safe statements through a short outage
+    # Both stores retry writes that are safe to repeat through a short outage.
+    assert events.kinds().count("checkpoint_save_failed") == 0
     assert executions == ["d1", "a1"]
     await asyncio.sleep(0)
     resumed = await OpenMultiAgent().restore(

@@ -79,15 +79,7 @@ def restartable(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
 @pytest.mark.parametrize(
     "backend",
     [
-        pytest.param(
-            "redis",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="RedisStore does not ride out a restart: a tool-commit write that fails "
-                "with StoreUnavailableError fails its task, and the run exits 1 (failed) instead "
-                "of with a typed store error (see docs/reliability.md, not covered)",
-            ),
-        ),
+        "redis",
         "postgres",
     ],
 )

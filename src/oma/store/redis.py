@@ -29,6 +29,7 @@ from tenacity import (
     AsyncRetrying,
     retry_if_exception_type,
     stop_after_attempt,
+    stop_after_delay,
     wait_exponential,
 )
 
@@ -58,11 +59,14 @@ class RedisStore:
         namespace: str = "oma",
         connect_timeout: float = 5.0,
         timeout: float = 30.0,
+        retry_for: float = 10.0,
         **client_options: Any,
     ) -> None:
         if not namespace or any(ch in namespace for ch in "{}"):
             raise ValueError(f"namespace must be non-empty without braces, got {namespace!r}")
         self.namespace = namespace
+        self._retry_for = retry_for
+        self._worked = False  # until the server answered once, a failure is not an outage
         if isinstance(target, str):
             self._secrets: tuple[str | None, ...] = _url_secrets(target)
             self._where = redact_url(target)
@@ -116,9 +120,14 @@ class RedisStore:
             args = _write_args(key, value, metadata, None, "a", "")
         else:
             args = _write_args(key, value, metadata, None, "c", _digest(_encode(expected)))
-        # Never retried: if the reply is lost the swap may have happened, and a second run
-        # would report False to the writer that won. The caller gets StoreUnavailableError.
-        return bool(await self._translate(self._write(self._keys, args)))
+        try:
+            return bool(await self._translate(self._write(self._keys, args)))
+        except StoreUnavailableError:
+            if not self._worked:
+                raise
+            # Not simply re-sent: if the reply was lost the swap may have happened, and a
+            # second run would report False to the writer that won. The key itself tells.
+            return await self._settle_swap(key, expected, value, args)
 
     async def delete(self, key: str) -> None:
         await self._idempotent(lambda: self._delete(self._keys, [_encode(key)]))
@@ -147,22 +156,43 @@ class RedisStore:
         await self.aclose()
 
     async def _idempotent(self, call: Callable[[], Awaitable[T]]) -> T:
-        """Run a call whose repetition is harmless, retrying briefly on a dropped connection."""
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(3),
-            wait=wait_exponential(multiplier=0.05, max=0.5),
-            retry=retry_if_exception_type(StoreUnavailableError),
-            reraise=True,
-        )
-        async for attempt in retrying:
+        """Run a call whose repetition is harmless, retrying on a dropped connection: three
+        tries until the server answered once (a wrong URL fails fast), then for ``retry_for``
+        seconds (a server restart)."""
+        async for attempt in self._retrying():
             with attempt:
                 return await self._translate(call())
         raise AssertionError("unreachable: tenacity reraises the last error")
 
+    async def _settle_swap(
+        self, key: str, expected: str | None, value: str, args: Sequence[Any]
+    ) -> bool:
+        """After a compare_and_set whose reply was lost: done if the key holds our value, lost
+        if it holds neither value, else (not applied) sent again."""
+        async for attempt in self._retrying():
+            with attempt:
+                rows = await self._translate(self._read(self._keys, [_encode(key)]))
+                entries = _decode_entries(rows)
+                current = entries[0].value if entries else None
+                if current == value:
+                    return True
+                if current != expected:
+                    return False
+                return bool(await self._translate(self._write(self._keys, args)))
+        raise AssertionError("unreachable: tenacity reraises the last error")
+
+    def _retrying(self) -> AsyncRetrying:
+        return AsyncRetrying(
+            stop=stop_after_delay(self._retry_for) if self._worked else stop_after_attempt(3),
+            wait=wait_exponential(multiplier=0.05, max=1.0),
+            retry=retry_if_exception_type(StoreUnavailableError),
+            reraise=True,
+        )
+
     async def _translate(self, call: Awaitable[T]) -> T:
         """Await a driver call, turning driver errors into typed store errors without secrets."""
         try:
-            return await call
+            result = await call
         except (AuthenticationError, NoPermissionError) as exc:
             message = self._clean(exc)
             if "NOAUTH" in message or "HELLO must be called" in message:
@@ -183,6 +213,8 @@ class RedisStore:
             raise StoreError(f"Redis at {self._where} refused a command: {message}") from None
         except RedisError as exc:
             raise StoreError(f"Redis at {self._where} failed: {self._clean(exc)}") from None
+        self._worked = True
+        return result
 
     def _clean(self, exc: BaseException) -> str:
         return sentence(scrub(str(exc) or type(exc).__name__, self._secrets))
