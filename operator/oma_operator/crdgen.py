@@ -154,40 +154,50 @@ def approvaldecision_crd() -> dict[str, Any]:
 
 
 def _status_schema() -> dict[str, Any]:
+    def field(kind: str, description: str, **extra: Any) -> dict[str, Any]:
+        return {"type": kind, "description": description, **extra}
+
     condition = {
         "type": "object",
         "required": ["type", "status"],
         "properties": {
-            "type": {"type": "string"},
-            "status": {"type": "string"},
-            "reason": {"type": "string"},
-            "message": {"type": "string"},
-            "lastTransitionTime": {"type": "string", "format": "date-time"},
-            "observedGeneration": {"type": "integer"},
+            "type": field("string", "Progressing, Succeeded, Failed or AwaitingApproval."),
+            "status": field("string", "True, False or Unknown."),
+            "reason": field("string", "Why, in one CamelCase word."),
+            "message": field("string", "Why, for a person."),
+            "lastTransitionTime": field("string", "When status last changed.", format="date-time"),
+            "observedGeneration": field("integer", "The spec generation this reflects."),
         },
     }
     return {
         "type": "object",
         "properties": {
-            "runId": {"type": "string"},
-            "attempt": {"type": "integer"},
-            "phase": {"type": "string"},
-            "observedGeneration": {"type": "integer"},
+            "runId": field("string", "The run id the checkpoints are stored under."),
+            "attempt": field("integer", "The current (or last) attempt; each has its own pod."),
+            "phase": field("string", "Running, AwaitingApproval, Succeeded, Failed or Rejected."),
+            "observedGeneration": field("integer", "The spec generation last acted on."),
             "conditions": {
                 "type": "array",
+                "description": "Standard conditions, one per type.",
                 "items": condition,
                 "x-kubernetes-list-type": "map",
                 "x-kubernetes-list-map-keys": ["type"],
             },
-            "attempts": {"type": "array", "maxItems": 50, "items": {"type": "object", **PRESERVE}},
-            "disruptions": {"type": "integer"},
-            "failures": {"type": "integer"},
-            "oomKills": {"type": "integer"},
-            "taskSummary": {"type": "string"},
-            "pendingApprovals": {"type": "integer"},
-            "lastCheckpointAt": {"type": "string"},
-            "nextAttemptAfter": {"type": "string"},
-            "message": {"type": "string"},
+            "attempts": {
+                "type": "array",
+                "maxItems": 50,
+                "description": "The last 50 attempts: attempt, pod, outcome, reason, exitCode, "
+                "message, endedAt.",
+                "items": {"type": "object", **PRESERVE},
+            },
+            "disruptions": field("integer", "Disruptions so far (evictions, drains, lost nodes)."),
+            "failures": field("integer", "Failures so far (crashes, start timeouts)."),
+            "oomKills": field("integer", "OOM kills so far."),
+            "taskSummary": field("string", "Tasks completed/total, from the store or the runner."),
+            "pendingApprovals": field("integer", "Approval requests waiting for a decision."),
+            "lastCheckpointAt": field("string", "When the latest checkpoint was saved."),
+            "nextAttemptAfter": field("string", "When the next attempt may start (a backoff)."),
+            "message": field("string", "What happened last, for a person."),
         },
     }
 

@@ -35,7 +35,7 @@ class TeamRunModel(ModelSpec):
 
 
 class TeamRunAgent(AgentSpec):
-    model: TeamRunModel
+    model: TeamRunModel = Field(description="The model this agent talks to.")
 
 
 class TeamSpec(SpecModel):

@@ -11,8 +11,21 @@ DEFAULT_IMAGE = os.environ.get("OMA_RUNNER_IMAGE", "ghcr.io/oma/oma:latest")
 RUNNER_SERVICE_ACCOUNT = os.environ.get("OMA_RUNNER_SERVICE_ACCOUNT") or None
 # The port runner pods serve their metrics on (None: they serve none); set by ``main``.
 RUNNER_METRICS_PORT: int | None = None
+
+
+def _seconds(variable: str, default: float) -> float:
+    text = os.environ.get(variable, "")
+    try:
+        value = float(text) if text else default
+    except ValueError:
+        raise SystemExit(f"{variable}={text!r} is not a number of seconds") from None
+    if not value > 0:
+        raise SystemExit(f"{variable}={text!r} must be more than 0 seconds")
+    return value
+
+
 # How often a running TeamRun's progress is read from its store into its status.
-PROGRESS_SECONDS = float(os.environ.get("OMA_PROGRESS_SECONDS", "15"))
+PROGRESS_SECONDS = _seconds("OMA_PROGRESS_SECONDS", 15.0)
 _kube: Kube | None = None
 
 

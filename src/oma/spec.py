@@ -23,13 +23,29 @@ class SpecModel(BaseModel):
 
 
 class ModelSpec(SpecModel):
-    provider: Literal["scripted", "anthropic", "openai"]
-    name: str = ""
-    base_url: str | None = Field(default=None, alias="baseURL")
-    api_key_env: str | None = None
-    timeout_seconds: float = Field(default=60.0, gt=0)
-    max_retries: int = Field(default=2, ge=0)
-    script: list[Any] | dict[str, list[Any]] | None = None
+    provider: Literal["scripted", "anthropic", "openai"] = Field(
+        description="scripted: a fixed script, no network; anthropic / openai: the official SDK."
+    )
+    name: str = Field(default="", description="Model name, e.g. claude-sonnet-4-5 or gpt-4o.")
+    base_url: str | None = Field(
+        default=None,
+        alias="baseURL",
+        description="API base URL (a proxy, a gateway, a compatible server); default: the SDK's.",
+    )
+    api_key_env: str | None = Field(
+        default=None,
+        description="Environment variable holding the API key; default: the SDK's own "
+        "(ANTHROPIC_API_KEY, OPENAI_API_KEY).",
+    )
+    timeout_seconds: float = Field(default=60.0, gt=0, description="Per model call.")
+    max_retries: int = Field(
+        default=2, ge=0, description="The SDK's retries of a failed call (rate limits, 5xx)."
+    )
+    script: list[Any] | dict[str, list[Any]] | None = Field(
+        default=None,
+        description="Turns of the scripted model ({text} or {tool_calls}, optional delay), or "
+        "a map from a substring of the task prompt to its turns.",
+    )
 
     @model_validator(mode="after")
     def _script_only_for_scripted(self) -> ModelSpec:
@@ -44,23 +60,34 @@ class ModelSpec(SpecModel):
 
 
 class AgentSpec(SpecModel):
-    name: str = Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    model: ModelSpec
-    system_prompt: str | None = None
-    tools: list[str] = Field(default_factory=list)
-    max_turns: int = Field(default=10, ge=1, le=1000)
+    name: str = Field(
+        min_length=1,
+        max_length=63,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+        description="Unique within the run; tasks name it as their assignee.",
+    )
+    model: ModelSpec = Field(description="The model this agent talks to.")
+    system_prompt: str | None = Field(default=None, description="The agent's system prompt.")
+    tools: list[str] = Field(
+        default_factory=list,
+        description="Tool names: built-in (echo, wait, ledger_append, tally) or from installed "
+        "packages (oma.tools entry points).",
+    )
+    max_turns: int = Field(
+        default=10, ge=1, le=1000, description="Model turns per task before it stops."
+    )
 
 
 class FileStoreSpec(SpecModel):
-    path: str
+    path: str = Field(description="The JSON state file (created if missing).")
 
 
 class RedisStoreSpec(SpecModel):
     """``url`` (redis:// or rediss://) or ``urlEnv``: the variable holding it (secrets)."""
 
-    url: str | None = None
-    url_env: str | None = None
-    namespace: str = Field(default="oma", min_length=1)
+    url: str | None = Field(default=None, description="redis:// or rediss:// URL.")
+    url_env: str | None = Field(default=None, description="Variable holding the URL.")
+    namespace: str = Field(default="oma", min_length=1, description="Key prefix in Redis.")
 
     @model_validator(mode="after")
     def _one_source(self) -> RedisStoreSpec:
@@ -72,10 +99,16 @@ class RedisStoreSpec(SpecModel):
 class PostgresStoreSpec(SpecModel):
     """``dsn`` (postgresql://...) or ``dsnEnv``: the variable holding it (secrets)."""
 
-    dsn: str | None = None
-    dsn_env: str | None = None
-    table: str = Field(default="oma_store", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
-    schema_name: str | None = Field(default=None, alias="schema")
+    dsn: str | None = Field(default=None, description="postgresql:// connection string.")
+    dsn_env: str | None = Field(default=None, description="Variable holding the DSN.")
+    table: str = Field(
+        default="oma_store",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,62}$",
+        description="Table the rows live in (created if missing).",
+    )
+    schema_name: str | None = Field(
+        default=None, alias="schema", description="Schema of the table; default: search path."
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> PostgresStoreSpec:
@@ -88,11 +121,13 @@ class StoreSpec(SpecModel):
     """Exactly one backend; ``redact`` scrubs secrets before they are stored (lossy, and it
     rules out durable approvals, which need the verbatim content)."""
 
-    file: FileStoreSpec | None = None
-    memory: dict[str, Any] | None = None
-    redis: RedisStoreSpec | None = None
-    postgres: PostgresStoreSpec | None = None
-    redact: bool = False
+    file: FileStoreSpec | None = Field(default=None, description="A local JSON file.")
+    memory: dict[str, Any] | None = Field(
+        default=None, description="In memory ({}): nothing survives the process."
+    )
+    redis: RedisStoreSpec | None = Field(default=None, description="A Redis server.")
+    postgres: PostgresStoreSpec | None = Field(default=None, description="A PostgreSQL table.")
+    redact: bool = Field(default=False, description="Scrub secret-shaped values before storing.")
 
     @model_validator(mode="after")
     def _exactly_one(self) -> StoreSpec:
@@ -114,25 +149,52 @@ class ApprovalsSpec(SpecModel):
     any task runs. Needs a store with compare-and-set (not a redacting store).
     """
 
-    tools: list[str] = Field(default_factory=list)
-    dispatch: list[str] = Field(default_factory=list)
-    plan: bool = False
+    tools: list[str] = Field(
+        default_factory=list, description='Tool names whose calls wait for a decision ("*": all).'
+    )
+    dispatch: list[str] = Field(
+        default_factory=list,
+        description='Task titles whose dispatch waits for a decision ("*": all).',
+    )
+    plan: bool = Field(
+        default=False, description="A team run's plan waits for a decision before any task."
+    )
 
 
 class RunSpec(SpecModel):
-    run_id: str | None = Field(default=None, min_length=1, max_length=128)
-    mode: Literal["tasks", "team", "plan"] = "tasks"
-    agents: list[AgentSpec] = Field(min_length=1)
-    coordinator: AgentSpec | None = None
-    goal: str | None = None
-    tasks: list[TaskSpec] | None = None
-    plan: PlanArtifact | None = None
-    store: StoreSpec | None = None
-    approvals: ApprovalsSpec | None = None
-    max_concurrency: int = Field(default=5, ge=1, le=256)
+    run_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        description="Logical run id: the checkpoint's key; run again with it to resume.",
+    )
+    mode: Literal["tasks", "team", "plan"] = Field(
+        default="tasks",
+        description="tasks: run the task list; team: a coordinator plans the goal; plan: run a "
+        "stored plan.",
+    )
+    agents: list[AgentSpec] = Field(min_length=1, description="The agents of the run.")
+    coordinator: AgentSpec | None = Field(
+        default=None, description="The planning agent of mode team (default: a built-in one)."
+    )
+    goal: str | None = Field(default=None, description="What the team is to do (mode team).")
+    tasks: list[TaskSpec] | None = Field(default=None, description="The task list (mode tasks).")
+    plan: PlanArtifact | None = Field(default=None, description="The plan to run (mode plan).")
+    store: StoreSpec | None = Field(
+        default=None, description="Where checkpoints go; default: a file under .oma/."
+    )
+    approvals: ApprovalsSpec | None = Field(
+        default=None, description="Approval gates; the run suspends at each until decided."
+    )
+    max_concurrency: int = Field(
+        default=5, ge=1, le=256, description="Tasks run at the same time at most."
+    )
     # Agents see earlier results (each task's result is written as `<agent>/task:<id>:result`)
     # through a shared memory kept in the run's store, next to the checkpoint.
-    shared_memory: bool = False
+    shared_memory: bool = Field(
+        default=False,
+        description="Keep a shared memory in the run's store; agents see earlier results.",
+    )
 
     @model_validator(mode="after")
     def _work_matches_mode(self) -> RunSpec:

@@ -7,8 +7,11 @@ import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from oma.store.urls import open_store
 from oma.timeutil import parse_iso
+from oma_operator import runtime
 from oma_operator.decisions import Decision, attempt_record
 from oma_operator.outcomes import Outcome
 from oma_operator.progress import changed, read_progress
@@ -57,3 +60,20 @@ async def test_progress_is_read_from_the_latest_checkpoint(tmp_path: Path) -> No
         "lastCheckpointAt": progress["lastCheckpointAt"]
     }
     assert changed(progress, progress) == {}
+
+
+@pytest.mark.parametrize(("text", "expected"), [("", 15.0), ("1", 1.0), ("2.5", 2.5)])
+def test_progress_interval_comes_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, text: str, expected: float
+) -> None:
+    monkeypatch.setenv("OMA_PROGRESS_SECONDS", text)
+    assert runtime._seconds("OMA_PROGRESS_SECONDS", 15.0) == expected
+
+
+@pytest.mark.parametrize("text", ["soon", "0", "-3"])
+def test_a_bad_progress_interval_stops_the_operator_with_a_clear_message(
+    monkeypatch: pytest.MonkeyPatch, text: str
+) -> None:
+    monkeypatch.setenv("OMA_PROGRESS_SECONDS", text)
+    with pytest.raises(SystemExit, match="OMA_PROGRESS_SECONDS"):
+        runtime._seconds("OMA_PROGRESS_SECONDS", 15.0)

@@ -29,15 +29,23 @@ class PlanTask(BaseModel):
     depends_on: list[str] | None = Field(
         default=None, description="Ids of tasks of this plan that must complete first."
     )
-    memory_scope: MemoryScope | None = None
-    dependency_payload: DependencyPayload | None = None
-    role: str | None = None
-    priority: str | None = None
-    metadata: dict[str, Any] | None = None
-    max_retries: int | None = None
-    retry_delay_ms: float | None = None
-    retry_backoff: float | None = None
-    requires: dict[str, Any] | None = None
+    memory_scope: MemoryScope | None = Field(
+        default=None, description="As in a task list: dependencies or all shared memory."
+    )
+    dependency_payload: DependencyPayload | None = Field(
+        default=None, description="As in a task list: what a dependency passes on."
+    )
+    role: str | None = Field(default=None, description="Free-form role label.")
+    priority: str | None = Field(default=None, description="Free-form priority label.")
+    metadata: dict[str, Any] | None = Field(
+        default=None, description="Free-form data kept with the task."
+    )
+    max_retries: int | None = Field(default=None, description="Retries of a failed task.")
+    retry_delay_ms: float | None = Field(default=None, description="First retry delay (ms).")
+    retry_backoff: float | None = Field(default=None, description="Delay growth per retry.")
+    requires: dict[str, Any] | None = Field(
+        default=None, description="Free-form requirements recorded by the planner."
+    )
 
 
 class PlanArtifact(BaseModel):
