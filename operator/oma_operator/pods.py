@@ -50,6 +50,7 @@ def runner_pod(
         {"name": "OMA_RUN_SPEC", "value": json.dumps(to_run_spec(spec, run_id))},
         {"name": "OMA_RUN_ID", "value": run_id},
         {"name": "OMA_ATTEMPT", "value": str(attempt)},
+        {"name": "OMA_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "OMA_TERMINATION_LOG", "value": TERMINATION_LOG},
         _secret_env(
             STORE_URL_ENV,

@@ -4,20 +4,27 @@ that it is written only when asked for (library runs write exactly what the refe
 from __future__ import annotations
 
 import asyncio
+import shutil
+import socket
+from pathlib import Path
 
 import pytest
 
 from oma import AgentConfig, CheckpointOptions, OpenMultiAgent, ScriptedAdapter, Team
+from oma.checkpoint import Checkpoint, CheckpointSnapshotV4
 from oma.checkpoint.attempts import (
     MAX_ATTEMPT_RECORDS,
     AttemptRecord,
     append_attempt,
+    attempt_record,
     attempts_key,
     load_attempt_log,
 )
 from oma.checkpoint.keys import DEFAULT_CHECKPOINT_KEY, checkpoint_key
 from oma.errors import AttemptLogError
 from oma.store import InMemoryStore
+from oma.store.urls import open_store
+from tests.conformance_data import require_conformance_dir
 
 
 def _record(attempt: int) -> AttemptRecord:
@@ -84,3 +91,16 @@ async def test_written_once_per_attempt_only_when_enabled(enabled: bool) -> None
         return
     assert log is not None and [r.attempt for r in log.attempts] == [1, 2]
     assert log.attempts[1].completed_tasks == 1 and log.attempts[1].total_tasks == 1
+
+
+async def test_the_host_is_the_runner_pods_name_when_the_pod_says_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    target = tmp_path / "store.json"
+    shutil.copy(require_conformance_dir() / "b-crash-moment.store.json", target)
+    snapshot = await Checkpoint(open_store(f"file://{target}"), run_id="conf-b").load_latest()
+    assert isinstance(snapshot, CheckpointSnapshotV4)
+    monkeypatch.setenv("OMA_POD_NAME", "pay-a3")
+    assert attempt_record(snapshot).host == "pay-a3"
+    monkeypatch.delenv("OMA_POD_NAME")
+    assert attempt_record(snapshot).host == socket.gethostname()

@@ -10,6 +10,7 @@ Appending is best-effort and bounded (the newest ``MAX_ATTEMPT_RECORDS`` are kep
 
 from __future__ import annotations
 
+import os
 import socket
 from typing import Annotated, Literal
 
@@ -25,6 +26,7 @@ from oma.timeutil import now_iso
 from oma.wire import WireModel
 
 MAX_ATTEMPT_RECORDS = 100
+POD_NAME_ENV = "OMA_POD_NAME"  # set on runner pods from metadata.name
 _APPEND_TRIES = 5
 _LATEST_SUFFIX = "/latest"
 
@@ -69,8 +71,8 @@ def attempt_record(snapshot: CheckpointSnapshotV4) -> AttemptRecord:
         attempt=snapshot.identity.attempt,
         trace_id=snapshot.identity.last_trace_id,
         started_at=now_iso(),
-        # In a runner pod the host name is the pod name: the log says which pod ran what.
-        host=socket.gethostname(),
+        # The runner pod's name (downward API), else the host name: which pod ran what.
+        host=os.environ.get(POD_NAME_ENV) or socket.gethostname(),
         completed_tasks=sum(1 for task in tasks if task.status == "completed"),
         total_tasks=len(tasks),
         in_flight_tasks=len(snapshot.in_flight_tasks),
