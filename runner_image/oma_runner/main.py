@@ -12,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from oma.errors import CheckpointFencedError, OmaError, StoreUnavailableError
 from oma.llm.adapter import LLMError
 from oma.local_run import run_spec
+from oma.orchestrator.events import OrchestratorEvent
 from oma_runner.config import RunnerConfig, RunnerConfigError, termination_log_path
 from oma_runner.metrics import RunnerMetrics, serve
 from oma_runner.outcome import (
@@ -41,7 +43,7 @@ async def run(config: RunnerConfig, metrics: RunnerMetrics) -> int:
             run_id=config.run_id,
             tools=available_tools(),
             default_store_path=Path("/nonexistent"),  # the config requires a store in the spec
-            on_progress=metrics.on_progress,
+            on_progress=_with_warnings_logged(metrics.on_progress),
             drain=drain,
         )
     except CheckpointFencedError as exc:
@@ -65,6 +67,21 @@ async def run(config: RunnerConfig, metrics: RunnerMetrics) -> int:
         flush=True,
     )
     return exit_code_for(result)
+
+
+def _with_warnings_logged(
+    on_progress: Callable[[OrchestratorEvent], None],
+) -> Callable[[OrchestratorEvent], None]:
+    """Warnings (e.g. ``fencing_unavailable``) also go to the pod's log: they change what the
+    run guarantees."""
+
+    def handle(event: OrchestratorEvent) -> None:
+        if event.type == "warning":
+            kind = event.data.get("kind") or "warning"
+            print(f"oma-runner: warning: {kind}: {event.data.get('message')}", file=sys.stderr)
+        on_progress(event)
+
+    return handle
 
 
 def _report(config: RunnerConfig, status: str, message: str, metrics: RunnerMetrics) -> None:

@@ -68,6 +68,9 @@ class Progress:
             self.console.print(
                 f"  [red]![/] {event.data.get('kind') or 'error'}: {event.data.get('error')}"
             )
+        elif event.type == "warning":
+            kind, message = event.data.get("kind") or "warning", event.data.get("message")
+            self.console.print(f"  [yellow]![/] {kind}: {message}")
 
 
 def run_command(

@@ -85,6 +85,13 @@ def test_success_exit_0_and_termination_message(tmp_path: Path) -> None:
     assert _ledger(tmp_path) == ["first", "second"]
 
 
+def test_a_redacting_store_is_logged_as_unfenced(tmp_path: Path) -> None:
+    store = {"file": {"path": str(tmp_path / "s.json")}, "redact": True}
+    out, _ = _runner(_env(tmp_path, _spec(store))).communicate(timeout=60)
+    assert _message(tmp_path)["status"] == "ok", out
+    assert "oma-runner: warning: fencing_unavailable:" in out
+
+
 @pytest.mark.timeout(120)
 def test_sigterm_drains_exit_11_then_the_next_attempt_resumes(
     tmp_path: Path, redis_server: RedisServer

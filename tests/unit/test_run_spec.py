@@ -240,3 +240,12 @@ def test_oma_run_suspends_on_an_approval_then_resumes_once_approved(
     assert second.exit_code == 0 and "status ok" in second.output
     lines = (tmp_path / "ledger.jsonl").read_text().splitlines()
     assert [json.loads(line)["entry"] for line in lines] == ["pay"]
+
+
+def test_oma_run_shows_that_a_redacting_store_runs_unfenced(tmp_path: Path) -> None:
+    spec = tmp_path / "run.yaml"
+    store = {"file": {"path": str(tmp_path / "s.json")}, "redact": True}
+    spec.write_text(json.dumps(_spec(store=store)))
+    result = CliRunner().invoke(app, ["run", str(spec)])
+    assert result.exit_code == 0, result.output
+    assert "fencing_unavailable:" in result.output
