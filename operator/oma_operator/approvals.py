@@ -7,6 +7,7 @@ from typing import Any
 
 from oma.approval.errors import DurableApprovalError
 from oma.approval.ledger import ApprovalRecord, DurableApprovalLedger
+from oma.checkpoint import Checkpoint, CheckpointSnapshotV4
 from oma.store.base import MemoryStore
 from oma.store.reserved import APPROVAL_KEY_PREFIX
 from oma.store.urls import open_store
@@ -29,7 +30,17 @@ async def store_of(kube: Kube, teamrun: dict[str, Any], spec: TeamRunSpec) -> Me
 
 
 async def run_records(store: MemoryStore, run_id: str) -> list[ApprovalRecord]:
+    """The run's approval records: the requests its latest checkpoint names (one read each),
+    or, for a checkpoint that names none (older formats), every approval row of the store."""
     ledger = DurableApprovalLedger(store)
+    snapshot = await Checkpoint(store, run_id=run_id).load_latest()
+    if isinstance(snapshot, CheckpointSnapshotV4) and snapshot.pending_approvals:
+        ids = dict.fromkeys(
+            [r.id for r in snapshot.pending_approvals]
+            + [d.request_id for d in snapshot.approval_decisions]
+        )
+        found = [await ledger.get(request_id) for request_id in ids]
+        return [r for r in found if r is not None and r.request.run_id == run_id]
     records = []
     for entry in await store.list():
         if entry.key.startswith(APPROVAL_KEY_PREFIX):

@@ -12,6 +12,7 @@ import pytest
 from oma.store.urls import open_store
 from oma.timeutil import parse_iso
 from oma_operator import runtime
+from oma_operator.approvals import run_records
 from oma_operator.decisions import Decision, attempt_record
 from oma_operator.outcomes import Outcome
 from oma_operator.progress import changed, read_progress
@@ -77,3 +78,15 @@ def test_a_bad_progress_interval_stops_the_operator_with_a_clear_message(
     monkeypatch.setenv("OMA_PROGRESS_SECONDS", text)
     with pytest.raises(SystemExit, match="OMA_PROGRESS_SECONDS"):
         runtime._seconds("OMA_PROGRESS_SECONDS", 15.0)
+
+
+async def test_the_runs_approval_rows_are_read_by_id_from_its_checkpoint(tmp_path: Path) -> None:
+    target = tmp_path / "store.json"
+    shutil.copy(require_conformance_dir() / "c1-suspended.store.json", target)
+    store = open_store(f"file://{target}")
+    assert await run_records(store, "no-such-run") == []  # no checkpoint: every row is looked at
+    # A row the checkpoint does not name is not even read (this one would not parse).
+    await store.set("__oma_approval__/apr_" + "0" * 32, "not a ledger row")
+    (record,) = await run_records(store, "conf-c")
+    assert record.request.id == "apr_ae114847e935829ae1d26b8c56b0b88f"
+    assert record.decision is None
