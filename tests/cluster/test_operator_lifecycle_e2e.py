@@ -205,3 +205,33 @@ async def test_node_loss_starts_the_next_attempt_elsewhere_and_fences_the_old_ru
         for agent in (lost, spare):
             if agent is not None:
                 await cluster.call(_remove_node(agent))
+
+
+@pytest.mark.timeout(240)
+async def test_deleting_a_running_teamrun_removes_its_pod(
+    kube: KubeClient, namespace: str, operator: Path, redis_secret: str, tmp_path: Path
+) -> None:
+    script: list[dict[str, Any]] = [
+        {"tool_calls": [{"id": "w1", "name": "wait", "input": {"seconds": 30}}]},
+        {"text": "never reached"},
+    ]
+    await kube.create(
+        TEAMRUNS.format(ns=namespace), teamrun("gone", script, tmp_path / "ledger.jsonl")
+    )
+    pod_path = f"/api/v1/namespaces/{namespace}/pods/gone-a1"
+
+    async def running() -> bool:
+        pod = await get_or_none(kube, pod_path)
+        return pod is not None and pod["status"].get("phase") == "Running"
+
+    await wait_for(running, 60, "the runner pod to run")
+    await kube.delete(f"{TEAMRUNS.format(ns=namespace)}/gone")
+
+    async def all_gone() -> bool:
+        teamrun_left = await get_or_none(kube, f"{TEAMRUNS.format(ns=namespace)}/gone")
+        return teamrun_left is None and await get_or_none(kube, pod_path) is None
+
+    # The garbage collector deletes the owned pod (once it watches the new CRD's resources:
+    # up to about a minute here), the runner drains or is killed after its grace period
+    # (20 s), and the operator lets go of the pod.
+    await wait_for(all_gone, 150, "the TeamRun and its pod to be gone", 1.0)
