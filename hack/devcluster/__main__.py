@@ -19,6 +19,7 @@ from devcluster.controlplane import ControlPlaneOptions, Ports
 from devcluster.errors import DevClusterError
 from devcluster.kube import KubeClient
 from devcluster.kubeconfig import load_kubeconfig
+from devcluster.nodeagent import DEFAULT_MAX_PODS
 
 MARKER = ".devcluster"
 
@@ -68,7 +69,11 @@ async def _up(args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, stop.set)
     options = ControlPlaneOptions(ports=Ports(apiserver=args.port))
     async with running_cluster(
-        workdir, node_name=args.node_name, with_agent=not args.no_agent, options=options
+        workdir,
+        node_name=args.node_name,
+        with_agent=not args.no_agent,
+        options=options,
+        max_pods=args.max_pods,
     ) as running:
         cp = running.control_plane
         (workdir / "state.json").write_text(
@@ -145,6 +150,13 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--port", type=int, default=0, help="kube-apiserver port (default: free)")
     up.add_argument("--node-name", default="devcluster-node")
     up.add_argument("--no-agent", action="store_true", help="control plane only")
+    up.add_argument(
+        "--max-pods",
+        type=int,
+        default=DEFAULT_MAX_PODS,
+        help=f"pods the node runs at once; more stay Pending (default {DEFAULT_MAX_PODS}, "
+        "as the kubelet's --max-pods)",
+    )
     sub.add_parser("down", help="stop a cluster started with 'up'")
     sub.add_parser("status", help="show whether a cluster runs")
     args = parser.parse_args(argv)

@@ -17,7 +17,7 @@ from devcluster.controlplane import ControlPlane, ControlPlaneOptions
 from devcluster.errors import StartupError
 from devcluster.kube import KubeClient
 from devcluster.kubeconfig import load_kubeconfig
-from devcluster.nodeagent import NodeAgent
+from devcluster.nodeagent import DEFAULT_MAX_PODS, NodeAgent
 
 T = TypeVar("T")
 
@@ -36,8 +36,12 @@ async def running_cluster(
     node_name: str = "devcluster-node",
     with_agent: bool = True,
     options: ControlPlaneOptions | None = None,
+    max_pods: int | None = DEFAULT_MAX_PODS,
 ) -> AsyncIterator[Running]:
-    """Start everything; on exit (or error, or cancellation) stop everything."""
+    """Start everything; on exit (or error, or cancellation) stop everything.
+
+    ``max_pods`` caps the node agent's unfinished pods (the kubelet's ``--max-pods``).
+    """
     begin = time.monotonic()
     cp = ControlPlane(workdir, options)
     client: KubeClient | None = None
@@ -46,7 +50,9 @@ async def running_cluster(
         await cp.start()
         if with_agent:
             client = KubeClient(load_kubeconfig(cp.admin_kubeconfig))
-            agent = NodeAgent(client, cp.workdir, node_name, version=k8s_version())
+            agent = NodeAgent(
+                client, cp.workdir, node_name, version=k8s_version(), max_pods=max_pods
+            )
             await agent.start()
         yield Running(cp, agent, time.monotonic() - begin)
     finally:

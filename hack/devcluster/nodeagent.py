@@ -22,6 +22,8 @@ from devcluster.podstatus import now
 log = logging.getLogger("devcluster.node")
 LEASE_NS = "kube-node-lease"
 INHERITED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV")
+DEFAULT_MAX_PODS = 110  # the kubelet's default --max-pods
+_DONE = ("Succeeded", "Failed")
 
 
 def _micro_now() -> str:
@@ -41,6 +43,10 @@ class NodeAgent:
 
     Simulations for tests: ``evict_pod`` (kubelet-side eviction) and ``partition``/``heal``
     (node loss: heartbeats and API traffic stop while processes keep running).
+
+    ``max_pods`` (the Node's ``pods`` capacity, 110 like the kubelet's default) caps the pods
+    that are bound and not finished; pending pods beyond it stay unbound (``Pending``, as with
+    a scheduler that finds no room) and are bound as running ones finish. ``None``: no cap.
     """
 
     def __init__(
@@ -53,6 +59,7 @@ class NodeAgent:
         heartbeat_seconds: float = 5.0,
         inherit_env: tuple[str, ...] = INHERITED_ENV,
         version: str = "v0.0.0-devcluster",
+        max_pods: int | None = DEFAULT_MAX_PODS,
     ) -> None:
         self.client = client
         self.name = name
@@ -66,10 +73,13 @@ class NodeAgent:
         self.heartbeat_seconds = heartbeat_seconds
         self.inherit_env = inherit_env
         self.version = version
+        self.max_pods = max_pods
         self.online = asyncio.Event()
         self.runners: dict[str, PodRunner] = {}
         self._runner_tasks: set[asyncio.Task[None]] = set()
         self._binding: set[str] = set()
+        self._bound: set[str] = set()  # bound by us, not yet seen with our nodeName
+        self._waiting: dict[str, JSON] = {}  # pending pods held back by max_pods, by uid
         self._loops: list[asyncio.Task[None]] = []
         self._synced = asyncio.Event()
         self._node_uid = ""
@@ -151,7 +161,7 @@ class NodeAgent:
         capacity = {
             "cpu": str(os.cpu_count() or 1),
             "memory": f"{_memory_ki()}Ki",
-            "pods": "110",
+            "pods": str(self.max_pods if self.max_pods is not None else DEFAULT_MAX_PODS),
             "ephemeral-storage": "100Gi",
         }
         t = now()
@@ -272,6 +282,9 @@ class NodeAgent:
                     self._on_pod(pod)
                 for uid in [u for u in self.runners if u not in seen]:
                     self._on_deleted(uid)
+                for uid in [u for u in self._waiting if u not in seen]:
+                    del self._waiting[uid]
+                self._bind_waiting()
                 self._synced.set()
                 while True:
                     async for event in self.client.watch("/api/v1/pods", rv):
@@ -292,21 +305,54 @@ class NodeAgent:
     def _on_pod(self, pod: JSON) -> None:
         uid: str = pod["metadata"]["uid"]
         node = pod["spec"].get("nodeName")
+        self._waiting.pop(uid, None)
         if node == self.name:
+            self._bound.discard(uid)
             runner = self.runners.get(uid)
             if runner is not None:
                 runner.update(pod)
+                if (pod.get("status") or {}).get("phase") in _DONE:
+                    self._bind_waiting()  # a slot may have freed up
                 return
             runner = self.runners[uid] = PodRunner(self, pod)
             self._track(asyncio.create_task(runner.run(), name=f"pod-{uid}"))
         elif not node and uid not in self._binding and self._schedulable(pod):
+            if self._full():
+                self._waiting[uid] = pod
+                return
             self._binding.add(uid)
             self._track(asyncio.create_task(self._bind(pod)))
 
     def _on_deleted(self, uid: str) -> None:
+        self._waiting.pop(uid, None)
+        self._bound.discard(uid)
         runner = self.runners.pop(uid, None)
         if runner is not None:
             runner.mark_gone()
+            self._bind_waiting()
+
+    def _active_pods(self) -> int:
+        """Pods that take a slot: being bound, bound, or running and not finished."""
+        running = sum(1 for r in self.runners.values() if r.phase not in _DONE)
+        return running + len(self._binding) + len(self._bound)
+
+    def _full(self) -> bool:
+        return self.max_pods is not None and self._active_pods() >= self.max_pods
+
+    def _bind_waiting(self) -> None:
+        """Bind held-back pending pods, oldest first, while there is room."""
+        waiting = sorted(
+            self._waiting.values(),
+            key=lambda p: (p["metadata"].get("creationTimestamp", ""), p["metadata"]["name"]),
+        )
+        for pod in waiting:
+            if self._full():
+                return
+            uid = pod["metadata"]["uid"]
+            del self._waiting[uid]
+            if uid not in self._binding and self._schedulable(pod):
+                self._binding.add(uid)
+                self._track(asyncio.create_task(self._bind(pod)))
 
     def _track(self, task: asyncio.Task[None]) -> None:
         self._runner_tasks.add(task)
@@ -336,6 +382,8 @@ class NodeAgent:
             await self.client.create(
                 f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/binding", binding
             )
+            if meta["uid"] not in self.runners:
+                self._bound.add(meta["uid"])
         except ApiError as exc:
             if exc.status not in (404, 409):
                 log.warning(
@@ -349,6 +397,7 @@ class NodeAgent:
             log.warning("node %s: binding failed: %s", self.name, exc)
         finally:
             self._binding.discard(meta["uid"])
+            self._bind_waiting()
 
 
 class _RelistError(Exception):

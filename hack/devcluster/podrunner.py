@@ -214,11 +214,14 @@ class PodRunner:
     async def _wait_or_interrupt(self, proc: ChildProcess) -> int | None:
         waiter = asyncio.ensure_future(proc.wait())
         stop = asyncio.ensure_future(self.interrupt.wait())
-        await asyncio.wait([waiter, stop], return_when=asyncio.FIRST_COMPLETED)
-        stop.cancel()
-        if waiter.done():
+        try:
+            await asyncio.wait([waiter, stop], return_when=asyncio.FIRST_COMPLETED)
+        finally:  # also when cancelled (agent stopping): leave no task pending behind
+            stop.cancel()
+            if not waiter.done():
+                waiter.cancel()
+        if waiter.done() and not waiter.cancelled():
             return exit_code(waiter.result())
-        waiter.cancel()
         return None
 
     async def _start_all(self) -> None:
@@ -234,10 +237,12 @@ class PodRunner:
                 return await self._stopped()
             waiters = {asyncio.ensure_future(p.wait()): n for n, p in self.procs.items()}
             stop = asyncio.ensure_future(self.interrupt.wait())
-            done, _ = await asyncio.wait([*waiters, stop], return_when=asyncio.FIRST_COMPLETED)
-            for fut in [stop, *waiters]:
-                if fut not in done:
-                    fut.cancel()
+            try:
+                done, _ = await asyncio.wait([*waiters, stop], return_when=asyncio.FIRST_COMPLETED)
+            finally:  # also when cancelled (agent stopping): leave no task pending behind
+                for fut in [stop, *waiters]:
+                    if not fut.done():
+                        fut.cancel()
             for fut, name in waiters.items():
                 if fut in done:
                     self._record_exit(name, self.containers[name], exit_code(fut.result()))

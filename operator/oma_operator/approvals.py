@@ -10,23 +10,11 @@ from oma.approval.ledger import ApprovalRecord, DurableApprovalLedger
 from oma.checkpoint import Checkpoint, CheckpointSnapshotV4
 from oma.store.base import MemoryStore
 from oma.store.reserved import APPROVAL_KEY_PREFIX
-from oma.store.urls import open_store
 from oma_operator.approval_resources import LABEL_REQUEST, decision_manifest
 from oma_operator.client import Kube
 from oma_operator.models import TeamRunSpec
 from oma_operator.pods import run_id_of
-
-
-async def store_of(kube: Kube, teamrun: dict[str, Any], spec: TeamRunSpec) -> MemoryStore:
-    namespace = teamrun["metadata"]["namespace"]
-    if spec.store.redis is not None:
-        ref = spec.store.redis.url_secret_ref
-        url = await kube.secret_value(namespace, ref.name, ref.key)
-        return open_store(url, namespace=spec.store.redis.namespace)
-    assert spec.store.postgres is not None
-    pg = spec.store.postgres
-    dsn = await kube.secret_value(namespace, pg.dsn_secret_ref.name, pg.dsn_secret_ref.key)
-    return open_store(dsn, table=pg.table, schema=pg.schema_name)
+from oma_operator.stores import STORES
 
 
 async def run_records(store: MemoryStore, run_id: str) -> list[ApprovalRecord]:
@@ -54,27 +42,20 @@ async def sync_approvals(kube: Kube, teamrun: dict[str, Any], spec: TeamRunSpec)
     """Create missing ApprovalDecisions, record decisions set on them, reflect decisions made
     elsewhere (e.g. with the CLI) into their status. True when nothing is left undecided."""
     namespace, name = teamrun["metadata"]["namespace"], teamrun["metadata"]["name"]
-    store = await store_of(kube, teamrun, spec)
-    try:
-        records = {r.request.id: r for r in await run_records(store, run_id_of(teamrun))}
-        resources = {
-            d["metadata"]["labels"].get(LABEL_REQUEST): d
-            for d in await kube.list_decisions(namespace, name)
-        }
-        for request_id, record in records.items():
-            resource = resources.get(request_id)
-            if resource is None:
-                if record.decision is None:
-                    await kube.create_decision(
-                        namespace, decision_manifest(teamrun, record.request)
-                    )
-                continue
-            records[request_id] = await _apply(kube, store, resource, record)
-        return all(record.decision is not None for record in records.values())
-    finally:
-        closer = getattr(store, "aclose", None)
-        if callable(closer):
-            await closer()
+    store = await STORES.store_of(kube, namespace, spec)
+    records = {r.request.id: r for r in await run_records(store, run_id_of(teamrun))}
+    resources = {
+        d["metadata"]["labels"].get(LABEL_REQUEST): d
+        for d in await kube.list_decisions(namespace, name)
+    }
+    for request_id, record in records.items():
+        resource = resources.get(request_id)
+        if resource is None:
+            if record.decision is None:
+                await kube.create_decision(namespace, decision_manifest(teamrun, record.request))
+            continue
+        records[request_id] = await _apply(kube, store, resource, record)
+    return all(record.decision is not None for record in records.values())
 
 
 async def _apply(

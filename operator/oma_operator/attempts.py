@@ -17,7 +17,7 @@ import kopf
 from oma.errors import OmaError
 from oma.timeutil import now_iso, parse_iso
 from oma_operator import runtime
-from oma_operator.approvals import store_of, sync_approvals
+from oma_operator.approvals import sync_approvals
 from oma_operator.client import KubeError
 from oma_operator.decisions import attempt_record, decide
 from oma_operator.metrics import METRICS, Resume
@@ -26,6 +26,7 @@ from oma_operator.outcomes import Outcome
 from oma_operator.pods import FINALIZER, LABEL_ATTEMPT, LABEL_TEAMRUN, run_id_of, runner_pod
 from oma_operator.progress import read_progress
 from oma_operator.status import after_attempt, condition, merge_conditions, started
+from oma_operator.stores import STORES
 
 log = logging.getLogger(__name__)
 _recording: defaultdict[tuple[str, str], asyncio.Lock] = defaultdict(asyncio.Lock)
@@ -100,20 +101,13 @@ async def record_outcome(
 
 async def store_progress(teamrun: dict[str, Any], spec: TeamRunSpec) -> dict[str, Any]:
     """Tasks done/total and the last checkpoint time from the run's store ({} if unknown)."""
+    name = teamrun["metadata"]["name"]
     try:
-        store = await store_of(runtime.kube(), teamrun, spec)
-    except (KubeError, OmaError) as exc:
-        log.warning("no progress for %s: %s", teamrun["metadata"]["name"], exc)
-        return {}
-    try:
+        store = await STORES.store_of(runtime.kube(), teamrun["metadata"]["namespace"], spec)
         return await read_progress(store, run_id_of(teamrun)) or {}
-    except OmaError as exc:
-        log.warning("no progress for %s: %s", teamrun["metadata"]["name"], exc)
+    except (KubeError, OmaError) as exc:
+        log.warning("no progress for %s: %s", name, exc)
         return {}
-    finally:
-        closer = getattr(store, "aclose", None)
-        if callable(closer):
-            await closer()
 
 
 async def give_up(pod: dict[str, Any], outcome: Outcome) -> None:

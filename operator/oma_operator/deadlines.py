@@ -36,7 +36,7 @@ class DeadlineTimers:
             current[1].cancel()
         meta = pod["metadata"]
         task = asyncio.create_task(
-            self._run(uid, meta["namespace"], meta["name"]), name=f"deadline-{meta['name']}"
+            self._run(uid, meta["namespace"], meta["name"], pod), name=f"deadline-{meta['name']}"
         )
         self._timers[uid] = (found.due, task)
 
@@ -49,14 +49,16 @@ class DeadlineTimers:
         for uid in list(self._timers):
             self.disarm(uid)
 
-    async def _run(self, uid: str, namespace: str, name: str) -> None:
+    async def _run(self, uid: str, namespace: str, name: str, seen: dict[str, Any]) -> None:
+        known: dict[str, Any] | None = seen  # the event's pod: no need to read it again now
         try:
             while True:
                 try:
-                    pause = await self._check(uid, namespace, name)
+                    pause = await self._check(uid, namespace, name, known)
                 except Exception:  # an API error: the pod stays, so try again
                     log.exception("checking runner pod %s/%s failed; retrying", namespace, name)
                     pause = RETRY_SECONDS
+                known = None
                 if pause is None:
                     return
                 await asyncio.sleep(pause)
@@ -65,9 +67,11 @@ class DeadlineTimers:
             if current is not None and current[1] is asyncio.current_task():
                 del self._timers[uid]
 
-    async def _check(self, uid: str, namespace: str, name: str) -> float | None:
+    async def _check(
+        self, uid: str, namespace: str, name: str, known: dict[str, Any] | None
+    ) -> float | None:
         """Seconds until the next look, or None when there is nothing left to watch."""
-        pod = await runtime.kube().get_pod(namespace, name)
+        pod = known if known is not None else await runtime.kube().get_pod(namespace, name)
         if pod is None or pod["metadata"]["uid"] != uid:
             return None
         if FINALIZER not in (pod["metadata"].get("finalizers") or []):

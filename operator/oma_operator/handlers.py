@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,9 +25,14 @@ from oma_operator.outcomes import classify
 from oma_operator.pods import FINALIZER, LABEL_ATTEMPT, LABEL_TEAMRUN, run_id_of
 from oma_operator.progress import changed
 from oma_operator.status import backoff_left, condition, merge_conditions, started
+from oma_operator.stores import STORES
 from oma_operator.ticker import TICKER
 
 FINAL_PHASES = {"Succeeded", "Failed", "Rejected"}
+# Pods whose outcome this process recorded and let go of (bounded): their late events cost
+# no API reads. A restarted operator re-reads once, which is harmless (recording is idempotent).
+_let_go: OrderedDict[str, None] = OrderedDict()
+LET_GO_MEMORY = 10_000
 APPROVAL_POLL_SECONDS = 3.0  # how soon a decision made outside Kubernetes (oma approvals) shows
 log = logging.getLogger(__name__)
 
@@ -47,6 +53,7 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 async def close(**_: Any) -> None:
     await TICKER.close()
     await TIMERS.close()
+    await STORES.close()
     await runtime.close()
 
 
@@ -97,9 +104,10 @@ async def runner_pod_changed(body: kopf.Body, event: kopf.RawEvent, **_: Any) ->
     meta = pod["metadata"]
     if event.get("type") == "DELETED":
         TIMERS.disarm(meta["uid"])
+        _let_go.pop(meta["uid"], None)
         return
-    if FINALIZER not in (meta.get("finalizers") or []):
-        return  # outcome already recorded
+    if FINALIZER not in (meta.get("finalizers") or []) or meta["uid"] in _let_go:
+        return  # outcome already recorded (a late event may still show the finalizer)
     outcome = classify(pod)
     if not outcome.terminal:
         TIMERS.arm(pod)  # a pod that never starts, or whose node is lost, reports nothing
@@ -110,6 +118,9 @@ async def runner_pod_changed(body: kopf.Body, event: kopf.RawEvent, **_: Any) ->
     ended = pod_ended_at(pod) or datetime.now(UTC)
     await record_outcome(namespace, name, attempt, outcome, meta["name"], ended)
     await runtime.kube().remove_finalizer(namespace, meta["name"], FINALIZER)
+    _let_go[meta["uid"]] = None
+    while len(_let_go) > LET_GO_MEMORY:
+        _let_go.popitem(last=False)
 
 
 async def approvals_pending(teamrun: dict[str, Any]) -> None:

@@ -1,0 +1,69 @@
+"""The stores TeamRuns checkpoint into, opened once per store and shared by all the operator's
+reads (approval rows, progress), with the Secret that locates them re-read once a minute.
+
+Opening a store per read cost a Secret GET and a new connection each time: a busy operator
+spent a seventh of its CPU on it (bench/operator_scale.py). A rotated Secret is picked up
+within ``SECRET_TTL_SECONDS``; the store it pointed to before stays open until shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from oma.store.base import MemoryStore
+from oma.store.urls import open_store
+from oma_operator.client import Kube
+from oma_operator.models import TeamRunSpec
+
+SECRET_TTL_SECONDS = 60.0
+
+
+class StoreCache:
+    def __init__(self, secret_ttl: float = SECRET_TTL_SECONDS) -> None:
+        self._secret_ttl = secret_ttl
+        self._secrets: dict[tuple[str, str, str], tuple[float, str]] = {}
+        self._stores: dict[tuple[str, ...], MemoryStore] = {}
+        self._lock = asyncio.Lock()
+
+    async def store_of(self, kube: Kube, namespace: str, spec: TeamRunSpec) -> MemoryStore:
+        """The (shared) store of a TeamRun in ``namespace``; callers must not close it."""
+        if spec.store.redis is not None:
+            redis = spec.store.redis
+            url = await self._secret(
+                kube, namespace, redis.url_secret_ref.name, redis.url_secret_ref.key
+            )
+            key: tuple[str, ...] = ("redis", url, redis.namespace)
+        else:
+            assert spec.store.postgres is not None  # the CRD requires exactly one store
+            pg = spec.store.postgres
+            dsn = await self._secret(kube, namespace, pg.dsn_secret_ref.name, pg.dsn_secret_ref.key)
+            key = ("postgres", dsn, pg.table, pg.schema_name or "")
+        async with self._lock:
+            store = self._stores.get(key)
+            if store is None:
+                if key[0] == "redis":
+                    store = open_store(key[1], namespace=key[2])
+                else:
+                    store = open_store(key[1], table=key[2], schema=key[3] or None)
+                self._stores[key] = store
+            return store
+
+    async def close(self) -> None:
+        stores, self._stores = list(self._stores.values()), {}
+        for store in stores:
+            closer = getattr(store, "aclose", None)
+            if callable(closer):
+                await closer()
+
+    async def _secret(self, kube: Kube, namespace: str, name: str, key: str) -> str:
+        cached = self._secrets.get((namespace, name, key))
+        now = time.monotonic()
+        if cached is not None and now - cached[0] < self._secret_ttl:
+            return cached[1]
+        value = await kube.secret_value(namespace, name, key)
+        self._secrets[(namespace, name, key)] = (now, value)
+        return value
+
+
+STORES = StoreCache()

@@ -1,0 +1,114 @@
+"""The operator benchmarks' helpers count what they claim (audit log, /proc), and with the local
+control plane's binaries present, both benchmarks' ``--quick`` runs finish and print their
+tables. No assertion here is about time."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bench import operatorlib
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _event(user: str, verb: str, resource: str, sub: str = "", code: int = 200) -> dict[str, Any]:
+    ref = {"resource": resource, **({"subresource": sub} if sub else {})}
+    return {
+        "user": {"username": user},
+        "verb": verb,
+        "objectRef": ref,
+        "responseStatus": {"code": code},
+    }
+
+
+def test_audit_counts_split_requests_by_user_verb_and_resource(tmp_path: Path) -> None:
+    log = tmp_path / "audit.log"
+    events = [
+        _event("oma-operator", "patch", "teamruns", "status"),
+        _event("oma-operator", "patch", "teamruns", "status"),
+        _event("oma-operator", "create", "pods", code=409),
+        _event("admin", "get", "pods"),
+    ]
+    log.write_text("".join(json.dumps(e) + "\n" for e in events) + "{torn line")
+    parsed = operatorlib.audit_events(log)
+    assert len(parsed) == 4
+    counts = operatorlib.audit_counts(parsed, "oma-operator")
+    assert counts == {"patch teamruns/status": 2, "create pods": 1}
+    codes = operatorlib.status_codes(parsed, "oma-operator")
+    assert codes["create pods -> 409"] == 1
+    assert operatorlib.audit_events(log, offset=log.stat().st_size) == []
+
+
+def test_proc_stats_read_this_process() -> None:
+    stats = operatorlib.proc_stats(os.getpid())
+    assert stats is not None
+    assert stats.cpu_seconds >= 0 and stats.peak_rss_mib >= stats.rss_mib > 0
+    assert operatorlib.proc_stats(2**22 + 12345) is None
+
+
+def test_percentiles_and_rows() -> None:
+    samples = [float(i) for i in range(1, 101)]
+    assert operatorlib.percentile(samples, 0.5) == 51.0
+    assert operatorlib.percentile(samples, 0.99) == 99.0
+    assert operatorlib.stats_row("x", samples).startswith("| x | 100 | 51.000 s | 99.000 s |")
+    assert operatorlib.stats_row("none", []) == "| none | 0 | - | - | - |"
+
+
+def test_teamrun_bodies_pass_the_operator_model() -> None:
+    from oma_operator.models import TeamRunSpec
+
+    body = operatorlib.teamrun(
+        "r",
+        [{"text": "done"}],
+        tools=["echo"],
+        env={"A": "1"},
+        retry={"maxDisruptions": 40, "startTimeoutSeconds": 3600},
+    )
+    spec = TeamRunSpec.model_validate(body["spec"])
+    assert spec.retry_policy.max_disruptions == 40
+
+
+def _cluster_binaries() -> bool:
+    from devcluster.binaries import find_binary
+    from devcluster.errors import MissingBinaryError
+
+    try:
+        for name in ("etcd", "kube-apiserver", "kube-controller-manager"):
+            find_binary(name)
+    except MissingBinaryError:
+        return False
+    return True
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(
+    ("script", "marker"),
+    [
+        ("operator_reaction.py", "next attempt's pod created"),
+        ("operator_scale.py", "operator API requests"),
+    ],
+)
+def test_quick_runs_print_their_tables(script: str, marker: str) -> None:
+    if not _cluster_binaries():
+        if os.environ.get("OMA_REQUIRE_CLUSTER") == "1":
+            pytest.fail("kube binaries not built: run hack/k8s/ensure-binaries (CI requires them)")
+        pytest.skip("kube binaries not built (hack/k8s/ensure-binaries)")
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / script), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=580,
+        check=False,
+        env=env,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert marker in done.stdout
+    assert "# machine:" in done.stdout and "# command:" in done.stdout
