@@ -7,6 +7,8 @@ removes once it recorded the pod's outcome.
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
 from typing import Any
 
@@ -24,6 +26,7 @@ FINALIZER = "oma.dev/outcome"
 LABEL_TEAMRUN, LABEL_ATTEMPT, LABEL_RUN_ID = "oma.dev/teamrun", "oma.dev/attempt", "oma.dev/run-id"
 RUNNER_COMMAND = ["oma-runner"]  # the image's runner entrypoint
 TERMINATION_LOG = "/dev/termination-log"
+SPEC_INLINE_LIMIT = 64 * 1024  # bytes of spec JSON passed as is; more is gzipped
 METRICS_PORT_ENV = "OMA_METRICS_PORT"  # what the runner reads (see oma_runner.config)
 
 
@@ -47,7 +50,7 @@ def runner_pod(
     meta = body["metadata"]
     name, run_id = meta["name"], run_id_of(body)
     env: list[dict[str, Any]] = [
-        {"name": "OMA_RUN_SPEC", "value": json.dumps(to_run_spec(spec, run_id))},
+        _spec_env(json.dumps(to_run_spec(spec, run_id))),
         {"name": "OMA_RUN_ID", "value": run_id},
         {"name": "OMA_ATTEMPT", "value": str(attempt)},
         {"name": "OMA_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
@@ -153,3 +156,12 @@ def _secret_env(name: str, ref: Any) -> dict[str, Any]:
 def _label_value(text: str) -> str:
     cleaned = "".join(c if c.isalnum() or c in "-_." else "-" for c in text)[:63]
     return cleaned.strip("-_.") or "run"
+
+
+def _spec_env(text: str) -> dict[str, Any]:
+    """The run spec as it fits: Linux refuses one environment string over 128 KiB, and large
+    specs (long scripts, many tasks) compress well."""
+    if len(text.encode()) <= SPEC_INLINE_LIMIT:
+        return {"name": "OMA_RUN_SPEC", "value": text}
+    packed = base64.b64encode(gzip.compress(text.encode(), mtime=0)).decode("ascii")
+    return {"name": "OMA_RUN_SPEC_GZIP", "value": packed}

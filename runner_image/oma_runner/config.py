@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import gzip
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +15,8 @@ from oma.errors import OmaError
 from oma.spec import RunSpec
 
 SPEC_ENV, SPEC_FILE_ENV = "OMA_RUN_SPEC", "OMA_RUN_SPEC_FILE"
+# The JSON gzipped and base64-encoded: a process environment string may not exceed 128 KiB.
+SPEC_GZIP_ENV = "OMA_RUN_SPEC_GZIP"
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 METRICS_PORT_ENV = "OMA_METRICS_PORT"  # unset or 0: no metrics endpoint
 # Set only by the local test node agent (hack/devcluster): it roots container paths there.
@@ -36,10 +40,14 @@ class RunnerConfig:
         env = dict(os.environ) if env is None else env
         root = env.get(POD_ROOT_ENV, "")
         text = env.get(SPEC_ENV)
+        if text is None and SPEC_GZIP_ENV in env:
+            text = _gunzip(env[SPEC_GZIP_ENV])
         if text is None and SPEC_FILE_ENV in env:
             text = _read(root + env[SPEC_FILE_ENV])
         if text is None:
-            raise RunnerConfigError(f"no run spec: set {SPEC_ENV} (JSON) or {SPEC_FILE_ENV}")
+            raise RunnerConfigError(
+                f"no run spec: set {SPEC_ENV} (JSON), {SPEC_GZIP_ENV} or {SPEC_FILE_ENV}"
+            )
         try:
             spec = RunSpec.model_validate(jsonutil.loads(text))
         except (ValueError, ValidationError) as exc:
@@ -87,3 +95,12 @@ def _read(path: str) -> str:
         return Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise RunnerConfigError(f"cannot read run spec file {path}: {exc.strerror}") from exc
+
+
+def _gunzip(text: str) -> str:
+    try:
+        return gzip.decompress(base64.b64decode(text, validate=True)).decode("utf-8")
+    except (ValueError, OSError, EOFError) as exc:
+        raise RunnerConfigError(
+            f"{SPEC_GZIP_ENV} is not base64 of gzipped UTF-8 JSON: {exc}"
+        ) from exc
