@@ -8,25 +8,26 @@ Falling back keeps such documents loadable, and exact, instead of corrupt or alt
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import orjson
 
 # orjson reads an integer literal beyond 64 bits as a float (2**64 + 1 -> 1.8446744073709552e19)
-# without a word. Any run of 19 digits may be one: such text goes to the exact parser.
-_LONG_DIGITS_TEXT = re.compile(r"\d{19}")
-_LONG_DIGITS_BYTES = re.compile(rb"\d{19}")
+# without a word. Any run of 19 digits may be one: such text goes to the exact parser. Found by
+# mapping every digit to "0" and searching for 19 of them (C speed: ~0.7 ms per MB, where a
+# regular expression took ~11 ms).
+_DIGITS_TO_ZERO = bytes.maketrans(b"0123456789", b"0" * 10)
+_NINETEEN_ZEROS = b"0" * 19
+
+
+def _may_hold_a_long_integer(data: str | bytes) -> bool:
+    raw = data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass")
+    return raw.translate(_DIGITS_TO_ZERO).find(_NINETEEN_ZEROS) >= 0
 
 
 def loads(data: str | bytes) -> Any:
     """Parse JSON text; anything that is not JSON (or nested too deeply) is a ``ValueError``."""
-    long_digits = (
-        _LONG_DIGITS_BYTES.search(data)
-        if isinstance(data, bytes)
-        else _LONG_DIGITS_TEXT.search(data)
-    )
-    if long_digits is None:
+    if not _may_hold_a_long_integer(data):
         try:
             return orjson.loads(data)
         except orjson.JSONDecodeError:
