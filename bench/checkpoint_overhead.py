@@ -192,7 +192,7 @@ async def amplification(store: MemoryStore, turns: int) -> tuple[int, int, float
         Team(name="amp", agents=[agent]),
         [{"title": "Long", "description": "Many turns."}],
         checkpoint=CheckpointOptions(store=counting, run_id="amp"),
-    )  # type: ignore[arg-type]
+    )
     elapsed = time.perf_counter() - started
     assert result.success, result.status
     final = await store.get("__oma_checkpoint__/amp/latest")

@@ -30,3 +30,8 @@ class WireModel(BaseModel):
 
     def to_json(self) -> str:
         return jsonutil.dumps(self.to_wire())
+
+    def to_data(self) -> dict[str, Any]:
+        """The wire shape in Python mode: what this model becomes inside a snapshot's dump
+        (which keeps lone surrogates in keys for ``jsonutil.dumps`` to escape)."""
+        return self.model_dump(mode="python", by_alias=True, exclude_none=True)

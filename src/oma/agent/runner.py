@@ -31,7 +31,7 @@ from oma.approval.models import ApprovalRequest
 from oma.checkpoint.runner_state import InFlightTask, ToolCallCommit, ToolCallRecord, ToolCallStart
 from oma.checkpoint.runner_state import ToolResultBlock as CommittedResult
 from oma.errors import RunDrained
-from oma.llm.types import ChatRequest, LLMMessage, TextBlock, ToolResultBlock
+from oma.llm.types import ChatRequest, LLMMessage, TextBlock, ToolResultBlock, ToolSpec
 from oma.team import AgentConfig
 from oma.timeutil import now_iso
 from oma.tools.define import ToolContext, ToolResult
@@ -77,6 +77,13 @@ class AgentRunner:
         self._stop_requested = stop_requested  # checked at every durable boundary
         self._executed: list[str] = []
         self._replayed: list[str] = []
+        self._specs: list[ToolSpec] | None = None
+
+    def _tool_specs(self) -> list[ToolSpec]:
+        """The tools' specs (their JSON schemas), made once per task run, not per model turn."""
+        if self._specs is None:
+            self._specs = [tool.spec for tool in self.agent.tools]
+        return list(self._specs)
 
     async def run(self, prompt: str, resume: InFlightTask | None = None) -> RunnerOutcome:
         if resume is not None:
@@ -115,7 +122,7 @@ class AgentRunner:
             model=self.agent.model,
             system=self.agent.system_prompt,
             messages=list(state.conversation),
-            tools=[tool.spec for tool in self.agent.tools],
+            tools=self._tool_specs(),
             max_tokens=self.agent.max_tokens,
         )
         response = await self.agent.adapter.chat(request)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from oma.approval.models import ApprovalDecisionRecord, ApprovalRequest
 from oma.checkpoint.runner_state import (
@@ -12,6 +13,7 @@ from oma.checkpoint.runner_state import (
     ToolCallCommit,
     ToolCallRecord,
     ToolCallStart,
+    remember_wire,
 )
 from oma.checkpoint.runner_state import TokenUsage as CheckpointUsage
 from oma.checkpoint.runner_state import ToolUseBlock as CheckpointToolUse
@@ -45,15 +47,38 @@ class RunnerState:
     phase: RunnerPhase = "awaiting_model"
     pending: list[PendingCall] = field(default_factory=list)
     final_output: str | None = None
+    # The wire of each message and record already persisted, by identity: both are appended,
+    # never changed, so each is dumped once, not at every boundary of its conversation.
+    _wires: dict[int, tuple[object, dict[str, Any]]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    def _wire(self, item: LLMMessage | ToolCallRecord) -> dict[str, Any]:
+        """A message as the runner always saved it (``to_wire``); a record as the snapshot's
+        dump writes it (``to_data``)."""
+        cached = self._wires.get(id(item))
+        if cached is None or cached[0] is not item:
+            cached = (item, item.to_wire() if isinstance(item, LLMMessage) else item.to_data())
+            self._wires[id(item)] = cached
+        return cached[1]
 
     def to_checkpoint(self, task_id: str, assignee: str) -> InFlightTask:
+        """The in-flight record of this state; its wire is remembered with it (built from the
+        wire of each message and record, so a boundary does not dump the conversation again)."""
         executing = self.phase == "executing_tools"
-        return InFlightTask(
+        conversation = [self._wire(m) for m in self.conversation]
+        messages = [self._wire(m) for m in self.messages]
+        records = [self._wire(r) for r in self.records]
+        live = len(conversation) + len(messages) + len(records)
+        if len(self._wires) > live:  # drop what is no longer in the state
+            kept = {id(item) for items in self._items() for item in items}
+            self._wires = {key: value for key, value in self._wires.items() if key in kept}
+        state = InFlightTask(
             task_id=task_id,
             assignee=assignee,
             phase=self.phase,
-            conversation_messages=[m.to_wire() for m in self.conversation],
-            messages=[m.to_wire() for m in self.messages],
+            conversation_messages=conversation,
+            messages=messages,
             token_usage=CheckpointUsage(
                 input_tokens=self.usage.input_tokens, output_tokens=self.usage.output_tokens
             ),
@@ -73,12 +98,39 @@ class RunnerState:
             else None,
             final_output=self.final_output if self.phase == "completed" else None,
         )
+        wire: dict[str, Any] = {
+            "taskId": state.task_id,
+            "assignee": state.assignee,
+            "phase": state.phase,
+            "conversationMessages": conversation,
+            "messages": messages,
+            "tokenUsage": state.token_usage.to_data(),
+            "toolCalls": records,
+            "turns": state.turns,
+        }
+        if state.pending_tool_calls is not None:
+            wire["pendingToolCalls"] = [call.to_data() for call in state.pending_tool_calls]
+        if state.final_output is not None:
+            wire["finalOutput"] = state.final_output
+        remember_wire(state, wire)
+        return state
+
+    def _items(self) -> tuple[list[LLMMessage], list[LLMMessage], list[ToolCallRecord]]:
+        return self.conversation, self.messages, self.records
 
     @classmethod
     def from_checkpoint(cls, saved: InFlightTask) -> RunnerState:
+        conversation = [LLMMessage.model_validate(m) for m in saved.conversation_messages]
+        # ``messages`` is usually the conversation's tail (all but the prompt): the same
+        # messages, as in a live run, instead of validating each of them twice.
+        tail = conversation[len(conversation) - len(saved.messages) :] if saved.messages else []
+        if saved.messages and saved.messages == saved.conversation_messages[-len(tail) :]:
+            messages = tail
+        else:
+            messages = [LLMMessage.model_validate(m) for m in saved.messages]
         return cls(
-            conversation=[LLMMessage.model_validate(m) for m in saved.conversation_messages],
-            messages=[LLMMessage.model_validate(m) for m in saved.messages],
+            conversation=conversation,
+            messages=messages,
             usage=TokenUsage(
                 input_tokens=int(saved.token_usage.input_tokens),
                 output_tokens=int(saved.token_usage.output_tokens),

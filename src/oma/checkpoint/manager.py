@@ -28,7 +28,12 @@ class Checkpoint:
     async def save(self, snapshot: CheckpointSnapshot) -> None:
         if isinstance(snapshot, CheckpointSnapshotV1) and snapshot.run_id is None and self.run_id:
             snapshot = snapshot.model_copy(update={"run_id": self.run_id})
-        await self.store.set(self.key, snapshot.to_json(), snapshot_metadata(snapshot))
+        await self.save_text(snapshot.to_json(), snapshot_metadata(snapshot))
+
+    async def save_text(self, text: str, metadata: dict[str, Any]) -> None:
+        """Write a snapshot already encoded (``text``: its JSON, ``metadata``: its
+        ``snapshot_metadata``), e.g. built incrementally by the orchestrator."""
+        await self.store.set(self.key, text, metadata)
 
     async def load_latest(self) -> CheckpointSnapshot | None:
         """The stored snapshot, strictly validated; ``None`` when the key is absent."""
@@ -45,13 +50,16 @@ class Checkpoint:
     async def save_if(self, snapshot: CheckpointSnapshot, expected: str | None) -> str | None:
         """Write only if the stored string is still ``expected``; the written string, or
         ``None`` when another writer changed it (the store must offer compare-and-set)."""
+        return await self.save_text_if(snapshot.to_json(), snapshot_metadata(snapshot), expected)
+
+    async def save_text_if(
+        self, text: str, metadata: dict[str, Any], expected: str | None
+    ) -> str | None:
+        """``save_if`` of a snapshot already encoded (see ``save_text``)."""
         if not supports_compare_and_set(self.store):
             raise TypeError(f"{type(self.store).__name__} offers no compare_and_set")
-        value = snapshot.to_json()
-        swapped = await self.store.compare_and_set(
-            self.key, expected, value, snapshot_metadata(snapshot)
-        )
-        return value if swapped else None
+        swapped = await self.store.compare_and_set(self.key, expected, text, metadata)
+        return text if swapped else None
 
     load = load_latest
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
@@ -128,3 +129,24 @@ class InFlightTask(WireModel):
         if (self.phase == "completed") != (self.final_output is not None):
             raise ValueError("rule 2.6.3: finalOutput is required in phase completed, else absent")
         return self
+
+
+# Wire forms of in-flight records made by a runner, which builds them from the wire of each
+# message it already has (see ``RunnerState.to_checkpoint``). Kept beside the record, not in
+# it: ``model_copy`` would carry a private attribute over to a changed copy. An entry goes with
+# its record.
+_WIRES: dict[int, tuple[weakref.ref[InFlightTask], dict[str, Any]]] = {}
+
+
+def remember_wire(state: InFlightTask, wire: dict[str, Any]) -> None:
+    """Record ``wire`` as ``state.to_data()``: the caller guarantees they are equal."""
+    key = id(state)
+    _WIRES[key] = (weakref.ref(state, lambda _: _WIRES.pop(key, None)), wire)
+
+
+def in_flight_wire(state: InFlightTask) -> dict[str, Any]:
+    """``state.to_data()``, without dumping it again when its maker remembered it."""
+    known = _WIRES.get(id(state))
+    if known is not None and known[0]() is state:
+        return known[1]
+    return state.to_data()

@@ -6,9 +6,11 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from oma import jsonutil
 from oma.agent.result import AgentRunResult, RunIdentity
 from oma.approval.ledger import DurableApprovalLedger
 from oma.approval.models import ApprovalDecisionRecord, ApprovalRequest
+from oma.checkpoint.manager import snapshot_metadata
 from oma.checkpoint.queue_snapshot import TaskQueueSnapshot
 from oma.checkpoint.runner_state import InFlightTask
 from oma.checkpoint.snapshot import (
@@ -18,6 +20,8 @@ from oma.checkpoint.snapshot import (
     RunMode,
 )
 from oma.orchestrator.events import OrchestratorEvent, ProgressCallback
+from oma.orchestrator.snapshot_wire import EncodedSnapshot, SnapshotEncoder, free_form
+from oma.run_metadata import validate_run_metadata
 from oma.tasks.queue import TaskQueue
 from oma.team import Team
 from oma.timeutil import now_iso
@@ -65,6 +69,7 @@ class RunContext:
     approved_dispatch: dict[str, ApprovalRequest] = field(default_factory=dict)
     plan_only: bool = False
     drain: asyncio.Event | None = None  # set (e.g. on SIGTERM): stop at the next boundary
+    encoder: SnapshotEncoder = field(default_factory=SnapshotEncoder, repr=False, compare=False)
 
     def drain_requested(self) -> bool:
         return self.drain is not None and self.drain.is_set()
@@ -130,6 +135,46 @@ class RunContext:
 
     async def save(self, *, strict: bool = False) -> bool:
         return await self.checkpoint.save(self, strict=strict) if self.checkpoint else False
+
+    async def encode_snapshot(self, *, embed_shared_memory: bool) -> EncodedSnapshot:
+        """The JSON of ``build_snapshot()``'s snapshot (the same text), built incrementally."""
+        if getattr(self.queue, "_plan_revisions", None):  # a v2 queue: rare, the model path
+            snapshot = await self.build_snapshot(embed_shared_memory=embed_shared_memory)
+            return EncodedSnapshot(snapshot.to_json(), snapshot_metadata(snapshot))
+        shared = self.team.shared_memory
+        created_at = now_iso()
+        wire: dict[str, Any] = {"version": 4, "mode": self.mode, "createdAt": created_at}
+        if self.metadata is not None:
+            validate_run_metadata(self.metadata, allow_engine_keys=True)  # as the model does
+            wire["metadata"] = free_form(self.metadata)
+        if self.goal is not None:
+            wire["goal"] = self.goal
+        wire["queue"] = self.encoder.queue_wire(self.queue.tasks, set(self._waiting_resumes()))
+        if shared is not None and embed_shared_memory:
+            wire["sharedMemory"] = (await shared.snapshot()).to_data()
+        wire["messageBus"] = self.team.bus.snapshot().to_data()
+        if shared is not None:
+            wire["turnCount"] = shared.turn_count
+        wire["completedTaskResults"] = self.encoder.completed_wire(
+            (task, self.results.get(f"{task.assignee or 'unknown'}:{task.id}"))
+            for task in self.queue.by_status("completed")
+        )
+        wire["identity"] = {
+            "runId": self.identity.run_id,
+            "attempt": self.identity.attempt,
+            "lastTraceId": self.identity.trace_id,
+            "lastRootSpanId": self.identity.root_span_id,
+        }
+        wire["inFlightTasks"] = self.encoder.in_flight_wire(self._durable_in_flight())
+        wire["pendingApprovals"] = [r.to_data() for r in self.all_pending_approvals()]
+        wire["approvalDecisions"] = [d.to_data() for d in self.approval_decisions]
+        metadata: dict[str, Any] = {
+            "namespace": "checkpoint",
+            "version": 4,
+            "runId": self.identity.run_id,
+            "createdAt": created_at,
+        }
+        return EncodedSnapshot(jsonutil.dumps(wire), metadata)
 
     async def build_snapshot(self, *, embed_shared_memory: bool) -> CheckpointSnapshotV4:
         shared = self.team.shared_memory

@@ -32,13 +32,13 @@ def build_result(
         result = context.result_for(task.id)
         if result is not None:
             task_results[task.id] = result
-    agent_results: dict[str, AgentRunResult] = {}
+    by_agent: dict[str, list[AgentRunResult]] = {}
     for task in context.queue.tasks:
         result = task_results.get(task.id)
         if result is None or task.assignee is None:
             continue
-        previous = agent_results.get(task.assignee)
-        agent_results[task.assignee] = _merge(previous, result) if previous else result
+        by_agent.setdefault(task.assignee, []).append(result)
+    agent_results = {name: _merge(results) for name, results in by_agent.items()}
     agent_results.update(extra_agent_results or {})
     total = TokenUsage()
     for result in [*task_results.values(), *(extra_agent_results or {}).values()]:
@@ -64,16 +64,21 @@ def undecided_approvals(context: RunContext) -> list[ApprovalRequest]:
     return [r for r in context.all_pending_approvals() if r.id not in decided]
 
 
-def _merge(first: AgentRunResult, second: AgentRunResult) -> AgentRunResult:
-    return second.model_copy(
+def _merge(results: list[AgentRunResult]) -> AgentRunResult:
+    """One agent's results in task order as one: the last, with every output, message, tool
+    call and token joined (in one pass: folding pairwise copied the growing lists each time)."""
+    last = results[-1]
+    if len(results) == 1:
+        return last
+    return last.model_copy(
         update={
-            "success": first.success and second.success,
-            "output": f"{first.output}\n\n---\n\n{second.output}",
-            "messages": [*first.messages, *second.messages],
-            "tool_calls": [*first.tool_calls, *second.tool_calls],
+            "success": all(result.success for result in results),
+            "output": "\n\n---\n\n".join(result.output for result in results),
+            "messages": [message for result in results for message in result.messages],
+            "tool_calls": [call for result in results for call in result.tool_calls],
             "token_usage": Usage(
-                input_tokens=first.token_usage.input_tokens + second.token_usage.input_tokens,
-                output_tokens=first.token_usage.output_tokens + second.token_usage.output_tokens,
+                input_tokens=sum(result.token_usage.input_tokens for result in results),
+                output_tokens=sum(result.token_usage.output_tokens for result in results),
             ),
         }
     )

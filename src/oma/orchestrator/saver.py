@@ -19,6 +19,7 @@ from oma.checkpoint.snapshot import CheckpointSnapshotV4
 from oma.errors import CheckpointFencedError
 from oma.orchestrator.context import RunContext
 from oma.orchestrator.events import OrchestratorEvent
+from oma.orchestrator.snapshot_wire import EncodedSnapshot
 from oma.store.base import supports_compare_and_set
 
 
@@ -52,13 +53,14 @@ class ActiveCheckpoint:
         if not self.fenced_saves:
             return True
         async with self._lock:
-            snapshot = await context.build_snapshot(embed_shared_memory=self.embed_shared_memory)
-            written = await self.checkpoint.save_if(snapshot, loaded)
+            logged = await self._attempt_snapshot(context)
+            encoded = await context.encode_snapshot(embed_shared_memory=self.embed_shared_memory)
+            written = await self.checkpoint.save_text_if(encoded.text, encoded.metadata, loaded)
             if written is None:
                 return False
             self.expected = written
             self.saves += 1
-            await self._log_attempt(context, snapshot)
+            await self._log_attempt(context, logged)
             return True
 
     async def save(self, context: RunContext, *, strict: bool = False) -> bool:
@@ -66,15 +68,16 @@ class ActiveCheckpoint:
             self.assert_current()
             started = time.monotonic()
             try:
-                snapshot = await context.build_snapshot(
+                logged = await self._attempt_snapshot(context)
+                encoded = await context.encode_snapshot(
                     embed_shared_memory=self.embed_shared_memory
                 )
                 if self.fenced_saves:
-                    await self._fenced_save(snapshot, context.identity.attempt)
+                    await self._fenced_save(encoded, context.identity.attempt)
                 else:
-                    await self.checkpoint.save(snapshot)
+                    await self.checkpoint.save_text(encoded.text, encoded.metadata)
                 seconds = time.monotonic() - started  # snapshot + write, not the attempt log
-                await self._log_attempt(context, snapshot)
+                await self._log_attempt(context, logged)
             except CheckpointFencedError:
                 raise
             except Exception as exc:
@@ -91,9 +94,18 @@ class ActiveCheckpoint:
             context.emit(OrchestratorEvent(type="checkpoint_saved", data={"seconds": seconds}))
             return True
 
-    async def _log_attempt(self, context: RunContext, snapshot: CheckpointSnapshotV4) -> None:
-        """Once per attempt, after its first write: best-effort, like ordinary saves."""
+    async def _attempt_snapshot(self, context: RunContext) -> CheckpointSnapshotV4 | None:
+        """The snapshot model the attempt record is made from, until the attempt is logged
+        (the encoded text written next to it is the same state)."""
         if self.attempt_logged:
+            return None
+        return await context.build_snapshot(embed_shared_memory=self.embed_shared_memory)
+
+    async def _log_attempt(
+        self, context: RunContext, snapshot: CheckpointSnapshotV4 | None
+    ) -> None:
+        """Once per attempt, after its first write: best-effort, like ordinary saves."""
+        if self.attempt_logged or snapshot is None:
             return
         self.attempt_logged = True
         try:
@@ -105,15 +117,15 @@ class ActiveCheckpoint:
                 OrchestratorEvent(type="error", data={"kind": "attempt_log_failed", "error": exc})
             )
 
-    async def _fenced_save(self, snapshot: CheckpointSnapshotV4, attempt: int) -> None:
-        value = snapshot.to_json()
+    async def _fenced_save(self, encoded: EncodedSnapshot, attempt: int) -> None:
+        text, metadata = encoded.text, encoded.metadata
         try:
-            written = await self.checkpoint.save_if(snapshot, self.expected)
+            written = await self.checkpoint.save_text_if(text, metadata, self.expected)
         except Exception:
-            self._unknown = value  # the write may have landed even though the call failed
+            self._unknown = text  # the write may have landed even though the call failed
             raise
         if written is None and self._unknown is not None and await self._landed(self._unknown):
-            written = await self.checkpoint.save_if(snapshot, self.expected)
+            written = await self.checkpoint.save_text_if(text, metadata, self.expected)
         if written is None:
             self.superseded = True
             raise CheckpointFencedError(self.checkpoint.key, attempt)

@@ -1,0 +1,263 @@
+"""Restore cost: from a stored snapshot to the first model call of the resumed run, per backend.
+
+    .venv/bin/python bench/restore_cost.py [--quick] [--backends memory,file,redis,postgres]
+
+For snapshots of about 100 KB, 1 MB and 10 MB (half completed tasks with their results, half
+the conversation of one in-flight task, as a long run leaves them), times the real
+``OpenMultiAgent.restore()`` path up to the moment the resumed task's model is called: store
+read, JSON decode, strict validation, rebuild of the queue, results, identity and the runner's
+conversation. Also prints the read alone and decode + validation alone (same run, same store).
+Garbage of the previous repeat is collected before each one (a restore runs in a fresh runner
+process). Redis and PostgreSQL are started as child processes. p50/p99 in ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchlib import BACKENDS, backends, close_store, header, parse_backends, percentile
+
+from oma import jsonutil
+from oma.checkpoint import Checkpoint, parse_snapshot
+from oma.checkpoint.snapshot import CheckpointSnapshot
+from oma.llm.types import ChatRequest, ChatResponse
+from oma.orchestrator import CheckpointOptions, OpenMultiAgent
+from oma.store import MemoryStore
+from oma.team import AgentConfig, Team
+
+SIZES = {"100 KB": 100_000, "1 MB": 1_000_000, "10 MB": 10_000_000}
+STAMP = "2026-11-29T00:00:00.000Z"
+LOREM = "lorem ipsum dolor sit amet, consectetur adipiscing elit. "
+RUN_ID = "restore-bench"
+
+
+class FirstCall(Exception):
+    """Raised by the bench model at its first call: the restore has reached the model."""
+
+
+class StopwatchModel:
+    """A model that records when it is first called and then fails the task at once."""
+
+    name = "stopwatch"
+
+    def __init__(self) -> None:
+        self.called_at: float | None = None
+        self.messages = 0
+
+    async def chat(self, request: ChatRequest) -> ChatResponse:
+        if self.called_at is None:
+            self.called_at = time.perf_counter()
+            self.messages = len(request.messages)
+        raise FirstCall
+
+
+def _task(task_id: str, status: str, result: str | None = None) -> dict[str, Any]:
+    task: dict[str, Any] = {
+        "id": task_id,
+        "title": f"Task {task_id}",
+        "description": "Part of a long run. " * 4,
+        "status": status,
+        "assignee": "worker",
+    }
+    if result is not None:
+        task["result"] = result
+    return task | {"createdAt": STAMP, "updatedAt": STAMP}
+
+
+def _completed(task_id: str, output: str) -> dict[str, Any]:
+    messages = [
+        {"role": "user", "content": [{"type": "text", "text": f"# Task: {task_id}\n" + LOREM}]},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_use", "id": f"call-{task_id}", "name": "lookup", "input": {"q": 1}}
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": f"call-{task_id}", "content": LOREM}
+            ],
+        },
+        {"role": "assistant", "content": [{"type": "text", "text": output}]},
+    ]
+    return {
+        "taskId": task_id,
+        "assignee": "worker",
+        "result": output,
+        "agentResult": {
+            "success": True,
+            "status": {"code": "ok"},
+            "output": output,
+            "messages": messages,
+            "tokenUsage": {"input_tokens": 10, "output_tokens": 20},
+            "toolCalls": [
+                {"toolName": "lookup", "input": {"q": 1}, "output": LOREM, "duration": 3}
+            ],
+        },
+    }
+
+
+def snapshot_of_size(target: int) -> dict[str, Any]:
+    """A v4 snapshot of about ``target`` bytes: completed tasks and one long in-flight task."""
+    output = LOREM * 8
+    per_completed = len(jsonutil.dumps(_completed("t0000", output))) + 300  # + its queue entry
+    completed_ids = [f"t{i:05d}" for i in range(max(1, target // 2 // per_completed))]
+    conversation: list[dict[str, Any]] = []
+    in_flight: dict[str, Any] = {
+        "taskId": "live",
+        "assignee": "worker",
+        "phase": "awaiting_model",
+        "conversationMessages": conversation,
+        "messages": [],
+        "tokenUsage": {"input_tokens": 1, "output_tokens": 1},
+        "toolCalls": [],
+        "turns": 0,
+    }
+    snapshot: dict[str, Any] = {
+        "version": 4,
+        "mode": "runTasks",
+        "createdAt": STAMP,
+        "identity": {
+            "runId": RUN_ID,
+            "attempt": 1,
+            "lastTraceId": "a" * 32,
+            "lastRootSpanId": "b" * 16,
+        },
+        "queue": {
+            "version": 1,
+            "tasks": [_task(i, "completed", output) for i in completed_ids]
+            + [_task("live", "in_progress")],
+            "pending": [],
+            "inProgress": ["live"],
+            "completed": completed_ids,
+            "failed": [],
+            "blocked": [],
+            "skipped": [],
+        },
+        "completedTaskResults": [_completed(i, output) for i in completed_ids],
+        "pendingApprovals": [],
+        "approvalDecisions": [],
+        "inFlightTasks": [in_flight],
+    }
+    size = len(jsonutil.dumps(snapshot))
+    turn = 0
+    text = LOREM * 40
+    while size < target:
+        if turn % 2 == 0:
+            message: dict[str, Any] = {
+                "role": "user",
+                "content": [{"type": "text", "text": f"turn {turn}: {text}"}],
+            }
+        else:
+            message = {"role": "assistant", "content": [{"type": "text", "text": text}]}
+        conversation.append(message)
+        in_flight["messages"].append(message)
+        size += 2 * (len(jsonutil.dumps(message)) + 1)
+        turn += 1
+    if len(conversation) % 2 == 0:  # the model is asked after a user turn
+        conversation.append({"role": "user", "content": [{"type": "text", "text": "go on"}]})
+    in_flight["turns"] = sum(1 for m in conversation if m["role"] == "assistant")
+    return snapshot
+
+
+async def restore_once(store: MemoryStore) -> tuple[float, int]:
+    """Milliseconds from ``restore()`` to the first model call, and the messages it was given."""
+    model = StopwatchModel()
+    team = Team(name="bench", agents=[AgentConfig(name="worker", adapter=model, max_turns=10**6)])
+    started = time.perf_counter()
+    result = await OpenMultiAgent().restore(
+        team, checkpoint=CheckpointOptions(store=store, run_id=RUN_ID)
+    )
+    assert model.called_at is not None, result.status  # the resumed task reached its model
+    return (model.called_at - started) * 1000, model.messages
+
+
+async def measure(store: MemoryStore, snapshot: CheckpointSnapshot, repeats: int) -> list[str]:
+    checkpoint = Checkpoint(store, run_id=RUN_ID)
+    await checkpoint.save(snapshot)
+    entry = await store.get(checkpoint.key)
+    assert entry is not None
+    text = entry.value
+    reads: list[float] = []
+    parses: list[float] = []
+    restores: list[float] = []
+    expected_messages = len(snapshot.in_flight_tasks[0].conversation_messages)  # type: ignore[union-attr]
+    for _ in range(repeats):
+        # Each attempt restores in a fresh runner process: collect the previous repeat's
+        # garbage (cycles of a finished run) outside the timing, as a new process has none.
+        gc.collect()
+        started = time.perf_counter()
+        await store.get(checkpoint.key)
+        reads.append((time.perf_counter() - started) * 1000)
+        started = time.perf_counter()
+        parse_snapshot(jsonutil.loads(text), checkpoint.key)
+        parses.append((time.perf_counter() - started) * 1000)
+        elapsed, messages = await restore_once(store)
+        assert messages == expected_messages, (messages, expected_messages)
+        restores.append(elapsed)
+        stored = await store.get(checkpoint.key)
+        assert stored is not None and stored.value == text  # nothing was written meanwhile
+    return [
+        f"{statistics.median(reads):8.2f} {percentile(reads, 0.99):8.2f}",
+        f"{statistics.median(parses):8.2f} {percentile(parses, 0.99):8.2f}",
+        f"{statistics.median(restores):8.2f} {percentile(restores, 0.99):8.2f}",
+        f"{len(text):>10}",
+    ]
+
+
+async def main(args: argparse.Namespace) -> None:
+    print(header("restore cost", args.quick))
+    print(
+        "times in ms, p50 and p99 of each; read = store.get of the snapshot; parse = JSON decode"
+        " + strict validation;\nrestore = OpenMultiAgent.restore() until the resumed task's"
+        " model is called (includes read and parse)\n"
+    )
+    print(
+        f"{'backend':9} {'size':>6} {'n':>3} {'read p50':>8} {'p99':>8} {'parse p50':>9} "
+        f"{'p99':>8} {'restore p50':>11} {'p99':>8} {'bytes':>10}"
+    )
+    with tempfile.TemporaryDirectory(prefix="oma-bench-") as tmp:
+        async with backends(Path(tmp), args.backends) as stores:
+            for name, make in stores.items():
+                for size_name in args.sizes:
+                    # Built per measurement and dropped after: a live heap holding every size
+                    # at once would make each garbage collection, and so the p99, slower.
+                    snapshot = parse_snapshot(snapshot_of_size(SIZES[size_name]), "bench")
+                    repeats = args.repeats[size_name]
+                    store = await make()
+                    read, parse, restore, size = await measure(store, snapshot, repeats)
+                    print(
+                        f"{name:9} {size_name:>6} {repeats:>3} {read} {parse} "
+                        f"{restore.split()[0]:>11} {restore.split()[1]:>8} {size}"
+                    )
+                    await close_store(store)
+                    del snapshot
+                    gc.collect()
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="100 KB and 1 MB, memory and file")
+    parser.add_argument("--backends", type=parse_backends, default=None, help="comma-separated")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.sizes = ["100 KB", "1 MB"]
+        args.repeats = {"100 KB": 5, "1 MB": 3}
+        args.backends = args.backends or ["memory", "file"]
+    else:
+        args.sizes = list(SIZES)
+        args.repeats = {"100 KB": 50, "1 MB": 30, "10 MB": 10}
+        args.backends = args.backends or list(BACKENDS)
+    return args
+
+
+if __name__ == "__main__":
+    asyncio.run(main(parse_args()))

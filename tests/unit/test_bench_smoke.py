@@ -1,0 +1,196 @@
+"""The benchmarks under ``bench/`` run and print their tables (tiny ``--quick`` runs, memory and
+file stores only); and the incremental snapshot encoding they measure writes exactly the text
+of the snapshot model. No assertion here is about time."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from oma import jsonutil
+from oma.llm.scripted import ScriptedAdapter
+from oma.orchestrator import CheckpointOptions, OpenMultiAgent
+from oma.orchestrator.context import RunContext
+from oma.orchestrator.snapshot_wire import EncodedSnapshot
+from oma.store import InMemoryStore
+from oma.team import AgentConfig, Team
+from oma.tools import ToolContext, define_tool
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _bench(script: str, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / script), "--quick", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _rows(output: str, first_column: str) -> list[list[str]]:
+    lines = output.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split()[:1] == [first_column])
+    return [line.split() for line in lines[start + 1 :] if line.strip()]
+
+
+def test_engine_overhead_prints_its_table() -> None:
+    output = _bench("engine_overhead.py", "--tasks", "10", "--per-run", "5")
+    assert "ckpt/bound" in output
+    rows = [row for row in _rows(output, "backend") if row[0] in ("memory", "file")]
+    assert [row[0] for row in rows] == ["memory", "file"]
+    for row in rows:
+        assert row[3].endswith("x")  # on/off ratio measured in the same run
+        assert int(row[7]) == 10 * 5 + 2  # five boundaries per task, one per finished run
+
+
+def test_restore_cost_prints_its_table() -> None:
+    output = _bench("restore_cost.py")
+    assert "restore p50" in output
+    rows = _rows(output, "backend")
+    assert [(row[0], " ".join(row[1:3])) for row in rows] == [
+        ("memory", "100 KB"),
+        ("memory", "1 MB"),
+        ("file", "100 KB"),
+        ("file", "1 MB"),
+    ]
+    assert all(len(row) == 11 for row in rows)
+
+
+class NoteInput(BaseModel):
+    note: str
+
+
+async def test_incremental_snapshot_text_is_the_models(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every boundary's encoded text equals ``build_snapshot().to_json()`` (but createdAt)."""
+    checked: list[int] = []
+    encode = RunContext.encode_snapshot
+
+    async def checking(self: RunContext, *, embed_shared_memory: bool) -> EncodedSnapshot:
+        encoded = await encode(self, embed_shared_memory=embed_shared_memory)
+        model = json.loads(
+            (await self.build_snapshot(embed_shared_memory=embed_shared_memory)).to_json()
+        )
+        written = json.loads(encoded.text)
+        model["createdAt"] = written["createdAt"]
+        assert json.dumps(model) == json.dumps(written)  # same keys, order and values
+        assert encoded.metadata["createdAt"] == written["createdAt"]
+        checked.append(len(encoded.text))
+        return encoded
+
+    monkeypatch.setattr(RunContext, "encode_snapshot", checking)
+
+    async def note(args: NoteInput, ctx: ToolContext) -> str:
+        return f"noted {args.note}"
+
+    script: list[dict[str, Any]] = [
+        {"tool_calls": [{"name": "note", "input": {"note": "a", "extra": None}}]},
+        {"text": "done"},
+    ]
+    agent = AgentConfig(
+        name="w",
+        adapter=ScriptedAdapter(script),
+        tools=[define_tool("note", "Note.", NoteInput, note)],
+    )
+    tasks = [
+        {"title": "A", "description": "first", "assignee": "w"},
+        {"title": "B", "description": "second", "assignee": "w", "dependsOn": ["A"]},
+        {"title": "C", "description": "third", "assignee": "w", "metadata": {"k": [1, 2.5]}},
+    ]
+    result = await OpenMultiAgent().run_tasks(
+        Team(name="t", agents=[agent], shared_memory_store=InMemoryStore()),
+        tasks,  # type: ignore[arg-type]
+        checkpoint=CheckpointOptions(store=InMemoryStore(), run_id="wire"),
+        metadata={"team": "bench"},
+    )
+    assert result.success, result.status
+    assert len(checked) == 3 * 5 + 1
+
+
+async def test_restored_snapshot_text_is_the_models(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Restored parts (tasks, runner state) with lone surrogates in keys, as the reference
+    writes them, are encoded as the model's dump writes them (escaped, not replaced)."""
+    checked: list[bool] = []
+    encode = RunContext.encode_snapshot
+
+    async def checking(self: RunContext, *, embed_shared_memory: bool) -> EncodedSnapshot:
+        encoded = await encode(self, embed_shared_memory=embed_shared_memory)
+        model = jsonutil.loads(
+            (await self.build_snapshot(embed_shared_memory=embed_shared_memory)).to_json()
+        )
+        written = jsonutil.loads(encoded.text)
+        model["createdAt"] = written["createdAt"]
+        checked.append(jsonutil.dumps(model) == jsonutil.dumps(written))
+        return encoded
+
+    monkeypatch.setattr(RunContext, "encode_snapshot", checking)
+    stamp = "2026-11-29T00:00:00.000Z"
+    snapshot = {
+        "version": 4,
+        "mode": "runTasks",
+        "createdAt": stamp,
+        "identity": {
+            "runId": "s",
+            "attempt": 1,
+            "lastTraceId": "a" * 32,
+            "lastRootSpanId": "b" * 16,
+        },
+        "queue": {
+            "version": 1,
+            "tasks": [
+                {
+                    "id": "t1",
+                    "title": "T",
+                    "description": "d",
+                    "status": "in_progress",
+                    "assignee": "w",
+                    "metadata": {"\ud800m": 1},
+                    "createdAt": stamp,
+                    "updatedAt": stamp,
+                }
+            ],
+            "inProgress": ["t1"],
+        },
+        "completedTaskResults": [],
+        "pendingApprovals": [],
+        "approvalDecisions": [],
+        "inFlightTasks": [
+            {
+                "taskId": "t1",
+                "assignee": "w",
+                "phase": "awaiting_model",
+                "conversationMessages": [
+                    {"role": "user", "content": [{"type": "text", "text": "go"}]}
+                ],
+                "messages": [],
+                "tokenUsage": {"input_tokens": 1, "output_tokens": 1},
+                "toolCalls": [
+                    {
+                        "toolName": "x",
+                        "input": {"\ud802k": {"\ud803": 2}},
+                        "output": "o",
+                        "duration": 1,
+                    }
+                ],
+                "turns": 0,
+            }
+        ],
+    }
+    store = InMemoryStore()
+    await store.set("__oma_checkpoint__/s/latest", jsonutil.dumps(snapshot))
+    agent = AgentConfig(name="w", adapter=ScriptedAdapter([{"text": "done"}]))
+    result = await OpenMultiAgent().restore(
+        Team(name="t", agents=[agent]),
+        checkpoint=CheckpointOptions(store=store, run_id="s", fence=True),
+    )
+    assert result.success, result.status
+    assert checked == [True, True]  # the claim (restored state waiting) and the completion
