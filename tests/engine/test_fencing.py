@@ -124,6 +124,44 @@ async def test_a_superseded_attempt_stops_before_its_next_tool(backend: Any) -> 
     await _close(first_store, second_store)
 
 
+class ClaimAfterSave(InMemoryStore):
+    """Runs ``hook`` right after the write that persists the call ``a2`` (the older attempt's
+    last successful save before it would run that call)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hook: Any = None
+
+    async def compare_and_set(
+        self, key: str, expected: str | None, value: str, metadata: Any = None
+    ) -> bool:
+        swapped = await super().compare_and_set(key, expected, value, metadata)
+        persists_a2 = '"executing_tools"' in value and '"id":"a2"' in value
+        if swapped and persists_a2 and self.hook is not None:
+            hook, self.hook = self.hook, None
+            await hook()
+        return swapped
+
+
+async def test_an_attempt_superseded_after_its_last_save_does_not_run_the_next_tool() -> None:
+    """The newer attempt claims the run between the older one's save of call a2 and its
+    execution: the older attempt reads the checkpoint before executing and stops there."""
+    store, executions = ClaimAfterSave(), Executions([])
+    run_id = f"{RUN}-{uuid.uuid4().hex[:8]}"
+    newer: list[Any] = []
+
+    async def newer_attempt_takes_over() -> None:
+        options = CheckpointOptions(store=store, run_id=run_id, fence=True)
+        newer.append(await OpenMultiAgent().restore(_team(executions), checkpoint=options))
+
+    store.hook = newer_attempt_takes_over
+    options = CheckpointOptions(store=store, run_id=run_id, fence=True)
+    with pytest.raises(CheckpointFencedError):
+        await OpenMultiAgent().run_tasks(_team(executions), TASKS, checkpoint=options)
+    assert newer and newer[0].success and newer[0].identity.attempt == 2
+    assert executions.by_attempt == [(1, "a1"), (2, "a2")]  # not (1, "a2") as well
+
+
 async def test_two_fresh_runs_of_one_run_id_cannot_both_write() -> None:
     store, executions = InMemoryStore(), Executions([])
     options = CheckpointOptions(store=store, run_id=RUN, fence=True)

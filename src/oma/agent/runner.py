@@ -62,7 +62,7 @@ class AgentRunner:
         attempt: int = 1,
         on_boundary: Boundary | None = None,
         approvals: ToolApprovalSupport | None = None,
-        guard: Callable[[], None] | None = None,
+        guard: Callable[[], Awaitable[None]] | None = None,
         on_tool: Callable[[str, str, bool], None] | None = None,
         stop_requested: Callable[[], bool] | None = None,
     ) -> None:
@@ -177,7 +177,7 @@ class AgentRunner:
         if pending.awaiting_decision:
             return  # still suspended: neither executed nor committed
         if self._guard is not None:
-            self._guard()
+            await self._guard()
         started = time.monotonic()
         if is_uncertain(pending):
             await self._ask_about_uncertain(state, pending)

@@ -48,6 +48,29 @@ class ActiveCheckpoint:
         if self.superseded:
             raise CheckpointFencedError(self.checkpoint.key, None)
 
+    async def confirm_current(self) -> None:
+        """Before a tool runs: a fenced attempt reads the checkpoint and stops if a newer
+        attempt wrote it since this attempt's last save (which a compare-and-set would only
+        reveal after the tool ran). A read that fails lets the tool run: the next save is
+        still fenced, and idempotency keys cover the remaining window."""
+        self.assert_current()
+        if not self.fenced_saves or self.expected is None:
+            return
+        async with self._lock:  # not while a save of ours is landing
+            self.assert_current()
+            try:
+                entry = await self.checkpoint.store.get(self.checkpoint.key)
+            except Exception:
+                return
+            stored = entry.value if entry is not None else None
+            if stored == self.expected:
+                return
+            if stored is not None and stored == self._unknown:
+                self.expected, self._unknown = stored, None
+                return
+            self.superseded = True
+            raise CheckpointFencedError(self.checkpoint.key, None)
+
     async def claim(self, context: RunContext, loaded: str | None) -> bool:
         """Take over the run by rewriting what was loaded; ``False`` if it changed meanwhile."""
         if not self.fenced_saves:

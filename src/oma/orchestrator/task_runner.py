@@ -61,7 +61,7 @@ async def run_task(context: RunContext, task: Task) -> None:
             attempt=context.identity.attempt,
             on_boundary=boundary,
             approvals=_approval_support(context, task),
-            guard=context.checkpoint.assert_current if context.checkpoint else None,
+            guard=context.checkpoint.confirm_current if context.checkpoint else None,
             on_tool=_tool_events(context, task),
             stop_requested=context.drain_requested,
         )
