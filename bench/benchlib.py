@@ -22,7 +22,7 @@ from tests.servers.postgres_server import PostgresServer, postgres_bin_dir  # no
 from tests.servers.redis_server import RedisServer, redis_binary  # noqa: E402
 
 from oma.store import FileStore, InMemoryStore, MemoryStore, PostgresStore, RedisStore  # noqa: E402
-from oma.store.base import Metadata  # noqa: E402
+from oma.store.base import Metadata, supports_compare_and_set  # noqa: E402
 from oma.store.reserved import CHECKPOINT_KEY_PREFIX  # noqa: E402
 
 BACKENDS = ("memory", "file", "redis", "postgres")
@@ -120,3 +120,11 @@ class CountingStore:
     async def set(self, key: str, value: str, metadata: Metadata | None = None) -> None:
         self._count(key, value)
         await self.inner.set(key, value, metadata)
+
+    async def compare_and_set(
+        self, key: str, expected: str | None, value: str, metadata: Metadata | None = None
+    ) -> bool:
+        if not supports_compare_and_set(self.inner):
+            raise TypeError(f"{type(self.inner).__name__} offers no compare_and_set")
+        self._count(key, value)
+        return await self.inner.compare_and_set(key, expected, value, metadata)

@@ -1,7 +1,7 @@
 """Engine overhead of checkpointing: small tasks with a zero-latency scripted model, off vs on.
 
     .venv/bin/python bench/engine_overhead.py [--quick] [--tasks N] [--per-run M]
-                                              [--backends memory,file,redis,postgres]
+                                              [--backends memory,file,redis,postgres] [--fence]
 
 Runs ``--tasks`` small tasks (default 1,000) as runs of ``--per-run`` tasks each (default 100,
 ``max_concurrency`` 5). Each task is two model turns with one tool call in between, so it passes
@@ -70,11 +70,13 @@ def task_specs(count: int, offset: int) -> list[dict[str, Any]]:
 
 
 async def one_run(
-    count: int, offset: int, store: MemoryStore | None, run_id: str
+    count: int, offset: int, store: MemoryStore | None, run_id: str, fence: bool = False
 ) -> tuple[float, int]:
     """Seconds for one run of ``count`` tasks (checkpointing to ``store`` if given)."""
     team = make_team()
-    options = CheckpointOptions(store=store, run_id=run_id) if store is not None else None
+    options = (
+        CheckpointOptions(store=store, run_id=run_id, fence=fence) if store is not None else None
+    )
     started = time.perf_counter()
     result = await OpenMultiAgent().run_tasks(team, task_specs(count, offset), checkpoint=options)
     elapsed = time.perf_counter() - started
@@ -82,7 +84,9 @@ async def one_run(
     return elapsed, len(result.tasks)
 
 
-async def all_runs(tasks: int, per_run: int, make: StoreFactory | None) -> tuple[float, int, int]:
+async def all_runs(
+    tasks: int, per_run: int, make: StoreFactory | None, fence: bool = False
+) -> tuple[float, int, int]:
     """Total seconds, boundaries and snapshot chars written for ``tasks`` tasks."""
     total = 0.0
     boundaries = written = 0
@@ -93,7 +97,7 @@ async def all_runs(tasks: int, per_run: int, make: StoreFactory | None) -> tuple
         else:
             inner = await make()
             counting = CountingStore(inner)
-            elapsed, _ = await one_run(count, offset, counting, f"on-{index}")
+            elapsed, _ = await one_run(count, offset, counting, f"on-{index}", fence)
             boundaries += counting.boundaries
             written += counting.written
             await close_store(inner)
@@ -107,7 +111,8 @@ async def main(args: argparse.Namespace) -> None:
     print(
         f"{tasks} tasks in runs of {per_run} (max_concurrency 5), scripted model (zero latency),"
         " 1 tool call per task; best of "
-        f"{rounds} rounds; off = checkpointing disabled, measured in the same process\n"
+        f"{rounds} rounds; off = checkpointing disabled, measured in the same process"
+        f"{'; on = fenced (as oma run and the runner)' if args.fence else ''}\n"
     )
     print(
         f"{'backend':9} {'off s':>7} {'on s':>7} {'ratio':>6}  {'off/task':>9} {'on/task':>9}  "
@@ -122,7 +127,7 @@ async def main(args: argparse.Namespace) -> None:
                 boundaries = written = 0
                 for _ in range(rounds):  # alternate, so drift hits both the same way
                     off, _, _ = await all_runs(tasks, per_run, None)
-                    on, boundaries, written = await all_runs(tasks, per_run, make)
+                    on, boundaries, written = await all_runs(tasks, per_run, make, args.fence)
                     offs.append(off)
                     ons.append(on)
                 off, on = min(offs), min(ons)
@@ -146,6 +151,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--per-run", type=int, default=None, help="tasks per run (default 100)")
     parser.add_argument("--rounds", type=int, default=None, help="timed rounds (default 2)")
     parser.add_argument("--backends", type=parse_backends, default=None, help="comma-separated")
+    parser.add_argument(
+        "--fence",
+        action="store_true",
+        help="fenced checkpoints (compare-and-set saves, a read before each tool), as oma run",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.tasks = args.tasks or 40
