@@ -31,7 +31,7 @@ class JsonDataModel(WireModel):
     """
 
     def to_wire(self) -> dict[str, Any]:
-        return self.model_dump(mode="python", by_alias=True, exclude_none=True)
+        return self.model_dump(mode="python", by_alias=True)
 
 
 class ApprovalTaskSnapshot(WireModel):

@@ -92,7 +92,7 @@ class _SnapshotBase(WireModel):
         # key ("\\ud800", which the reference writes) into U+FFFD, or raises UnicodeEncodeError
         # when the key is nested. Every value here is JSON data already, and jsonutil.dumps
         # writes such keys as escapes.
-        return self.model_dump(mode="python", by_alias=True, exclude_none=True)
+        return self.model_dump(mode="python", by_alias=True)
 
     @field_validator("metadata")
     @classmethod
