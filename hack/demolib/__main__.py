@@ -40,8 +40,8 @@ def main() -> int:
     parser.add_argument(
         "--approve-with",
         choices=get_args(Approver),
-        default="oma",
-        help="decide with `oma approve` (default) or `kubectl patch`",
+        default="kubectl",
+        help="decide with `kubectl patch` (default) or `oma approve`",
     )
     args = parser.parse_args()
     try:

@@ -45,7 +45,7 @@ from devcluster.kubeconfig import load_kubeconfig
 from devcluster.procs import ChildProcess
 
 EXAMPLE = REPO / "examples" / "teamrun-demo.yaml"
-Approver = Literal["oma", "kubectl"]
+Approver = Literal["kubectl", "oma"]
 
 
 @dataclass
@@ -216,7 +216,8 @@ async def second_attempt(scene: Scene) -> None:
 
 
 async def approve(scene: Scene, approver: Approver) -> None:
-    step(7, f"approve the tool call as {REVIEWER}")
+    how = "kubectl patch" if approver == "kubectl" else "oma approve"
+    step(7, f"approve the tool call as {REVIEWER} with {how}")
 
     async def created() -> dict[str, Any] | None:
         body = await scene.kube.get(
@@ -229,24 +230,51 @@ async def approve(scene: Scene, approver: Approver) -> None:
     name = decision["metadata"]["name"]
     listing = [scene.tools.kubectl, "-n", scene.namespace, "get", "approvaldecisions"]
     say(f"$ {shown(listing)}\n{(await run_tool(listing, scene.env)).stdout.rstrip()}")
-    patch = json.dumps({"spec": {"decision": "Approved", "reviewer": REVIEWER}})
-    kubectl = [scene.tools.kubectl, "-n", scene.namespace, "patch", "approvaldecision", name]
-    kubectl += ["--type=merge", "-p", patch]
-    oma = [shutil.which("oma") or "oma", "approve", name, "-n", scene.namespace]
-    argv, other = (oma, kubectl) if approver == "oma" else (kubectl, oma)
     reviewer_env = {**scene.env, "KUBECONFIG": str(scene.reviewer_kubeconfig)}
-    say(f"$ KUBECONFIG={REVIEWER}.kubeconfig {shown(argv)}")
-    done = await run_tool(argv, reviewer_env)
-    say("\n".join(f"  {line}" for line in done.stdout.rstrip().splitlines()))
-    say(f"  (equivalent: {shown(other)})")
+    oma = [shutil.which("oma") or "oma", "approve", name, "-n", scene.namespace]
+    if approver == "kubectl":
+        await _approve_with_kubectl(scene, name, reviewer_env)
+        say(f"  (or: {shown(oma)}: the same three steps in one command)")
+    else:
+        say(f"$ KUBECONFIG={REVIEWER}.kubeconfig {shown(oma)}")
+        done = await run_tool(oma, reviewer_env)
+        say("\n".join(f"  {line}" for line in done.stdout.rstrip().splitlines()))
+        say(f"  (or with kubectl: {shown(_patch_argv(scene, name, REVIEWER))})")
     spec = (await scene.kube.get(scene.path("approvaldecisions", name)))["spec"]
     if (spec.get("decision"), spec.get("reviewer")) != ("Approved", REVIEWER):
         raise DemoError(f"{name} was not approved by {REVIEWER}: {spec}")
     summary_line = str(spec.get("summary", "")).splitlines()[0]
     scene.summary["approval"] = (
-        f"{name} Approved by {REVIEWER} (reviewer = the caller's Kubernetes identity, "
-        f"enforced by the chart's policy): {summary_line} hash {spec['requestHash'][:12]}…"
+        f"{name} Approved by {REVIEWER} with {how} (reviewer = the caller's Kubernetes "
+        f"identity, enforced by the chart's policy): {summary_line} "
+        f"hash {spec['requestHash'][:12]}…"
     )
+
+
+def _patch_argv(scene: Scene, name: str, reviewer: str) -> list[str]:
+    patch = json.dumps({"spec": {"decision": "Approved", "reviewer": reviewer}})
+    kubectl = [scene.tools.kubectl, "-n", scene.namespace, "patch", "approvaldecision", name]
+    return [*kubectl, "--type=merge", "-p", patch]
+
+
+async def _approve_with_kubectl(scene: Scene, name: str, reviewer_env: dict[str, str]) -> None:
+    """What a reviewer types: read what is asked, find out who you are to the API server (the
+    chart's ValidatingAdmissionPolicy admits no other reviewer name), patch the decision."""
+    as_reviewer = f"KUBECONFIG={REVIEWER}.kubeconfig"
+    kubectl = [scene.tools.kubectl, "-n", scene.namespace]
+    read = [*kubectl, "get", "approvaldecision", name, "-o", "jsonpath={.spec.summary}"]
+    say(f"$ {as_reviewer} {shown(read)}")
+    summary = (await run_tool(read, reviewer_env)).stdout.rstrip()
+    say("\n".join(f"  {line}" for line in summary.splitlines()))
+    whoami = [scene.tools.kubectl, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"]
+    say(f"$ {as_reviewer} {shown(whoami)}")
+    identity = (await run_tool(whoami, reviewer_env)).stdout.strip()
+    say(f"  {identity}")
+    if identity != REVIEWER:
+        raise DemoError(f"the reviewer kubeconfig authenticates as {identity!r}, not {REVIEWER}")
+    patch = _patch_argv(scene, name, identity)
+    say(f"$ {as_reviewer} {shown(patch)}")
+    say(f"  {(await run_tool(patch, reviewer_env)).stdout.strip()}")
 
 
 async def finish(scene: Scene) -> None:

@@ -16,6 +16,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from oma import __version__
 from oma.cli_approvals import app as approvals_app
@@ -67,10 +68,10 @@ def run(
         )
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except CheckpointFencedError as exc:
-        console.print(f"[yellow]fenced:[/] {exc}", soft_wrap=True)
+        console.print(f"[yellow]fenced:[/] {escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(EXIT_FENCED) from exc
     except OmaError as exc:
-        console.print(f"[red]error:[/] {exc}", soft_wrap=True)
+        console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(EXIT_BAD_INPUT) from exc
     raise typer.Exit(code)
 
@@ -83,8 +84,12 @@ def load_plugins(target: typer.Typer) -> None:
         try:
             entry.load()(target)
         except Exception as exc:
+            # One line whatever the exception: its type and the first line of its message.
+            reason = next(iter(str(exc).splitlines()), "")
             print(
-                f"oma: warning: plugin {entry.name} ({entry.value}) not loaded: {exc}",
+                f"oma: warning: plugin {entry.name} ({entry.value}) not loaded: "
+                f"{type(exc).__name__}{': ' + reason if reason else ''}; its commands are "
+                "unavailable (reinstall or remove the package that provides it)",
                 file=sys.stderr,
             )
 

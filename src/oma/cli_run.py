@@ -79,7 +79,7 @@ def run_command(
     spec = load_spec(spec_path)
     chosen_id = run_id or spec.run_id or spec_path.stem
     default_store = store or Path(".oma") / f"{chosen_id}.json"
-    events_file = events.open("a", encoding="utf-8") if events else None
+    events_file = _open_events(events) if events else None
 
     def announce(resumed: bool) -> None:
         how = "resuming from its checkpoint" if resumed else "starting"
@@ -101,6 +101,18 @@ def run_command(
             events_file.close()
     _summary(outcome, console)
     return outcome.exit_code
+
+
+def _open_events(path: Path) -> IO[str]:
+    """The ``--events`` file, opened for appending before the run starts; a path that cannot be
+    written is bad input (one line), not a traceback after the first event."""
+    try:
+        return path.open("a", encoding="utf-8")
+    except OSError as exc:
+        raise OmaError(
+            f"cannot write events file {path}: {exc.strerror or exc}; "
+            "pass --events a file in an existing, writable directory"
+        ) from exc
 
 
 def _summary(outcome: LocalRun, console: Console) -> None:

@@ -1,5 +1,6 @@
-"""``hack/demo`` as a user runs it: eviction mid-task, attempt 2 resumes, the approval is applied,
-the run succeeds, and nothing it started outlives it (also when interrupted)."""
+"""``hack/demo`` as a user runs it: eviction mid-task, attempt 2 resumes, the approval is applied
+with ``kubectl patch`` (the default), the run succeeds, and nothing it started outlives it (also
+when interrupted)."""
 
 from __future__ import annotations
 
@@ -76,7 +77,9 @@ def test_demo_shows_resume_and_approval(demo_env: dict[str, str], tmp_path: Path
         r"attempt 2 +resumed: pod invoice-a2, same runId invoice-42, engine attempt 2", summary
     )
     assert re.search(r"attempt 3 +succeeded: pod invoice-a3", summary)
-    assert re.search(r"approval +invoice-[0-9a-f]{16} Approved by alice", summary)
+    assert re.search(
+        r"approval +invoice-[0-9a-f]{16} Approved by alice with kubectl patch", summary
+    )
     assert "Tool call ledger_append by agent clerk" in summary
     assert "recorded in the run's store ledger" in summary
     assert re.search(r"checkpoint +schema v4; run invoice-42 attempt 3; tasks 1/1", summary)
@@ -85,8 +88,26 @@ def test_demo_shows_resume_and_approval(demo_env: dict[str, str], tmp_path: Path
     assert output.rstrip().endswith("demo OK")
     # The steps show the commands a reader would type.
     assert "$ helm install oma " in output and "$ kubectl -n oma-demo apply -f -" in output
-    assert "oma approve invoice-" in output
-    assert "kubectl -n oma-demo patch approvaldecision" in output
+    # By default the reviewer decides with kubectl, as the identity the API server knows.
+    approval = output[output.index("==> [7/8] approve the tool call as alice with kubectl patch") :]
+    approval = approval[: approval.index("==> [8/8]")]
+    assert re.search(
+        r"\$ KUBECONFIG=alice.kubeconfig kubectl -n oma-demo get approvaldecision "
+        r"(invoice-[0-9a-f]{16}) -o 'jsonpath=\{\.spec\.summary\}'\n"
+        r"  Tool call ledger_append by agent clerk .*\n(  .*\n)*  Content hash: [0-9a-f]{64}\n",
+        approval,
+    ), approval
+    whoami = "kubectl auth whoami -o 'jsonpath={.status.userInfo.username}'"
+    assert f"$ KUBECONFIG=alice.kubeconfig {whoami}\n  alice\n" in approval
+    patched = re.search(
+        r"\$ KUBECONFIG=alice.kubeconfig kubectl -n oma-demo patch approvaldecision "
+        r"(invoice-[0-9a-f]{16}) --type=merge "
+        r"""-p '\{"spec": \{"decision": "Approved", "reviewer": "alice"\}\}'\n"""
+        r"  approvaldecision.oma.dev/(invoice-[0-9a-f]{16}) patched\n",
+        approval,
+    )
+    assert patched and patched[1] == patched[2], approval
+    assert f"(or: oma approve {patched[1]} -n oma-demo: " in approval
     _assert_clean(tmp_path)
     print(f"hack/demo took {seconds:.1f}s")
 

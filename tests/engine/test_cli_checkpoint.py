@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +118,42 @@ def test_errors_are_one_line_with_documented_codes(
     assert code == 3 and "CHECKPOINT_INVALID" in out and len(out.strip().splitlines()) == 1
     code, out = _cli("export", "--run-id", "bad", "--store", url)
     assert code == 0 and out == '{"version": 9}\n'  # unreadable snapshots can still be exported
+
+
+@pytest.mark.parametrize(
+    ("target", "reason"),
+    [("missing/backup.json", "No such file or directory"), (".", "Is a directory")],
+)
+def test_export_to_an_unwritable_file_is_one_line_and_exit_2(
+    tmp_path: Path, target: str, reason: str
+) -> None:
+    url = _ts_store("a-after-run.store.json", tmp_path)
+    output = tmp_path / target
+    result = runner.invoke(
+        app, ["checkpoint", "export", "--run-id", "conf-a", "--store", url, "-o", str(output)]
+    )
+    assert result.exit_code == 2, result.output
+    assert isinstance(result.exception, SystemExit)  # not an uncaught OSError
+    (line,) = result.output.splitlines()
+    assert line.startswith(f"error: cannot write {output}: {reason}; pass -o a file")
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.timeout(30)
+def test_an_unreachable_store_is_one_line_and_exit_2() -> None:
+    # A bound socket that does not listen: connecting is refused, and the port stays ours.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+        # The URL's socket_connect_timeout bounds each of the three tries even if the address
+        # swallowed packets instead of refusing them.
+        url = f"redis://:s3cret-pw@127.0.0.1:{port}/0?socket_connect_timeout=1"
+        code, out = _cli("show", "--run-id", "x", "--store", url)
+    assert code == 2, out
+    (line,) = out.splitlines()
+    assert line.startswith(f"error: Redis at redis://:***@127.0.0.1:{port}/0")
+    assert "is unreachable" in line and "Check that the server runs" in line
+    assert "s3cret-pw" not in out and "Traceback" not in out
 
 
 def test_attempt_history_of_oma_run_in_its_default_store(

@@ -104,6 +104,22 @@ def test_oma_run_bad_input_is_one_line_and_exit_2(
     assert problem in result.output and result.output.startswith("error:")
 
 
+def test_oma_run_an_unwritable_events_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    spec = tmp_path / "run.json"
+    spec.write_text(json.dumps(_spec(runId="events")))
+    store = tmp_path / "s.json"
+    events = tmp_path / "missing" / "events.jsonl"
+    result = CliRunner().invoke(
+        app, ["run", str(spec), "--store", str(store), "--events", str(events)]
+    )
+    assert result.exit_code == 2, result.output
+    assert isinstance(result.exception, SystemExit)  # not an uncaught FileNotFoundError
+    (line,) = result.output.splitlines()
+    assert line.startswith(f"error: cannot write events file {events}: No such file or directory")
+    assert "Traceback" not in result.output
+    assert not store.exists()  # refused before the run started
+
+
 async def test_ledger_tool_applies_each_call_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
