@@ -7,6 +7,7 @@ Kubernetes resource; one validation serves every entry point.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 import yaml
@@ -242,6 +243,13 @@ def load_run_spec(text: str | bytes, source: str) -> RunSpec:
         return RunSpec.model_validate(raw)
     except ValidationError as exc:
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'spec'}: {e['msg']}" for e in exc.errors()
+            f"{'.'.join(_printable(p) for p in e['loc']) or 'spec'}: {_printable(e['msg'])}"
+            for e in exc.errors()
         )
         raise RunSpecError(f"run spec {source} is invalid: {problems}") from exc
+
+
+def _printable(part: object) -> str:
+    """A field name or message as one line: control characters (a key may hold any) escaped."""
+    text = str(part)
+    return text if text.isprintable() else json.dumps(text, ensure_ascii=False)[1:-1]

@@ -191,3 +191,14 @@ def test_run_spec_text_loads() -> None:
     text = "agents: [{name: w, model: {provider: scripted, script: [{text: hi}]}}]\n"
     spec = load_run_spec(text + "tasks: [{title: T, description: d}]\n", "spec.yaml")
     assert spec.agents[0].name == "w"
+
+
+def test_spec_error_for_a_field_name_with_control_characters_is_one_line() -> None:
+    """Found by tests/fuzz/test_run_spec_fuzz.py: an unknown key holding a newline broke the
+    one-line error the CLI prints."""
+    text = json.dumps({"runId": "r", "agents": [{"name": "w", "bad\nkey\t": None}]})
+    with pytest.raises(RunSpecError) as refused:
+        load_run_spec(text, "spec.json")
+    message = str(refused.value)
+    assert "\n" not in message and "\t" not in message
+    assert "bad\\nkey\\t" in message  # the key is still named, escaped
