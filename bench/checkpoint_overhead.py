@@ -1,13 +1,16 @@
 """Checkpoint save cost per backend, against a raw write of the same bytes, and write
 amplification of a long conversation.
 
-    .venv/bin/python bench/checkpoint_overhead.py [--quick]
+    .venv/bin/python bench/checkpoint_overhead.py [--quick] [--parts P,...] [--backends B,...]
 
 Starts its own redis-server and PostgreSQL as child processes (Debian packages, as the tests
 use) and stops them at the end. Prints, per backend and snapshot size (about 10 KB, 100 KB,
 1 MB): p50/p99 of ``Checkpoint.save`` (plain and fenced) and of a raw ``set`` of the same
 string to the same store in the same run, and their ratio. Then runs a 300-turn agent
-conversation on each backend and prints total bytes written / final snapshot size.
+conversation on each backend and prints total bytes written / final snapshot size, and, from
+the size of the snapshot written at each of its boundaries, an estimate of what a journal would
+write instead (a full snapshot every K boundaries; the assumption is printed with the table).
+``--parts amplification`` runs only that part, ``--backends memory,redis`` only those stores.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -154,17 +158,22 @@ async def measure_size(
 
 
 class CountingStore:
-    """Counts the bytes of every value written through it."""
+    """Counts the bytes of every value written through it, and keeps the size of each
+    snapshot written to a checkpoint's ``.../latest`` key (one per boundary)."""
 
     def __init__(self, inner: MemoryStore) -> None:
         self.inner = inner
         self.written = 0
+        self.snapshots: list[int] = []  # bytes of each ``.../latest`` write, in order
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
     async def set(self, key: str, value: str, metadata: Metadata | None = None) -> None:
-        self.written += len(value.encode())
+        size = len(value.encode())
+        self.written += size
+        if key.endswith("/latest"):
+            self.snapshots.append(size)
         await self.inner.set(key, value, metadata)
 
 
@@ -172,7 +181,15 @@ class NoteInput(BaseModel):
     note: str
 
 
-async def amplification(store: MemoryStore, turns: int) -> tuple[int, int, float]:
+@dataclass(frozen=True)
+class Amplification:
+    written: int  # every byte written to the store in the run
+    final: int  # the last snapshot
+    seconds: float
+    snapshots: list[int]  # the snapshot written at each boundary, in bytes
+
+
+async def amplification(store: MemoryStore, turns: int) -> Amplification:
     async def note(args: NoteInput, ctx: ToolContext) -> str:
         return f"noted {args.note}"
 
@@ -197,7 +214,42 @@ async def amplification(store: MemoryStore, turns: int) -> tuple[int, int, float
     assert result.success, result.status
     final = await store.get("__oma_checkpoint__/amp/latest")
     assert final is not None
-    return counting.written, len(final.value.encode()), elapsed
+    return Amplification(counting.written, len(final.value.encode()), elapsed, counting.snapshots)
+
+
+JOURNAL_KS = (8, 16, 32, 64)
+JOURNAL_HEADER = 400  # bytes of a journal record besides what the snapshot grew by
+
+
+def journal_bytes(snapshots: list[int], k: int, others: int = 0) -> int:
+    """Bytes a run would write if ``.../latest`` were a full snapshot at the first boundary,
+    every ``k``-th and the last, and each boundary between appended a journal record of the
+    snapshot's growth since the previous boundary plus ``JOURNAL_HEADER`` bytes; ``others``
+    (writes to other keys) are counted as they are."""
+    total = others
+    last = len(snapshots) - 1
+    for index, size in enumerate(snapshots):
+        if index % k == 0 or index == last:
+            total += size
+        else:
+            total += max(0, size - snapshots[index - 1]) + JOURNAL_HEADER
+    return total
+
+
+def journal_table(measured: Amplification) -> list[str]:
+    """The estimate for each K in ``JOURNAL_KS``, from the boundaries of one measured run."""
+    others = measured.written - sum(measured.snapshots)
+    estimates = [journal_bytes(measured.snapshots, k, others) for k in JOURNAL_KS]
+    label = 38
+    return [
+        f"{'K (full snapshot every K boundaries)':{label}}"
+        + "".join(f"{k:>9}" for k in JOURNAL_KS),
+        f"{'bytes written':{label}}" + "".join(f"{b / 1e6:>6.1f} MB" for b in estimates),
+        f"{'× final snapshot':{label}}"
+        + "".join(f"{b / measured.final:>8.0f}×" for b in estimates),
+        f"{'less than today':{label}}"
+        + "".join(f"{measured.written / b:>8.1f}×" for b in estimates),
+    ]
 
 
 @asynccontextmanager
@@ -236,34 +288,67 @@ async def backends(workdir: Path) -> AsyncIterator[dict[str, Callable[[], Awaita
                 server.close()
 
 
-async def main(quick: bool) -> None:
+PARTS = ("saves", "amplification")
+
+
+async def main(quick: bool, parts: tuple[str, ...] = PARTS, names: tuple[str, ...] = ()) -> None:
     repeats, turns = (10, 60) if quick else (60, 300)
     print(
         f"# checkpoint overhead · {platform.node()} · {platform.processor() or platform.machine()}"
         f" · Python {platform.python_version()} · {'quick' if quick else 'full'} run"
-    )
-    print("times in ms; ratio = p50 plain save / p50 raw set of the same string, same store\n")
-    print(
-        f"{'backend':9} {'size':>6} {'bytes':>9} {'raw p50':>7} {'p99':>7}  "
-        f"{'save p50':>7} {'p99':>7}  {'fenced':>7} {'p99':>7}  {'ratio':>7}"
+        f" · parts {','.join(parts)}"
     )
     with tempfile.TemporaryDirectory(prefix="oma-bench-") as tmp:
-        async with backends(Path(tmp)) as stores:
-            for name, make in stores.items():
-                store = await make()
-                for row in await measure_saves(store, name, repeats):
-                    print(row)
-                await _close(store)
-            print(
-                f"\nwrite amplification over a {turns}-turn conversation "
-                "(every boundary saves the whole snapshot):"
-            )
-            print(f"{'backend':9} {'written':>12} {'final':>10} {'ratio':>8} {'run s':>7}")
-            for name, make in stores.items():
-                store = await make()
-                written, final, elapsed = await amplification(store, turns)
-                print(f"{name:9} {written:>12} {final:>10} {written / final:>7.1f}x {elapsed:7.2f}")
-                await _close(store)
+        async with backends(Path(tmp)) as available:
+            stores = {n: make for n, make in available.items() if not names or n in names}
+            if "saves" in parts:
+                print(
+                    "times in ms; ratio = p50 plain save / p50 raw set of the same string, "
+                    "same store\n"
+                )
+                print(
+                    f"{'backend':9} {'size':>6} {'bytes':>9} {'raw p50':>7} {'p99':>7}  "
+                    f"{'save p50':>7} {'p99':>7}  {'fenced':>7} {'p99':>7}  {'ratio':>7}"
+                )
+                for name, make in stores.items():
+                    store = await make()
+                    for row in await measure_saves(store, name, repeats):
+                        print(row)
+                    await _close(store)
+            if "amplification" in parts:
+                print(
+                    f"\nwrite amplification over a {turns}-turn conversation "
+                    "(every boundary saves the whole snapshot):"
+                )
+                print(f"{'backend':9} {'written':>12} {'final':>10} {'ratio':>8} {'run s':>7}")
+                measured: dict[str, Amplification] = {}
+                for name, make in stores.items():
+                    store = await make()
+                    run = measured[name] = await amplification(store, turns)
+                    print(
+                        f"{name:9} {run.written:>12} {run.final:>10} "
+                        f"{run.written / run.final:>7.1f}x {run.seconds:7.2f}"
+                    )
+                    await _close(store)
+                print_journal_estimate(measured)
+
+
+def print_journal_estimate(measured: dict[str, Amplification]) -> None:
+    name, first = next(iter(measured.items()))
+    same = all(run.snapshots == first.snapshots for run in measured.values())
+    print(
+        f"\njournal estimate, from the snapshot written at each of the {len(first.snapshots)} "
+        f"boundaries of the {name} run\n(those sizes are "
+        f"{'the same' if same else 'NOT the same'} on every backend measured):"
+    )
+    print(
+        "assumption: `latest` gets a full snapshot at the first boundary, every K-th and the "
+        "last;\nany other boundary appends a journal record = the snapshot's growth since the "
+        f"previous\nboundary + {JOURNAL_HEADER} bytes of header. Today: "
+        f"{first.written / 1e6:.1f} MB written, final snapshot {first.final} bytes.\n"
+    )
+    for line in journal_table(first):
+        print(line)
 
 
 async def _close(store: MemoryStore) -> None:
@@ -272,7 +357,27 @@ async def _close(store: MemoryStore) -> None:
         await closer()
 
 
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats and turns")
-    asyncio.run(main(parser.parse_args().quick))
+    parser.add_argument(
+        "--parts",
+        type=_names,
+        default=PARTS,
+        help=f"comma-separated, of {','.join(PARTS)} (default: both)",
+    )
+    parser.add_argument(
+        "--backends",
+        type=_names,
+        default=(),
+        help="comma-separated, of memory,file,redis,postgres (default: all available)",
+    )
+    args = parser.parse_args()
+    unknown = set(args.parts) - set(PARTS)
+    if unknown:
+        parser.error(f"unknown parts: {','.join(sorted(unknown))}")
+    asyncio.run(main(args.quick, args.parts, args.backends))

@@ -230,39 +230,44 @@ def report(
     cpu_before: Any,
     cpu_after: Any,
 ) -> None:
+    """The results as markdown (docs/performance.md pastes this part of the output as is)."""
     n = len(rows)
     print()
-    print(f"## Operator reaction to {n} evictions (Eviction API), turns of {args.delay}s")
+    print(f"### {n} evictions (Eviction API), turns of {args.delay} s")
     print()
     print("| from the eviction request to | count | p50 | p99 | max |")
     print("|---|---|---|---|---|")
     print(stats_row("old runner terminated (drain)", [r["drain"] for r in rows]))
     print(stats_row("**next attempt's pod created**", [r["new_pod"] for r in rows]))
-    print(stats_row("(pod created − drain: operator)", [r["operator"] for r in rows]))
+    print(stats_row("(pod created − drain: the operator's part)", [r["operator"] for r in rows]))
     print(stats_row("next pod Running", [r["running"] for r in rows]))
     print(stats_row("**next runner's first model call**", [r["first_call"] for r in rows]))
-    p99 = percentile([r["new_pod"] for r in rows], 0.99)
-    verdict = "met" if p99 < TARGET_P99 else "MISSED"
     print()
-    print(f"target: eviction -> new pod p99 < {TARGET_P99:.0f} s: {verdict} ({p99:.3f} s)")
+    if n:
+        p99 = percentile([r["new_pod"] for r in rows], 0.99)
+        verdict = "met" if p99 < TARGET_P99 else "MISSED"
+        print(f"- target: eviction → new pod p99 < {TARGET_P99:.0f} s: **{verdict}** ({p99:.3f} s)")
     exits = Counter(int(r["exit"]) for r in rows)
     outcomes = Counter(a.get("outcome") for a in status.get("attempts") or [])
-    print(f"evicted runners' exit codes: {dict(exits)} (11 = drained after SIGTERM)")
+    print(f"- evicted runners' exit codes: {dict(exits)} (11 = drained after SIGTERM)")
     print(
-        f"TeamRun: attempt {status.get('attempt')}, disruptions {status.get('disruptions')}, "
+        f"- TeamRun: attempt {status.get('attempt')}, disruptions {status.get('disruptions')}, "
         f"outcomes {dict(outcomes)}"
     )
-    total = sum(requests.values())
     if cpu_before is not None and cpu_after is not None and n:
         cpu = cpu_after.cpu_seconds - cpu_before.cpu_seconds
         print(
-            f"operator: {cpu:.2f} CPU s over the evictions ({cpu / n * 1000:.0f} ms each), "
-            f"peak RSS {cpu_after.peak_rss_mib:.0f} MiB"
+            f"- operator: {cpu:.2f} CPU s over the evictions ({cpu / n * 1000:.0f} ms each), "
+            f"peak RSS {cpu_after.peak_rss_mib:.0f} MiB (VmHWM)"
         )
     if n:
-        print(f"operator API requests: {total} ({total / n:.1f} per eviction)")
+        total = sum(requests.values())
+        print(f"- operator API requests: {total}, **{total / n:.1f} per eviction**")
+        print()
+        print("| verb resource | per eviction | total |")
+        print("|---|---|---|")
         for key, count in requests.most_common():
-            print(f"  {count / n:6.2f}/eviction  {key}")
+            print(f"| {key} | {count / n:.2f} | {count} |")
 
 
 def main() -> None:

@@ -112,3 +112,6 @@ def test_quick_runs_print_their_tables(script: str, marker: str) -> None:
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert marker in done.stdout
     assert "# machine:" in done.stdout and "# command:" in done.stdout
+    # the report is markdown, as docs/performance.md pastes it: a verdict, the requests table
+    assert "\n- target: " in done.stdout
+    assert "\n| verb resource | per " in done.stdout

@@ -66,6 +66,44 @@ def test_restore_cost_prints_its_table() -> None:
     assert all(len(row) == 11 for row in rows)
 
 
+def test_checkpoint_overhead_prints_its_journal_estimate() -> None:
+    output = _bench(
+        "checkpoint_overhead.py", "--parts", "amplification", "--backends", "memory,file"
+    )
+    assert "raw p50" not in output  # the save part was left out
+    rows = _rows(output, "backend")[:2]
+    assert [row[0] for row in rows] == ["memory", "file"]
+    written, final = int(rows[0][1]), int(rows[0][2])
+    assert rows[1][1:3] == rows[0][1:3]  # the same bytes on both stores
+    assert "those sizes are the same on every backend measured" in output
+    assert "+ 400 bytes of header" in output
+    lines = output.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("K (full snapshot"))
+    ks, _, finals, less = (line.rsplit(maxsplit=4)[1:] for line in lines[start : start + 4])
+    assert ks == ["8", "16", "32", "64"]
+    estimates = [float(v) * 1e6 for v in lines[start + 1].split()[2::2]]  # "18.3 MB" cells
+    assert len(estimates) == 4 and estimates == sorted(estimates, reverse=True)
+    assert all(0 < e < written for e in estimates)
+    for estimate, times_final, ratio in zip(estimates, finals, less, strict=True):
+        by_final = float(times_final.rstrip("×")) * final  # both columns: the same estimate
+        by_ratio = written / float(ratio.rstrip("×"))
+        assert abs(by_final - by_ratio) <= 0.05 * by_ratio
+        assert abs(estimate - by_ratio) <= 0.06e6 + 0.05 * by_ratio
+
+
+def test_journal_estimate_arithmetic() -> None:
+    from bench.checkpoint_overhead import JOURNAL_HEADER, journal_bytes
+
+    sizes = [100, 150, 220, 300, 290, 310]
+    # full at 0, 2, 4 and the last (5); growth + header at 1 and 3
+    assert journal_bytes(sizes, 2) == 100 + 50 + 220 + 80 + 290 + 310 + 2 * JOURNAL_HEADER
+    # the last boundary is a full write; one whose snapshot shrank still costs its header
+    assert (
+        journal_bytes(sizes, 8, others=7) == 100 + 50 + 70 + 80 + 0 + 310 + 4 * JOURNAL_HEADER + 7
+    )
+    assert journal_bytes(sizes, 1) == sum(sizes)  # K = 1 is today's snapshot-per-boundary
+
+
 class NoteInput(BaseModel):
     note: str
 
