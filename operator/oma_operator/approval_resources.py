@@ -21,7 +21,20 @@ def summary(request: ApprovalRequest) -> str:
     """What the reviewer decides on, in words; the hash binds the exact JSON content."""
     content = request.content
     lines: list[str] = []
-    if request.scope == "tool_call":
+    if request.scope == "uncertain_tool_call":
+        lines.append(
+            f"Uncertain tool call {content.get('toolName')} by agent {content.get('agentName')} "
+            f"in task {content.get('taskId')} (call {content.get('toolCallId')}): it started at "
+            f"{content.get('startedAt')} in attempt {content.get('startedAttempt')} and the run "
+            "stopped before its result was saved, so it may or may not have happened."
+        )
+        lines.append("Input: " + _json(content.get("input")))
+        lines.append(
+            "Check its effect, then set decision Approved to run it again, or Rejected with "
+            "resolution Done (and result: what it did) to record it as done, or Rejected "
+            "(resolution Failed) to record it as not done."
+        )
+    elif request.scope == "tool_call":
         lines.append(
             f"Tool call {content.get('toolName')} by agent {content.get('agentName')} "
             f"in task {content.get('taskId')} (call {content.get('toolCallId')})."

@@ -38,6 +38,17 @@ async def run_records(store: MemoryStore, run_id: str) -> list[ApprovalRecord]:
     return records
 
 
+def decision_word(scope: str, spec: dict[str, Any]) -> str:
+    """The ledger's word for a resource's decision: an uncertain tool call is settled as retry
+    (Approved), done or failed (Rejected, failed unless resolution says Done)."""
+    approved = spec["decision"] == "Approved"
+    if scope != "uncertain_tool_call":
+        return "approve" if approved else "reject"
+    if approved:
+        return "retry"
+    return "done" if spec.get("resolution") == "Done" else "failed"
+
+
 async def sync_approvals(kube: Kube, teamrun: dict[str, Any], spec: TeamRunSpec) -> bool:
     """Create missing ApprovalDecisions, record decisions set on them, reflect decisions made
     elsewhere (e.g. with the CLI) into their status. True when nothing is left undecided."""
@@ -74,8 +85,9 @@ async def _apply(
                 await DurableApprovalLedger(store).decide(
                     request_id=spec["requestId"],
                     request_hash=spec["requestHash"],
-                    decision="approve" if spec["decision"] == "Approved" else "reject",
+                    decision=decision_word(record.request.scope, spec),
                     reviewer={"id": reviewer},
+                    result=spec.get("result"),
                 )
             except DurableApprovalError as exc:
                 status = {"recorded": False, "message": f"{exc.code}: {exc}"}
@@ -88,6 +100,7 @@ async def _apply(
             "decision": decision.decision,
             "reviewer": decision.reviewer.id,
             "decidedAt": decision.decided_at,
+            **({"resolution": decision.resolution} if decision.resolution else {}),
             **({"message": status["message"]} if "message" in status else {}),
         }
     if status and resource.get("status") != status:

@@ -1,4 +1,5 @@
-"""``oma approve NAME`` / ``oma reject NAME``: decide an ``ApprovalDecision`` resource.
+"""``oma approve NAME`` / ``oma reject NAME`` / ``oma resolve NAME``: decide an
+``ApprovalDecision`` resource (``resolve`` settles an uncertain tool call: retry, done, failed).
 
 Registered into the ``oma`` command line through the ``oma.cli`` entry point (the engine must
 not import Kubernetes code). The decision is a merge patch of ``spec.decision`` and
@@ -31,6 +32,12 @@ if TYPE_CHECKING:
 EXIT_REFUSED, EXIT_NO_CLUSTER = 1, 2
 SUMMARY_LINES = 6  # enough for a tool call (what, input, hash); the resource holds the rest
 Verdict = Literal["Approved", "Rejected"]
+Outcome = Literal["retry", "done", "failed"]
+_OUTCOMES: dict[str, tuple[Verdict, str]] = {
+    "retry": ("Approved", "Retry"),
+    "done": ("Rejected", "Done"),
+    "failed": ("Rejected", "Failed"),
+}
 
 
 class DecisionRefused(Exception):
@@ -90,6 +97,27 @@ def register(app: typer.Typer) -> None:
         """Reject an ApprovalDecision as your current Kubernetes user."""
         _command("Rejected", name, namespace, kubeconfig, reason, as_json)
 
+    @app.command()
+    def resolve(
+        name: NameArgument,
+        outcome: Annotated[
+            Outcome,
+            typer.Argument(help="retry: run it again; done: it happened; failed: it did not."),
+        ],
+        result: Annotated[
+            str | None,
+            typer.Option(help="With done: what the call did (the model is told this)."),
+        ] = None,
+        namespace: NamespaceOption = None,
+        kubeconfig: KubeconfigOption = None,
+        reason: ReasonOption = None,
+        as_json: JsonOption = False,
+    ) -> None:
+        """Settle an uncertain tool call (scope uncertain_tool_call) as your Kubernetes user."""
+        verdict, resolution = _OUTCOMES[outcome]
+        settle = {"resolution": resolution} | ({"result": result} if result is not None else {})
+        _command(verdict, name, namespace, kubeconfig, reason, as_json, settle)
+
 
 def _command(
     verdict: Verdict,
@@ -98,11 +126,13 @@ def _command(
     kubeconfig: Path | None,
     reason: str | None,
     as_json: bool,
+    settle: dict[str, str] | None = None,
 ) -> None:
     try:
         path = kubeconfig or default_kubeconfig()
         target = Target(name, namespace or context_namespace(path), path)
-        result = asyncio.run(decide(target, verdict, reason, show=None if as_json else _show))
+        show = None if as_json else _show
+        result = asyncio.run(decide(target, verdict, reason, show=show, settle=settle))
     except DecisionRefused as exc:
         typer.echo(f"error: {exc}", err=True)
         if as_json:
@@ -111,7 +141,8 @@ def _command(
     if as_json:
         typer.echo(json.dumps(result, ensure_ascii=False, indent=2))
     else:
-        typer.echo(f"{verdict.lower()} by {result['reviewer']}")
+        settled = f" ({result['resolution']})" if result.get("resolution") else ""
+        typer.echo(f"{verdict.lower()}{settled} by {result['reviewer']}")
 
 
 def default_kubeconfig() -> Path:
@@ -149,9 +180,11 @@ async def decide(
     verdict: Verdict,
     reason: str | None,
     show: Callable[[dict[str, Any]], None] | None = None,
+    settle: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Check the decision is pending, show it (``show(decision)``), patch it; return the
-    decided resource as a small dict. Raises ``DecisionRefused`` for every expected failure."""
+    decided resource as a small dict. Raises ``DecisionRefused`` for every expected failure.
+    ``settle`` adds ``resolution`` (and ``result``) for an uncertain tool call."""
     # Imported here, not at the top: every `oma` invocation loads this plugin to register it.
     from oma_operator.client import KubeError
 
@@ -172,6 +205,13 @@ async def decide(
         spec: dict[str, Any] = {"decision": verdict, "reviewer": reviewer}
         if reason is not None:
             spec["reason"] = reason
+        if settle:
+            if (decision.get("spec") or {}).get("scope") != "uncertain_tool_call":
+                raise DecisionRefused(
+                    f"approvaldecision {target.name} is not an uncertain tool call: use "
+                    "oma approve or oma reject"
+                )
+            spec |= settle
         version = decision["metadata"]["resourceVersion"]
         try:
             decided = await kube.patch_decision_spec(target.namespace, target.name, spec, version)
@@ -238,7 +278,10 @@ def _show(decision: dict[str, Any]) -> None:
 
 def _result(decided: dict[str, Any], namespace: str) -> dict[str, Any]:
     spec = decided.get("spec") or {}
-    keys = ("teamRun", "requestId", "requestHash", "scope", "decision", "reviewer", "reason")
+    keys = (
+        *("teamRun", "requestId", "requestHash", "scope", "decision", "reviewer", "reason"),
+        *("resolution", "result"),
+    )
     return {
         "name": decided["metadata"]["name"],
         "namespace": namespace,

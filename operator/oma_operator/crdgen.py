@@ -87,8 +87,12 @@ def teamrun_crd() -> dict[str, Any]:
         {"rule": "self.mode != 'team' || has(self.goal)", "message": "mode team needs a goal"},
         {"rule": "self.mode != 'plan' || has(self.plan)", "message": "mode plan needs a plan"},
         {
-            "rule": "!has(oldSelf.runId) || (has(self.runId) && self.runId == oldSelf.runId)",
-            "message": "runId is immutable",
+            # Neither set, changed nor removed once the TeamRun exists: a runId added later
+            # would start a fresh run beside the checkpointed one and repeat its side effects.
+            "rule": "has(self.runId) == has(oldSelf.runId) && "
+            "(!has(self.runId) || self.runId == oldSelf.runId)",
+            "message": "runId is immutable: it cannot be set, changed or removed after creation "
+            "(create a new TeamRun for a new run)",
         },
     ]
     spec["properties"]["store"]["x-kubernetes-validations"] = [
@@ -135,7 +139,29 @@ def approvaldecision_crd() -> dict[str, Any]:
             "(has(oldSelf.reviewer) ? oldSelf.reviewer : '') && "
             "(has(self.reason) ? self.reason : '') == (has(oldSelf.reason) ? oldSelf.reason : ''))",
             "message": "reviewer and reason are final once the decision is made",
-        }
+        },
+        {
+            "rule": "oldSelf.decision == 'Pending' || ("
+            "(has(self.resolution) ? self.resolution : '') == "
+            "(has(oldSelf.resolution) ? oldSelf.resolution : '') && "
+            "(has(self.result) ? self.result : '') == (has(oldSelf.result) ? oldSelf.result : ''))",
+            "message": "resolution and result are final once the decision is made",
+        },
+        {
+            "rule": "self.scope == 'uncertain_tool_call' || (!has(self.resolution) && "
+            "!has(self.result))",
+            "message": "resolution and result are only for scope uncertain_tool_call",
+        },
+        {
+            "rule": "!has(self.resolution) || self.decision == 'Pending' || "
+            "(self.decision == 'Approved' ? self.resolution == 'Retry' : "
+            "self.resolution != 'Retry')",
+            "message": "resolution Retry goes with Approved; Done or Failed with Rejected",
+        },
+        {
+            "rule": "!has(self.result) || (has(self.resolution) && self.resolution == 'Done')",
+            "message": "result is only recorded with resolution Done",
+        },
     ]
     return _crd(
         kind="ApprovalDecision",

@@ -255,8 +255,12 @@ class ApprovalDecisionSpec(SpecModel):
         pattern=r"^[0-9a-f]{64}$",
         description="SHA-256 of the exact content asked about; a decision binds to it.",
     )
-    scope: Literal["plan", "task_round", "task_dispatch", "tool_call"] = Field(
-        description="What is to be approved: a plan, a round of tasks, one task, one tool call."
+    scope: Literal["plan", "task_round", "task_dispatch", "tool_call", "uncertain_tool_call"] = (
+        Field(
+            description="What is to be approved: a plan, a round of tasks, one task, one tool "
+            "call, or an uncertain tool call (a non-idempotent call that started before a crash "
+            "and may or may not have happened)."
+        )
     )
     summary: str = Field(
         default="", max_length=16384, description="The content asked about, for the reviewer."
@@ -269,3 +273,14 @@ class ApprovalDecisionSpec(SpecModel):
         default=None, max_length=253, description="Who decides (oma approve fills it in)."
     )
     reason: str | None = Field(default=None, max_length=4096, description="Why, for the record.")
+    resolution: Literal["Retry", "Done", "Failed"] | None = Field(
+        default=None,
+        description="Only for scope uncertain_tool_call: Approved means Retry (run the call "
+        "again); Rejected means Failed (record it as not done, the default) or Done (record it "
+        "as having happened without running it; say what it did in result).",
+    )
+    result: str | None = Field(
+        default=None,
+        max_length=16384,
+        description="With resolution Done: what the call did, given to the model as its result.",
+    )

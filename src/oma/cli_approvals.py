@@ -3,6 +3,11 @@
 Exit codes: 0 done; 1 the ledger refused (not found, stale hash, already decided, tampered
 row: the error code is printed); 2 bad input (no store, bad URL, short hash).
 
+An ``uncertain_tool_call`` request (a non-idempotent call that may or may not have happened) is
+settled with ``resolve ID retry|done|failed``: ``retry`` runs it again (as ``approve`` does),
+``done`` records it as having happened without running it (``--result`` says what it did, for
+the model), ``failed`` records it as not done (as ``reject`` does).
+
 Deciding requires ``--hash`` with (a prefix of at least 12 characters of) the request hash that
 ``show`` prints: a reviewer confirms exactly the content they looked at, and a request whose
 content changed since then is refused as stale.
@@ -19,6 +24,7 @@ from rich.console import Console
 
 from oma.approval.errors import DurableApprovalError
 from oma.approval.ledger import ApprovalRecord, DurableApprovalLedger
+from oma.approval.models import Resolution
 from oma.cli_store import EXIT_BAD_INPUT, JsonOption, StoreOption, with_store
 from oma.store.base import MemoryStore
 from oma.store.reserved import APPROVAL_KEY_PREFIX
@@ -49,7 +55,10 @@ async def _records(store: MemoryStore, run_id: str | None) -> list[ApprovalRecor
 
 
 def _state(record: ApprovalRecord) -> str:
-    return record.decision.decision if record.decision else "pending"
+    if record.decision is None:
+        return "pending"
+    resolution = record.decision.resolution
+    return record.decision.decision + (f" ({resolution})" if resolution else "")
 
 
 @app.command("list")
@@ -100,7 +109,14 @@ def show(request_id: str, store: StoreOption = None, as_json: JsonOption = False
     console.print_json(json.dumps(request.content, ensure_ascii=False))
     if record.decision is not None:
         d = record.decision
-        console.print(f"decision  {d.decision} by {d.reviewer.id} at {d.decided_at}")
+        console.print(f"decision  {_state(record)} by {d.reviewer.id} at {d.decided_at}")
+        if d.result is not None:
+            console.print(f"result    {d.result}")
+    elif request.scope == "uncertain_tool_call":
+        console.print(
+            f"settle with: oma approvals resolve {request.id} retry|done|failed --reviewer NAME "
+            f"--hash {request.request_hash[:MIN_HASH_PREFIX]} [--result TEXT]"
+        )
     else:
         console.print(
             f"decide with: oma approvals approve {request.id} --reviewer NAME "
@@ -132,6 +148,7 @@ def _decide(
     seen_hash: str,
     display_name: str | None,
     store: str | None,
+    result: str | None = None,
 ) -> None:
     if len(seen_hash) < MIN_HASH_PREFIX:
         console.print(
@@ -157,11 +174,14 @@ def _decide(
             request_hash=record.request.request_hash,
             decision=word,
             reviewer=who,
+            result=result,
         )
 
     decision = _with_store(store, decide)
+    settled = f" ({decision.resolution})" if decision.resolution else ""
     console.print(
-        f"{decision.decision} {request_id} as {decision.reviewer.id} (hash {decision.request_hash})"
+        f"{decision.decision}{settled} {request_id} as {decision.reviewer.id} "
+        f"(hash {decision.request_hash})"
     )
 
 
@@ -187,3 +207,23 @@ def reject(
 ) -> None:
     """Reject the request; a rejected tool call becomes a denied result, other gates end the run."""
     _decide("reject", request_id, reviewer, hash_, display_name, store)
+
+
+@app.command()
+def resolve(
+    request_id: str,
+    outcome: Annotated[
+        Resolution,
+        typer.Argument(help="retry: run it again; done: it happened; failed: it did not."),
+    ],
+    reviewer: ReviewerOption,
+    hash_: HashOption,
+    result: Annotated[
+        str | None,
+        typer.Option("--result", help="With done: what the call did (the model is told this)."),
+    ] = None,
+    display_name: NameOption = None,
+    store: StoreOption = None,
+) -> None:
+    """Settle an uncertain tool call (it may or may not have happened before a crash)."""
+    _decide(outcome, request_id, reviewer, hash_, display_name, store, result)

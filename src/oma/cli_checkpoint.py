@@ -4,8 +4,9 @@ The store is ``--store URL``, else ``$OMA_STORE_URL``, else the file ``oma run``
 (``.oma/<run-id>.json``) when it exists.
 
 Exit codes: 0 done; 1 no checkpoint for that run; 2 bad input (no store, bad URL, unreachable
-store, ``delete`` without ``--yes`` when not interactive); 3 the stored checkpoint or attempt
-log is unreadable (the message says what is wrong; ``export`` still writes the raw value).
+store, an ``export -o`` file that cannot be written, ``delete`` without ``--yes`` when not
+interactive); 3 the stored checkpoint or attempt log is unreadable (the message says what is
+wrong; ``export`` still writes the raw value).
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ from pathlib import Path
 from typing import Annotated, TypeVar
 
 import typer
+from rich.markup import escape
 
 from oma.checkpoint.attempts import AttemptRecord, attempts_key, load_attempt_log
 from oma.checkpoint.keys import checkpoint_key
 from oma.checkpoint.manager import Checkpoint
 from oma.checkpoint.summary import CheckpointSummary, summarize
-from oma.cli_store import JsonOption, StoreOption, errors, with_store
+from oma.cli_store import EXIT_BAD_INPUT, JsonOption, StoreOption, errors, with_store
 from oma.errors import CheckpointError, OmaError
 from oma.store.base import MemoryStore
 from oma.store.reserved import CHECKPOINT_KEY_PREFIX
@@ -37,6 +39,7 @@ _STATE_TEXT = {
     "uncertain": "started, not committed: may or may not have happened (a reviewer decides)",
     "awaiting_approval": "awaiting approval",
     "approved_not_run": "approved, runs on resume",
+    "recorded_done": "recorded as done by a reviewer (not run again; the model gets their record)",
     "rejected": "rejected (the model sees a denial)",
 }
 
@@ -120,8 +123,16 @@ def export(
     if output is None:
         sys.stdout.write(value + "\n")
         return
-    output.write_text(value, encoding="utf-8")
-    errors.print(f"wrote {len(value)} characters to {output}")
+    try:
+        output.write_text(value, encoding="utf-8")
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        errors.print(
+            f"[red]error:[/] cannot write {escape(str(output))}: {escape(reason)}; pass -o a file "
+            "in an existing, writable directory (or omit -o for stdout)"
+        )
+        raise typer.Exit(EXIT_BAD_INPUT) from exc
+    errors.print(f"wrote {len(value)} characters to {escape(str(output))}")
 
 
 @app.command()
@@ -140,7 +151,7 @@ def delete(
             errors.print(
                 "[red]error:[/] refusing to delete without --yes (stdin is not a terminal)"
             )
-            raise typer.Exit(2)
+            raise typer.Exit(EXIT_BAD_INPUT)
         typer.confirm(f"delete the checkpoint of run {run_id!r} ({key})?", abort=True)
 
     async def remove(s: MemoryStore) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import types
 import typing
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
@@ -44,11 +44,16 @@ class WireModel(BaseModel):
         allow_inf_nan=False,
     )
 
+    # A report (e.g. ``oma checkpoint show --json``) sets this False: every field, null included.
+    omit_none: ClassVar[bool] = True
+
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
         # Per declared field rather than ``exclude_none`` at dump time, which would also drop
         # unknown fields whose value is null.
         super().__pydantic_init_subclass__(**kwargs)
+        if not cls.omit_none:
+            return
         changed = False
         for info in cls.model_fields.values():
             if info.exclude_if is None and _admits_none(info.annotation):

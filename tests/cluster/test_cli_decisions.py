@@ -19,6 +19,8 @@ import pytest
 import yaml
 
 from devcluster import KubeClient
+from devcluster.kube import ApiError
+from devcluster.kubeconfig import load_kubeconfig
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.test_approvals_e2e import (
     DECISIONS,
@@ -240,3 +242,69 @@ async def test_a_suspended_teamrun_resumes_after_oma_approve(
     assert await ledger_entries(ledger) == ["charge"]
     recorded = await kube.get(f"{DECISIONS.format(ns=namespace)}/{decision['metadata']['name']}")
     assert (recorded["status"]["decision"], recorded["status"]["reviewer"]) == ("approved", "erin")
+
+
+async def _uncertain_decision(kube: KubeClient, namespace: str) -> str:
+    name = f"unc-{uuid.uuid4().hex[:16]}"
+    request_hash = secrets.token_hex(32)
+    await kube.create(
+        DECISIONS.format(ns=namespace),
+        {
+            "apiVersion": "oma.dev/v1alpha1",
+            "kind": "ApprovalDecision",
+            "metadata": {"name": name},
+            "spec": {
+                "teamRun": "pay",
+                "requestId": f"apr_{secrets.token_hex(16)}",
+                "requestHash": request_hash,
+                "scope": "uncertain_tool_call",
+                "summary": f"Uncertain tool call tally ...\nContent hash: {request_hash}",
+            },
+        },
+    )
+    return name
+
+
+@pytest.mark.timeout(120)
+async def test_resolve_settles_an_uncertain_tool_call_and_the_api_server_keeps_it_coherent(
+    cluster: ClusterHandle, kube: KubeClient, namespace: str, reviewer_policy: None
+) -> None:
+    await _grant_reviewers(kube, namespace, "alice")
+    alice = cluster.mint_kubeconfig("alice")
+    name = await _uncertain_decision(kube, namespace)
+    path = f"{DECISIONS.format(ns=namespace)}/{name}"
+    for wrong, why in [
+        ({"decision": "Approved", "resolution": "Done"}, "Retry goes with Approved"),
+        ({"decision": "Rejected", "resolution": "Retry"}, "Retry goes with Approved"),
+        ({"decision": "Rejected", "resolution": "Failed", "result": "x"}, "only recorded with"),
+    ]:
+        with pytest.raises(ApiError) as refused:
+            await kube.patch(path, {"spec": {**wrong, "reviewer": "admin"}})
+        assert refused.value.status == 422 and why in str(refused.value), wrong
+
+    done = await oma(alice, "resolve", name, "done", "--result", "tally shows 1", "-n", namespace)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "rejected (Done) by alice"
+    spec = await _spec(kube, namespace, name)
+    assert (spec["decision"], spec["resolution"], spec["result"]) == (
+        "Rejected",
+        "Done",
+        "tally shows 1",
+    )
+    async with KubeClient(load_kubeconfig(alice)) as as_alice:
+        for rewrite in ({"result": "changed"}, {"resolution": "Failed"}):
+            with pytest.raises(ApiError) as final:
+                await as_alice.patch(path, {"spec": rewrite})
+            assert final.value.status == 422 and "final once the decision" in str(final.value)
+
+    # On an ordinary request, a resolution is refused by the CLI and by the API server.
+    other, _ = await _decision(kube, namespace)
+    refused_cli = await oma(alice, "resolve", other, "retry", "-n", namespace)
+    assert refused_cli.returncode == 1 and "is not an uncertain tool call" in refused_cli.stderr
+    with pytest.raises(ApiError) as not_uncertain:
+        await kube.patch(
+            f"{DECISIONS.format(ns=namespace)}/{other}",
+            {"spec": {"decision": "Approved", "reviewer": "admin", "resolution": "Retry"}},
+        )
+    assert "only for scope uncertain_tool_call" in str(not_uncertain.value)
+    assert (await _spec(kube, namespace, other))["decision"] == "Pending"

@@ -6,8 +6,8 @@ Each invocation of the run is a forked child process running ``oma.local_run.run
 with ``OMA_FAULT_LOG``, says how many writes each invocation makes; every (invocation, write,
 before|after) is then a kill point. After a kill the run is resumed like an operator would, and
 between invocations a reviewer decides pending approvals: gate requests are approved; an
-uncertain call (a non-idempotent ``tally`` that may or may not have happened) is rejected if
-its effect is visible in the tally and approved (retried) otherwise.
+uncertain call (a non-idempotent ``tally`` that may or may not have happened) is recorded as
+done if its effect is visible in the tally and retried otherwise.
 """
 
 from __future__ import annotations
@@ -261,16 +261,20 @@ class Harness:
             record = await ledger.get(request.id)
             if record is not None and record.decision is not None:
                 continue
-            word = "approve"
-            if "uncertain" in request.content:
+            word, found = "approve", None
+            if request.scope == "uncertain_tool_call":
                 uncertain += 1
                 key = f"{sid}:{request.content['taskId']}:{request.content['toolCallId']}"
-                word = "reject" if key in tally else "approve"  # happened: do not repeat
+                if key in tally:  # it happened: record it as done, do not repeat it
+                    word, found = "done", f"tally holds {key}"
+                else:
+                    word = "retry"
             await ledger.decide(
                 request_id=request.id,
                 request_hash=request.request_hash,
                 decision=word,
                 reviewer={"id": "harness"},
+                result=found,
             )
         return uncertain
 

@@ -191,7 +191,7 @@ class AgentRunner:
                 dict(call.input),
                 self._context(call.id),
                 request,
-                decision.decision == "approved",
+                decision,
                 mark,
             )
         else:

@@ -26,7 +26,12 @@ from oma.approval.gates import (
     ask_gate,
 )
 from oma.approval.ledger import DurableApprovalLedger
-from oma.approval.models import ApprovalRequest, hash_approval_request
+from oma.approval.models import (
+    ApprovalDecisionRecord,
+    ApprovalRequest,
+    ApprovalScope,
+    hash_approval_request,
+)
 from oma.approval.requests import create_approval_request
 from oma.tools.define import AnyTool, ToolContext, ToolResult
 
@@ -112,6 +117,7 @@ def tool_suspension(
     content: dict[str, Any],
     ctx: ToolContext,
     outcome: Suspend,
+    scope: ApprovalScope = "tool_call",
 ) -> Verdict:
     """A request for ``content`` (a tool call's), or an error result if no durable approval."""
     if ctx.task_id is None:
@@ -127,7 +133,7 @@ def tool_suspension(
     support.ledger.assert_atomic_support()  # no CAS: the run fails closed
     return create_approval_request(
         run_id=ctx.run_id,
-        scope="tool_call",
+        scope=scope,
         boundary=f"{ctx.task_id}:{ctx.tool_call_id}",
         content=content,
         reason=outcome.reason,
@@ -139,10 +145,13 @@ async def decided_call(
     raw: dict[str, Any],
     ctx: ToolContext,
     request: ApprovalRequest,
-    approved: bool,
+    decision: ApprovalDecisionRecord,
     before_execute: BeforeExecute = None,
 ) -> ToolResult:
-    """Execute an approved call once, or deny a rejected one, if it is still what was reviewed."""
+    """Execute an approved call once, or deny a rejected one, if it is still what was reviewed.
+
+    An uncertain call a reviewer recorded as done is not run: its result is the reviewer's
+    account of what the call did."""
     name = str(request.content.get("toolName"))
     if tool is None:
         raise DurableApprovalError(
@@ -162,12 +171,19 @@ async def decided_call(
             "APPROVAL_STALE_DECISION",
             f'Tool "{name}" would now run with other input than the reviewer approved.',
         )
-    if not approved:
-        if "uncertain" in request.content:
-            return ToolResult(
-                f'Tool "{name}" may or may not have run before the run was interrupted; a '
-                "reviewer decided not to run it again. Check its effect before repeating it.",
-                is_error=True,
-            )
+    if decision.resolution == "done":
+        found = f" The reviewer's record: {decision.result}" if decision.result else ""
+        return ToolResult(
+            f'Tool "{name}" was not run again: it started before the run was interrupted, and '
+            f"reviewer {decision.reviewer.id} recorded that it took effect.{found}"
+        )
+    if decision.resolution == "failed":
+        return ToolResult(
+            f'Tool "{name}" may or may not have run before the run was interrupted; reviewer '
+            f"{decision.reviewer.id} recorded it as failed and it was not run again. Check its "
+            "effect before repeating it.",
+            is_error=True,
+        )
+    if decision.decision != "approved":
         return ToolResult(f'Tool "{name}" denied by durable approval.', is_error=True)
     return await _execute(tool, parsed, ctx, before_execute)

@@ -5,9 +5,11 @@ for idempotent tools (they deduplicate by ``tool_call_id``). A tool declared
 ``idempotent=False`` is durably marked as started right before it runs. If a restore finds such
 a call started but not committed, the attempt stopped somewhere between "about to run" and
 "result saved": the effect may or may not exist. The runner then neither re-runs it nor drops it;
-it suspends with a ``tool_call`` approval request whose content carries ``uncertain`` (when it
-started, in which attempt). Approving runs the call again (marked again first, so a second crash
-asks again); rejecting records an error result telling the model the call was not repeated.
+it suspends with an approval request of its own scope, ``uncertain_tool_call`` (the call, when
+it started, in which attempt). The reviewer settles it three ways: ``retry`` (approve) runs the
+call again (marked again first, so a second crash asks again); ``done`` records it as having
+happened, without running it, with the reviewer's ``result`` text as the call's result;
+``failed`` (reject) records an error result telling the model the call was not repeated.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from oma.tools.define import AnyTool, ToolContext
 
 UNCERTAIN_REASON = (
     "Uncertain tool call: it started at {at} (attempt {attempt}) and the run stopped before "
-    "its result was saved, so it may or may not have happened. Approve to run it again; "
-    "reject to record it as not repeated."
+    "its result was saved, so it may or may not have happened. Check its effect, then retry "
+    "(approve) to run it again, or record it as done (with what it did) or as failed (reject)."
 )
 
 
@@ -45,13 +47,13 @@ def uncertain_request(
     assert mark is not None
     raw = dict(pending.call.input)
     content = _content(tool, pending, ctx, raw)
-    content["uncertain"] = {
-        "startedAt": mark.at,
-        "startedAttempt": mark.attempt,
-        "afterApproval": mark.after_approval,
-    }
+    content |= {"kind": "uncertain_tool_call", "startedAt": mark.at, "startedAttempt": mark.attempt}
+    if mark.after_approval is not None:
+        content["afterApproval"] = mark.after_approval
     reason = UNCERTAIN_REASON.format(at=mark.at, attempt=mark.attempt)
-    return tool_suspension(support, pending.call.name, content, ctx, Suspend(reason))
+    return tool_suspension(
+        support, pending.call.name, content, ctx, Suspend(reason), "uncertain_tool_call"
+    )
 
 
 def _content(

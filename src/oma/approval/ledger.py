@@ -15,13 +15,22 @@ from pydantic import ValidationError
 from oma import jsonutil
 from oma.approval.canonical import canonical_json
 from oma.approval.errors import DurableApprovalError
-from oma.approval.models import ApprovalDecisionRecord, ApprovalRequest, JsonDataModel, Reviewer
+from oma.approval.models import (
+    ApprovalDecisionRecord,
+    ApprovalRequest,
+    JsonDataModel,
+    Resolution,
+    Reviewer,
+)
 from oma.approval.requests import parse_approval_decision, parse_approval_request
 from oma.store.base import MemoryStore, supports_compare_and_set
 from oma.store.reserved import APPROVAL_KEY_PREFIX
 from oma.timeutil import now_iso
 
-DecisionWord = Literal["approve", "reject"]
+# "retry", "done" and "failed" settle an uncertain_tool_call request (approve means retry and
+# reject means failed there); the other scopes take approve or reject only.
+DecisionWord = Literal["approve", "reject", "retry", "done", "failed"]
+_RESOLUTIONS: dict[str, Resolution] = {"retry": "retry", "done": "done", "failed": "failed"}
 
 
 def approval_key(request_id: str) -> str:
@@ -80,17 +89,26 @@ class DurableApprovalLedger:
         request_hash: str,
         decision: DecisionWord | str,
         reviewer: Reviewer | dict[str, Any],
+        result: str | None = None,
     ) -> ApprovalDecisionRecord:
+        """Record the first decision. ``result`` goes with ``done`` on an uncertain tool call:
+        what the reviewer found the call did, given to the model as the call's result."""
         try:
             who = reviewer if isinstance(reviewer, Reviewer) else Reviewer.model_validate(reviewer)
         except ValidationError as exc:
             raise DurableApprovalError(
                 "APPROVAL_VALIDATION_ERROR", "Approval reviewer needs a non-empty id."
             ) from exc
-        if decision not in ("approve", "reject"):
+        if decision not in ("approve", "reject", *_RESOLUTIONS):
             raise DurableApprovalError(
                 "APPROVAL_VALIDATION_ERROR",
-                f"Approval decision must be 'approve' or 'reject', not {decision!r}.",
+                "Approval decision must be 'approve' or 'reject' (or, for an uncertain tool "
+                f"call, 'retry', 'done' or 'failed'), not {decision!r}.",
+            )
+        if result is not None and decision != "done":
+            raise DurableApprovalError(
+                "APPROVAL_VALIDATION_ERROR",
+                "A result is recorded only with 'done' (an uncertain tool call that happened).",
             )
         key = approval_key(request_id)
         entry = await self.store.get(key)
@@ -117,19 +135,18 @@ class DurableApprovalLedger:
         reviewer_wire = {"id": who.id.strip()}
         if who.display_name is not None:
             reviewer_wire["displayName"] = who.display_name
-        made = parse_approval_decision(
-            {
-                "version": 1,
-                "requestId": record.request.id,
-                "runId": record.request.run_id,
-                "scope": record.request.scope,
-                "requestHash": record.request.request_hash,
-                "decision": "approved" if decision == "approve" else "rejected",
-                "reviewer": reviewer_wire,
-                "decidedAt": now_iso(),
-            },
-            record.request,
-        )
+        raw: dict[str, Any] = {
+            "version": 1,
+            "requestId": record.request.id,
+            "runId": record.request.run_id,
+            "scope": record.request.scope,
+            "requestHash": record.request.request_hash,
+            "decision": "approved" if decision in ("approve", "retry") else "rejected",
+            "reviewer": reviewer_wire,
+            "decidedAt": now_iso(),
+        }
+        raw.update(_resolution(record.request, decision, result))
+        made = parse_approval_decision(raw, record.request)
         updated = ApprovalRecord(version=1, request=record.request, decision=made)
         swapped = await self.store.compare_and_set(
             key, entry.value, updated.to_json(), _decision_metadata(made)
@@ -139,6 +156,19 @@ class DurableApprovalLedger:
                 "APPROVAL_CONFLICT", f"Approval request {request_id} was decided concurrently."
             )
         return made
+
+
+def _resolution(request: ApprovalRequest, word: str, result: str | None) -> dict[str, Any]:
+    if request.scope != "uncertain_tool_call":
+        if word in _RESOLUTIONS:
+            raise DurableApprovalError(
+                "APPROVAL_VALIDATION_ERROR",
+                f"'{word}' settles an uncertain tool call; request {request.id} is a "
+                f"{request.scope} request: approve or reject it.",
+            )
+        return {}
+    resolution = _RESOLUTIONS.get(word) or ("retry" if word == "approve" else "failed")
+    return {"resolution": resolution} | ({"result": result} if result is not None else {})
 
 
 def _parse_row(text: str, request_id: str) -> ApprovalRecord:
@@ -197,9 +227,14 @@ async def decide_approval(
     request_hash: str,
     decision: DecisionWord | str,
     reviewer: Reviewer | dict[str, Any],
+    result: str | None = None,
 ) -> ApprovalDecisionRecord:
     return await DurableApprovalLedger(store).decide(
-        request_id=request_id, request_hash=request_hash, decision=decision, reviewer=reviewer
+        request_id=request_id,
+        request_hash=request_hash,
+        decision=decision,
+        reviewer=reviewer,
+        result=result,
     )
 
 

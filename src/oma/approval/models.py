@@ -16,7 +16,11 @@ from oma.approval.errors import DurableApprovalError
 from oma.timeutil import is_iso_timestamp
 from oma.wire import WireModel
 
-ApprovalScope = Literal["plan", "task_round", "task_dispatch", "tool_call"]
+ApprovalScope = Literal["plan", "task_round", "task_dispatch", "tool_call", "uncertain_tool_call"]
+# Scopes whose request is about one tool call and is attached to that call on restore.
+TOOL_CALL_SCOPES: frozenset[str] = frozenset({"tool_call", "uncertain_tool_call"})
+# How a reviewer settles an uncertain tool call: run it again, or record it without running it.
+Resolution = Literal["retry", "done", "failed"]
 REQUEST_ID_PATTERN = r"^apr_[0-9a-f]{32}$"
 HASH_PATTERN = r"^[0-9a-f]{64}$"
 
@@ -73,7 +77,34 @@ class ToolCallContent(WireModel):
     consequential: bool
 
 
-TypedContent = PlanContent | TaskRoundContent | TaskDispatchContent | ToolCallContent
+class UncertainToolCallContent(WireModel):
+    """A non-idempotent call that started and never committed: it may or may not have happened.
+
+    Not in the reference (whose scopes are the four above): only this engine marks calls as
+    started, so only it can find one uncertain. Its own scope keeps its request id apart from
+    the ``tool_call`` request a gate may make for the same call.
+    """
+
+    kind: Literal["uncertain_tool_call"]
+    tool_name: str
+    raw_input: dict[str, Any]
+    input: dict[str, Any]
+    agent_name: str
+    task_id: str
+    tool_call_id: str
+    consequential: bool
+    started_at: str
+    started_attempt: Annotated[int, Field(ge=1)]
+    after_approval: str | None = None
+
+
+TypedContent = (
+    PlanContent
+    | TaskRoundContent
+    | TaskDispatchContent
+    | ToolCallContent
+    | UncertainToolCallContent
+)
 ApprovalContent = Annotated[TypedContent, Field(discriminator="kind")]
 _CONTENT = TypeAdapter[ApprovalContent](ApprovalContent)
 
@@ -157,6 +188,10 @@ class ApprovalDecisionRecord(JsonDataModel):
     decision: Literal["approved", "rejected"]
     reviewer: Reviewer
     decided_at: str
+    # Only for uncertain_tool_call (not in the reference): approved is "retry"; rejected is
+    # "done" (recorded as having happened, with the reviewer's ``result`` text) or "failed".
+    resolution: Resolution | None = None
+    result: Annotated[str, Field(max_length=16384)] | None = None
 
     @field_validator("decided_at")
     @classmethod
@@ -164,6 +199,24 @@ class ApprovalDecisionRecord(JsonDataModel):
         if not is_iso_timestamp(value):
             raise ValueError(f"decidedAt {value!r} is not a timestamp")
         return value
+
+    @model_validator(mode="after")
+    def _resolution_fits_the_scope(self) -> ApprovalDecisionRecord:
+        if self.scope != "uncertain_tool_call":
+            if self.resolution is not None or self.result is not None:
+                raise ValueError(
+                    f"resolution and result are only for uncertain_tool_call, not {self.scope}"
+                )
+            return self
+        expected = ("retry",) if self.decision == "approved" else ("done", "failed")
+        if self.resolution not in expected:
+            raise ValueError(
+                f"an uncertain_tool_call decision {self.decision} needs resolution "
+                f"{' or '.join(expected)}, not {self.resolution!r}"
+            )
+        if self.result is not None and self.resolution != "done":
+            raise ValueError("result is only recorded with resolution done")
+        return self
 
     def binds(self, request: ApprovalRequest) -> bool:
         return (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import typing
 from typing import Any
 
 from pydantic import ValidationError
@@ -18,7 +19,7 @@ from oma.approval.models import (
 )
 from oma.timeutil import now_iso
 
-_SCOPES: tuple[ApprovalScope, ...] = ("plan", "task_round", "task_dispatch", "tool_call")
+_SCOPES: tuple[ApprovalScope, ...] = typing.get_args(ApprovalScope)
 
 
 def create_approval_request(

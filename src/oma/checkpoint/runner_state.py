@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from oma.approval.models import ApprovalDecisionRecord, ApprovalRequest
+from oma.approval.models import TOOL_CALL_SCOPES, ApprovalDecisionRecord, ApprovalRequest
 from oma.checkpoint.queue_snapshot import NonNegativeNumber
 from oma.wire import WireModel
 
@@ -92,8 +92,11 @@ class PendingToolCall(WireModel):
             raise ValueError("rule 2.6.4: approvalDecision without approvalRequest")
         if request is not None:
             content = request.content
-            if request.scope != "tool_call":
-                raise ValueError("rule 2.6.4: a tool call's approvalRequest needs scope tool_call")
+            if request.scope not in TOOL_CALL_SCOPES:
+                raise ValueError(
+                    "rule 2.6.4: a tool call's approvalRequest needs scope tool_call "
+                    "(or uncertain_tool_call)"
+                )
             if content.get("toolCallId") != call.id or content.get("toolName") != call.name:
                 raise ValueError("rule 2.6.4: approvalRequest content does not name this call")
             if self.approval_decision is not None and not self.approval_decision.binds(request):

@@ -21,27 +21,38 @@ from oma.wire import WireModel
 # committed: its result is durable and is replayed, never run again. not_committed: the call
 # may have started before the attempt stopped; a resume runs it again (tools get the same
 # ``tool_call_id`` so they can deduplicate). The other states wait for or carry a decision.
-# uncertain: a non-idempotent call that started and did not commit; a resume asks a reviewer.
+# uncertain: a non-idempotent call that started and did not commit; a resume asks a reviewer
+# (an uncertain_tool_call request), who may record it as done without running it.
 ToolCallState = Literal[
-    "committed", "not_committed", "uncertain", "awaiting_approval", "approved_not_run", "rejected"
+    "committed",
+    "not_committed",
+    "uncertain",
+    "awaiting_approval",
+    "approved_not_run",
+    "recorded_done",
+    "rejected",
 ]
 
 
-class TaskLine(WireModel):
+class _Report(WireModel):
+    omit_none = False  # scripts reading --json should not have to guess what is absent
+
+
+class TaskLine(_Report):
     id: str
     title: str
     status: str
     assignee: str | None = None
 
 
-class ToolCallLine(WireModel):
+class ToolCallLine(_Report):
     id: str
     tool: str
     state: ToolCallState
     approval_request_id: str | None = None
 
 
-class InFlightLine(WireModel):
+class InFlightLine(_Report):
     task_id: str
     assignee: str
     phase: str
@@ -50,7 +61,7 @@ class InFlightLine(WireModel):
     tool_calls: list[ToolCallLine]
 
 
-class ApprovalLine(WireModel):
+class ApprovalLine(_Report):
     request_id: str
     scope: str
     boundary: str
@@ -58,7 +69,7 @@ class ApprovalLine(WireModel):
     reviewer: str | None = None
 
 
-class CheckpointSummary(WireModel):
+class CheckpointSummary(_Report):
     run_id: str | None
     key: str
     version: int
@@ -130,10 +141,13 @@ def _tool_call(pending: PendingToolCall) -> ToolCallLine:
     if pending.commit is not None:
         state = "committed"
     elif pending.approval_decision is not None:
-        approved = pending.approval_decision.decision == "approved"
+        decision = pending.approval_decision
+        approved = decision.decision == "approved"
         state = "approved_not_run" if approved else "rejected"
+        if decision.resolution == "done":
+            state = "recorded_done"
     elif request is not None:
-        state = "awaiting_approval"
+        state = "uncertain" if request.scope == "uncertain_tool_call" else "awaiting_approval"
     elif pending.started is not None:
         state = "uncertain"
     else:

@@ -7,7 +7,7 @@ from typing import Any, NoReturn
 
 from oma.agent.result import RunStatus
 from oma.approval.errors import DurableApprovalError
-from oma.approval.models import ApprovalRequest, hash_approval_request
+from oma.approval.models import TOOL_CALL_SCOPES, ApprovalRequest, hash_approval_request
 from oma.checkpoint.snapshot import CheckpointSnapshotV4
 from oma.orchestrator.context import RunContext
 from oma.orchestrator.gating import PLAN_BOUNDARY, round_boundary
@@ -58,7 +58,7 @@ async def continue_approvals(context: RunContext, snapshot: CheckpointSnapshotV4
             continue
         if decision not in context.approval_decisions:
             context.approval_decisions.append(decision)
-        if request.scope == "tool_call":
+        if request.scope in TOOL_CALL_SCOPES:
             _attach(context, request, decision)
             continue
         approved = decision.decision == "approved"
@@ -79,7 +79,8 @@ async def continue_approvals(context: RunContext, snapshot: CheckpointSnapshotV4
         await context.save(strict=True)
         outcome.status = REJECTED
         return outcome
-    if any(d.decision == "rejected" and d.scope != "tool_call" for d in context.approval_decisions):
+    decisions = context.approval_decisions
+    if any(d.decision == "rejected" and d.scope not in TOOL_CALL_SCOPES for d in decisions):
         outcome.status = REJECTED  # a rejection is terminal across restores
         return outcome
     if outcome.plan_only and not context.goal:

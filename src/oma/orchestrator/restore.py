@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from oma.agent.result import AgentRunResult, RunStatus, Usage
+from oma.approval.models import TOOL_CALL_SCOPES
 from oma.checkpoint.runner_state import InFlightTask
 from oma.checkpoint.snapshot import CheckpointSnapshot, CheckpointSnapshotV3, CheckpointSnapshotV4
 from oma.errors import OmaError
@@ -60,7 +61,7 @@ async def rebuild_context(
     if isinstance(snapshot, CheckpointSnapshotV4):
         # Tool-call requests live on their in-flight calls; only gate requests are kept here.
         context.pending_approvals = [
-            r for r in snapshot.pending_approvals if r.scope != "tool_call"
+            r for r in snapshot.pending_approvals if r.scope not in TOOL_CALL_SCOPES
         ]
         context.approval_decisions = list(snapshot.approval_decisions)
     for completed in snapshot.completed_task_results:
