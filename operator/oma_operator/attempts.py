@@ -20,22 +20,32 @@ from oma_operator import runtime
 from oma_operator.approvals import sync_approvals
 from oma_operator.client import KubeError
 from oma_operator.decisions import attempt_record, decide
-from oma_operator.metrics import METRICS, Resume
+from oma_operator.metrics import METRICS, Resume, pod_ended_at
 from oma_operator.models import TeamRunSpec
-from oma_operator.outcomes import Outcome
+from oma_operator.outcomes import Outcome, outcome_when_gone
 from oma_operator.pods import FINALIZER, LABEL_ATTEMPT, LABEL_TEAMRUN, run_id_of, runner_pod
 from oma_operator.progress import read_progress
-from oma_operator.status import after_attempt, condition, merge_conditions, started
+from oma_operator.status import after_attempt, backoff_left, condition, merge_conditions, started
 from oma_operator.stores import STORES
 
 log = logging.getLogger(__name__)
 _recording: defaultdict[tuple[str, str], asyncio.Lock] = defaultdict(asyncio.Lock)
+POD_CREATED = "PodCreated"  # condition: False while the current attempt's pod is refused
 
 
 async def ensure_pod(
     teamrun: dict[str, Any], spec: TeamRunSpec, attempt: int, resume: Resume | None = None
 ) -> None:
-    """Create the attempt's pod unless it exists (a restarted operator, a repeated event)."""
+    """Create the attempt's pod unless it exists (a restarted operator, a repeated event).
+
+    A refused creation (anything but 409: invalid, forbidden by a quota, a server error) is not
+    raised, since most callers are watch events that nobody retries: it is recorded as the
+    ``PodCreated=False`` condition with the API's message, and ``retry_pod_creation`` (run
+    periodically) tries again until the pod exists.
+    """
+    meta = teamrun["metadata"]
+    if meta.get("deletionTimestamp"):
+        return  # the TeamRun is going away: its pods are being garbage-collected
     manifest = runner_pod(
         teamrun,
         spec,
@@ -44,14 +54,21 @@ async def ensure_pod(
         runtime.RUNNER_SERVICE_ACCOUNT,
         runtime.RUNNER_METRICS_PORT,
     )
+    pod = manifest["metadata"]["name"]
     try:
-        await runtime.kube().create_pod(teamrun["metadata"]["namespace"], manifest)
+        await runtime.kube().create_pod(meta["namespace"], manifest)
     except KubeError as exc:
         if exc.status != 409:
-            raise
+            await _creation_failed(teamrun, attempt, pod, exc)
+            return
+        created = False  # it exists: created before (by us, or by a retry meanwhile)
+    else:
+        created = True
+    if pod_creation_failed(dict(teamrun.get("status") or {})):
+        await _note_pod_creation(meta["namespace"], meta["name"], attempt, pod, None)
+    if not created:
         return
     body = kopf.Body(teamrun)  # type: ignore[arg-type]
-    pod = manifest["metadata"]["name"]
     kopf.info(body, reason="AttemptStarted", message=f"attempt {attempt}: pod {pod}")
     if resume is not None:
         METRICS.resumed(resume)
@@ -61,6 +78,79 @@ async def ensure_pod(
             message=f"attempt {attempt} resumes from the latest checkpoint "
             f"after attempt {attempt - 1} ended ({resume.after})",
         )
+
+
+def pod_creation_failed(status: dict[str, Any]) -> bool:
+    """Whether the last try to create the current attempt's pod was refused."""
+    found = next((c for c in status.get("conditions") or [] if c.get("type") == POD_CREATED), None)
+    return found is not None and found.get("status") == "False"
+
+
+def pod_to_retry(status: dict[str, Any]) -> int | None:
+    """The attempt whose pod is to be created again (its creation was refused), if any: the
+    run is still running that attempt and no outcome of it is recorded."""
+    if status.get("phase") != "Running" or not pod_creation_failed(status):
+        return None
+    attempt = int(status.get("attempt") or 0)
+    if attempt < 1 or any(a.get("attempt") == attempt for a in status.get("attempts") or []):
+        return None
+    return attempt
+
+
+def resume_of(status: dict[str, Any], attempt: int) -> Resume | None:
+    """Why and since when ``attempt`` waited to start: how the one before it ended."""
+    previous = [a for a in status.get("attempts") or [] if a.get("attempt") == attempt - 1]
+    ended = parse_iso(str(previous[-1].get("endedAt", ""))) if previous else None
+    return Resume(str(previous[-1].get("outcome")), ended) if previous and ended else None
+
+
+async def retry_pod_creation(teamrun: dict[str, Any]) -> None:
+    """Periodic work on running TeamRuns: create again a pod whose creation was refused.
+    ``teamrun`` is the watch's view; only a run whose status says so is read again."""
+    if pod_to_retry(dict(teamrun.get("status") or {})) is None:
+        return
+    meta = teamrun["metadata"]
+    fresh = await runtime.kube().get_teamrun(meta["namespace"], meta["name"])
+    if fresh is None:
+        return
+    status = dict(fresh.get("status") or {})
+    attempt = pod_to_retry(status)
+    if attempt is None or backoff_left(status, datetime.now(UTC)) > 0:
+        return
+    spec = TeamRunSpec.model_validate(fresh["spec"])
+    await ensure_pod(fresh, spec, attempt, resume_of(status, attempt))
+
+
+async def _creation_failed(teamrun: dict[str, Any], attempt: int, pod: str, exc: KubeError) -> None:
+    meta = teamrun["metadata"]
+    log.warning("creating pod %s/%s failed (retrying): %s", meta["namespace"], pod, exc)
+    body = kopf.Body(teamrun)  # type: ignore[arg-type]
+    kopf.warn(body, reason="PodCreateFailed", message=f"attempt {attempt}: pod {pod}: {exc}")
+    await _note_pod_creation(meta["namespace"], meta["name"], attempt, pod, exc)
+
+
+async def _note_pod_creation(
+    namespace: str, name: str, attempt: int, pod: str, error: KubeError | None
+) -> None:
+    """Set ``PodCreated`` (False with the API's message, or True once the pod exists), on a
+    fresh read and only while ``attempt`` is still the current one."""
+    async with _recording[(namespace, name)]:
+        teamrun = await runtime.kube().get_teamrun(namespace, name)
+        if teamrun is None:
+            return
+        status = dict(teamrun.get("status") or {})
+        if int(status.get("attempt") or 0) != attempt:
+            return
+        if error is None and not pod_creation_failed(status):
+            return
+        generation = int(teamrun["metadata"].get("generation", 1))
+        if error is None:
+            update = condition(POD_CREATED, True, "Created", f"pod {pod} created", generation)
+        else:
+            message = f"pod {pod} of attempt {attempt}: {error}; retrying"
+            update = condition(POD_CREATED, False, "CreateFailed", message, generation)
+        conditions = merge_conditions(status.get("conditions") or [], [update])
+        await runtime.kube().patch_teamrun_status(namespace, name, {"conditions": conditions})
 
 
 async def record_outcome(
@@ -125,6 +215,28 @@ async def give_up(pod: dict[str, Any], outcome: Outcome) -> None:
     await runtime.kube().remove_finalizer(namespace, meta["name"], FINALIZER)
 
 
+async def pod_gone(pod: dict[str, Any]) -> None:
+    """A runner pod left the API without this process recording its outcome. If nobody did
+    (its finalizer was removed by hand, then it was deleted), record what it last showed, or a
+    lost pod (``outcome_when_gone``), and start what the retry policy says; a run must not stay
+    ``Running`` with no pod. The usual case, an outcome recorded before, costs one read."""
+    meta = pod["metadata"]
+    namespace, name = meta["namespace"], meta["labels"][LABEL_TEAMRUN]
+    attempt = int(meta["labels"].get(LABEL_ATTEMPT, "1"))
+    teamrun = await runtime.kube().get_teamrun(namespace, name)
+    if teamrun is None or teamrun["metadata"].get("deletionTimestamp"):
+        return
+    status = dict(teamrun.get("status") or {})
+    if int(status.get("attempt") or 0) != attempt or status.get("phase") != "Running":
+        return  # an older attempt's pod, or a run that is not waiting on this pod
+    if any(a.get("attempt") == attempt for a in status.get("attempts") or []):
+        return
+    outcome = outcome_when_gone(pod)
+    log.warning("pod %s/%s is gone unrecorded: %s", namespace, meta["name"], outcome.message)
+    ended = pod_ended_at(pod) or datetime.now(UTC)
+    await record_outcome(namespace, name, attempt, outcome, meta["name"], ended)
+
+
 async def resume_after_approvals(teamrun: dict[str, Any], spec: TeamRunSpec) -> None:
     """Start the next attempt after approvals, exactly once (optimistic concurrency)."""
     meta, status = teamrun["metadata"], dict(teamrun.get("status") or {})
@@ -159,7 +271,4 @@ async def resume_after_approvals(teamrun: dict[str, Any], spec: TeamRunSpec) -> 
         if exc.status == 409:
             return  # someone else (another event, a restarted operator) resumed it
         raise
-    previous = [a for a in status.get("attempts") or [] if a.get("attempt") == attempt - 1]
-    ended = parse_iso(str(previous[-1].get("endedAt", ""))) if previous else None
-    resume = Resume("suspended", ended) if ended is not None else None
-    await ensure_pod(teamrun, spec, attempt, resume)
+    await ensure_pod(teamrun, spec, attempt, resume_of(status, attempt))

@@ -14,8 +14,10 @@ from oma_operator import runtime
 from oma_operator.approvals import sync_approvals
 from oma_operator.attempts import (
     ensure_pod,
+    pod_gone,
     record_outcome,
     resume_after_approvals,
+    retry_pod_creation,
     store_progress,
 )
 from oma_operator.deadlines import TIMERS
@@ -34,6 +36,7 @@ FINAL_PHASES = {"Succeeded", "Failed", "Rejected"}
 _let_go: OrderedDict[str, None] = OrderedDict()
 LET_GO_MEMORY = 10_000
 APPROVAL_POLL_SECONDS = 3.0  # how soon a decision made outside Kubernetes (oma approvals) shows
+POD_RETRY_SECONDS = 5.0  # how soon a refused runner pod creation is tried again
 log = logging.getLogger(__name__)
 
 
@@ -47,6 +50,7 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.scanning.disabled = True
     TICKER.every(APPROVAL_POLL_SECONDS, "AwaitingApproval", approvals_pending, "approvals")
     TICKER.every(runtime.PROGRESS_SECONDS, "Running", progress, "progress")
+    TICKER.every(POD_RETRY_SECONDS, "Running", retry_pod_creation, "pod-retry")
 
 
 @kopf.on.cleanup()
@@ -104,6 +108,8 @@ async def runner_pod_changed(body: kopf.Body, event: kopf.RawEvent, **_: Any) ->
     meta = pod["metadata"]
     if event.get("type") == "DELETED":
         TIMERS.disarm(meta["uid"])
+        if meta["uid"] not in _let_go:
+            await pod_gone(pod)  # nobody may have recorded it (a finalizer removed by hand)
         _let_go.pop(meta["uid"], None)
         return
     if FINALIZER not in (meta.get("finalizers") or []) or meta["uid"] in _let_go:

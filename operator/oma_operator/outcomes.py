@@ -95,3 +95,23 @@ def _disruption_reason(status: dict[str, Any]) -> str | None:
         if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
             return str(condition.get("reason") or "DisruptionTarget")
     return None
+
+
+def outcome_when_gone(pod: dict[str, Any]) -> Outcome:
+    """The outcome of a runner pod that left the API before its outcome was recorded (someone
+    removed its tracking finalizer, then it was deleted), from the last state seen of it.
+
+    A pod that had ended counts as it ended. One that had not (running, pending, terminating)
+    was taken away mid-run: a disruption, so the next attempt resumes from the checkpoint.
+    """
+    seen = classify(pod)
+    if seen.terminal:
+        return seen
+    terminated = _terminated(pod.get("status") or {})
+    return Outcome(
+        "disruption",
+        "PodLost",
+        f"the runner pod was deleted while {seen.reason} and before the operator recorded its "
+        "outcome (its tracking finalizer had been removed); the next attempt resumes",
+        terminated.get("exitCode") if terminated else None,
+    )

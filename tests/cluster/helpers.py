@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import re
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from devcluster.kube import JSON, ApiError, KubeClient
@@ -66,3 +69,54 @@ async def wait_gone(kube: KubeClient, path: str, limit: float = 60) -> None:
         return await get_or_none(kube, path) is None
 
     await wait_for(probe, limit, f"{path} to disappear")
+
+
+def tool_package(
+    root: Path, module: str, source: str, entry_points: dict[str, str], dist: str = "oma-test-tools"
+) -> Path:
+    """Write ``root`` as an installed distribution offering tools through the ``oma.tools``
+    entry-point group: ``module``.py holding ``source``, and a ``*.dist-info`` with METADATA and
+    ``entry_points.txt`` (``name = module:attribute`` per entry). Put ``root`` on a runner's
+    PYTHONPATH and ``importlib.metadata`` finds it as it finds any installed package."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / f"{module}.py").write_text(source)
+    info = root / f"{dist.replace('-', '_')}-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1\n")
+    lines = "".join(f"{name} = {target}\n" for name, target in entry_points.items())
+    (info / "entry_points.txt").write_text(f"[oma.tools]\n{lines}")
+    return root
+
+
+def with_pythonpath(root: Path, env: dict[str, str] | None = None) -> str:
+    """A PYTHONPATH value with ``root`` first, keeping what ``env`` (default: ours) had."""
+    current = (os.environ if env is None else env).get("PYTHONPATH", "")
+    return os.pathsep.join(p for p in (str(root), current) if p)
+
+
+def tables(text: str) -> list[list[list[str]]]:
+    """``kubectl get`` output as tables (one per kind, blank-line separated), each a header row
+    and value rows. Cells are cut at the header's column positions (kubectl aligns every row to
+    them), so an empty cell reads ``""``."""
+    blocks: list[list[str]] = [[]]
+    for line in text.splitlines():
+        if line.strip():
+            blocks[-1].append(line)
+        elif blocks[-1]:
+            blocks.append([])
+    parsed: list[list[list[str]]] = []
+    for block in filter(None, blocks):
+        starts = [m.start() for m in re.finditer(r"\S+", block[0])]
+        bounds = list(zip(starts, [*starts[1:], None], strict=True))
+        parsed.append([[line[a:b].strip() for a, b in bounds] for line in block])
+    return parsed
+
+
+async def run_tool(*argv: str) -> str:
+    """Run a client tool (kubectl, helm); its stdout, or an assertion error with its stderr."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await proc.communicate()
+    assert proc.returncode == 0, f"{argv} failed ({proc.returncode}): {err.decode()}"
+    return out.decode()

@@ -12,26 +12,39 @@ import asyncio
 import base64
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from devcluster import KubeClient
+from devcluster.kube import ApiError
 from devcluster.kubeconfig import load_kubeconfig
+from oma.timeutil import parse_iso
 from oma_operator.crdgen import approvaldecision_crd, teamrun_crd
 from tests.cluster.conftest import ClusterHandle
-from tests.cluster.helpers import get_or_none, wait_for
+from tests.cluster.helpers import (
+    get_or_none,
+    run_tool,
+    tables,
+    tool_package,
+    wait_for,
+    with_pythonpath,
+)
 from tests.servers.postgres_server import PostgresServer
 from tests.servers.redis_server import RedisServer
 
 pytestmark = pytest.mark.cluster
 TEAMRUNS = "/apis/oma.dev/v1alpha1/namespaces/{ns}/teamruns"
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+REPO = Path(__file__).resolve().parents[2]
 
 
 async def replace_crd(kube: KubeClient, crd: dict[str, Any]) -> None:
@@ -50,6 +63,19 @@ async def replace_crd(kube: KubeClient, crd: dict[str, Any]) -> None:
         await wait_for(absent, 30, "the old CRD to go")
     await kube.create(CRDS, crd)
     await wait_for(established, 30, "the CRD to be established")
+    group, plural = crd["spec"]["group"], crd["spec"]["names"]["plural"]
+    version = crd["spec"]["versions"][0]["name"]
+
+    async def served() -> bool:
+        try:
+            await kube.get(f"/apis/{group}/{version}/{plural}")
+        except ApiError as exc:
+            if exc.status in (404, 429, 503):  # e.g. 429 "storage is (re)initializing"
+                return False
+            raise
+        return True
+
+    await wait_for(served, 30, f"{plural} to be served")
 
 
 @pytest.fixture(scope="module")
@@ -276,8 +302,6 @@ async def test_eviction_mid_task_resumes_in_attempt_2(
 async def test_invalid_teamruns_are_refused_by_the_api_server(
     kube: KubeClient, namespace: str, crds_installed: None, change: dict[str, Any], message: str
 ) -> None:
-    from devcluster.kube import ApiError
-
     body = teamrun("bad", [{"text": "x"}], Path("/nonexistent"))
     body["spec"] = {k: v for k, v in {**body["spec"], **change}.items() if v is not None}
     with pytest.raises(ApiError) as caught:
@@ -286,8 +310,6 @@ async def test_invalid_teamruns_are_refused_by_the_api_server(
 
 
 async def test_run_id_is_immutable(kube: KubeClient, namespace: str, crds_installed: None) -> None:
-    from devcluster.kube import ApiError
-
     await kube.create(
         TEAMRUNS.format(ns=namespace), teamrun("fixed", [{"text": "x"}], Path("/nonexistent"))
     )
@@ -435,3 +457,324 @@ async def test_operator_restart_mid_run_loses_no_outcome(
     names = {p["metadata"]["name"] for p in pods["items"]}
     assert "restart-a2" in names and "restart-a3" not in names  # no duplicate attempt
     assert await ledger_entries(ledger) == ["first", "second"]
+
+
+async def kubectl(cluster: ClusterHandle, namespace: str, *args: str) -> str:
+    return await run_tool(
+        cluster.tool("kubectl"), f"--kubeconfig={cluster.kubeconfig}", "-n", namespace, *args
+    )
+
+
+TEAMRUN_COLUMNS = ["NAME", "PHASE", "ATTEMPT", "TASKS", "APPROVALS", "CHECKPOINT", "AGE"]
+DECISION_COLUMNS = ["NAME", "TEAMRUN", "SCOPE", "DECISION", "REVIEWER", "AGE"]
+AGE = re.compile(r"\d+[smhd]\S*")  # kubectl's ages: 5s, 2m3s, 4h, 3d
+
+
+def test_the_expected_columns_are_the_shipped_crds_columns() -> None:
+    """What the e2e below expects of ``kubectl get`` is what crds/ defines (NAME comes first)."""
+    for crd, expected in (
+        ("teamruns.oma.dev.yaml", TEAMRUN_COLUMNS),
+        ("approvaldecisions.oma.dev.yaml", DECISION_COLUMNS),
+    ):
+        body = yaml.safe_load((REPO / "crds" / crd).read_text())
+        (version,) = body["spec"]["versions"]
+        columns = [c["name"].upper() for c in version["additionalPrinterColumns"]]
+        assert ["NAME", *columns] == expected
+
+
+@pytest.mark.timeout(240)
+async def test_kubectl_get_shows_phase_attempt_tasks_approvals_and_checkpoint(
+    cluster: ClusterHandle,
+    kube: KubeClient,
+    namespace: str,
+    operator: Path,
+    redis_secret: str,
+    tmp_path: Path,
+) -> None:
+    ledger = tmp_path / "ledger.jsonl"
+    script: list[dict[str, Any]] = [
+        {"tool_calls": [{"id": "p1", "name": "ledger_append", "input": {"entry": "paid"}}]},
+        {"text": "paid"},
+    ]
+    body = teamrun("shown", script, ledger)
+    body["spec"]["approvals"] = {"tools": ["ledger_append"]}
+    await kube.create(TEAMRUNS.format(ns=namespace), body)
+
+    async def pending_decision() -> str | None:
+        listed = await kube.get(
+            f"/apis/oma.dev/v1alpha1/namespaces/{namespace}/approvaldecisions",
+            labelSelector="oma.dev/teamrun=shown",
+        )
+        items = listed.get("items") or []
+        return str(items[0]["metadata"]["name"]) if items else None
+
+    decision = await wait_for(pending_decision, 90, "the ApprovalDecision")
+
+    async def awaiting() -> bool:
+        return (await status_of(kube, namespace, "shown")).get("phase") == "AwaitingApproval"
+
+    await wait_for(awaiting, 30, "the run to await approval")
+    (suspended,) = tables(await kubectl(cluster, namespace, "get", "teamruns"))
+    assert suspended[0] == TEAMRUN_COLUMNS
+    assert suspended[1][:5] == ["shown", "AwaitingApproval", "1", "0/1", "1"], suspended
+    (pending,) = tables(await kubectl(cluster, namespace, "get", "ad"))
+    assert pending[0] == DECISION_COLUMNS and len(pending) == 2
+    assert pending[1][:5] == [decision, "shown", "tool_call", "Pending", ""], pending
+    assert AGE.fullmatch(pending[1][5]), pending
+
+    user = await kubectl(
+        cluster, namespace, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"
+    )
+    patch = json.dumps({"spec": {"decision": "Approved", "reviewer": user}})
+    await kubectl(cluster, namespace, "patch", "ad", decision, "--type=merge", "-p", patch)
+    status = await finished(kube, namespace, "shown", 150)
+    assert status["phase"] == "Succeeded", (status, await operator_log(operator))
+
+    listings = {
+        name: tables(await kubectl(cluster, namespace, "get", name))
+        for name in ("teamruns", "tr", "oma")
+    }
+    for name in ("teamruns", "tr"):
+        (listed,) = listings[name]
+        assert listed[0] == TEAMRUN_COLUMNS and len(listed) == 2, (name, listed)
+        row = listed[1]
+        assert row[:5] == ["shown", "Succeeded", "2", "1/1", "0"], (name, row)
+        assert AGE.fullmatch(row[5]) and AGE.fullmatch(row[6]), (name, row)  # checkpoint, run
+    # The category lists both kinds, each in its own table with its own columns.
+    by_kind = {table[1][0].split("/")[0]: table for table in listings["oma"]}
+    assert sorted(by_kind) == ["approvaldecision.oma.dev", "teamrun.oma.dev"], listings["oma"]
+    runs, decisions = by_kind["teamrun.oma.dev"], by_kind["approvaldecision.oma.dev"]
+    assert runs[0] == TEAMRUN_COLUMNS and len(runs) == 2
+    assert runs[1][:5] == ["teamrun.oma.dev/shown", "Succeeded", "2", "1/1", "0"], runs
+    assert AGE.fullmatch(runs[1][5]) and AGE.fullmatch(runs[1][6]), runs
+    assert decisions[0] == DECISION_COLUMNS and len(decisions) == 2
+    assert decisions[1][:5] == [
+        f"approvaldecision.oma.dev/{decision}",
+        "shown",
+        "tool_call",
+        "Approved",
+        user,
+    ], decisions
+    assert await ledger_entries(ledger) == ["paid"]
+
+
+async def _store_secret(kube: KubeClient, namespace: str, name: str, key: str, value: str) -> None:
+    await kube.create(
+        f"/api/v1/namespaces/{namespace}/secrets",
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": name},
+            "data": {key: base64.b64encode(value.encode()).decode()},
+        },
+    )
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("example", ["teamrun.yaml", "teamrun-postgres.yaml"])
+async def test_the_shipped_examples_succeed(
+    cluster: ClusterHandle,
+    kube: KubeClient,
+    namespace: str,
+    operator: Path,
+    example: str,
+    request: pytest.FixtureRequest,
+) -> None:
+    """``kubectl apply -f examples/...`` as shipped: only the Secret it names is ours (pointing
+    at the test's Redis or PostgreSQL); the image is the operator's default."""
+    path = REPO / "examples" / example
+    body = yaml.safe_load(path.read_text())
+    store = body["spec"]["store"]
+    assert "image" not in (body["spec"].get("runner") or {})  # nothing to substitute there
+    if "redis" in store:
+        redis: RedisServer = request.getfixturevalue("redis_server")
+        ref, value = store["redis"]["urlSecretRef"], redis.url
+    else:
+        postgres: PostgresServer = request.getfixturevalue("postgres_server")
+        ref, value = store["postgres"]["dsnSecretRef"], postgres.dsn()
+    await _store_secret(kube, namespace, ref["name"], ref["key"], value)
+    await kubectl(cluster, namespace, "apply", "-f", str(path))
+    name = body["metadata"]["name"]
+    status = await finished(kube, namespace, name, 150)
+    assert status["phase"] == "Succeeded", (status, await operator_log(operator))
+    assert status["runId"] == body["spec"]["runId"]
+    assert status["attempt"] == 1 and status["taskSummary"] == "2/2"
+    assert [a["outcome"] for a in status["attempts"]] == ["succeeded"]
+
+
+async def tally_lines(path: Path) -> list[dict[str, Any]]:
+    def read() -> list[dict[str, Any]]:
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
+    return await asyncio.to_thread(read)
+
+
+async def attempt_log(redis: RedisServer, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The run's attempt log, read from its store (what each attempt found done when it began)."""
+    from oma.checkpoint.attempts import load_attempt_log
+    from oma.checkpoint.keys import checkpoint_key
+    from oma.store import RedisStore
+
+    store = RedisStore(redis.url, namespace=body["spec"]["store"]["redis"]["namespace"])
+    try:
+        log = await load_attempt_log(store, checkpoint_key(body["spec"]["runId"]))
+    finally:
+        await store.aclose()
+    assert log is not None
+    return [record.model_dump() for record in log.attempts]
+
+
+@pytest.mark.timeout(240)
+async def test_eviction_in_task_2_reruns_neither_task_1_nor_committed_calls(
+    kube: KubeClient,
+    namespace: str,
+    operator: Path,
+    redis_server: RedisServer,
+    redis_secret: str,
+    tmp_path: Path,
+) -> None:
+    """``tally`` adds a line on every run (no idempotency key), so a line appearing twice would
+    show a re-executed call: task 1's call, or task 2's call committed before the eviction."""
+    tally = tmp_path / "tally.jsonl"
+    body = teamrun("two", [], tmp_path / "ledger.jsonl")
+    body["spec"]["team"]["agents"] = [
+        {
+            "name": "first",
+            "tools": ["tally"],
+            "model": {
+                "provider": "scripted",
+                "script": [
+                    {"tool_calls": [{"id": "t1", "name": "tally", "input": {"item": "one"}}]},
+                    {"text": "one counted"},
+                ],
+            },
+        },
+        {
+            "name": "second",
+            "tools": ["tally"],
+            "model": {
+                "provider": "scripted",
+                "script": [
+                    {"tool_calls": [{"id": "t2a", "name": "tally", "input": {"item": "two-a"}}]},
+                    {
+                        "tool_calls": [{"id": "t2b", "name": "tally", "input": {"item": "two-b"}}],
+                        "delay": 4,
+                    },
+                    {"text": "two counted"},
+                ],
+            },
+        },
+    ]
+    body["spec"]["tasks"] = [
+        {"title": "One", "description": "Count one.", "assignee": "first"},
+        {"title": "Two", "description": "Count two.", "assignee": "second", "dependsOn": ["One"]},
+    ]
+    body["spec"]["runner"]["env"].append({"name": "OMA_TALLY_PATH", "value": str(tally)})
+    await kube.create(TEAMRUNS.format(ns=namespace), body)
+
+    async def task_2_committed_once() -> bool:
+        return [line["item"] for line in await tally_lines(tally)] == ["one", "two-a"]
+
+    await wait_for(task_2_committed_once, 90, "task 1 done and task 2's first call")
+    await kube.create(
+        f"/api/v1/namespaces/{namespace}/pods/two-a1/eviction",
+        {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": "two-a1", "namespace": namespace},
+        },
+    )
+    status = await finished(kube, namespace, "two", 180)
+    assert status["phase"] == "Succeeded", (status, await operator_log(operator))
+    assert status["attempt"] == 2 and status["taskSummary"] == "2/2"
+    first, second = status["attempts"]
+    assert (first["attempt"], first["outcome"], first["reason"]) == (
+        1,
+        "disruption",
+        "EvictionByEvictionAPI",
+    )
+    assert first["exitCode"] == 11 and (second["attempt"], second["outcome"]) == (2, "succeeded")
+    lines = await tally_lines(tally)
+    assert [line["item"] for line in lines] == ["one", "two-a", "two-b"]  # each call ran once
+    assert len({line["call"] for line in lines}) == 3
+    # What the store says each attempt found: attempt 2 began with task 1 completed (not to be
+    # run again) and task 2 in flight (continued from its conversation, first call included).
+    log = await attempt_log(redis_server, body)
+    assert [r["attempt"] for r in log] == [1, 2]
+    assert (log[0]["completed_tasks"], log[0]["total_tasks"]) == (0, 2)
+    assert (log[1]["completed_tasks"], log[1]["total_tasks"], log[1]["in_flight_tasks"]) == (
+        1,
+        2,
+        1,
+    )
+    assert log[1]["host"] == "two-a2" and log[0]["host"] == "two-a1"
+
+
+CRASH_TOOL = '''
+"""A tool that kills its runner (SIGKILL, exit 137) in the first attempt only."""
+
+import os
+import signal
+
+from pydantic import BaseModel
+
+from oma.tools import define_tool
+
+
+class CrashInput(BaseModel):
+    note: str = ""
+
+
+async def _crash_once(args, ctx):
+    if os.environ.get("OMA_ATTEMPT") == "1":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return "survived in attempt " + os.environ.get("OMA_ATTEMPT", "?")
+
+
+crash_once = define_tool("crash_once", "Kill the runner once.", CrashInput, _crash_once)
+'''
+
+
+@pytest.mark.timeout(180)
+async def test_a_single_crash_is_retried_after_the_backoff_and_resumes(
+    cluster: ClusterHandle,
+    kube: KubeClient,
+    namespace: str,
+    operator: Path,
+    redis_secret: str,
+    tmp_path: Path,
+) -> None:
+    cluster.agent  # noqa: B018 (node-agent-only: the tool package is a local directory)
+    backoff = 5
+    site = tool_package(
+        tmp_path / "site", "oma_crash_tool", CRASH_TOOL, {"crash": "oma_crash_tool:crash_once"}
+    )
+    ledger = tmp_path / "ledger.jsonl"
+    script: list[dict[str, Any]] = [
+        {"tool_calls": [{"id": "b1", "name": "ledger_append", "input": {"entry": "before"}}]},
+        {"tool_calls": [{"id": "c1", "name": "crash_once", "input": {}}]},
+        {"tool_calls": [{"id": "b2", "name": "ledger_append", "input": {"entry": "after"}}]},
+        {"text": "done"},
+    ]
+    body = teamrun("crash", script, ledger)
+    body["spec"]["team"]["agents"][0]["tools"] = ["ledger_append", "crash_once"]
+    body["spec"]["retryPolicy"] = {"backoffSeconds": backoff, "maxFailures": 1}
+    body["spec"]["runner"]["env"].append({"name": "PYTHONPATH", "value": with_pythonpath(site)})
+    await kube.create(TEAMRUNS.format(ns=namespace), body)
+    status = await finished(kube, namespace, "crash", 150)
+    assert status["phase"] == "Succeeded", (status, await operator_log(operator))
+    assert status["attempt"] == 2 and status["failures"] == 1 and status["disruptions"] == 0
+    first, second = status["attempts"]
+    assert (first["attempt"], first["outcome"], first["exitCode"]) == (1, "crash", 137)
+    assert second["outcome"] == "succeeded"
+    assert await ledger_entries(ledger) == ["before", "after"]
+    ended = parse_iso(first["endedAt"])
+    pod = await kube.get(f"/api/v1/namespaces/{namespace}/pods/crash-a2")
+    created = parse_iso(pod["metadata"]["creationTimestamp"])
+    assert ended is not None and created is not None
+    # creationTimestamp has whole seconds: compare with the due time cut to whole seconds too.
+    due = (ended + timedelta(seconds=backoff)).replace(microsecond=0)
+    assert created >= due, (ended, created)
+    assert created - ended < timedelta(seconds=backoff + 30)  # and it did start

@@ -3,12 +3,15 @@
 A pod that never starts ends its attempt after ``startTimeoutSeconds``. A pod on a lost node
 (heartbeats stop, the process keeps running) ends its attempt ``nodeLossGraceSeconds`` after the
 node controller marks it not ready; the next attempt runs on another node and the old runner,
-still running, is fenced at its next save. Kubernetes Events tell each attempt's start, end and
-resume; the status carries the last checkpoint time read from the store.
+still running, is fenced at its next save. A pod deleted before its outcome was recorded (its
+finalizer removed by hand) counts as lost; a pod the API server refuses is retried, not lost.
+Kubernetes Events tell each attempt's start, end and resume; the status carries the last
+checkpoint time read from the store.
 """
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -30,6 +33,7 @@ from tests.cluster.test_operator_e2e import (
     operator,
     operator_log,
     redis_secret,
+    status_of,
     teamrun,
 )
 
@@ -146,6 +150,11 @@ async def _partition(agent: NodeAgent) -> None:
     agent.partition()
 
 
+def _condition(body: dict[str, Any], kind: str) -> dict[str, Any]:
+    found: dict[str, Any] = next(c for c in body["status"]["conditions"] if c["type"] == kind)
+    return found
+
+
 def _runner_exit(agent: NodeAgent, namespace: str, pod: str) -> int | None:
     runner = agent.find(namespace, pod)
     return None if runner is None else runner.containers["runner"].exit_code
@@ -193,6 +202,22 @@ async def test_node_loss_starts_the_next_attempt_elsewhere_and_fences_the_old_ru
         assert f"node lost-{pool} stopped reporting" in first["message"]
         pod = await kube.get(f"/api/v1/namespaces/{namespace}/pods/loss-a2")
         assert pod["spec"]["nodeName"] == f"spare-{pool}"
+        # The grace runs from when the node controller marked the old pod not ready (which it
+        # does once it marks the node not ready); attempt 2's pod came no earlier than that.
+        node = await kube.get(f"/api/v1/nodes/lost-{pool}")
+        node_ready = _condition(node, "Ready")
+        assert node_ready["status"] == "Unknown"  # the node controller's verdict
+        node_lost = parse_iso(node_ready["lastTransitionTime"])
+        old = await get_or_none(kube, f"/api/v1/namespaces/{namespace}/pods/loss-a1")
+        assert old is not None  # deleted, but its node is away: it stays, terminating
+        old_ready = _condition(old, "Ready")
+        assert old_ready["status"] == "False"
+        not_ready = parse_iso(old_ready["lastTransitionTime"])
+        created = parse_iso(pod["metadata"]["creationTimestamp"])
+        assert node_lost is not None and not_ready is not None and created is not None
+        assert not_ready >= node_lost
+        # All three have whole seconds, so this holds exactly when the grace was waited out.
+        assert created >= not_ready + timedelta(seconds=3), (node_lost, not_ready, created)
         assert await ledger_entries(ledger) == ["first", "second"]
 
         async def old_runner_fenced() -> bool:
@@ -235,3 +260,77 @@ async def test_deleting_a_running_teamrun_removes_its_pod(
     # up to about a minute here), the runner drains or is killed after its grace period
     # (20 s), and the operator lets go of the pod.
     await wait_for(all_gone, 150, "the TeamRun and its pod to be gone", 1.0)
+
+
+@pytest.mark.timeout(180)
+async def test_a_pod_deleted_before_its_outcome_is_recorded_starts_the_next_attempt(
+    kube: KubeClient, namespace: str, operator: Path, redis_secret: str, tmp_path: Path
+) -> None:
+    """Someone removes the tracking finalizer and force-deletes the running pod: the operator
+    never sees it end, only go. The run must not stay Running with no pod."""
+    ledger = tmp_path / "ledger.jsonl"
+    script: list[dict[str, Any]] = [
+        {"tool_calls": [{"id": "l1", "name": "ledger_append", "input": {"entry": "first"}}]},
+        {"tool_calls": [{"id": "l2", "name": "wait", "input": {"seconds": 6}}]},
+        {"tool_calls": [{"id": "l3", "name": "ledger_append", "input": {"entry": "second"}}]},
+        {"text": "done"},
+    ]
+    await kube.create(TEAMRUNS.format(ns=namespace), teamrun("lost", script, ledger))
+
+    async def first_recorded() -> bool:
+        return await ledger_entries(ledger) == ["first"]
+
+    await wait_for(first_recorded, 90, "the first ledger entry")
+    path = f"/api/v1/namespaces/{namespace}/pods/lost-a1"
+    await kube.patch(path, {"metadata": {"finalizers": None}})
+    await kube.delete(path, {"gracePeriodSeconds": 0})
+    status = await finished(kube, namespace, "lost", 120)
+    assert status["phase"] == "Succeeded", (status, await operator_log(operator))
+    assert status["attempt"] == 2 and status["disruptions"] == 1
+    first, second = status["attempts"]
+    assert (first["attempt"], first["outcome"], first["reason"]) == (1, "disruption", "PodLost")
+    assert "finalizer had been removed" in first["message"]
+    assert second["outcome"] == "succeeded"
+    assert await ledger_entries(ledger) == ["first", "second"]
+
+
+@pytest.mark.timeout(180)
+async def test_a_refused_runner_pod_is_retried_until_the_cause_is_fixed(
+    kube: KubeClient, namespace: str, operator: Path, redis_secret: str, tmp_path: Path
+) -> None:
+    """The API server refuses the pod (422: requests above limits). The refusal is shown in a
+    condition, not lost; once the TeamRun is fixed the same attempt starts and succeeds."""
+    body = teamrun("refused", [{"text": "done"}], tmp_path / "ledger.jsonl")
+    body["spec"]["runner"]["resources"] = {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}
+    await kube.create(TEAMRUNS.format(ns=namespace), body)
+
+    async def refused() -> dict[str, Any] | None:
+        status = await status_of(kube, namespace, "refused")
+        conditions = {c["type"]: c for c in status.get("conditions") or []}
+        found = conditions.get("PodCreated")
+        return found if found and found["status"] == "False" else None
+
+    found = await wait_for(refused, 60, "the PodCreated=False condition")
+    assert found["reason"] == "CreateFailed", found
+    assert "Kubernetes API answered 422" in found["message"], found
+    assert "must be less than or equal to cpu limit" in found["message"], found
+    status = await status_of(kube, namespace, "refused")
+    assert (status["phase"], status["attempt"], status.get("attempts")) == ("Running", 1, None)
+    pod_path = f"/api/v1/namespaces/{namespace}/pods/refused-a1"
+    assert await get_or_none(kube, pod_path) is None
+
+    async def warned() -> bool:
+        return "PodCreateFailed" in await event_counts(kube, namespace, "refused")
+
+    await wait_for(warned, 30, "the PodCreateFailed event")
+    await asyncio.sleep(6)  # more than one retry period: still refused, still no attempt spent
+    status = await status_of(kube, namespace, "refused")
+    assert (status["phase"], status["attempt"], status.get("attempts")) == ("Running", 1, None)
+    await kube.patch(
+        f"{TEAMRUNS.format(ns=namespace)}/refused", {"spec": {"runner": {"resources": None}}}
+    )
+    status = await finished(kube, namespace, "refused", 90)
+    assert status["phase"] == "Succeeded", (status, await operator_log(operator))
+    assert status["attempt"] == 1 and [a["outcome"] for a in status["attempts"]] == ["succeeded"]
+    created = next(c for c in status["conditions"] if c["type"] == "PodCreated")
+    assert (created["status"], created["reason"]) == ("True", "Created")

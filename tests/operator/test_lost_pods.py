@@ -1,0 +1,110 @@
+"""Runner pods that vanish unrecorded, and pod creations the API server refuses (pure parts)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from oma_operator.attempts import POD_CREATED, pod_creation_failed, pod_to_retry, resume_of
+from oma_operator.outcomes import outcome_when_gone
+
+
+def _pod(phase: str, *, exit_code: int | None = None, deleting: bool = False) -> dict[str, Any]:
+    status: dict[str, Any] = {"phase": phase}
+    if exit_code is not None:
+        status["containerStatuses"] = [
+            {
+                "name": "runner",
+                "state": {"terminated": {"exitCode": exit_code, "reason": "Error", "message": "m"}},
+            }
+        ]
+    elif phase == "Running":
+        status["containerStatuses"] = [{"name": "runner", "ready": True, "state": {"running": {}}}]
+    meta: dict[str, Any] = {"name": "r-a1"}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return {"metadata": meta, "status": status}
+
+
+@pytest.mark.parametrize(
+    ("pod", "reason", "still"),
+    [
+        (_pod("Running"), "PodLost", "Running"),
+        (_pod("Running", deleting=True), "PodLost", "Terminating"),
+        (_pod("Pending"), "PodLost", "Pending"),
+    ],
+)
+def test_a_pod_gone_before_it_ended_is_a_lost_pod_disruption(
+    pod: dict[str, Any], reason: str, still: str
+) -> None:
+    outcome = outcome_when_gone(pod)
+    assert (outcome.kind, outcome.reason, outcome.exit_code) == ("disruption", reason, None)
+    assert outcome.terminal
+    assert outcome.message.startswith(f"the runner pod was deleted while {still} and before")
+    assert "finalizer had been removed" in outcome.message
+
+
+@pytest.mark.parametrize(
+    ("pod", "kind", "reason"),
+    [
+        (_pod("Succeeded", exit_code=0), "succeeded", "Completed"),
+        (_pod("Failed", exit_code=11), "disruption", "Drained"),
+        (_pod("Failed", exit_code=2), "permanent", "PermanentFailure"),
+        (_pod("Failed", exit_code=137), "crash", "Error"),
+    ],
+)
+def test_a_pod_gone_after_it_ended_counts_as_it_ended(
+    pod: dict[str, Any], kind: str, reason: str
+) -> None:
+    outcome = outcome_when_gone(pod)
+    assert (outcome.kind, outcome.reason) == (kind, reason)
+    assert outcome.message == "m"
+
+
+def _condition(status: str) -> dict[str, Any]:
+    return {"type": POD_CREATED, "status": status, "reason": "CreateFailed", "message": "x"}
+
+
+def _status(**fields: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "phase": "Running",
+        "attempt": 2,
+        "attempts": [{"attempt": 1, "outcome": "disruption", "endedAt": "2026-01-01T00:00:05Z"}],
+        "conditions": [
+            {"type": "Progressing", "status": "True", "reason": "AttemptStarted"},
+            _condition("False"),
+        ],
+    }
+    return base | fields
+
+
+def test_a_refused_creation_is_retried_for_the_current_attempt() -> None:
+    assert pod_creation_failed(_status()) and pod_to_retry(_status()) == 2
+
+
+@pytest.mark.parametrize(
+    "status",
+    [
+        _status(conditions=[]),  # never refused
+        _status(conditions=[_condition("True")]),  # refused once, created since
+        _status(phase="Succeeded"),
+        _status(phase="AwaitingApproval"),
+        _status(attempts=[{"attempt": 1}, {"attempt": 2}]),  # the attempt already ended
+        _status(attempt=None),
+    ],
+)
+def test_nothing_to_retry(status: dict[str, Any]) -> None:
+    assert pod_to_retry(status) is None
+
+
+def test_a_retried_pod_resumes_after_how_the_previous_attempt_ended() -> None:
+    resume = resume_of(_status(), 2)
+    assert resume is not None
+    assert (resume.after, resume.ended_at) == (
+        "disruption",
+        datetime(2026, 1, 1, 0, 0, 5, tzinfo=UTC),
+    )
+    assert resume_of(_status(), 1) is None  # the first attempt resumes nothing
+    assert resume_of(_status(attempts=[{"attempt": 1, "outcome": "crash"}]), 2) is None
