@@ -593,13 +593,30 @@ async def test_the_shipped_examples_succeed(
         postgres: PostgresServer = request.getfixturevalue("postgres_server")
         ref, value = store["postgres"]["dsnSecretRef"], postgres.dsn()
     await _store_secret(kube, namespace, ref["name"], ref["key"], value)
-    await kubectl(cluster, namespace, "apply", "-f", str(path))
-    name = body["metadata"]["name"]
-    status = await finished(kube, namespace, name, 150)
-    assert status["phase"] == "Succeeded", (status, await operator_log(operator))
-    assert status["runId"] == body["spec"]["runId"]
-    assert status["attempt"] == 1 and status["taskSummary"] == "2/2"
-    assert [a["outcome"] for a in status["attempts"]] == ["succeeded"]
+    try:
+        await kubectl(cluster, namespace, "apply", "-f", str(path))
+        name = body["metadata"]["name"]
+        status = await finished(kube, namespace, name, 150)
+        assert status["phase"] == "Succeeded", (status, await operator_log(operator))
+        assert status["runId"] == body["spec"]["runId"]
+        assert status["attempt"] == 1 and status["taskSummary"] == "2/2"
+        assert [a["outcome"] for a in status["attempts"]] == ["succeeded"]
+    finally:
+        if "postgres" in store:
+            await _drop_schema(value, store["postgres"]["schema"])
+
+
+async def _drop_schema(dsn: str, schema: str) -> None:
+    """The example's schema is named like the test server's user (``oma``), and PostgreSQL's
+    default search_path starts with ``"$user"``: left behind, it would become where every later
+    store without a schema resolves its unqualified table, in other tests."""
+    import psycopg
+    from psycopg import sql
+
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await conn.execute(
+            sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema))
+        )
 
 
 async def tally_lines(path: Path) -> list[dict[str, Any]]:
