@@ -24,7 +24,7 @@ from rich.console import Console
 
 from oma.approval.errors import DurableApprovalError
 from oma.approval.ledger import ApprovalRecord, DurableApprovalLedger
-from oma.approval.models import Resolution
+from oma.approval.models import ApprovalDecisionRecord, Resolution
 from oma.cli_store import EXIT_BAD_INPUT, JsonOption, StoreOption, with_store
 from oma.store.base import MemoryStore
 from oma.store.reserved import APPROVAL_KEY_PREFIX
@@ -55,10 +55,13 @@ async def _records(store: MemoryStore, run_id: str | None) -> list[ApprovalRecor
 
 
 def _state(record: ApprovalRecord) -> str:
-    if record.decision is None:
-        return "pending"
-    resolution = record.decision.resolution
-    return record.decision.decision + (f" ({resolution})" if resolution else "")
+    return _decided(record.decision) if record.decision else "pending"
+
+
+def _decided(decision: ApprovalDecisionRecord) -> str:
+    """``approved``, ``rejected``, or for an uncertain tool call e.g. ``rejected (done)``."""
+    resolution = decision.resolution
+    return decision.decision + (f" ({resolution})" if resolution else "")
 
 
 @app.command("list")
@@ -178,9 +181,8 @@ def _decide(
         )
 
     decision = _with_store(store, decide)
-    settled = f" ({decision.resolution})" if decision.resolution else ""
     console.print(
-        f"{decision.decision}{settled} {request_id} as {decision.reviewer.id} "
+        f"{_decided(decision)} {request_id} as {decision.reviewer.id} "
         f"(hash {decision.request_hash})"
     )
 

@@ -30,7 +30,15 @@ from oma.timeutil import now_iso
 # "retry", "done" and "failed" settle an uncertain_tool_call request (approve means retry and
 # reject means failed there); the other scopes take approve or reject only.
 DecisionWord = Literal["approve", "reject", "retry", "done", "failed"]
-_RESOLUTIONS: dict[str, Resolution] = {"retry": "retry", "done": "done", "failed": "failed"}
+# What each word records on an uncertain_tool_call request.
+_RESOLUTION_OF: dict[str, Resolution] = {
+    "approve": "retry",
+    "reject": "failed",
+    "retry": "retry",
+    "done": "done",
+    "failed": "failed",
+}
+_SETTLING_WORDS = ("retry", "done", "failed")
 
 
 def approval_key(request_id: str) -> str:
@@ -99,7 +107,7 @@ class DurableApprovalLedger:
             raise DurableApprovalError(
                 "APPROVAL_VALIDATION_ERROR", "Approval reviewer needs a non-empty id."
             ) from exc
-        if decision not in ("approve", "reject", *_RESOLUTIONS):
+        if decision not in _RESOLUTION_OF:
             raise DurableApprovalError(
                 "APPROVAL_VALIDATION_ERROR",
                 "Approval decision must be 'approve' or 'reject' (or, for an uncertain tool "
@@ -141,7 +149,7 @@ class DurableApprovalLedger:
             "runId": record.request.run_id,
             "scope": record.request.scope,
             "requestHash": record.request.request_hash,
-            "decision": "approved" if decision in ("approve", "retry") else "rejected",
+            "decision": "approved" if _RESOLUTION_OF[decision] == "retry" else "rejected",
             "reviewer": reviewer_wire,
             "decidedAt": now_iso(),
         }
@@ -160,15 +168,15 @@ class DurableApprovalLedger:
 
 def _resolution(request: ApprovalRequest, word: str, result: str | None) -> dict[str, Any]:
     if request.scope != "uncertain_tool_call":
-        if word in _RESOLUTIONS:
+        if word in _SETTLING_WORDS:
             raise DurableApprovalError(
                 "APPROVAL_VALIDATION_ERROR",
                 f"'{word}' settles an uncertain tool call; request {request.id} is a "
                 f"{request.scope} request: approve or reject it.",
             )
         return {}
-    resolution = _RESOLUTIONS.get(word) or ("retry" if word == "approve" else "failed")
-    return {"resolution": resolution} | ({"result": result} if result is not None else {})
+    settled = {"resolution": _RESOLUTION_OF[word]}
+    return settled | ({"result": result} if result is not None else {})
 
 
 def _parse_row(text: str, request_id: str) -> ApprovalRecord:

@@ -66,8 +66,9 @@ class TaskDispatchContent(WireModel):
     task: ApprovalTaskSnapshot
 
 
-class ToolCallContent(WireModel):
-    kind: Literal["tool_call"]
+class _ToolCallFields(WireModel):
+    """The seven fields of the reference's tool content: the call as the reviewer sees it."""
+
     tool_name: str
     raw_input: dict[str, Any]
     input: dict[str, Any]
@@ -77,7 +78,11 @@ class ToolCallContent(WireModel):
     consequential: bool
 
 
-class UncertainToolCallContent(WireModel):
+class ToolCallContent(_ToolCallFields):
+    kind: Literal["tool_call"]
+
+
+class UncertainToolCallContent(_ToolCallFields):
     """A non-idempotent call that started and never committed: it may or may not have happened.
 
     Not in the reference (whose scopes are the four above): only this engine marks calls as
@@ -86,13 +91,6 @@ class UncertainToolCallContent(WireModel):
     """
 
     kind: Literal["uncertain_tool_call"]
-    tool_name: str
-    raw_input: dict[str, Any]
-    input: dict[str, Any]
-    agent_name: str
-    task_id: str
-    tool_call_id: str
-    consequential: bool
     started_at: str
     started_attempt: Annotated[int, Field(ge=1)]
     after_approval: str | None = None

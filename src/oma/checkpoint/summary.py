@@ -142,10 +142,10 @@ def _tool_call(pending: PendingToolCall) -> ToolCallLine:
         state = "committed"
     elif pending.approval_decision is not None:
         decision = pending.approval_decision
-        approved = decision.decision == "approved"
-        state = "approved_not_run" if approved else "rejected"
         if decision.resolution == "done":
             state = "recorded_done"
+        else:
+            state = "approved_not_run" if decision.decision == "approved" else "rejected"
     elif request is not None:
         state = "uncertain" if request.scope == "uncertain_tool_call" else "awaiting_approval"
     elif pending.started is not None:
