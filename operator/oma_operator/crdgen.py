@@ -131,21 +131,17 @@ def approvaldecision_crd() -> dict[str, Any]:
             "message": "a decision is final: Pending -> Approved or Rejected, once",
         }
     ]
-    # Who decided, and why, are part of the decision: final with it (an audit record).
+    # Who decided, why, and how an uncertain call was settled are part of the decision: final
+    # with it (an audit record).
+    final = ("reviewer", "reason", "resolution", "result")
+    unchanged = " && ".join(
+        f"(has(self.{f}) ? self.{f} : '') == (has(oldSelf.{f}) ? oldSelf.{f} : '')" for f in final
+    )
     spec["x-kubernetes-validations"] = [
         {
-            "rule": "oldSelf.decision == 'Pending' || ("
-            "(has(self.reviewer) ? self.reviewer : '') == "
-            "(has(oldSelf.reviewer) ? oldSelf.reviewer : '') && "
-            "(has(self.reason) ? self.reason : '') == (has(oldSelf.reason) ? oldSelf.reason : ''))",
-            "message": "reviewer and reason are final once the decision is made",
-        },
-        {
-            "rule": "oldSelf.decision == 'Pending' || ("
-            "(has(self.resolution) ? self.resolution : '') == "
-            "(has(oldSelf.resolution) ? oldSelf.resolution : '') && "
-            "(has(self.result) ? self.result : '') == (has(oldSelf.result) ? oldSelf.result : ''))",
-            "message": "resolution and result are final once the decision is made",
+            "rule": f"oldSelf.decision == 'Pending' || ({unchanged})",
+            "message": "reviewer, reason, resolution and result are final once the decision is "
+            "made",
         },
         {
             "rule": "self.scope == 'uncertain_tool_call' || (!has(self.resolution) && "
