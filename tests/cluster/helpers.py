@@ -30,6 +30,18 @@ async def wait_for(
         await asyncio.sleep(interval)
 
 
+async def evict(kube: KubeClient, namespace: str, pod: str) -> None:
+    """Evict ``pod`` through the Eviction API (what ``kubectl drain`` does)."""
+    await kube.create(
+        f"/api/v1/namespaces/{namespace}/pods/{pod}/eviction",
+        {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": pod, "namespace": namespace},
+        },
+    )
+
+
 def pod(name: str, script: str, **spec: Any) -> JSON:
     """A one-container pod running ``sh -c script``; ``spec`` entries override the pod spec."""
     container: JSON = {"name": "main", "image": IMAGE, "command": ["sh", "-c", script]}

@@ -17,7 +17,7 @@ import yaml
 
 from devcluster import KubeClient
 from tests.cluster.conftest import ClusterHandle
-from tests.cluster.helpers import wait_for
+from tests.cluster.helpers import evict, wait_for
 from tests.cluster.test_operator_e2e import (
     TEAMRUNS,
     finished,
@@ -201,14 +201,7 @@ async def test_installed_chart_rbac_runs_the_eviction_resume(
         await wait_for(first, 90, "attempt 1's first entry")
         pod = await kube.get(f"/api/v1/namespaces/{namespace}/pods/chart-a1")
         assert pod["spec"]["serviceAccountName"] == "oma-runner"  # admitted: restricted PSS
-        await kube.create(
-            f"/api/v1/namespaces/{namespace}/pods/chart-a1/eviction",
-            {
-                "apiVersion": "policy/v1",
-                "kind": "Eviction",
-                "metadata": {"name": "chart-a1", "namespace": namespace},
-            },
-        )
+        await evict(kube, namespace, "chart-a1")
         status = await finished(kube, namespace, "chart", 180)
     finally:
         operator.terminate()

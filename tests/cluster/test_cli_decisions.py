@@ -70,7 +70,9 @@ async def oma(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return await asyncio.to_thread(_run, kubeconfig, *args)
 
 
-async def _decision(kube: KubeClient, namespace: str) -> tuple[str, dict[str, Any]]:
+async def _decision(
+    kube: KubeClient, namespace: str, scope: str = "tool_call", summary: str = SUMMARY
+) -> tuple[str, dict[str, Any]]:
     """A pending ApprovalDecision as the operator would create it (no TeamRun needed)."""
     name = f"pay-{uuid.uuid4().hex[:16]}"
     request_hash = secrets.token_hex(32)
@@ -82,8 +84,8 @@ async def _decision(kube: KubeClient, namespace: str) -> tuple[str, dict[str, An
             "teamRun": "pay",
             "requestId": f"apr_{secrets.token_hex(16)}",
             "requestHash": request_hash,
-            "scope": "tool_call",
-            "summary": SUMMARY.replace("{hash}", request_hash),
+            "scope": scope,
+            "summary": summary.replace("{hash}", request_hash),
         },
     }
     return name, await kube.create(DECISIONS.format(ns=namespace), body)
@@ -244,34 +246,18 @@ async def test_a_suspended_teamrun_resumes_after_oma_approve(
     assert (recorded["status"]["decision"], recorded["status"]["reviewer"]) == ("approved", "erin")
 
 
-async def _uncertain_decision(kube: KubeClient, namespace: str) -> str:
-    name = f"unc-{uuid.uuid4().hex[:16]}"
-    request_hash = secrets.token_hex(32)
-    await kube.create(
-        DECISIONS.format(ns=namespace),
-        {
-            "apiVersion": "oma.dev/v1alpha1",
-            "kind": "ApprovalDecision",
-            "metadata": {"name": name},
-            "spec": {
-                "teamRun": "pay",
-                "requestId": f"apr_{secrets.token_hex(16)}",
-                "requestHash": request_hash,
-                "scope": "uncertain_tool_call",
-                "summary": f"Uncertain tool call tally ...\nContent hash: {request_hash}",
-            },
-        },
-    )
-    return name
-
-
 @pytest.mark.timeout(120)
 async def test_resolve_settles_an_uncertain_tool_call_and_the_api_server_keeps_it_coherent(
     cluster: ClusterHandle, kube: KubeClient, namespace: str, reviewer_policy: None
 ) -> None:
     await _grant_reviewers(kube, namespace, "alice")
     alice = cluster.mint_kubeconfig("alice")
-    name = await _uncertain_decision(kube, namespace)
+    name, _ = await _decision(
+        kube,
+        namespace,
+        "uncertain_tool_call",
+        "Uncertain tool call tally by agent clerk in task t-1 (call c1) ...\nContent hash: {hash}",
+    )
     path = f"{DECISIONS.format(ns=namespace)}/{name}"
     for wrong, why in [
         ({"decision": "Approved", "resolution": "Done"}, "Retry goes with Approved"),

@@ -17,7 +17,7 @@ import pytest
 
 from devcluster import KubeClient
 from tests.cluster.conftest import ClusterHandle
-from tests.cluster.helpers import get_or_none
+from tests.cluster.helpers import evict, get_or_none
 from tests.cluster.test_operator_e2e import (
     TEAMRUNS,
     crds_installed,
@@ -58,14 +58,7 @@ def _script(prefix: str) -> list[dict[str, Any]]:
 
 async def _evict(kube: KubeClient, namespace: str, pod: str) -> bool:
     try:
-        await kube.create(
-            f"/api/v1/namespaces/{namespace}/pods/{pod}/eviction",
-            {
-                "apiVersion": "policy/v1",
-                "kind": "Eviction",
-                "metadata": {"name": pod, "namespace": namespace},
-            },
-        )
+        await evict(kube, namespace, pod)
     except Exception:  # the pod ended or is already going: the next round finds the new one
         return False
     return True

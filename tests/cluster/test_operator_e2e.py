@@ -31,6 +31,7 @@ from oma.timeutil import parse_iso
 from oma_operator.crdgen import approvaldecision_crd, teamrun_crd
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.helpers import (
+    evict,
     get_or_none,
     run_tool,
     tables,
@@ -260,14 +261,7 @@ async def test_eviction_mid_task_resumes_in_attempt_2(
         return await ledger_entries(ledger) == ["first"]
 
     await wait_for(first_recorded, 90, "the first ledger entry of attempt 1")
-    await kube.create(
-        f"/api/v1/namespaces/{namespace}/pods/evict-a1/eviction",
-        {
-            "apiVersion": "policy/v1",
-            "kind": "Eviction",
-            "metadata": {"name": "evict-a1", "namespace": namespace},
-        },
-    )
+    await evict(kube, namespace, "evict-a1")
     status = await finished(kube, namespace, "evict", 180)
     assert status["phase"] == "Succeeded", (status, await operator_log(operator))
     assert status["attempt"] == 2
@@ -430,14 +424,7 @@ async def test_operator_restart_mid_run_loses_no_outcome(
         await wait_for(first_recorded, 90, "the first ledger entry")
         first.kill()  # the operator dies; the eviction below happens while it is away
         first.wait()
-        await kube.create(
-            f"/api/v1/namespaces/{namespace}/pods/restart-a1/eviction",
-            {
-                "apiVersion": "policy/v1",
-                "kind": "Eviction",
-                "metadata": {"name": "restart-a1", "namespace": namespace},
-            },
-        )
+        await evict(kube, namespace, "restart-a1")
 
         async def a1_ended() -> bool:
             pod = await get_or_none(kube, f"/api/v1/namespaces/{namespace}/pods/restart-a1")
@@ -695,14 +682,7 @@ async def test_eviction_in_task_2_reruns_neither_task_1_nor_committed_calls(
         return [line["item"] for line in await tally_lines(tally)] == ["one", "two-a"]
 
     await wait_for(task_2_committed_once, 90, "task 1 done and task 2's first call")
-    await kube.create(
-        f"/api/v1/namespaces/{namespace}/pods/two-a1/eviction",
-        {
-            "apiVersion": "policy/v1",
-            "kind": "Eviction",
-            "metadata": {"name": "two-a1", "namespace": namespace},
-        },
-    )
+    await evict(kube, namespace, "two-a1")
     status = await finished(kube, namespace, "two", 180)
     assert status["phase"] == "Succeeded", (status, await operator_log(operator))
     assert status["attempt"] == 2 and status["taskSummary"] == "2/2"

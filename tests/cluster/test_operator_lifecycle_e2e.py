@@ -24,7 +24,7 @@ from devcluster.binaries import k8s_version
 from devcluster.kubeconfig import load_kubeconfig
 from oma.timeutil import parse_iso
 from tests.cluster.conftest import ClusterHandle
-from tests.cluster.helpers import get_or_none, wait_for
+from tests.cluster.helpers import evict, get_or_none, wait_for
 from tests.cluster.test_operator_e2e import (
     TEAMRUNS,
     crds_installed,
@@ -74,14 +74,7 @@ async def test_events_and_last_checkpoint_time_through_an_eviction(
         return await ledger_entries(ledger) == ["first"]
 
     await wait_for(first_recorded, 90, "the first ledger entry")
-    await kube.create(
-        f"/api/v1/namespaces/{namespace}/pods/ev-a1/eviction",
-        {
-            "apiVersion": "policy/v1",
-            "kind": "Eviction",
-            "metadata": {"name": "ev-a1", "namespace": namespace},
-        },
-    )
+    await evict(kube, namespace, "ev-a1")
     status = await finished(kube, namespace, "ev", 120)
     assert status["phase"] == "Succeeded", (status, await operator_log(operator))
     saved = parse_iso(status["lastCheckpointAt"])

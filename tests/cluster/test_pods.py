@@ -16,7 +16,7 @@ import pytest
 from devcluster import ApiError, KubeClient
 from devcluster.kube import JSON
 from tests.cluster.conftest import ClusterHandle
-from tests.cluster.helpers import pod, wait_for, wait_gone, wait_phase
+from tests.cluster.helpers import evict, pod, wait_for, wait_gone, wait_phase
 
 pytestmark = pytest.mark.cluster
 ROOT = "${DEVCLUSTER_POD_ROOT:-}"
@@ -146,14 +146,7 @@ async def test_eviction_api_sends_sigterm_then_pod_disappears(
     await asyncio.sleep(0.5)  # let the shell install its trap
     watcher = asyncio.create_task(_watch_until_deleted(kube, namespace, "victim"))
     await asyncio.sleep(0.3)
-    await kube.create(
-        f"{path}/eviction",
-        {
-            "apiVersion": "policy/v1",
-            "kind": "Eviction",
-            "metadata": {"name": "victim", "namespace": namespace},
-        },
-    )
+    await evict(kube, namespace, "victim")
     history = await asyncio.wait_for(watcher, 60)
     await wait_gone(kube, path)
     messages = [t.get("message", "") for t in map(terminated, history) if t]

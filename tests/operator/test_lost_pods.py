@@ -9,31 +9,15 @@ import pytest
 
 from oma_operator.attempts import POD_CREATED, pod_creation_failed, pod_to_retry, resume_of
 from oma_operator.outcomes import outcome_when_gone
-
-
-def _pod(phase: str, *, exit_code: int | None = None, deleting: bool = False) -> dict[str, Any]:
-    status: dict[str, Any] = {"phase": phase}
-    if exit_code is not None:
-        status["containerStatuses"] = [
-            {
-                "name": "runner",
-                "state": {"terminated": {"exitCode": exit_code, "reason": "Error", "message": "m"}},
-            }
-        ]
-    elif phase == "Running":
-        status["containerStatuses"] = [{"name": "runner", "ready": True, "state": {"running": {}}}]
-    meta: dict[str, Any] = {"name": "r-a1"}
-    if deleting:
-        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    return {"metadata": meta, "status": status}
+from tests.operator.pod_fixtures import runner_pod_in
 
 
 @pytest.mark.parametrize(
     ("pod", "reason", "still"),
     [
-        (_pod("Running"), "PodLost", "Running"),
-        (_pod("Running", deleting=True), "PodLost", "Terminating"),
-        (_pod("Pending"), "PodLost", "Pending"),
+        (runner_pod_in("Running"), "PodLost", "Running"),
+        (runner_pod_in("Running", deleting=True), "PodLost", "Terminating"),
+        (runner_pod_in("Pending"), "PodLost", "Pending"),
     ],
 )
 def test_a_pod_gone_before_it_ended_is_a_lost_pod_disruption(
@@ -49,10 +33,10 @@ def test_a_pod_gone_before_it_ended_is_a_lost_pod_disruption(
 @pytest.mark.parametrize(
     ("pod", "kind", "reason"),
     [
-        (_pod("Succeeded", exit_code=0), "succeeded", "Completed"),
-        (_pod("Failed", exit_code=11), "disruption", "Drained"),
-        (_pod("Failed", exit_code=2), "permanent", "PermanentFailure"),
-        (_pod("Failed", exit_code=137), "crash", "Error"),
+        (runner_pod_in("Succeeded", exit_code=0), "succeeded", "Completed"),
+        (runner_pod_in("Failed", exit_code=11), "disruption", "Drained"),
+        (runner_pod_in("Failed", exit_code=2), "permanent", "PermanentFailure"),
+        (runner_pod_in("Failed", exit_code=137), "crash", "Error"),
     ],
 )
 def test_a_pod_gone_after_it_ended_counts_as_it_ended(
@@ -60,7 +44,7 @@ def test_a_pod_gone_after_it_ended_counts_as_it_ended(
 ) -> None:
     outcome = outcome_when_gone(pod)
     assert (outcome.kind, outcome.reason) == (kind, reason)
-    assert outcome.message == "m"
+    assert outcome.message == "msg"
 
 
 def _condition(status: str) -> dict[str, Any]:

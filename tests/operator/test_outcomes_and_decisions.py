@@ -12,78 +12,46 @@ from oma_operator.decisions import decide
 from oma_operator.models import RetryPolicy, TeamRunSpec, model_key_env, to_run_spec
 from oma_operator.outcomes import Outcome, classify
 from oma_operator.pods import FINALIZER, runner_pod
-
-
-def _pod(
-    phase: str,
-    *,
-    exit_code: int | None = None,
-    reason: str | None = None,
-    pod_reason: str | None = None,
-    disruption: str | None = None,
-    deleting: bool = False,
-) -> dict[str, Any]:
-    status: dict[str, Any] = {"phase": phase}
-    if exit_code is not None:
-        status["containerStatuses"] = [
-            {
-                "name": "runner",
-                "state": {
-                    "terminated": {
-                        "exitCode": exit_code,
-                        "reason": reason or "Error",
-                        "message": "msg",
-                    }
-                },
-            }
-        ]
-    if pod_reason:
-        status["reason"], status["message"] = pod_reason, "The node was low on memory."
-    if disruption:
-        status["conditions"] = [
-            {"type": "DisruptionTarget", "status": "True", "reason": disruption}
-        ]
-    meta: dict[str, Any] = {"name": "r-a1"}
-    if deleting:
-        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    return {"metadata": meta, "status": status}
+from tests.operator.pod_fixtures import runner_pod_in
 
 
 @pytest.mark.parametrize(
     ("pod", "kind", "reason"),
     [
-        (_pod("Pending"), "running", "Pending"),
-        (_pod("Running"), "running", "Running"),
-        (_pod("Running", deleting=True), "running", "Terminating"),
-        (_pod("Succeeded", exit_code=0, reason="Completed"), "succeeded", "Completed"),
-        (_pod("Failed", exit_code=10), "suspended", "AwaitingApproval"),
-        (_pod("Failed", exit_code=11), "disruption", "Drained"),
+        (runner_pod_in("Pending"), "running", "Pending"),
+        (runner_pod_in("Running"), "running", "Running"),
+        (runner_pod_in("Running", deleting=True), "running", "Terminating"),
+        (runner_pod_in("Succeeded", exit_code=0, reason="Completed"), "succeeded", "Completed"),
+        (runner_pod_in("Failed", exit_code=10), "suspended", "AwaitingApproval"),
+        (runner_pod_in("Failed", exit_code=11), "disruption", "Drained"),
         (
-            _pod("Failed", exit_code=11, disruption="EvictionByEvictionAPI"),
+            runner_pod_in("Failed", exit_code=11, disruption="EvictionByEvictionAPI"),
             "disruption",
             "EvictionByEvictionAPI",
         ),
-        (_pod("Failed", exit_code=12), "fenced", "Fenced"),
-        (_pod("Failed", exit_code=2), "permanent", "PermanentFailure"),
-        (_pod("Failed", exit_code=137, reason="OOMKilled"), "oom", "OOMKilled"),
+        (runner_pod_in("Failed", exit_code=12), "fenced", "Fenced"),
+        (runner_pod_in("Failed", exit_code=2), "permanent", "PermanentFailure"),
+        (runner_pod_in("Failed", exit_code=137, reason="OOMKilled"), "oom", "OOMKilled"),
         (
-            _pod("Failed", exit_code=137, pod_reason="Evicted", disruption="TerminationByKubelet"),
+            runner_pod_in(
+                "Failed", exit_code=137, pod_reason="Evicted", disruption="TerminationByKubelet"
+            ),
             "disruption",
             "Evicted",
         ),
         (
-            _pod("Failed", exit_code=137, disruption="PreemptionByScheduler"),
+            runner_pod_in("Failed", exit_code=137, disruption="PreemptionByScheduler"),
             "disruption",
             "PreemptionByScheduler",
         ),
         (
-            _pod("Failed", exit_code=143, disruption="DeletionByTaintManager"),
+            runner_pod_in("Failed", exit_code=143, disruption="DeletionByTaintManager"),
             "disruption",
             "DeletionByTaintManager",
         ),
-        (_pod("Failed", exit_code=1), "crash", "Error"),
-        (_pod("Failed", exit_code=139, reason="Error"), "crash", "Error"),
-        (_pod("Failed"), "crash", "Error"),
+        (runner_pod_in("Failed", exit_code=1), "crash", "Error"),
+        (runner_pod_in("Failed", exit_code=139, reason="Error"), "crash", "Error"),
+        (runner_pod_in("Failed"), "crash", "Error"),
     ],
 )
 def test_classify(pod: dict[str, Any], kind: str, reason: str) -> None:

@@ -1,0 +1,40 @@
+"""Runner pods in the states the operator classifies (shared by the pure operator tests)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def runner_pod_in(
+    phase: str,
+    *,
+    exit_code: int | None = None,
+    reason: str | None = None,
+    pod_reason: str | None = None,
+    disruption: str | None = None,
+    deleting: bool = False,
+) -> dict[str, Any]:
+    status: dict[str, Any] = {"phase": phase}
+    if exit_code is not None:
+        status["containerStatuses"] = [
+            {
+                "name": "runner",
+                "state": {
+                    "terminated": {
+                        "exitCode": exit_code,
+                        "reason": reason or "Error",
+                        "message": "msg",
+                    }
+                },
+            }
+        ]
+    if pod_reason:
+        status["reason"], status["message"] = pod_reason, "The node was low on memory."
+    if disruption:
+        status["conditions"] = [
+            {"type": "DisruptionTarget", "status": "True", "reason": disruption}
+        ]
+    meta: dict[str, Any] = {"name": "r-a1"}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return {"metadata": meta, "status": status}
