@@ -22,6 +22,7 @@ from devcluster import KubeClient
 from devcluster.kube import ApiError
 from devcluster.kubeconfig import load_kubeconfig
 from tests.cluster.conftest import ClusterHandle
+from tests.cluster.helpers import tool_package, with_pythonpath
 from tests.cluster.test_approvals_e2e import (
     DECISIONS,
     _gated,
@@ -36,6 +37,7 @@ from tests.cluster.test_operator_e2e import (
     ledger_entries,
     operator,
     redis_secret,
+    teamrun,
 )
 
 __all__ = ["crds_installed", "operator", "redis_secret", "reviewer_policy"]
@@ -294,3 +296,81 @@ async def test_resolve_settles_an_uncertain_tool_call_and_the_api_server_keeps_i
         )
     assert "only for scope uncertain_tool_call" in str(not_uncertain.value)
     assert (await _spec(kube, namespace, other))["decision"] == "Pending"
+
+
+PAY_TOOL = """
+import os
+import signal
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from oma.tools import define_tool
+
+
+class PayInput(BaseModel):
+    amount: int
+
+
+async def _pay(args, ctx):
+    # The bank has no idempotency key: every run of this tool moves money.
+    with Path(os.environ["PAY_PATH"]).open("a") as bank:
+        bank.write(f"{ctx.tool_call_id} {args.amount}\\n")
+    if os.environ.get("OMA_ATTEMPT") == "1":
+        os.kill(os.getpid(), signal.SIGKILL)  # after the effect, before its result is saved
+    return f"paid {args.amount}"
+
+
+pay = define_tool("pay", "Pay.", PayInput, _pay, idempotent=False)
+"""
+
+
+@pytest.mark.timeout(240)
+async def test_an_uncertain_call_on_kubernetes_is_recorded_as_done_and_not_repeated(
+    cluster: ClusterHandle,
+    kube: KubeClient,
+    namespace: str,
+    operator: Path,
+    redis_secret: str,
+    reviewer_policy: None,
+    tmp_path: Path,
+) -> None:
+    """The runner dies between a non-idempotent call's effect and its commit; the next attempt
+    asks instead of paying again; the reviewer records it as done with `oma resolve`."""
+    cluster.agent  # noqa: B018 (node-agent-only: the tool package is a local directory)
+    await _grant_reviewers(kube, namespace, "alice")
+    site = tool_package(tmp_path / "site", "oma_pay_tool", PAY_TOOL, {"pay": "oma_pay_tool:pay"})
+    bank = tmp_path / "bank.txt"
+    script: list[dict[str, Any]] = [
+        {"tool_calls": [{"id": "p1", "name": "pay", "input": {"amount": 42}}]},
+        {"text": "paid"},
+    ]
+    body = teamrun("unsure", script, tmp_path / "ledger.jsonl")
+    body["spec"]["team"]["agents"][0]["tools"] = ["pay"]
+    body["spec"]["retryPolicy"] = {"backoffSeconds": 1, "maxFailures": 2}
+    body["spec"]["runner"]["env"] += [
+        {"name": "PYTHONPATH", "value": with_pythonpath(site)},
+        {"name": "PAY_PATH", "value": str(bank)},
+    ]
+    await kube.create(TEAMRUNS.format(ns=namespace), body)
+    decision = await _pending_decision(kube, namespace, "unsure")
+    spec = decision["spec"]
+    assert spec["scope"] == "uncertain_tool_call" and spec["decision"] == "Pending"
+    assert "Uncertain tool call pay" in spec["summary"] and "attempt 1" in spec["summary"]
+    assert bank.read_text().splitlines() == ["p1 42"]  # paid once, before the crash
+
+    alice = cluster.mint_kubeconfig("alice")
+    name = decision["metadata"]["name"]
+    found = "bank statement shows p1 42"
+    done = await oma(alice, "resolve", name, "done", "--result", found, "-n", namespace)
+    assert done.returncode == 0, done.stderr
+    status = await finished(kube, namespace, "unsure", 150)
+    assert status["phase"] == "Succeeded", status
+    assert [a["outcome"] for a in status["attempts"]] == ["crash", "suspended", "succeeded"]
+    assert bank.read_text().splitlines() == ["p1 42"]  # not paid again
+    recorded = await kube.get(f"{DECISIONS.format(ns=namespace)}/{name}")
+    assert recorded["status"]["recorded"] is True
+    assert (recorded["status"]["decision"], recorded["status"]["resolution"]) == (
+        "rejected",
+        "done",
+    )
