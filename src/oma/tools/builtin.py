@@ -1,6 +1,7 @@
 """Built-in tools for demos and tests, selectable by name in a run spec.
 
-``ledger_append`` has an external side effect (a line in a JSONL ledger file) and uses
+``ledger_append`` has an external side effect (a record in a JSONL file or a Redis list, see
+``records``) and uses
 ``run_id:task_id:tool_call_id`` as its idempotency key: a call re-run after a crash finds its key
 already recorded and does not append again. ``tally`` is its opposite: every run of it adds a
 line (no key check), so it is declared ``idempotent=False`` and a restore puts a call of it that
@@ -10,17 +11,25 @@ may have happened to a reviewer instead of re-running it.
 from __future__ import annotations
 
 import asyncio
-import fcntl
-import json
-import os
-from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from oma.tools import records
 from oma.tools.define import AnyTool, ToolContext, define_tool
+from oma.tools.records import RecordLocation
 
 LEDGER_ENV = "OMA_LEDGER_PATH"
 TALLY_ENV = "OMA_TALLY_PATH"
+
+
+def ledger_location() -> RecordLocation:
+    """Where ``ledger_append`` writes: ``OMA_LEDGER_URL`` + ``_KEY``, or ``OMA_LEDGER_PATH``."""
+    return RecordLocation.from_env("LEDGER", ".oma/ledger.jsonl")
+
+
+def tally_location() -> RecordLocation:
+    """Where ``tally`` writes: ``OMA_TALLY_URL`` + ``_KEY``, or ``OMA_TALLY_PATH``."""
+    return RecordLocation.from_env("TALLY", ".oma/tally.jsonl")
 
 
 class EchoInput(BaseModel):
@@ -50,25 +59,10 @@ def idempotency_key(ctx: ToolContext) -> str:
 
 
 async def _ledger_append(args: LedgerInput, ctx: ToolContext) -> str:
-    path = Path(os.environ.get(LEDGER_ENV, ".oma/ledger.jsonl"))
     key = idempotency_key(ctx)
-    await asyncio.to_thread(_append_once, path, key, args)
+    record = {"key": key, "entry": args.entry, "amount": args.amount}
+    await records.append_once(ledger_location(), key, record)
     return f"recorded {args.entry} ({args.amount:g}) as {key}"
-
-
-def _append_once(path: Path, key: str, args: LedgerInput) -> bool:
-    """Append unless ``key`` is already in the ledger; the file lock makes check+append atomic."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a+", encoding="utf-8") as ledger:
-        fcntl.flock(ledger, fcntl.LOCK_EX)
-        ledger.seek(0)
-        for line in ledger:
-            if line.strip() and json.loads(line).get("key") == key:
-                return False
-        ledger.write(json.dumps({"key": key, "entry": args.entry, "amount": args.amount}) + "\n")
-        ledger.flush()
-        os.fsync(ledger.fileno())
-        return True
 
 
 class TallyInput(BaseModel):
@@ -77,18 +71,9 @@ class TallyInput(BaseModel):
 
 
 async def _tally(args: TallyInput, ctx: ToolContext) -> str:
-    path = Path(os.environ.get(TALLY_ENV, ".oma/tally.jsonl"))
-    line = json.dumps({"call": idempotency_key(ctx), "item": args.item, "amount": args.amount})
-    await asyncio.to_thread(_append_line, path, line)
+    record = {"call": idempotency_key(ctx), "item": args.item, "amount": args.amount}
+    await records.append(tally_location(), record)
     return f"tallied {args.item} ({args.amount:g})"
-
-
-def _append_line(path: Path, line: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as tally:
-        tally.write(line + "\n")
-        tally.flush()
-        os.fsync(tally.fileno())
 
 
 def builtin_tools() -> dict[str, AnyTool]:
