@@ -20,9 +20,9 @@ from oma_operator import runtime
 from oma_operator.approvals import sync_approvals
 from oma_operator.client import KubeError
 from oma_operator.decisions import attempt_record, decide
-from oma_operator.metrics import METRICS, Resume, pod_ended_at
+from oma_operator.metrics import METRICS, Resume
 from oma_operator.models import TeamRunSpec
-from oma_operator.outcomes import Outcome, outcome_when_gone
+from oma_operator.outcomes import Outcome
 from oma_operator.pods import FINALIZER, LABEL_ATTEMPT, LABEL_TEAMRUN, run_id_of, runner_pod
 from oma_operator.progress import read_progress
 from oma_operator.status import after_attempt, backoff_left, condition, merge_conditions, started
@@ -213,28 +213,6 @@ async def give_up(pod: dict[str, Any], outcome: Outcome) -> None:
     await runtime.kube().delete_pod(namespace, meta["name"])
     await record_outcome(namespace, name, attempt, outcome, meta["name"], datetime.now(UTC))
     await runtime.kube().remove_finalizer(namespace, meta["name"], FINALIZER)
-
-
-async def pod_gone(pod: dict[str, Any]) -> None:
-    """A runner pod left the API without this process recording its outcome. If nobody did
-    (its finalizer was removed by hand, then it was deleted), record what it last showed, or a
-    lost pod (``outcome_when_gone``), and start what the retry policy says; a run must not stay
-    ``Running`` with no pod. The usual case, an outcome recorded before, costs one read."""
-    meta = pod["metadata"]
-    namespace, name = meta["namespace"], meta["labels"][LABEL_TEAMRUN]
-    attempt = int(meta["labels"].get(LABEL_ATTEMPT, "1"))
-    teamrun = await runtime.kube().get_teamrun(namespace, name)
-    if teamrun is None or teamrun["metadata"].get("deletionTimestamp"):
-        return
-    status = dict(teamrun.get("status") or {})
-    if int(status.get("attempt") or 0) != attempt or status.get("phase") != "Running":
-        return  # an older attempt's pod, or a run that is not waiting on this pod
-    if any(a.get("attempt") == attempt for a in status.get("attempts") or []):
-        return
-    outcome = outcome_when_gone(pod)
-    log.warning("pod %s/%s is gone unrecorded: %s", namespace, meta["name"], outcome.message)
-    ended = pod_ended_at(pod) or datetime.now(UTC)
-    await record_outcome(namespace, name, attempt, outcome, meta["name"], ended)
 
 
 async def resume_after_approvals(teamrun: dict[str, Any], spec: TeamRunSpec) -> None:

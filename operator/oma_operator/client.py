@@ -141,6 +141,28 @@ class Kube:
             headers={"Content-Type": "application/merge-patch+json"},
         )
 
+    async def add_finalizer(self, pod: dict[str, Any], finalizer: str) -> None:
+        """Add ``finalizer`` to ``pod`` as it was seen (its resourceVersion is a precondition).
+        A pod changed since (409), gone (404) or being deleted (422: it takes no new
+        finalizers) is left alone; its next event tells what it is now."""
+        meta = pod["metadata"]
+        patch = {
+            "metadata": {
+                "finalizers": [*(meta.get("finalizers") or []), finalizer],
+                "resourceVersion": meta["resourceVersion"],
+            }
+        }
+        try:
+            await self._call(
+                "PATCH",
+                f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
+                json=patch,
+                headers={"Content-Type": "application/merge-patch+json"},
+            )
+        except KubeError as exc:
+            if exc.status not in (404, 409, 422):
+                raise
+
     # -- teamruns ------------------------------------------------------------------------------
     async def patch_teamrun_status(
         self,

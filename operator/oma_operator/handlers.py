@@ -14,7 +14,6 @@ from oma_operator import runtime
 from oma_operator.approvals import sync_approvals
 from oma_operator.attempts import (
     ensure_pod,
-    pod_gone,
     record_outcome,
     resume_after_approvals,
     retry_pod_creation,
@@ -29,10 +28,12 @@ from oma_operator.progress import changed
 from oma_operator.status import backoff_left, condition, merge_conditions, started
 from oma_operator.stores import STORES
 from oma_operator.ticker import TICKER
+from oma_operator.untracked import pod_gone, untracked_pod
 
 FINAL_PHASES = {"Succeeded", "Failed", "Rejected"}
-# Pods whose outcome this process recorded and let go of (bounded): their late events cost
-# no API reads. A restarted operator re-reads once, which is harmless (recording is idempotent).
+# Pods whose outcome this process recorded or found recorded, and let go of (bounded): their
+# late events cost no API reads. A restarted operator reads each pod's TeamRun once, which is
+# harmless (recording is idempotent).
 _let_go: OrderedDict[str, None] = OrderedDict()
 LET_GO_MEMORY = 10_000
 APPROVAL_POLL_SECONDS = 3.0  # how soon a decision made outside Kubernetes (oma approvals) shows
@@ -112,8 +113,13 @@ async def runner_pod_changed(body: kopf.Body, event: kopf.RawEvent, **_: Any) ->
             await pod_gone(pod)  # nobody may have recorded it (a finalizer removed by hand)
         _let_go.pop(meta["uid"], None)
         return
-    if FINALIZER not in (meta.get("finalizers") or []) or meta["uid"] in _let_go:
+    if meta["uid"] in _let_go:
         return  # outcome already recorded (a late event may still show the finalizer)
+    if FINALIZER not in (meta.get("finalizers") or []):
+        # Recorded by an earlier operator process, or the finalizer was removed by hand.
+        if await untracked_pod(pod):
+            _remember(meta["uid"])
+        return
     outcome = classify(pod)
     if not outcome.terminal:
         TIMERS.arm(pod)  # a pod that never starts, or whose node is lost, reports nothing
@@ -124,7 +130,11 @@ async def runner_pod_changed(body: kopf.Body, event: kopf.RawEvent, **_: Any) ->
     ended = pod_ended_at(pod) or datetime.now(UTC)
     await record_outcome(namespace, name, attempt, outcome, meta["name"], ended)
     await runtime.kube().remove_finalizer(namespace, meta["name"], FINALIZER)
-    _let_go[meta["uid"]] = None
+    _remember(meta["uid"])
+
+
+def _remember(uid: str) -> None:
+    _let_go[uid] = None
     while len(_let_go) > LET_GO_MEMORY:
         _let_go.popitem(last=False)
 

@@ -115,3 +115,24 @@ def outcome_when_gone(pod: dict[str, Any]) -> Outcome:
         "outcome (its tracking finalizer had been removed); the next attempt resumes",
         terminated.get("exitCode") if terminated else None,
     )
+
+
+UntrackedAction = Literal["let_go", "record", "track", "await_deletion"]
+
+
+def untracked_action(pod: dict[str, Any], attempt: int, status: dict[str, Any]) -> UntrackedAction:
+    """What to do about a runner pod of ``attempt`` that has no tracking finalizer, given its
+    TeamRun's ``status``. Usually its outcome was recorded and the finalizer removed by an
+    earlier operator process (``let_go``). If the finalizer was removed by hand instead, an
+    ended pod is recorded now (``record``), a live one gets its finalizer back so that its end
+    is seen (``track``), and a deleting one, which cannot take new finalizers, is recorded
+    when it is gone (``await_deletion``)."""
+    if int(status.get("attempt") or 0) != attempt or status.get("phase") != "Running":
+        return "let_go"  # an older attempt's pod, or a run that is not waiting on this pod
+    if any(a.get("attempt") == attempt for a in status.get("attempts") or []):
+        return "let_go"
+    if classify(pod).terminal:
+        return "record"
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return "await_deletion"
+    return "track"

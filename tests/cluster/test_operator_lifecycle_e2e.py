@@ -4,7 +4,9 @@ A pod that never starts ends its attempt after ``startTimeoutSeconds``. A pod on
 (heartbeats stop, the process keeps running) ends its attempt ``nodeLossGraceSeconds`` after the
 node controller marks it not ready; the next attempt runs on another node and the old runner,
 still running, is fenced at its next save. A pod deleted before its outcome was recorded (its
-finalizer removed by hand) counts as lost; a pod the API server refuses is retried, not lost.
+finalizer removed by hand) counts as lost; a live pod that lost its finalizer gets it back, and
+one that ended without it is recorded by the next operator to see it. A pod the API server
+refuses is retried, not lost.
 Kubernetes Events tell each attempt's start, end and resume; the status carries the last
 checkpoint time read from the store.
 """
@@ -12,6 +14,8 @@ checkpoint time read from the store.
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -23,16 +27,18 @@ from devcluster import DevCluster, KubeClient, NodeAgent
 from devcluster.binaries import k8s_version
 from devcluster.kubeconfig import load_kubeconfig
 from oma.timeutil import parse_iso
+from oma_operator.pods import FINALIZER
 from tests.cluster.conftest import ClusterHandle
-from tests.cluster.helpers import evict, get_or_none, wait_for
+from tests.cluster.e2e_env import SideEffects, operator_env
+from tests.cluster.helpers import evict, get_or_none, wait_for, wait_phase
 from tests.cluster.test_operator_e2e import (
     TEAMRUNS,
     crds_installed,
     finished,
-    ledger_entries,
     operator,
     operator_log,
     redis_secret,
+    start_process,
     status_of,
     teamrun,
 )
@@ -57,9 +63,8 @@ async def event_counts(kube: KubeClient, namespace: str, name: str) -> dict[str,
 
 @pytest.mark.timeout(180)
 async def test_events_and_last_checkpoint_time_through_an_eviction(
-    kube: KubeClient, namespace: str, operator: Path, redis_secret: str, tmp_path: Path
+    kube: KubeClient, namespace: str, operator: Path, redis_secret: str, effects: SideEffects
 ) -> None:
-    ledger = tmp_path / "ledger.jsonl"
     script: list[dict[str, Any]] = [
         {"tool_calls": [{"id": "v1", "name": "ledger_append", "input": {"entry": "first"}}]},
         {
@@ -68,10 +73,10 @@ async def test_events_and_last_checkpoint_time_through_an_eviction(
         },
         {"text": "done"},
     ]
-    await kube.create(TEAMRUNS.format(ns=namespace), teamrun("ev", script, ledger))
+    await kube.create(TEAMRUNS.format(ns=namespace), teamrun("ev", script, effects))
 
     async def first_recorded() -> bool:
-        return await ledger_entries(ledger) == ["first"]
+        return await effects.ledger() == ["first"]
 
     await wait_for(first_recorded, 90, "the first ledger entry")
     await evict(kube, namespace, "ev-a1")
@@ -97,9 +102,9 @@ async def test_events_and_last_checkpoint_time_through_an_eviction(
 
 @pytest.mark.timeout(120)
 async def test_a_pod_that_never_starts_ends_its_attempt_after_the_start_timeout(
-    kube: KubeClient, namespace: str, operator: Path, redis_secret: str, tmp_path: Path
+    kube: KubeClient, namespace: str, operator: Path, redis_secret: str
 ) -> None:
-    body = teamrun("stuck", [{"text": "never asked"}], tmp_path / "ledger.jsonl")
+    body = teamrun("stuck", [{"text": "never asked"}])
     body["spec"]["runner"]["nodeSelector"] = {POOL_LABEL: "no-such-pool"}
     body["spec"]["retryPolicy"] |= {"startTimeoutSeconds": 10, "maxFailures": 0}
     await kube.create(TEAMRUNS.format(ns=namespace), body)
@@ -160,14 +165,13 @@ async def test_node_loss_starts_the_next_attempt_elsewhere_and_fences_the_old_ru
     namespace: str,
     operator: Path,
     redis_secret: str,
-    tmp_path: Path,
+    effects: SideEffects,
 ) -> None:
     cluster.agent  # noqa: B018 (node-agent-only: skips with E2E_CLUSTER=existing)
     assert cluster.local is not None
     pool = uuid.uuid4().hex[:8]
     lost = await cluster.call(_start_node(cluster.local, f"lost-{pool}", pool))
     spare: NodeAgent | None = None
-    ledger = tmp_path / "ledger.jsonl"
     script: list[dict[str, Any]] = [
         {"tool_calls": [{"id": "n1", "name": "ledger_append", "input": {"entry": "first"}}]},
         # long enough for the node controller (20 s), the grace (3 s) and a new runner's claim
@@ -175,14 +179,14 @@ async def test_node_loss_starts_the_next_attempt_elsewhere_and_fences_the_old_ru
         {"tool_calls": [{"id": "n3", "name": "ledger_append", "input": {"entry": "second"}}]},
         {"text": "done"},
     ]
-    body = teamrun("loss", script, ledger)
+    body = teamrun("loss", script, effects)
     body["spec"]["runner"]["nodeSelector"] = {POOL_LABEL: pool}
     body["spec"]["retryPolicy"]["nodeLossGraceSeconds"] = 3
     try:
         await kube.create(TEAMRUNS.format(ns=namespace), body)
 
         async def first_recorded() -> bool:
-            return await ledger_entries(ledger) == ["first"]
+            return await effects.ledger() == ["first"]
 
         await wait_for(first_recorded, 90, "the first ledger entry")
         await cluster.call(_partition(lost))  # the process keeps running, the node goes silent
@@ -211,7 +215,7 @@ async def test_node_loss_starts_the_next_attempt_elsewhere_and_fences_the_old_ru
         assert not_ready >= node_lost
         # All three have whole seconds, so this holds exactly when the grace was waited out.
         assert created >= not_ready + timedelta(seconds=3), (node_lost, not_ready, created)
-        assert await ledger_entries(ledger) == ["first", "second"]
+        assert await effects.ledger() == ["first", "second"]
 
         async def old_runner_fenced() -> bool:
             return _runner_exit(lost, namespace, "loss-a1") is not None
@@ -227,15 +231,13 @@ async def test_node_loss_starts_the_next_attempt_elsewhere_and_fences_the_old_ru
 
 @pytest.mark.timeout(240)
 async def test_deleting_a_running_teamrun_removes_its_pod(
-    kube: KubeClient, namespace: str, operator: Path, redis_secret: str, tmp_path: Path
+    kube: KubeClient, namespace: str, operator: Path, redis_secret: str
 ) -> None:
     script: list[dict[str, Any]] = [
         {"tool_calls": [{"id": "w1", "name": "wait", "input": {"seconds": 30}}]},
         {"text": "never reached"},
     ]
-    await kube.create(
-        TEAMRUNS.format(ns=namespace), teamrun("gone", script, tmp_path / "ledger.jsonl")
-    )
+    await kube.create(TEAMRUNS.format(ns=namespace), teamrun("gone", script))
     pod_path = f"/api/v1/namespaces/{namespace}/pods/gone-a1"
 
     async def running() -> bool:
@@ -257,21 +259,20 @@ async def test_deleting_a_running_teamrun_removes_its_pod(
 
 @pytest.mark.timeout(180)
 async def test_a_pod_deleted_before_its_outcome_is_recorded_starts_the_next_attempt(
-    kube: KubeClient, namespace: str, operator: Path, redis_secret: str, tmp_path: Path
+    kube: KubeClient, namespace: str, operator: Path, redis_secret: str, effects: SideEffects
 ) -> None:
     """Someone removes the tracking finalizer and force-deletes the running pod: the operator
     never sees it end, only go. The run must not stay Running with no pod."""
-    ledger = tmp_path / "ledger.jsonl"
     script: list[dict[str, Any]] = [
         {"tool_calls": [{"id": "l1", "name": "ledger_append", "input": {"entry": "first"}}]},
         {"tool_calls": [{"id": "l2", "name": "wait", "input": {"seconds": 6}}]},
         {"tool_calls": [{"id": "l3", "name": "ledger_append", "input": {"entry": "second"}}]},
         {"text": "done"},
     ]
-    await kube.create(TEAMRUNS.format(ns=namespace), teamrun("lost", script, ledger))
+    await kube.create(TEAMRUNS.format(ns=namespace), teamrun("lost", script, effects))
 
     async def first_recorded() -> bool:
-        return await ledger_entries(ledger) == ["first"]
+        return await effects.ledger() == ["first"]
 
     await wait_for(first_recorded, 90, "the first ledger entry")
     path = f"/api/v1/namespaces/{namespace}/pods/lost-a1"
@@ -284,16 +285,101 @@ async def test_a_pod_deleted_before_its_outcome_is_recorded_starts_the_next_atte
     assert (first["attempt"], first["outcome"], first["reason"]) == (1, "disruption", "PodLost")
     assert "finalizer had been removed" in first["message"]
     assert second["outcome"] == "succeeded"
-    assert await ledger_entries(ledger) == ["first", "second"]
+    assert await effects.ledger() == ["first", "second"]
+
+
+async def _finalizers(kube: KubeClient, path: str) -> list[str]:
+    pod = await get_or_none(kube, path)
+    return list(((pod or {}).get("metadata") or {}).get("finalizers") or [])
+
+
+@pytest.mark.timeout(180)
+async def test_a_tracking_finalizer_removed_by_hand_is_put_back_while_the_pod_runs(
+    kube: KubeClient, namespace: str, operator: Path, redis_secret: str, effects: SideEffects
+) -> None:
+    """Without its finalizer, a pod that ends could be deleted (by hand, by pod GC) before the
+    operator reads how it ended; so the operator adds it back, and the run ends as it would."""
+    script: list[dict[str, Any]] = [
+        {"tool_calls": [{"id": "f1", "name": "ledger_append", "input": {"entry": "first"}}]},
+        {"tool_calls": [{"id": "f2", "name": "wait", "input": {"seconds": 5}}]},
+        {"text": "done"},
+    ]
+    await kube.create(TEAMRUNS.format(ns=namespace), teamrun("kept", script, effects))
+
+    async def first_recorded() -> bool:
+        return await effects.ledger() == ["first"]
+
+    await wait_for(first_recorded, 90, "the first ledger entry")
+    path = f"/api/v1/namespaces/{namespace}/pods/kept-a1"
+    await kube.patch(path, {"metadata": {"finalizers": None}})
+
+    async def put_back() -> bool:
+        return FINALIZER in await _finalizers(kube, path)
+
+    await wait_for(put_back, 30, "the operator to put the tracking finalizer back")
+    status = await finished(kube, namespace, "kept", 90)
+    assert status["phase"] == "Succeeded", (status, await operator_log(operator))
+    assert [a["outcome"] for a in status["attempts"]] == ["succeeded"]
+    assert await _finalizers(kube, path) == []  # let go once the outcome was recorded
+    assert await effects.ledger() == ["first"]
+
+
+@pytest.mark.timeout(240)
+async def test_a_pod_that_ended_without_its_finalizer_while_the_operator_was_down_is_recorded(
+    cluster: ClusterHandle,
+    kube: KubeClient,
+    namespace: str,
+    crds_installed: None,
+    redis_secret: str,
+    effects: SideEffects,
+    tmp_path: Path,
+) -> None:
+    """The finalizer is removed while no operator runs, and the pod then ends and stays. The
+    next operator finds an ended pod without its finalizer, sees that no outcome was recorded
+    for it, and records it, instead of leaving the run Running with a finished pod."""
+    script: list[dict[str, Any]] = [
+        {"tool_calls": [{"id": "d1", "name": "ledger_append", "input": {"entry": "first"}}]},
+        {"tool_calls": [{"id": "d2", "name": "wait", "input": {"seconds": 4}}]},
+        {"text": "done"},
+    ]
+    argv = [sys.executable, "-m", "oma_operator", "--namespace", namespace]
+    env = operator_env(cluster.kubeconfig)
+    log = tmp_path / "operator.log"
+    first = start_process(argv, env, log)
+    second: subprocess.Popen[bytes] | None = None
+    path = f"/api/v1/namespaces/{namespace}/pods/down-a1"
+    try:
+        await kube.create(TEAMRUNS.format(ns=namespace), teamrun("down", script, effects))
+
+        async def first_recorded() -> bool:
+            return await effects.ledger() == ["first"]
+
+        await wait_for(first_recorded, 90, "the first ledger entry")
+        first.kill()
+        first.wait()
+        await kube.patch(path, {"metadata": {"finalizers": None}})
+        await wait_phase(kube, path, {"Succeeded"}, 60)
+        assert (await status_of(kube, namespace, "down"))["phase"] == "Running"
+        second = start_process(argv, env, log)
+        status = await finished(kube, namespace, "down", 90)
+    finally:
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                process.terminate()
+                process.wait(timeout=15)
+    assert status["phase"] == "Succeeded", (status, log.read_text()[-3000:])
+    assert status["attempt"] == 1 and [a["outcome"] for a in status["attempts"]] == ["succeeded"]
+    assert "ended with its finalizer removed, unrecorded" in log.read_text()
+    assert await effects.ledger() == ["first"]
 
 
 @pytest.mark.timeout(180)
 async def test_a_refused_runner_pod_is_retried_until_the_cause_is_fixed(
-    kube: KubeClient, namespace: str, operator: Path, redis_secret: str, tmp_path: Path
+    kube: KubeClient, namespace: str, operator: Path, redis_secret: str
 ) -> None:
     """The API server refuses the pod (422: requests above limits). The refusal is shown in a
     condition, not lost; once the TeamRun is fixed the same attempt starts and succeeds."""
-    body = teamrun("refused", [{"text": "done"}], tmp_path / "ledger.jsonl")
+    body = teamrun("refused", [{"text": "done"}])
     body["spec"]["runner"]["resources"] = {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}
     await kube.create(TEAMRUNS.format(ns=namespace), body)
 

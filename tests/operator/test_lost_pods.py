@@ -1,4 +1,5 @@
-"""Runner pods that vanish unrecorded, and pod creations the API server refuses (pure parts)."""
+"""Runner pods that vanish or end unrecorded, and pod creations the API server refuses (pure
+parts)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 import pytest
 
 from oma_operator.attempts import POD_CREATED, pod_creation_failed, pod_to_retry, resume_of
-from oma_operator.outcomes import outcome_when_gone
+from oma_operator.outcomes import outcome_when_gone, untracked_action
 from tests.operator.pod_fixtures import runner_pod_in
 
 
@@ -92,3 +93,36 @@ def test_a_retried_pod_resumes_after_how_the_previous_attempt_ended() -> None:
     )
     assert resume_of(_status(), 1) is None  # the first attempt resumes nothing
     assert resume_of(_status(attempts=[{"attempt": 1, "outcome": "crash"}]), 2) is None
+
+
+RUNNING_2 = {"phase": "Running", "attempt": 2, "attempts": [{"attempt": 1}]}
+
+
+@pytest.mark.parametrize(
+    ("pod", "attempt", "status", "action"),
+    [
+        # Recorded by an earlier operator process: nothing to do (the usual case).
+        (runner_pod_in("Succeeded", exit_code=0), 2, {**RUNNING_2, "phase": "Succeeded"}, "let_go"),
+        (runner_pod_in("Failed", exit_code=11), 1, RUNNING_2, "let_go"),  # an older attempt
+        (
+            runner_pod_in("Failed", exit_code=11),
+            2,
+            {**RUNNING_2, "attempts": [{"attempt": 1}, {"attempt": 2}]},
+            "let_go",
+        ),
+        (runner_pod_in("Running"), 2, {**RUNNING_2, "phase": "AwaitingApproval"}, "let_go"),
+        (runner_pod_in("Running"), 2, {}, "let_go"),  # a status not written yet
+        # The finalizer was removed by hand: an ended pod is recorded now ...
+        (runner_pod_in("Succeeded", exit_code=0), 2, RUNNING_2, "record"),
+        (runner_pod_in("Failed", exit_code=137), 2, RUNNING_2, "record"),
+        (runner_pod_in("Failed", disruption="TerminationByKubelet"), 2, RUNNING_2, "record"),
+        # ... a live one is tracked again, and a deleting one is recorded when it is gone.
+        (runner_pod_in("Running"), 2, RUNNING_2, "track"),
+        (runner_pod_in("Pending"), 2, RUNNING_2, "track"),
+        (runner_pod_in("Running", deleting=True), 2, RUNNING_2, "await_deletion"),
+    ],
+)
+def test_what_is_done_about_a_pod_without_its_tracking_finalizer(
+    pod: dict[str, Any], attempt: int, status: dict[str, Any], action: str
+) -> None:
+    assert untracked_action(pod, attempt, status) == action
