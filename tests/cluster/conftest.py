@@ -3,7 +3,8 @@
 Default: a session-wide devcluster (etcd + kube-apiserver + kube-controller-manager from
 the binaries built by hack/k8s/ensure-binaries, plus the process-running node agent).
 ``E2E_CLUSTER=existing``: use the cluster in ``KUBECONFIG`` instead (e.g. kind); tests
-that need node-agent-only abilities are skipped there.
+that need node-agent-only abilities are skipped there, and the stores and runner image come from
+the ``OMA_E2E_*`` variables described in ``tests/cluster/e2e_env.py``.
 Missing binaries skip these tests, unless ``OMA_REQUIRE_CLUSTER=1`` (CI) makes it an error.
 """
 
@@ -22,10 +23,12 @@ import pytest
 from devcluster import DevCluster, KubeClient, MissingBinaryError, NodeAgent
 from devcluster.binaries import build_times, find_binary, find_tool
 from devcluster.kubeconfig import load_kubeconfig
+from tests.cluster.e2e_env import EXISTING, Endpoint, SideEffects, endpoint_from_env
 from tests.cluster.helpers import wait_for
+from tests.servers.postgres_server import PostgresServer
+from tests.servers.redis_server import RedisServer
 
 T = TypeVar("T")
-EXISTING = os.environ.get("E2E_CLUSTER", "") == "existing"
 _timings: dict[str, str] = {}
 
 
@@ -85,6 +88,32 @@ def cluster() -> Iterator[ClusterHandle]:
         yield ClusterHandle(local.kubeconfig, local)
     finally:
         local.stop()
+
+
+@pytest.fixture(scope="session")
+def e2e_redis(request: pytest.FixtureRequest) -> Endpoint:
+    """The Redis that runner pods and the tests share (a store, and the side-effect lists)."""
+    if EXISTING:
+        return endpoint_from_env("OMA_E2E_REDIS_URL", "OMA_E2E_REDIS_LOCAL_URL", "a Redis URL")
+    server: RedisServer = request.getfixturevalue("redis_server")
+    return Endpoint(server.url, server.url)
+
+
+@pytest.fixture(scope="session")
+def e2e_postgres(request: pytest.FixtureRequest) -> Endpoint:
+    """The PostgreSQL that runner pods and the tests share."""
+    if EXISTING:
+        return endpoint_from_env(
+            "OMA_E2E_POSTGRES_DSN", "OMA_E2E_POSTGRES_LOCAL_DSN", "a PostgreSQL DSN"
+        )
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    return Endpoint(server.dsn(), server.dsn())
+
+
+@pytest.fixture
+def effects(e2e_redis: Endpoint) -> SideEffects:
+    """This test's own ledger and tally lists."""
+    return SideEffects.fresh(e2e_redis)
 
 
 @pytest.fixture

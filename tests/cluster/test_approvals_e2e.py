@@ -4,7 +4,6 @@ by real users (RBAC, the reviewer policy, one-way decisions), and the resumed ru
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 import uuid
 from pathlib import Path
@@ -17,18 +16,17 @@ from devcluster import KubeClient
 from devcluster.kube import ApiError
 from devcluster.kubeconfig import load_kubeconfig
 from tests.cluster.conftest import ClusterHandle
+from tests.cluster.e2e_env import Endpoint, SideEffects, operator_env
 from tests.cluster.helpers import wait_for
 from tests.cluster.test_operator_e2e import (
     TEAMRUNS,
     crds_installed,
     finished,
-    ledger_entries,
     operator,
     redis_secret,
     status_of,
     teamrun,
 )
-from tests.servers.redis_server import RedisServer
 
 __all__ = ["crds_installed", "operator", "redis_secret"]
 pytestmark = pytest.mark.cluster
@@ -104,7 +102,7 @@ async def _as(cluster: ClusterHandle, user: str) -> KubeClient:
     return KubeClient(load_kubeconfig(cluster.mint_kubeconfig(user)))
 
 
-def _gated(name: str, ledger: Path, after: str) -> dict[str, Any]:
+def _gated(name: str, effects: SideEffects, after: str) -> dict[str, Any]:
     script: list[dict[str, Any]] = [
         {
             "tool_calls": [
@@ -113,7 +111,7 @@ def _gated(name: str, ledger: Path, after: str) -> dict[str, Any]:
         },
         {"text": after},
     ]
-    body = teamrun(name, script, ledger)
+    body = teamrun(name, script, effects)
     body["spec"]["approvals"] = {"tools": ["ledger_append"]}
     return body
 
@@ -126,11 +124,10 @@ async def test_approve_by_patch_runs_the_tool_once(
     operator: Path,
     redis_secret: str,
     reviewer_policy: None,
-    tmp_path: Path,
+    effects: SideEffects,
 ) -> None:
-    ledger = tmp_path / "ledger.jsonl"
     await _grant_reviewers(kube, namespace, "alice", "bob")
-    await kube.create(TEAMRUNS.format(ns=namespace), _gated("gate", ledger, "charged"))
+    await kube.create(TEAMRUNS.format(ns=namespace), _gated("gate", effects, "charged"))
     decision = await _pending_decision(kube, namespace, "gate")
     status = await status_of(kube, namespace, "gate")
     assert status["phase"] == "AwaitingApproval" and status["pendingApprovals"] == 1
@@ -138,7 +135,7 @@ async def test_approve_by_patch_runs_the_tool_once(
     assert spec["decision"] == "Pending" and spec["scope"] == "tool_call"
     assert "Tool call ledger_append" in spec["summary"] and '"amount": 7' in spec["summary"]
     assert spec["requestHash"] in spec["summary"]
-    assert await ledger_entries(ledger) == []
+    assert await effects.ledger() == []
     path = f"{DECISIONS.format(ns=namespace)}/{decision['metadata']['name']}"
     approve = {"spec": {"decision": "Approved", "reviewer": "alice"}}
     async with await _as(cluster, "mallory") as mallory:
@@ -162,7 +159,7 @@ async def test_approve_by_patch_runs_the_tool_once(
     final = await finished(kube, namespace, "gate", 150)
     assert final["phase"] == "Succeeded" and final["attempt"] == 2
     assert [a["outcome"] for a in final["attempts"]] == ["suspended", "succeeded"]
-    assert await ledger_entries(ledger) == ["charge"]
+    assert await effects.ledger() == ["charge"]
     recorded = await kube.get(path)
     assert recorded["status"]["recorded"] is True
     assert (recorded["status"]["decision"], recorded["status"]["reviewer"]) == ("approved", "alice")
@@ -176,11 +173,10 @@ async def test_reject_becomes_a_denied_result_and_the_run_continues(
     operator: Path,
     redis_secret: str,
     reviewer_policy: None,
-    tmp_path: Path,
+    effects: SideEffects,
 ) -> None:
-    ledger = tmp_path / "ledger.jsonl"
     await _grant_reviewers(kube, namespace, "carol")
-    await kube.create(TEAMRUNS.format(ns=namespace), _gated("deny", ledger, "charge cancelled"))
+    await kube.create(TEAMRUNS.format(ns=namespace), _gated("deny", effects, "charge cancelled"))
     decision = await _pending_decision(kube, namespace, "deny")
     async with await _as(cluster, "carol") as carol:
         await carol.patch(
@@ -188,7 +184,7 @@ async def test_reject_becomes_a_denied_result_and_the_run_continues(
             {"spec": {"decision": "Rejected", "reviewer": "carol"}},
         )
     final = await finished(kube, namespace, "deny", 150)
-    assert final["phase"] == "Succeeded" and await ledger_entries(ledger) == []
+    assert final["phase"] == "Succeeded" and await effects.ledger() == []
 
 
 @pytest.mark.timeout(240)
@@ -199,10 +195,9 @@ async def test_a_rejected_dispatch_ends_the_run_rejected(
     operator: Path,
     redis_secret: str,
     reviewer_policy: None,
-    tmp_path: Path,
 ) -> None:
     await _grant_reviewers(kube, namespace, "dave")
-    body = teamrun("ship", [{"text": "deployed"}], tmp_path / "ledger.jsonl")
+    body = teamrun("ship", [{"text": "deployed"}])
     body["spec"]["approvals"] = {"dispatch": ["Record"]}
     body["spec"]["runId"] = f"ship-{uuid.uuid4().hex[:6]}"
     await kube.create(TEAMRUNS.format(ns=namespace), body)
@@ -227,20 +222,19 @@ async def test_a_decision_made_with_the_cli_is_reflected_and_resumes(
     kube: KubeClient,
     namespace: str,
     operator: Path,
-    redis_server: RedisServer,
+    e2e_redis: Endpoint,
     redis_secret: str,
-    tmp_path: Path,
+    effects: SideEffects,
 ) -> None:
-    ledger = tmp_path / "ledger.jsonl"
-    body = _gated("cli", ledger, "charged")
+    body = _gated("cli", effects, "charged")
     await kube.create(TEAMRUNS.format(ns=namespace), body)
     decision = await _pending_decision(kube, namespace, "cli")
     spec = decision["spec"]
-    store_url = redis_server.url  # the TeamRun's Redis namespace is part of its spec
+    store_url = e2e_redis.for_tests  # the TeamRun's Redis namespace is part of its spec
     namespace_arg = body["spec"]["store"]["redis"]["namespace"]
     await asyncio.to_thread(_cli_approve, store_url, namespace_arg, spec)
     final = await finished(kube, namespace, "cli", 150)
-    assert final["phase"] == "Succeeded" and await ledger_entries(ledger) == ["charge"]
+    assert final["phase"] == "Succeeded" and await effects.ledger() == ["charge"]
     mirrored = await kube.get(f"{DECISIONS.format(ns=namespace)}/{decision['metadata']['name']}")
     assert mirrored["spec"]["decision"] == "Pending"  # the resource's spec is the user's
     assert (mirrored["status"]["decision"], mirrored["status"]["reviewer"]) == (
@@ -275,19 +269,19 @@ async def test_operator_restart_between_decision_and_resume_resumes_once(
     crds_installed: None,
     redis_secret: str,
     reviewer_policy: None,
+    effects: SideEffects,
     tmp_path: Path,
 ) -> None:
     from tests.cluster.test_operator_e2e import start_process
 
-    ledger = tmp_path / "ledger.jsonl"
     await _grant_reviewers(kube, namespace, "erin")
-    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
+    env = operator_env(cluster.kubeconfig)
     argv = [sys.executable, "-m", "oma_operator", "--namespace", namespace]
     log = tmp_path / "operator.log"
     first = start_process(argv, env, log)
     second = None
     try:
-        await kube.create(TEAMRUNS.format(ns=namespace), _gated("again", ledger, "charged"))
+        await kube.create(TEAMRUNS.format(ns=namespace), _gated("again", effects, "charged"))
         decision = await _pending_decision(kube, namespace, "again")
         first.kill()
         first.wait()
@@ -305,4 +299,4 @@ async def test_operator_restart_between_decision_and_resume_resumes_once(
                 process.wait(timeout=15)
     assert final["phase"] == "Succeeded" and final["attempt"] == 2
     assert [a["attempt"] for a in final["attempts"]] == [1, 2]
-    assert await ledger_entries(ledger) == ["charge"]
+    assert await effects.ledger() == ["charge"]

@@ -18,15 +18,14 @@ import yaml
 
 from devcluster import KubeClient
 from tests.cluster.conftest import ClusterHandle
+from tests.cluster.e2e_env import Endpoint, SideEffects, operator_env
 from tests.cluster.helpers import evict, wait_for
 from tests.cluster.test_operator_e2e import (
     TEAMRUNS,
     finished,
-    ledger_entries,
     start_process,
     teamrun,
 )
-from tests.servers.redis_server import RedisServer
 
 pytestmark = pytest.mark.cluster
 CHART = Path(__file__).resolve().parents[2] / "charts" / "oma"
@@ -133,7 +132,11 @@ async def _token_kubeconfig(
 
 @pytest.mark.timeout(300)
 async def test_installed_chart_rbac_runs_the_eviction_resume(
-    cluster: ClusterHandle, kube: KubeClient, redis_server: RedisServer, tmp_path: Path
+    cluster: ClusterHandle,
+    kube: KubeClient,
+    e2e_redis: Endpoint,
+    effects: SideEffects,
+    tmp_path: Path,
 ) -> None:
     namespace = f"oma-{uuid.uuid4().hex[:8]}"
     await kube.create(
@@ -175,17 +178,16 @@ async def test_installed_chart_rbac_runs_the_eviction_resume(
             "apiVersion": "v1",
             "kind": "Secret",
             "metadata": {"name": "store"},
-            "data": {"url": base64.b64encode(redis_server.url.encode()).decode()},
+            "data": {"url": base64.b64encode(e2e_redis.for_pods.encode()).decode()},
         },
     )
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "OMA_RUNNER_SERVICE_ACCOUNT": "oma-runner"}
+    env = operator_env(kubeconfig, OMA_RUNNER_SERVICE_ACCOUNT="oma-runner")
     operator = start_process(
         [sys.executable, "-m", "oma_operator", "--namespace", namespace],
         env,
         tmp_path / "operator.log",
     )
     try:
-        ledger = tmp_path / "ledger.jsonl"
         script: list[dict[str, Any]] = [
             {"tool_calls": [{"id": "h1", "name": "ledger_append", "input": {"entry": "a"}}]},
             {
@@ -194,10 +196,10 @@ async def test_installed_chart_rbac_runs_the_eviction_resume(
             },
             {"text": "done"},
         ]
-        await kube.create(TEAMRUNS.format(ns=namespace), teamrun("chart", script, ledger))
+        await kube.create(TEAMRUNS.format(ns=namespace), teamrun("chart", script, effects))
 
         async def first() -> bool:
-            return await ledger_entries(ledger) == ["a"]
+            return await effects.ledger() == ["a"]
 
         await wait_for(first, 90, "attempt 1's first entry")
         pod = await kube.get(f"/api/v1/namespaces/{namespace}/pods/chart-a1")
@@ -210,7 +212,7 @@ async def test_installed_chart_rbac_runs_the_eviction_resume(
         await asyncio.to_thread(_helm, cluster, "uninstall", release, "-n", namespace, check=False)
     log = await asyncio.to_thread((tmp_path / "operator.log").read_text)
     assert status["phase"] == "Succeeded" and status["attempt"] == 2, log[-3000:]
-    assert await ledger_entries(ledger) == ["a", "b"]
+    assert await effects.ledger() == ["a", "b"]
     # A refused request shows as an httpx response line or a KubeError; a bare "403" would also
     # match a timestamp's milliseconds or a port.
     refused = re.findall(r"HTTP/1\.1 403|answered 403|Forbidden", log)

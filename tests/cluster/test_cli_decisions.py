@@ -22,6 +22,7 @@ from devcluster import KubeClient
 from devcluster.kube import ApiError
 from devcluster.kubeconfig import load_kubeconfig
 from tests.cluster.conftest import ClusterHandle
+from tests.cluster.e2e_env import SideEffects
 from tests.cluster.helpers import tool_package, with_pythonpath
 from tests.cluster.test_approvals_e2e import (
     DECISIONS,
@@ -34,7 +35,6 @@ from tests.cluster.test_operator_e2e import (
     TEAMRUNS,
     crds_installed,
     finished,
-    ledger_entries,
     operator,
     redis_secret,
     teamrun,
@@ -229,13 +229,12 @@ async def test_a_suspended_teamrun_resumes_after_oma_approve(
     operator: Path,
     redis_secret: str,
     reviewer_policy: None,
-    tmp_path: Path,
+    effects: SideEffects,
 ) -> None:
-    ledger = tmp_path / "ledger.jsonl"
     await _grant_reviewers(kube, namespace, "erin")
-    await kube.create(TEAMRUNS.format(ns=namespace), _gated("cli-gate", ledger, "charged"))
+    await kube.create(TEAMRUNS.format(ns=namespace), _gated("cli-gate", effects, "charged"))
     decision = await _pending_decision(kube, namespace, "cli-gate")
-    assert await ledger_entries(ledger) == []
+    assert await effects.ledger() == []
     done = await oma(
         cluster.mint_kubeconfig("erin"), "approve", decision["metadata"]["name"], "-n", namespace
     )
@@ -243,7 +242,7 @@ async def test_a_suspended_teamrun_resumes_after_oma_approve(
     assert '"amount": 7' in done.stdout and done.stdout.endswith("approved by erin\n")
     final = await finished(kube, namespace, "cli-gate", 150)
     assert final["phase"] == "Succeeded" and final["attempt"] == 2
-    assert await ledger_entries(ledger) == ["charge"]
+    assert await effects.ledger() == ["charge"]
     recorded = await kube.get(f"{DECISIONS.format(ns=namespace)}/{decision['metadata']['name']}")
     assert (recorded["status"]["decision"], recorded["status"]["reviewer"]) == ("approved", "erin")
 
@@ -345,7 +344,7 @@ async def test_an_uncertain_call_on_kubernetes_is_recorded_as_done_and_not_repea
         {"tool_calls": [{"id": "p1", "name": "pay", "input": {"amount": 42}}]},
         {"text": "paid"},
     ]
-    body = teamrun("unsure", script, tmp_path / "ledger.jsonl")
+    body = teamrun("unsure", script)
     body["spec"]["team"]["agents"][0]["tools"] = ["pay"]
     body["spec"]["retryPolicy"] = {"backoffSeconds": 1, "maxFailures": 2}
     body["spec"]["runner"]["env"] += [

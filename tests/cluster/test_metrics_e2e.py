@@ -4,7 +4,6 @@ approval. Every series in docs/metrics.md is asserted here or in the unit tests.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,12 +17,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from devcluster import KubeClient
 from tests.cluster.conftest import ClusterHandle
+from tests.cluster.e2e_env import SideEffects, operator_env
 from tests.cluster.helpers import wait_for
 from tests.cluster.test_operator_e2e import (
     TEAMRUNS,
     crds_installed,
     finished,
-    ledger_entries,
     redis_secret,
     start_process,
     teamrun,
@@ -51,7 +50,7 @@ def operator(
     argv = [sys.executable, "-m", "oma_operator", "--namespace", namespace]
     argv += ["--metrics-port", str(handle.metrics_port), "--metrics-address", "127.0.0.1"]
     argv += ["--runner-metrics-port", str(handle.runner_metrics_port)]
-    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "OMA_RUNNER_IMAGE": "oma:test"}
+    env = operator_env(cluster.kubeconfig)
     process = start_process(argv, env, handle.log)
     try:
         yield handle
@@ -106,10 +105,9 @@ async def test_eviction_and_resume_are_counted_by_operator_and_runners(
     namespace: str,
     operator: Operator,
     redis_secret: str,
-    tmp_path: Path,
+    effects: SideEffects,
 ) -> None:
     agent = cluster.agent  # node-agent-only: the runner is killed, and listens on loopback
-    ledger = tmp_path / "ledger.jsonl"
     # One turn, two calls: the ledger entry commits at once, the wait keeps the attempt busy.
     script: list[dict[str, Any]] = [
         {
@@ -120,7 +118,7 @@ async def test_eviction_and_resume_are_counted_by_operator_and_runners(
         },
         {"text": "done"},
     ]
-    await kube.create(TEAMRUNS.format(ns=namespace), teamrun("metered", script, ledger))
+    await kube.create(TEAMRUNS.format(ns=namespace), teamrun("metered", script, effects))
     during = await scrape_until(
         operator.metrics_port,
         "the operator to count the run as Running",
@@ -139,7 +137,7 @@ async def test_eviction_and_resume_are_counted_by_operator_and_runners(
     )
     assert (value(first, "oma_runner_checkpoint_save_seconds_count") or 0) >= 1
     assert value(first, "oma_runner_checkpoint_save_failures_total") == 0
-    assert await ledger_entries(ledger) == ["first"]
+    assert await effects.ledger() == ["first"]
     await cluster.call(agent.evict_pod(namespace, "metered-a1"))
 
     # Attempt 2 replays the committed call at once, then runs the wait again.
@@ -153,7 +151,7 @@ async def test_eviction_and_resume_are_counted_by_operator_and_runners(
     )
     status = await finished(kube, namespace, "metered", 180)
     assert status["phase"] == "Succeeded" and status["attempt"] == 2, status
-    assert await ledger_entries(ledger) == ["first"]  # replayed, not run again
+    assert await effects.ledger() == ["first"]  # replayed, not run again
 
     after = await scrape_until(
         operator.metrics_port,
@@ -181,14 +179,13 @@ async def test_eviction_and_resume_are_counted_by_operator_and_runners(
 
 @pytest.mark.timeout(240)
 async def test_approval_wait_and_the_resume_after_it_are_measured(
-    kube: KubeClient, namespace: str, operator: Operator, redis_secret: str, tmp_path: Path
+    kube: KubeClient, namespace: str, operator: Operator, redis_secret: str, effects: SideEffects
 ) -> None:
-    ledger = tmp_path / "ledger.jsonl"
     script: list[dict[str, Any]] = [
         {"tool_calls": [{"id": "g1", "name": "ledger_append", "input": {"entry": "charge"}}]},
         {"text": "charged"},
     ]
-    body = teamrun("gated", script, ledger)
+    body = teamrun("gated", script, effects)
     body["spec"]["approvals"] = {"tools": ["ledger_append"]}
     await kube.create(TEAMRUNS.format(ns=namespace), body)
 
@@ -233,4 +230,4 @@ async def test_approval_wait_and_the_resume_after_it_are_measured(
     wait = value(after, "oma_approval_wait_seconds_sum", decision="approved")
     assert wait is not None and 0 <= wait < 150
     assert value(after, "oma_approval_wait_seconds_count", decision="rejected") == 0
-    assert await ledger_entries(ledger) == ["charge"]
+    assert await effects.ledger() == ["charge"]

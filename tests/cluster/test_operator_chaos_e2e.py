@@ -17,11 +17,11 @@ import pytest
 
 from devcluster import KubeClient
 from tests.cluster.conftest import ClusterHandle
+from tests.cluster.e2e_env import SideEffects, operator_env
 from tests.cluster.helpers import evict, get_or_none
 from tests.cluster.test_operator_e2e import (
     TEAMRUNS,
     crds_installed,
-    ledger_entries,
     operator,
     redis_secret,
     start_process,
@@ -34,8 +34,8 @@ pytestmark = pytest.mark.cluster
 ENTRIES = [f"entry-{n}" for n in range(1, 13)]
 
 
-def _churn_teamrun(name: str, prefix: str, ledger: Path) -> dict[str, Any]:
-    body = teamrun(name, _script(prefix), ledger)
+def _churn_teamrun(name: str, prefix: str, effects: SideEffects) -> dict[str, Any]:
+    body = teamrun(name, _script(prefix), effects)
     body["spec"]["retryPolicy"]["maxDisruptions"] = 100
     # 13 model turns: over the default maxTurns (10), which would end the task early.
     body["spec"]["team"]["agents"][0]["maxTurns"] = len(ENTRIES) + 1
@@ -66,10 +66,9 @@ async def _evict(kube: KubeClient, namespace: str, pod: str) -> bool:
 
 @pytest.mark.timeout(420)
 async def test_a_runner_evicted_every_few_seconds_still_completes_exactly_once(
-    kube: KubeClient, namespace: str, operator: Path, redis_secret: str, tmp_path: Path
+    kube: KubeClient, namespace: str, operator: Path, redis_secret: str, effects: SideEffects
 ) -> None:
-    ledger = tmp_path / "ledger.jsonl"
-    body = _churn_teamrun("churn", "c", ledger)
+    body = _churn_teamrun("churn", "c", effects)
     await kube.create(TEAMRUNS.format(ns=namespace), body)
     evicted: list[str] = []
     deadline = time.monotonic() + 360
@@ -91,7 +90,7 @@ async def test_a_runner_evicted_every_few_seconds_still_completes_exactly_once(
     print(f"evicted {evicted}")
     assert len(evicted) >= 3, evicted  # the run really was disrupted, repeatedly
     assert status["disruptions"] >= len(evicted) - 1  # the last eviction may meet a finished run
-    assert await ledger_entries(ledger) == ENTRIES  # nothing lost, nothing twice
+    assert await effects.ledger() == ENTRIES  # nothing lost, nothing twice
 
 
 @pytest.mark.timeout(420)
@@ -101,13 +100,13 @@ async def test_operator_killed_at_random_moments_neither_duplicates_nor_loses_at
     namespace: str,
     crds_installed: None,
     redis_secret: str,
+    effects: SideEffects,
     tmp_path: Path,
 ) -> None:
     seed = int(os.environ.get("OMA_CHAOS_SEED", time.time_ns() % 100_000))
     rng = random.Random(seed)
-    ledger = tmp_path / "ledger.jsonl"
-    body = _churn_teamrun("chaos", "o", ledger)
-    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "OMA_PROGRESS_SECONDS": "1"}
+    body = _churn_teamrun("chaos", "o", effects)
+    env = operator_env(cluster.kubeconfig, OMA_PROGRESS_SECONDS="1")
     argv = [sys.executable, "-m", "oma_operator", "--namespace", namespace, "--metrics-port", "0"]
     log = tmp_path / "operator.log"
     process: subprocess.Popen[bytes] = start_process(argv, env, log)
@@ -143,4 +142,4 @@ async def test_operator_killed_at_random_moments_neither_duplicates_nor_loses_at
     pods = await kube.get(f"/api/v1/namespaces/{namespace}/pods")
     names = {p["metadata"]["name"] for p in pods["items"]}  # evicted pods are gone by now
     assert names <= {f"chaos-a{n}" for n in attempts}, (context, names)  # no extra attempt
-    assert await ledger_entries(ledger) == ENTRIES, context
+    assert await effects.ledger() == ENTRIES, context

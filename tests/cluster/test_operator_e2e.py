@@ -1,9 +1,10 @@
 """The operator on a real API server: a TeamRun runs to completion, and survives an eviction.
 
 The operator runs as its own process (``python -m oma_operator``) with the cluster's
-kubeconfig; runner pods run ``oma-runner`` (on the node agent, as local processes); the store
-is a real Redis. The side-effect ledger is a file path handed to the runner through
-``spec.runner.env``, so these tests read it on the machine that runs the pods.
+kubeconfig; runner pods run ``oma-runner`` (on the devcluster's node agent as local processes, or
+in the image ``OMA_E2E_RUNNER_IMAGE`` on an existing cluster); the store is a real Redis or
+PostgreSQL. Side effects go to per-test Redis lists (``effects``), which the tests read the same
+way wherever the pods ran (see ``tests/cluster/e2e_env.py``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import os
 import re
 import subprocess
 import sys
@@ -30,6 +30,7 @@ from devcluster.kubeconfig import load_kubeconfig
 from oma.timeutil import parse_iso
 from oma_operator.crdgen import approvaldecision_crd, teamrun_crd
 from tests.cluster.conftest import ClusterHandle
+from tests.cluster.e2e_env import Endpoint, SideEffects, operator_env, runner_image
 from tests.cluster.helpers import (
     evict,
     get_or_none,
@@ -39,8 +40,6 @@ from tests.cluster.helpers import (
     wait_for,
     with_pythonpath,
 )
-from tests.servers.postgres_server import PostgresServer
-from tests.servers.redis_server import RedisServer
 
 pytestmark = pytest.mark.cluster
 TEAMRUNS = "/apis/oma.dev/v1alpha1/namespaces/{ns}/teamruns"
@@ -94,11 +93,7 @@ def operator(
     cluster: ClusterHandle, namespace: str, crds_installed: None, tmp_path: Path
 ) -> Iterator[Path]:
     log = tmp_path / "operator.log"
-    env = {
-        **os.environ,
-        "KUBECONFIG": str(cluster.kubeconfig),
-        "OMA_RUNNER_IMAGE": "oma-runner:test",
-    }
+    env = operator_env(cluster.kubeconfig)
     with log.open("w") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "oma_operator", "--namespace", namespace],
@@ -117,20 +112,22 @@ def operator(
 
 
 @pytest.fixture
-async def redis_secret(kube: KubeClient, namespace: str, redis_server: RedisServer) -> str:
+async def redis_secret(kube: KubeClient, namespace: str, e2e_redis: Endpoint) -> str:
     await kube.create(
         f"/api/v1/namespaces/{namespace}/secrets",
         {
             "apiVersion": "v1",
             "kind": "Secret",
             "metadata": {"name": "store"},
-            "data": {"url": base64.b64encode(redis_server.url.encode()).decode()},
+            "data": {"url": base64.b64encode(e2e_redis.for_pods.encode()).decode()},
         },
     )
     return "store"
 
 
-def teamrun(name: str, script: list[dict[str, Any]], ledger: Path) -> dict[str, Any]:
+def teamrun(
+    name: str, script: list[dict[str, Any]], effects: SideEffects | None = None
+) -> dict[str, Any]:
     return {
         "apiVersion": "oma.dev/v1alpha1",
         "kind": "TeamRun",
@@ -156,7 +153,7 @@ def teamrun(name: str, script: list[dict[str, Any]], ledger: Path) -> dict[str, 
             "retryPolicy": {"backoffSeconds": 1},
             "runner": {
                 "terminationGracePeriodSeconds": 20,
-                "env": [{"name": "OMA_LEDGER_PATH", "value": str(ledger)}],
+                "env": effects.env() if effects is not None else [],
             },
         },
     }
@@ -184,34 +181,25 @@ async def operator_log(path: Path) -> str:
     return (await asyncio.to_thread(path.read_text))[-3000:]
 
 
-async def ledger_entries(path: Path) -> list[str]:
-    def read() -> list[str]:
-        if not path.exists():
-            return []
-        return [json.loads(line)["entry"] for line in path.read_text().splitlines()]
-
-    return await asyncio.to_thread(read)
-
-
 @pytest.mark.timeout(180)
 async def test_teamrun_succeeds(
-    kube: KubeClient, namespace: str, operator: Path, redis_secret: str, tmp_path: Path
+    kube: KubeClient, namespace: str, operator: Path, redis_secret: str, effects: SideEffects
 ) -> None:
-    ledger = tmp_path / "ledger.jsonl"
     script: list[dict[str, Any]] = [
         {"tool_calls": [{"id": "x1", "name": "ledger_append", "input": {"entry": "paid"}}]},
         {"text": "done"},
     ]
-    await kube.create(TEAMRUNS.format(ns=namespace), teamrun("pay", script, ledger))
+    await kube.create(TEAMRUNS.format(ns=namespace), teamrun("pay", script, effects))
     status = await finished(kube, namespace, "pay", 120)
     assert status["phase"] == "Succeeded", (status, await operator_log(operator))
     assert status["attempt"] == 1 and status["taskSummary"] == "1/1"
     assert [a["outcome"] for a in status["attempts"]] == ["succeeded"]
     conditions = {c["type"]: c["status"] for c in status["conditions"]}
     assert conditions["Succeeded"] == "True" and conditions["Progressing"] == "False"
-    assert await ledger_entries(ledger) == ["paid"]
+    assert await effects.ledger() == ["paid"]
     pod = await kube.get(f"/api/v1/namespaces/{namespace}/pods/pay-a1")
     assert pod["spec"]["containers"][0]["command"] == ["oma-runner"]
+    assert pod["spec"]["containers"][0]["image"] == runner_image()
     assert pod["spec"]["automountServiceAccountToken"] is False
     assert "oma.dev/outcome" not in (pod["metadata"].get("finalizers") or [])
 
@@ -222,12 +210,11 @@ async def test_eviction_mid_task_resumes_in_attempt_2(
     kube: KubeClient,
     namespace: str,
     operator: Path,
-    tmp_path: Path,
+    effects: SideEffects,
     store: str,
     request: pytest.FixtureRequest,
     redis_secret: str,
 ) -> None:
-    ledger = tmp_path / "ledger.jsonl"
     script: list[dict[str, Any]] = [
         {"tool_calls": [{"id": "e1", "name": "ledger_append", "input": {"entry": "first"}}]},
         {
@@ -236,10 +223,10 @@ async def test_eviction_mid_task_resumes_in_attempt_2(
         },
         {"text": "both recorded"},
     ]
-    body = teamrun("evict", script, ledger)
+    body = teamrun("evict", script, effects)
     if store == "postgres":
-        postgres: PostgresServer = request.getfixturevalue("postgres_server")
-        dsn = base64.b64encode(postgres.dsn().encode()).decode()
+        postgres: Endpoint = request.getfixturevalue("e2e_postgres")
+        dsn = base64.b64encode(postgres.for_pods.encode()).decode()
         await kube.create(
             f"/api/v1/namespaces/{namespace}/secrets",
             {
@@ -258,7 +245,7 @@ async def test_eviction_mid_task_resumes_in_attempt_2(
     await kube.create(TEAMRUNS.format(ns=namespace), body)
 
     async def first_recorded() -> bool:
-        return await ledger_entries(ledger) == ["first"]
+        return await effects.ledger() == ["first"]
 
     await wait_for(first_recorded, 90, "the first ledger entry of attempt 1")
     await evict(kube, namespace, "evict-a1")
@@ -269,7 +256,7 @@ async def test_eviction_mid_task_resumes_in_attempt_2(
     assert (first["attempt"], first["outcome"]) == (1, "disruption")
     assert first["reason"] == "EvictionByEvictionAPI" and first["exitCode"] == 11
     assert second["outcome"] == "succeeded" and status["disruptions"] == 1
-    assert await ledger_entries(ledger) == ["first", "second"]  # nothing re-run, nothing lost
+    assert await effects.ledger() == ["first", "second"]  # nothing re-run, nothing lost
 
 
 @pytest.mark.parametrize(
@@ -296,7 +283,7 @@ async def test_eviction_mid_task_resumes_in_attempt_2(
 async def test_invalid_teamruns_are_refused_by_the_api_server(
     kube: KubeClient, namespace: str, crds_installed: None, change: dict[str, Any], message: str
 ) -> None:
-    body = teamrun("bad", [{"text": "x"}], Path("/nonexistent"))
+    body = teamrun("bad", [{"text": "x"}])
     body["spec"] = {k: v for k, v in {**body["spec"], **change}.items() if v is not None}
     with pytest.raises(ApiError) as caught:
         await kube.create(TEAMRUNS.format(ns=namespace), body)
@@ -304,9 +291,7 @@ async def test_invalid_teamruns_are_refused_by_the_api_server(
 
 
 async def test_run_id_is_immutable(kube: KubeClient, namespace: str, crds_installed: None) -> None:
-    await kube.create(
-        TEAMRUNS.format(ns=namespace), teamrun("fixed", [{"text": "x"}], Path("/nonexistent"))
-    )
+    await kube.create(TEAMRUNS.format(ns=namespace), teamrun("fixed", [{"text": "x"}]))
     with pytest.raises(ApiError) as caught:
         await kube.patch(f"{TEAMRUNS.format(ns=namespace)}/fixed", {"spec": {"runId": "other"}})
     assert caught.value.status == 422 and "runId is immutable" in str(caught.value)
@@ -314,9 +299,9 @@ async def test_run_id_is_immutable(kube: KubeClient, namespace: str, crds_instal
 
 @pytest.mark.timeout(120)
 async def test_bad_task_dependencies_end_failed_with_a_message(
-    kube: KubeClient, namespace: str, operator: Path, redis_secret: str, tmp_path: Path
+    kube: KubeClient, namespace: str, operator: Path, redis_secret: str
 ) -> None:
-    body = teamrun("cyclic", [{"text": "x"}], tmp_path / "ledger.jsonl")
+    body = teamrun("cyclic", [{"text": "x"}])
     body["spec"]["tasks"] = [
         {"title": "a", "description": "a", "dependsOn": ["b"]},
         {"title": "b", "description": "b", "dependsOn": ["a"]},
@@ -334,7 +319,7 @@ async def test_bad_task_dependencies_end_failed_with_a_message(
 
 @pytest.mark.timeout(150)
 async def test_a_crash_loop_exhausts_max_failures(
-    kube: KubeClient, namespace: str, operator: Path, tmp_path: Path
+    kube: KubeClient, namespace: str, operator: Path
 ) -> None:
     closed = "redis://127.0.0.1:9/0"  # nothing listens: every attempt fails transiently
     await kube.create(
@@ -346,7 +331,7 @@ async def test_a_crash_loop_exhausts_max_failures(
             "data": {"url": base64.b64encode(closed.encode()).decode()},
         },
     )
-    body = teamrun("loop", [{"text": "x"}], tmp_path / "ledger.jsonl")
+    body = teamrun("loop", [{"text": "x"}])
     body["spec"]["retryPolicy"] = {"maxFailures": 2, "backoffSeconds": 1}
     await kube.create(TEAMRUNS.format(ns=namespace), body)
     status = await finished(kube, namespace, "loop", 120)
@@ -364,10 +349,9 @@ async def test_kubelet_eviction_resumes_from_the_last_checkpoint(
     namespace: str,
     operator: Path,
     redis_secret: str,
-    tmp_path: Path,
+    effects: SideEffects,
 ) -> None:
     agent = cluster.agent  # node-agent-only: kubelet-side eviction kills the process outright
-    ledger = tmp_path / "ledger.jsonl"
     script: list[dict[str, Any]] = [
         {"tool_calls": [{"id": "k1", "name": "ledger_append", "input": {"entry": "first"}}]},
         {
@@ -376,10 +360,10 @@ async def test_kubelet_eviction_resumes_from_the_last_checkpoint(
         },
         {"text": "done"},
     ]
-    await kube.create(TEAMRUNS.format(ns=namespace), teamrun("kubelet", script, ledger))
+    await kube.create(TEAMRUNS.format(ns=namespace), teamrun("kubelet", script, effects))
 
     async def first_recorded() -> bool:
-        return await ledger_entries(ledger) == ["first"]
+        return await effects.ledger() == ["first"]
 
     await wait_for(first_recorded, 90, "the first ledger entry")
     await cluster.call(agent.evict_pod(namespace, "kubelet-a1"))
@@ -389,7 +373,7 @@ async def test_kubelet_eviction_resumes_from_the_last_checkpoint(
         "disruption",
         "Evicted",
     )
-    assert await ledger_entries(ledger) == ["first", "second"]
+    assert await effects.ledger() == ["first", "second"]
 
 
 @pytest.mark.timeout(240)
@@ -399,9 +383,9 @@ async def test_operator_restart_mid_run_loses_no_outcome(
     namespace: str,
     crds_installed: None,
     redis_secret: str,
+    effects: SideEffects,
     tmp_path: Path,
 ) -> None:
-    ledger = tmp_path / "ledger.jsonl"
     script: list[dict[str, Any]] = [
         {"tool_calls": [{"id": "o1", "name": "ledger_append", "input": {"entry": "first"}}]},
         {
@@ -410,16 +394,16 @@ async def test_operator_restart_mid_run_loses_no_outcome(
         },
         {"text": "done"},
     ]
-    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
+    env = operator_env(cluster.kubeconfig)
     argv = [sys.executable, "-m", "oma_operator", "--namespace", namespace]
     log = tmp_path / "operator.log"
     first = start_process(argv, env, log)
     second: subprocess.Popen[bytes] | None = None
     try:
-        await kube.create(TEAMRUNS.format(ns=namespace), teamrun("restart", script, ledger))
+        await kube.create(TEAMRUNS.format(ns=namespace), teamrun("restart", script, effects))
 
         async def first_recorded() -> bool:
-            return await ledger_entries(ledger) == ["first"]
+            return await effects.ledger() == ["first"]
 
         await wait_for(first_recorded, 90, "the first ledger entry")
         first.kill()  # the operator dies; the eviction below happens while it is away
@@ -443,7 +427,7 @@ async def test_operator_restart_mid_run_loses_no_outcome(
     pods = await kube.get(f"/api/v1/namespaces/{namespace}/pods")
     names = {p["metadata"]["name"] for p in pods["items"]}
     assert "restart-a2" in names and "restart-a3" not in names  # no duplicate attempt
-    assert await ledger_entries(ledger) == ["first", "second"]
+    assert await effects.ledger() == ["first", "second"]
 
 
 async def kubectl(cluster: ClusterHandle, namespace: str, *args: str) -> str:
@@ -476,14 +460,13 @@ async def test_kubectl_get_shows_phase_attempt_tasks_approvals_and_checkpoint(
     namespace: str,
     operator: Path,
     redis_secret: str,
-    tmp_path: Path,
+    effects: SideEffects,
 ) -> None:
-    ledger = tmp_path / "ledger.jsonl"
     script: list[dict[str, Any]] = [
         {"tool_calls": [{"id": "p1", "name": "ledger_append", "input": {"entry": "paid"}}]},
         {"text": "paid"},
     ]
-    body = teamrun("shown", script, ledger)
+    body = teamrun("shown", script, effects)
     body["spec"]["approvals"] = {"tools": ["ledger_append"]}
     await kube.create(TEAMRUNS.format(ns=namespace), body)
 
@@ -542,7 +525,7 @@ async def test_kubectl_get_shows_phase_attempt_tasks_approvals_and_checkpoint(
         "Approved",
         user,
     ], decisions
-    assert await ledger_entries(ledger) == ["paid"]
+    assert await effects.ledger() == ["paid"]
 
 
 async def _store_secret(kube: KubeClient, namespace: str, name: str, key: str, value: str) -> None:
@@ -574,12 +557,12 @@ async def test_the_shipped_examples_succeed(
     store = body["spec"]["store"]
     assert "image" not in (body["spec"].get("runner") or {})  # nothing to substitute there
     if "redis" in store:
-        redis: RedisServer = request.getfixturevalue("redis_server")
-        ref, value = store["redis"]["urlSecretRef"], redis.url
+        server: Endpoint = request.getfixturevalue("e2e_redis")
+        ref = store["redis"]["urlSecretRef"]
     else:
-        postgres: PostgresServer = request.getfixturevalue("postgres_server")
-        ref, value = store["postgres"]["dsnSecretRef"], postgres.dsn()
-    await _store_secret(kube, namespace, ref["name"], ref["key"], value)
+        server = request.getfixturevalue("e2e_postgres")
+        ref = store["postgres"]["dsnSecretRef"]
+    await _store_secret(kube, namespace, ref["name"], ref["key"], server.for_pods)
     try:
         await kubectl(cluster, namespace, "apply", "-f", str(path))
         name = body["metadata"]["name"]
@@ -590,7 +573,7 @@ async def test_the_shipped_examples_succeed(
         assert [a["outcome"] for a in status["attempts"]] == ["succeeded"]
     finally:
         if "postgres" in store:
-            await _drop_schema(value, store["postgres"]["schema"])
+            await _drop_schema(server.for_tests, store["postgres"]["schema"])
 
 
 async def _drop_schema(dsn: str, schema: str) -> None:
@@ -606,22 +589,13 @@ async def _drop_schema(dsn: str, schema: str) -> None:
         )
 
 
-async def tally_lines(path: Path) -> list[dict[str, Any]]:
-    def read() -> list[dict[str, Any]]:
-        if not path.exists():
-            return []
-        return [json.loads(line) for line in path.read_text().splitlines()]
-
-    return await asyncio.to_thread(read)
-
-
-async def attempt_log(redis: RedisServer, body: dict[str, Any]) -> list[dict[str, Any]]:
+async def attempt_log(redis: Endpoint, body: dict[str, Any]) -> list[dict[str, Any]]:
     """The run's attempt log, read from its store (what each attempt found done when it began)."""
     from oma.checkpoint.attempts import load_attempt_log
     from oma.checkpoint.keys import checkpoint_key
     from oma.store import RedisStore
 
-    store = RedisStore(redis.url, namespace=body["spec"]["store"]["redis"]["namespace"])
+    store = RedisStore(redis.for_tests, namespace=body["spec"]["store"]["redis"]["namespace"])
     try:
         log = await load_attempt_log(store, checkpoint_key(body["spec"]["runId"]))
     finally:
@@ -635,14 +609,13 @@ async def test_eviction_in_task_2_reruns_neither_task_1_nor_committed_calls(
     kube: KubeClient,
     namespace: str,
     operator: Path,
-    redis_server: RedisServer,
+    e2e_redis: Endpoint,
     redis_secret: str,
-    tmp_path: Path,
+    effects: SideEffects,
 ) -> None:
     """``tally`` adds a line on every run (no idempotency key), so a line appearing twice would
     show a re-executed call: task 1's call, or task 2's call committed before the eviction."""
-    tally = tmp_path / "tally.jsonl"
-    body = teamrun("two", [], tmp_path / "ledger.jsonl")
+    body = teamrun("two", [], effects)
     body["spec"]["team"]["agents"] = [
         {
             "name": "first",
@@ -675,11 +648,10 @@ async def test_eviction_in_task_2_reruns_neither_task_1_nor_committed_calls(
         {"title": "One", "description": "Count one.", "assignee": "first"},
         {"title": "Two", "description": "Count two.", "assignee": "second", "dependsOn": ["One"]},
     ]
-    body["spec"]["runner"]["env"].append({"name": "OMA_TALLY_PATH", "value": str(tally)})
     await kube.create(TEAMRUNS.format(ns=namespace), body)
 
     async def task_2_committed_once() -> bool:
-        return [line["item"] for line in await tally_lines(tally)] == ["one", "two-a"]
+        return [line["item"] for line in await effects.tally()] == ["one", "two-a"]
 
     await wait_for(task_2_committed_once, 90, "task 1 done and task 2's first call")
     await evict(kube, namespace, "two-a1")
@@ -693,12 +665,12 @@ async def test_eviction_in_task_2_reruns_neither_task_1_nor_committed_calls(
         "EvictionByEvictionAPI",
     )
     assert first["exitCode"] == 11 and (second["attempt"], second["outcome"]) == (2, "succeeded")
-    lines = await tally_lines(tally)
+    lines = await effects.tally()
     assert [line["item"] for line in lines] == ["one", "two-a", "two-b"]  # each call ran once
     assert len({line["call"] for line in lines}) == 3
     # What the store says each attempt found: attempt 2 began with task 1 completed (not to be
     # run again) and task 2 in flight (continued from its conversation, first call included).
-    log = await attempt_log(redis_server, body)
+    log = await attempt_log(e2e_redis, body)
     assert [r["attempt"] for r in log] == [1, 2]
     assert (log[0]["completed_tasks"], log[0]["total_tasks"]) == (0, 2)
     assert (log[1]["completed_tasks"], log[1]["total_tasks"], log[1]["in_flight_tasks"]) == (
@@ -741,6 +713,7 @@ async def test_a_single_crash_is_retried_after_the_backoff_and_resumes(
     namespace: str,
     operator: Path,
     redis_secret: str,
+    effects: SideEffects,
     tmp_path: Path,
 ) -> None:
     cluster.agent  # noqa: B018 (node-agent-only: the tool package is a local directory)
@@ -748,14 +721,13 @@ async def test_a_single_crash_is_retried_after_the_backoff_and_resumes(
     site = tool_package(
         tmp_path / "site", "oma_crash_tool", CRASH_TOOL, {"crash": "oma_crash_tool:crash_once"}
     )
-    ledger = tmp_path / "ledger.jsonl"
     script: list[dict[str, Any]] = [
         {"tool_calls": [{"id": "b1", "name": "ledger_append", "input": {"entry": "before"}}]},
         {"tool_calls": [{"id": "c1", "name": "crash_once", "input": {}}]},
         {"tool_calls": [{"id": "b2", "name": "ledger_append", "input": {"entry": "after"}}]},
         {"text": "done"},
     ]
-    body = teamrun("crash", script, ledger)
+    body = teamrun("crash", script, effects)
     body["spec"]["team"]["agents"][0]["tools"] = ["ledger_append", "crash_once"]
     body["spec"]["retryPolicy"] = {"backoffSeconds": backoff, "maxFailures": 1}
     body["spec"]["runner"]["env"].append({"name": "PYTHONPATH", "value": with_pythonpath(site)})
@@ -766,7 +738,7 @@ async def test_a_single_crash_is_retried_after_the_backoff_and_resumes(
     first, second = status["attempts"]
     assert (first["attempt"], first["outcome"], first["exitCode"]) == (1, "crash", 137)
     assert second["outcome"] == "succeeded"
-    assert await ledger_entries(ledger) == ["before", "after"]
+    assert await effects.ledger() == ["before", "after"]
     ended = parse_iso(first["endedAt"])
     pod = await kube.get(f"/api/v1/namespaces/{namespace}/pods/crash-a2")
     created = parse_iso(pod["metadata"]["creationTimestamp"])

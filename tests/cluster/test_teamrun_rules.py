@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from devcluster import KubeClient
@@ -20,16 +18,14 @@ async def test_run_id_cannot_be_added_or_removed_after_creation(
 ) -> None:
     """A runId added later would start a second run beside the checkpointed one (the default
     run id is <namespace>.<name>) and repeat its side effects; removing it would too."""
-    unnamed = teamrun("unnamed", [{"text": "x"}], Path("/nonexistent"))
+    unnamed = teamrun("unnamed", [{"text": "x"}])
     del unnamed["spec"]["runId"]
     await kube.create(TEAMRUNS.format(ns=namespace), unnamed)
     with pytest.raises(ApiError) as added:
         await kube.patch(f"{TEAMRUNS.format(ns=namespace)}/unnamed", {"spec": {"runId": "new"}})
     assert added.value.status == 422 and "runId is immutable" in str(added.value)
 
-    await kube.create(
-        TEAMRUNS.format(ns=namespace), teamrun("named", [{"text": "x"}], Path("/nonexistent"))
-    )
+    await kube.create(TEAMRUNS.format(ns=namespace), teamrun("named", [{"text": "x"}]))
     with pytest.raises(ApiError) as removed:
         await kube.patch(f"{TEAMRUNS.format(ns=namespace)}/named", {"spec": {"runId": None}})
     assert removed.value.status == 422 and "cannot be set, changed or removed" in str(removed.value)
