@@ -27,6 +27,7 @@ PORTABLE = [
     "test_teamrun_succeeds",
     "test_eviction_mid_task_resumes_in_attempt_2[postgres]",
     "test_eviction_in_task_2_reruns_neither_task_1_nor_committed_calls",
+    "test_a_crash_is_retried_after_the_backoff_and_the_retry_succeeds",
 ]
 AGENT_ONLY = "test_kubelet_eviction_resumes_from_the_last_checkpoint"
 

@@ -28,6 +28,8 @@ from devcluster import KubeClient
 from devcluster.kube import ApiError
 from devcluster.kubeconfig import load_kubeconfig
 from oma.timeutil import parse_iso
+from oma.tools import records
+from oma.tools.records import RecordLocation
 from oma_operator.crdgen import approvaldecision_crd, teamrun_crd
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import Endpoint, SideEffects, operator_env, runner_image
@@ -342,6 +344,45 @@ async def test_a_crash_loop_exhausts_max_failures(
     assert failed["reason"] == "FailuresExhausted" and "unreachable" in failed["message"]
 
 
+@pytest.mark.timeout(180)
+async def test_a_crash_is_retried_after_the_backoff_and_the_retry_succeeds(
+    kube: KubeClient, namespace: str, operator: Path, e2e_redis: Endpoint, effects: SideEffects
+) -> None:
+    """Attempt 1 cannot reach its store (exit 1, a crash); the Secret is fixed meanwhile, and
+    attempt 2, created no sooner than the backoff after attempt 1 ended, succeeds. Works on any
+    cluster (the kill-mid-task variant below needs a tool package on the node agent's host)."""
+    backoff = 5
+    await _store_secret(kube, namespace, "store", "url", "redis://127.0.0.1:9/0")
+    script: list[dict[str, Any]] = [
+        {"tool_calls": [{"id": "r1", "name": "ledger_append", "input": {"entry": "once"}}]},
+        {"text": "done"},
+    ]
+    body = teamrun("retry", script, effects)
+    body["spec"]["retryPolicy"] = {"backoffSeconds": backoff, "maxFailures": 1}
+    await kube.create(TEAMRUNS.format(ns=namespace), body)
+
+    async def attempt_1_ended() -> dict[str, Any] | None:
+        attempts = (await status_of(kube, namespace, "retry")).get("attempts") or []
+        return attempts[0] if attempts else None
+
+    first = await wait_for(attempt_1_ended, 90, "attempt 1 to crash")
+    await kube.patch(
+        f"/api/v1/namespaces/{namespace}/secrets/store",
+        {"data": {"url": base64.b64encode(e2e_redis.for_pods.encode()).decode()}},
+    )
+    status = await finished(kube, namespace, "retry", 120)
+    assert status["phase"] == "Succeeded", (status, await operator_log(operator))
+    assert (first["outcome"], first["exitCode"]) == ("crash", 1)
+    assert "unreachable" in first["message"]
+    assert status["attempt"] == 2 and status["failures"] == 1
+    ended = parse_iso(first["endedAt"])
+    pod = await kube.get(f"/api/v1/namespaces/{namespace}/pods/retry-a2")
+    created = parse_iso(pod["metadata"]["creationTimestamp"])
+    assert ended is not None and created is not None
+    assert created >= (ended + timedelta(seconds=backoff)).replace(microsecond=0), (ended, created)
+    assert await effects.ledger() == ["once"]
+
+
 @pytest.mark.timeout(240)
 async def test_kubelet_eviction_resumes_from_the_last_checkpoint(
     cluster: ClusterHandle,
@@ -551,7 +592,8 @@ async def test_the_shipped_examples_succeed(
     request: pytest.FixtureRequest,
 ) -> None:
     """``kubectl apply -f examples/...`` as shipped: only the Secret it names is ours (pointing
-    at the test's Redis or PostgreSQL); the image is the operator's default."""
+    at the test's Redis or PostgreSQL); the image is the operator's default. The Redis example
+    keeps its ledger in that Redis (``oma:ledger``), where it is read back."""
     path = REPO / "examples" / example
     body = yaml.safe_load(path.read_text())
     store = body["spec"]["store"]
@@ -563,6 +605,9 @@ async def test_the_shipped_examples_succeed(
         server = request.getfixturevalue("e2e_postgres")
         ref = store["postgres"]["dsnSecretRef"]
     await _store_secret(kube, namespace, ref["name"], ref["key"], server.for_pods)
+    ledger = RecordLocation(url=server.for_tests, key="oma:ledger")
+    if "redis" in store:
+        await _clear_ledger(ledger)
     try:
         await kubectl(cluster, namespace, "apply", "-f", str(path))
         name = body["metadata"]["name"]
@@ -571,9 +616,23 @@ async def test_the_shipped_examples_succeed(
         assert status["runId"] == body["spec"]["runId"]
         assert status["attempt"] == 1 and status["taskSummary"] == "2/2"
         assert [a["outcome"] for a in status["attempts"]] == ["succeeded"]
+        if "redis" in store:
+            entries = [record["entry"] for record in await records.read(ledger)]
+            assert entries == ["fact: checkpoints are snapshots", "draft written"]
     finally:
+        if "redis" in store:
+            await _clear_ledger(ledger)
         if "postgres" in store:
             await _drop_schema(server.for_tests, store["postgres"]["schema"])
+
+
+async def _clear_ledger(ledger: RecordLocation) -> None:
+    """The example's ledger list has the tools' default name: start and leave it empty."""
+    import redis.asyncio as aioredis
+
+    assert ledger.url is not None
+    async with aioredis.Redis.from_url(ledger.url) as client:
+        await client.delete(ledger.key, f"{ledger.key}:keys")
 
 
 async def _drop_schema(dsn: str, schema: str) -> None:
