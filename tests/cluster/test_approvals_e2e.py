@@ -4,7 +4,6 @@ by real users (RBAC, the reviewer policy, one-way decisions), and the resumed ru
 from __future__ import annotations
 
 import asyncio
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -16,8 +15,9 @@ from devcluster import KubeClient
 from devcluster.kube import ApiError
 from devcluster.kubeconfig import load_kubeconfig
 from tests.cluster.conftest import ClusterHandle
-from tests.cluster.e2e_env import Endpoint, SideEffects, operator_env
+from tests.cluster.e2e_env import Endpoint, SideEffects
 from tests.cluster.helpers import wait_for
+from tests.cluster.operator_process import OperatorProcess
 from tests.cluster.test_operator_e2e import (
     TEAMRUNS,
     crds_installed,
@@ -272,31 +272,18 @@ async def test_operator_restart_between_decision_and_resume_resumes_once(
     effects: SideEffects,
     tmp_path: Path,
 ) -> None:
-    from tests.cluster.test_operator_e2e import start_process
-
     await _grant_reviewers(kube, namespace, "erin")
-    env = operator_env(cluster.kubeconfig)
-    argv = [sys.executable, "-m", "oma_operator", "--namespace", namespace]
-    log = tmp_path / "operator.log"
-    first = start_process(argv, env, log)
-    second = None
-    try:
+    with OperatorProcess(cluster.kubeconfig, namespace, tmp_path / "operator.log") as operator:
         await kube.create(TEAMRUNS.format(ns=namespace), _gated("again", effects, "charged"))
         decision = await _pending_decision(kube, namespace, "again")
-        first.kill()
-        first.wait()
+        operator.kill()
         async with await _as(cluster, "erin") as erin:
             await erin.patch(
                 f"{DECISIONS.format(ns=namespace)}/{decision['metadata']['name']}",
                 {"spec": {"decision": "Approved", "reviewer": "erin"}},
             )
-        second = start_process(argv, env, log)
+        operator.start()
         final = await finished(kube, namespace, "again", 150)
-    finally:
-        for process in (first, second):
-            if process is not None and process.poll() is None:
-                process.terminate()
-                process.wait(timeout=15)
     assert final["phase"] == "Succeeded" and final["attempt"] == 2
     assert [a["attempt"] for a in final["attempts"]] == [1, 2]
     assert await effects.ledger() == ["charge"]

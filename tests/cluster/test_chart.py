@@ -8,7 +8,6 @@ import base64
 import os
 import re
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -18,12 +17,12 @@ import yaml
 
 from devcluster import KubeClient
 from tests.cluster.conftest import ClusterHandle
-from tests.cluster.e2e_env import Endpoint, SideEffects, operator_env
+from tests.cluster.e2e_env import Endpoint, SideEffects
 from tests.cluster.helpers import evict, wait_for
+from tests.cluster.operator_process import OperatorProcess
 from tests.cluster.test_operator_e2e import (
     TEAMRUNS,
     finished,
-    start_process,
     teamrun,
 )
 
@@ -181,12 +180,10 @@ async def test_installed_chart_rbac_runs_the_eviction_resume(
             "data": {"url": base64.b64encode(e2e_redis.for_pods.encode()).decode()},
         },
     )
-    env = operator_env(kubeconfig, OMA_RUNNER_SERVICE_ACCOUNT="oma-runner")
-    operator = start_process(
-        [sys.executable, "-m", "oma_operator", "--namespace", namespace],
-        env,
-        tmp_path / "operator.log",
+    operator = OperatorProcess(
+        kubeconfig, namespace, tmp_path / "operator.log", OMA_RUNNER_SERVICE_ACCOUNT="oma-runner"
     )
+    operator.start()
     try:
         script: list[dict[str, Any]] = [
             {"tool_calls": [{"id": "h1", "name": "ledger_append", "input": {"entry": "a"}}]},
@@ -207,8 +204,7 @@ async def test_installed_chart_rbac_runs_the_eviction_resume(
         await evict(kube, namespace, "chart-a1")
         status = await finished(kube, namespace, "chart", 180)
     finally:
-        operator.terminate()
-        operator.wait(timeout=15)
+        operator.stop()
         await asyncio.to_thread(_helm, cluster, "uninstall", release, "-n", namespace, check=False)
     log = await asyncio.to_thread((tmp_path / "operator.log").read_text)
     assert status["phase"] == "Succeeded" and status["attempt"] == 2, log[-3000:]

@@ -4,8 +4,6 @@ approval. Every series in docs/metrics.md is asserted here or in the unit tests.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,14 +15,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from devcluster import KubeClient
 from tests.cluster.conftest import ClusterHandle
-from tests.cluster.e2e_env import SideEffects, operator_env
+from tests.cluster.e2e_env import SideEffects
 from tests.cluster.helpers import wait_for
+from tests.cluster.operator_process import OperatorProcess
 from tests.cluster.test_operator_e2e import (
     TEAMRUNS,
     crds_installed,
     finished,
     redis_secret,
-    start_process,
     teamrun,
 )
 from tests.servers.process import free_port
@@ -47,19 +45,10 @@ def operator(
     cluster: ClusterHandle, namespace: str, crds_installed: None, tmp_path: Path
 ) -> Iterator[Operator]:
     handle = Operator(free_port(), free_port(), tmp_path / "operator.log")
-    argv = [sys.executable, "-m", "oma_operator", "--namespace", namespace]
-    argv += ["--metrics-port", str(handle.metrics_port), "--metrics-address", "127.0.0.1"]
-    argv += ["--runner-metrics-port", str(handle.runner_metrics_port)]
-    env = operator_env(cluster.kubeconfig)
-    process = start_process(argv, env, handle.log)
-    try:
+    args = ["--metrics-port", str(handle.metrics_port), "--metrics-address", "127.0.0.1"]
+    args += ["--runner-metrics-port", str(handle.runner_metrics_port)]
+    with OperatorProcess(cluster.kubeconfig, namespace, handle.log, *args):
         yield handle
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
 
 
 async def scrape(port: int) -> Samples | None:

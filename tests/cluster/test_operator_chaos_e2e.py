@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -17,14 +15,14 @@ import pytest
 
 from devcluster import KubeClient
 from tests.cluster.conftest import ClusterHandle
-from tests.cluster.e2e_env import SideEffects, operator_env
+from tests.cluster.e2e_env import SideEffects
 from tests.cluster.helpers import evict, get_or_none
+from tests.cluster.operator_process import OperatorProcess
 from tests.cluster.test_operator_e2e import (
     TEAMRUNS,
     crds_installed,
     operator,
     redis_secret,
-    start_process,
     status_of,
     teamrun,
 )
@@ -106,13 +104,13 @@ async def test_operator_killed_at_random_moments_neither_duplicates_nor_loses_at
     seed = int(os.environ.get("OMA_CHAOS_SEED", time.time_ns() % 100_000))
     rng = random.Random(seed)
     body = _churn_teamrun("chaos", "o", effects)
-    env = operator_env(cluster.kubeconfig, OMA_PROGRESS_SECONDS="1")
-    argv = [sys.executable, "-m", "oma_operator", "--namespace", namespace, "--metrics-port", "0"]
     log = tmp_path / "operator.log"
-    process: subprocess.Popen[bytes] = start_process(argv, env, log)
+    operator = OperatorProcess(
+        cluster.kubeconfig, namespace, log, "--metrics-port", "0", OMA_PROGRESS_SECONDS="1"
+    )
     kills = evictions = 0
     status: dict[str, Any] = {}
-    try:
+    with operator:
         await kube.create(TEAMRUNS.format(ns=namespace), body)
         deadline = time.monotonic() + 360
         while time.monotonic() < deadline:
@@ -120,18 +118,13 @@ async def test_operator_killed_at_random_moments_neither_duplicates_nor_loses_at
             status = await status_of(kube, namespace, "chaos")
             if status.get("phase") in ("Succeeded", "Failed"):
                 break
-            process.kill()  # SIGKILL: no cleanup, at whatever the operator was doing
-            process.wait()
+            operator.kill()  # SIGKILL: no cleanup, at whatever the operator was doing
             kills += 1
             if rng.random() < 0.5:  # sometimes the runner goes too while the operator is away
                 pod = f"chaos-a{status.get('attempt', 1)}"
                 evictions += await _evict(kube, namespace, pod)
             await asyncio.sleep(rng.uniform(0.0, 2.0))
-            process = start_process(argv, env, log)
-    finally:
-        if process.poll() is None:
-            process.terminate()
-            process.wait(timeout=15)
+            operator.start()
     context = (
         f"seed {seed} (rerun with OMA_CHAOS_SEED={seed}), {kills} kills, {evictions} evictions"
     )

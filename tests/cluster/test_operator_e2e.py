@@ -13,8 +13,6 @@ import asyncio
 import base64
 import json
 import re
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -32,7 +30,7 @@ from oma.tools import records
 from oma.tools.records import RecordLocation
 from oma_operator.crdgen import approvaldecision_crd, teamrun_crd
 from tests.cluster.conftest import ClusterHandle
-from tests.cluster.e2e_env import Endpoint, SideEffects, operator_env, runner_image
+from tests.cluster.e2e_env import Endpoint, SideEffects, runner_image
 from tests.cluster.helpers import (
     evict,
     get_or_none,
@@ -42,6 +40,7 @@ from tests.cluster.helpers import (
     wait_for,
     with_pythonpath,
 )
+from tests.cluster.operator_process import OperatorProcess
 
 pytestmark = pytest.mark.cluster
 TEAMRUNS = "/apis/oma.dev/v1alpha1/namespaces/{ns}/teamruns"
@@ -95,22 +94,8 @@ def operator(
     cluster: ClusterHandle, namespace: str, crds_installed: None, tmp_path: Path
 ) -> Iterator[Path]:
     log = tmp_path / "operator.log"
-    env = operator_env(cluster.kubeconfig)
-    with log.open("w") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "oma_operator", "--namespace", namespace],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
+    with OperatorProcess(cluster.kubeconfig, namespace, log):
         yield log
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
 
 
 @pytest.fixture
@@ -174,9 +159,18 @@ async def finished(kube: KubeClient, namespace: str, name: str, limit: float) ->
     return await wait_for(done, limit, f"TeamRun {name} to finish")
 
 
-def start_process(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    with log.open("a") as out:
-        return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+async def assert_started_after_backoff(
+    kube: KubeClient, namespace: str, pod_name: str, ended: dict[str, Any], backoff: int
+) -> None:
+    """``pod_name`` was created no sooner than ``backoff`` seconds after the attempt record
+    ``ended`` says its attempt ended, and not much later either."""
+    end = parse_iso(ended["endedAt"])
+    pod = await kube.get(f"/api/v1/namespaces/{namespace}/pods/{pod_name}")
+    created = parse_iso(pod["metadata"]["creationTimestamp"])
+    assert end is not None and created is not None
+    # creationTimestamp has whole seconds: compare with the due time cut to whole seconds too.
+    assert created >= (end + timedelta(seconds=backoff)).replace(microsecond=0), (end, created)
+    assert created - end < timedelta(seconds=backoff + 30), (end, created)  # and it did start
 
 
 async def operator_log(path: Path) -> str:
@@ -203,7 +197,12 @@ async def test_teamrun_succeeds(
     assert pod["spec"]["containers"][0]["command"] == ["oma-runner"]
     assert pod["spec"]["containers"][0]["image"] == runner_image()
     assert pod["spec"]["automountServiceAccountToken"] is False
-    assert "oma.dev/outcome" not in (pod["metadata"].get("finalizers") or [])
+
+    async def let_go() -> bool:  # the finalizer goes right after the outcome is in the status
+        pod = await kube.get(f"/api/v1/namespaces/{namespace}/pods/pay-a1")
+        return "oma.dev/outcome" not in (pod["metadata"].get("finalizers") or [])
+
+    await wait_for(let_go, 30, "the operator to remove the tracking finalizer")
 
 
 @pytest.mark.timeout(240)
@@ -375,11 +374,7 @@ async def test_a_crash_is_retried_after_the_backoff_and_the_retry_succeeds(
     assert (first["outcome"], first["exitCode"]) == ("crash", 1)
     assert "unreachable" in first["message"]
     assert status["attempt"] == 2 and status["failures"] == 1
-    ended = parse_iso(first["endedAt"])
-    pod = await kube.get(f"/api/v1/namespaces/{namespace}/pods/retry-a2")
-    created = parse_iso(pod["metadata"]["creationTimestamp"])
-    assert ended is not None and created is not None
-    assert created >= (ended + timedelta(seconds=backoff)).replace(microsecond=0), (ended, created)
+    await assert_started_after_backoff(kube, namespace, "retry-a2", first, backoff)
     assert await effects.ledger() == ["once"]
 
 
@@ -435,20 +430,14 @@ async def test_operator_restart_mid_run_loses_no_outcome(
         },
         {"text": "done"},
     ]
-    env = operator_env(cluster.kubeconfig)
-    argv = [sys.executable, "-m", "oma_operator", "--namespace", namespace]
-    log = tmp_path / "operator.log"
-    first = start_process(argv, env, log)
-    second: subprocess.Popen[bytes] | None = None
-    try:
+    with OperatorProcess(cluster.kubeconfig, namespace, tmp_path / "operator.log") as operator:
         await kube.create(TEAMRUNS.format(ns=namespace), teamrun("restart", script, effects))
 
         async def first_recorded() -> bool:
             return await effects.ledger() == ["first"]
 
         await wait_for(first_recorded, 90, "the first ledger entry")
-        first.kill()  # the operator dies; the eviction below happens while it is away
-        first.wait()
+        operator.kill()  # the operator dies; the eviction below happens while it is away
         await evict(kube, namespace, "restart-a1")
 
         async def a1_ended() -> bool:
@@ -456,13 +445,8 @@ async def test_operator_restart_mid_run_loses_no_outcome(
             return pod is not None and pod["status"].get("phase") == "Failed"
 
         await wait_for(a1_ended, 60, "attempt 1 to end while the operator is down")
-        second = start_process(argv, env, log)
+        operator.start()
         status = await finished(kube, namespace, "restart", 180)
-    finally:
-        for process in (first, second):
-            if process is not None and process.poll() is None:
-                process.terminate()
-                process.wait(timeout=15)
     assert status["phase"] == "Succeeded" and status["attempt"] == 2
     assert [a["attempt"] for a in status["attempts"]] == [1, 2]  # recorded once each
     pods = await kube.get(f"/api/v1/namespaces/{namespace}/pods")
@@ -798,11 +782,4 @@ async def test_a_single_crash_is_retried_after_the_backoff_and_resumes(
     assert (first["attempt"], first["outcome"], first["exitCode"]) == (1, "crash", 137)
     assert second["outcome"] == "succeeded"
     assert await effects.ledger() == ["before", "after"]
-    ended = parse_iso(first["endedAt"])
-    pod = await kube.get(f"/api/v1/namespaces/{namespace}/pods/crash-a2")
-    created = parse_iso(pod["metadata"]["creationTimestamp"])
-    assert ended is not None and created is not None
-    # creationTimestamp has whole seconds: compare with the due time cut to whole seconds too.
-    due = (ended + timedelta(seconds=backoff)).replace(microsecond=0)
-    assert created >= due, (ended, created)
-    assert created - ended < timedelta(seconds=backoff + 30)  # and it did start
+    await assert_started_after_backoff(kube, namespace, "crash-a2", first, backoff)

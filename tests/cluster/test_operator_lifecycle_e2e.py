@@ -14,8 +14,6 @@ checkpoint time read from the store.
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -29,8 +27,9 @@ from devcluster.kubeconfig import load_kubeconfig
 from oma.timeutil import parse_iso
 from oma_operator.pods import FINALIZER
 from tests.cluster.conftest import ClusterHandle
-from tests.cluster.e2e_env import SideEffects, operator_env
+from tests.cluster.e2e_env import SideEffects
 from tests.cluster.helpers import evict, get_or_none, wait_for, wait_phase
+from tests.cluster.operator_process import OperatorProcess
 from tests.cluster.test_operator_e2e import (
     TEAMRUNS,
     crds_installed,
@@ -38,7 +37,6 @@ from tests.cluster.test_operator_e2e import (
     operator,
     operator_log,
     redis_secret,
-    start_process,
     status_of,
     teamrun,
 )
@@ -320,7 +318,11 @@ async def test_a_tracking_finalizer_removed_by_hand_is_put_back_while_the_pod_ru
     status = await finished(kube, namespace, "kept", 90)
     assert status["phase"] == "Succeeded", (status, await operator_log(operator))
     assert [a["outcome"] for a in status["attempts"]] == ["succeeded"]
-    assert await _finalizers(kube, path) == []  # let go once the outcome was recorded
+
+    async def let_go() -> bool:  # the finalizer goes right after the outcome is in the status
+        return await _finalizers(kube, path) == []
+
+    await wait_for(let_go, 30, "the operator to remove the tracking finalizer")
     assert await effects.ledger() == ["first"]
 
 
@@ -342,31 +344,21 @@ async def test_a_pod_that_ended_without_its_finalizer_while_the_operator_was_dow
         {"tool_calls": [{"id": "d2", "name": "wait", "input": {"seconds": 4}}]},
         {"text": "done"},
     ]
-    argv = [sys.executable, "-m", "oma_operator", "--namespace", namespace]
-    env = operator_env(cluster.kubeconfig)
     log = tmp_path / "operator.log"
-    first = start_process(argv, env, log)
-    second: subprocess.Popen[bytes] | None = None
     path = f"/api/v1/namespaces/{namespace}/pods/down-a1"
-    try:
+    with OperatorProcess(cluster.kubeconfig, namespace, log) as operator:
         await kube.create(TEAMRUNS.format(ns=namespace), teamrun("down", script, effects))
 
         async def first_recorded() -> bool:
             return await effects.ledger() == ["first"]
 
         await wait_for(first_recorded, 90, "the first ledger entry")
-        first.kill()
-        first.wait()
+        operator.kill()
         await kube.patch(path, {"metadata": {"finalizers": None}})
         await wait_phase(kube, path, {"Succeeded"}, 60)
         assert (await status_of(kube, namespace, "down"))["phase"] == "Running"
-        second = start_process(argv, env, log)
+        operator.start()
         status = await finished(kube, namespace, "down", 90)
-    finally:
-        for process in (first, second):
-            if process is not None and process.poll() is None:
-                process.terminate()
-                process.wait(timeout=15)
     assert status["phase"] == "Succeeded", (status, log.read_text()[-3000:])
     assert status["attempt"] == 1 and [a["outcome"] for a in status["attempts"]] == ["succeeded"]
     assert "ended with its finalizer removed, unrecorded" in log.read_text()
