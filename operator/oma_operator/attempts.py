@@ -23,7 +23,7 @@ from oma_operator.decisions import attempt_record, decide
 from oma_operator.metrics import METRICS, Resume
 from oma_operator.models import TeamRunSpec
 from oma_operator.outcomes import Outcome
-from oma_operator.pods import FINALIZER, LABEL_ATTEMPT, LABEL_TEAMRUN, run_id_of, runner_pod
+from oma_operator.pods import FINALIZER, attempt_of, run_id_of, runner_pod
 from oma_operator.progress import read_progress
 from oma_operator.status import after_attempt, backoff_left, condition, merge_conditions, started
 from oma_operator.stores import STORES
@@ -207,8 +207,7 @@ async def give_up(pod: dict[str, Any], outcome: Outcome) -> None:
     the pod again and repeats only what is left.
     """
     meta = pod["metadata"]
-    namespace, name = meta["namespace"], meta["labels"][LABEL_TEAMRUN]
-    attempt = int(meta["labels"].get(LABEL_ATTEMPT, "1"))
+    namespace, name, attempt = attempt_of(pod)
     log.info("giving up on pod %s/%s: %s", namespace, meta["name"], outcome.message)
     await runtime.kube().delete_pod(namespace, meta["name"])
     await record_outcome(namespace, name, attempt, outcome, meta["name"], datetime.now(UTC))

@@ -23,7 +23,7 @@ from oma_operator.deadlines import TIMERS
 from oma_operator.metrics import METRICS, pod_ended_at
 from oma_operator.models import GROUP, VERSION, TeamRunSpec
 from oma_operator.outcomes import classify
-from oma_operator.pods import FINALIZER, LABEL_ATTEMPT, LABEL_TEAMRUN, run_id_of
+from oma_operator.pods import FINALIZER, LABEL_TEAMRUN, attempt_of, run_id_of
 from oma_operator.progress import changed
 from oma_operator.status import backoff_left, condition, merge_conditions, started
 from oma_operator.stores import STORES
@@ -125,8 +125,7 @@ async def runner_pod_changed(body: kopf.Body, event: kopf.RawEvent, **_: Any) ->
         TIMERS.arm(pod)  # a pod that never starts, or whose node is lost, reports nothing
         return
     TIMERS.disarm(meta["uid"])
-    namespace, name = meta["namespace"], meta["labels"][LABEL_TEAMRUN]
-    attempt = int(meta["labels"].get(LABEL_ATTEMPT, "1"))
+    namespace, name, attempt = attempt_of(pod)
     ended = pod_ended_at(pod) or datetime.now(UTC)
     await record_outcome(namespace, name, attempt, outcome, meta["name"], ended)
     await runtime.kube().remove_finalizer(namespace, meta["name"], FINALIZER)

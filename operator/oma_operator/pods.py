@@ -34,6 +34,16 @@ def pod_name(teamrun: str, attempt: int) -> str:
     return f"{teamrun}-a{attempt}"
 
 
+def attempt_of(pod: dict[str, Any]) -> tuple[str, str, int]:
+    """A runner pod's namespace, TeamRun name and attempt number, from its labels."""
+    meta = pod["metadata"]
+    return (
+        meta["namespace"],
+        meta["labels"][LABEL_TEAMRUN],
+        int(meta["labels"].get(LABEL_ATTEMPT, "1")),
+    )
+
+
 def run_id_of(body: dict[str, Any]) -> str:
     spec = body.get("spec", {})
     return str(spec.get("runId") or f"{body['metadata']['namespace']}.{body['metadata']['name']}")

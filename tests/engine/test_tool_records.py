@@ -79,7 +79,6 @@ def test_url_wins_over_path_and_the_key_has_a_default(monkeypatch: pytest.Monkey
         "oma:ledger",
         None,
     )
-    assert location.describe() == "Redis list 'oma:ledger'"
 
 
 def test_a_url_that_is_not_redis_is_refused_with_what_to_do(

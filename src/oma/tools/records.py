@@ -56,9 +56,6 @@ class RecordLocation:
             return cls(url=url, key=os.environ.get(f"OMA_{name}_KEY", f"oma:{name.lower()}"))
         return cls(path=Path(os.environ.get(f"OMA_{name}_PATH", default_path)))
 
-    def describe(self) -> str:
-        return f"Redis list {self.key!r}" if self.url else f"file {self.path}"
-
 
 async def append(location: RecordLocation, record: dict[str, Any]) -> None:
     """Add ``record``, whatever is there already."""
