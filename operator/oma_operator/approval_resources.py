@@ -1,15 +1,26 @@
-"""ApprovalDecision resources for pending requests (pure: manifests and summaries)."""
+"""ApprovalDecision resources for pending requests (pure: manifests and summaries).
+
+A resource carries what the reviewer decides on twice: ``summary`` in words (cut, and saying so,
+past 16 KiB) and ``content``, the canonical JSON that ``requestHash`` binds, which anyone can
+check against the hash (``oma approve`` does, then prints it).
+"""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+from oma.approval.canonical import canonical_json
 from oma.approval.models import ApprovalRequest
-from oma_operator.models import GROUP, VERSION
+from oma_operator.models import (
+    CONTENT_LIMIT,
+    GROUP,
+    SUMMARY_LIMIT,
+    VERSION,
+    ReviewerSet,
+)
 
 LABEL_TEAMRUN, LABEL_REQUEST = "oma.dev/teamrun", "oma.dev/request-id"
-SUMMARY_LIMIT = 16384
 
 
 def decision_name(teamrun: str, request_id: str) -> str:
@@ -17,8 +28,16 @@ def decision_name(teamrun: str, request_id: str) -> str:
     return f"{teamrun[:230]}-{request_id.removeprefix('apr_')[:16]}"
 
 
+def content_text(request: ApprovalRequest) -> str | None:
+    """The content as the canonical JSON its hash binds, or None when it is too large for
+    the resource."""
+    text = canonical_json(request.content)
+    return text if len(text) <= CONTENT_LIMIT else None
+
+
 def summary(request: ApprovalRequest) -> str:
-    """What the reviewer decides on, in words; the hash binds the exact JSON content."""
+    """What the reviewer decides on, in words, ending with the content hash. Past the limit
+    the words are cut, and a line says so and where the whole content is."""
     content = request.content
     lines: list[str] = []
     if request.scope == "uncertain_tool_call":
@@ -63,13 +82,38 @@ def summary(request: ApprovalRequest) -> str:
         )
     if request.reason:
         lines.append(f"Reason: {request.reason}")
-    lines.append(f"Content hash: {request.request_hash}")
-    text = "\n".join(lines)
-    return text if len(text) <= SUMMARY_LIMIT else text[: SUMMARY_LIMIT - 1] + "…"
+    return _fit("\n".join(lines), request)
 
 
-def decision_manifest(teamrun: dict[str, Any], request: ApprovalRequest) -> dict[str, Any]:
+def _fit(text: str, request: ApprovalRequest) -> str:
+    hash_line = f"Content hash: {request.request_hash}"
+    if len(text) + 1 + len(hash_line) <= SUMMARY_LIMIT:
+        return f"{text}\n{hash_line}"
+    if content_text(request) is not None:
+        where = (
+            "spec.content holds the whole content: oma approve prints it, checked against the hash"
+        )
+    else:
+        where = (
+            "the whole content is too large for this resource: read it with "
+            f"oma approvals show {request.id} --store <the run's store URL>"
+        )
+    note = "\n… [SUMMARY CUT after {kept} of {total} characters; " + where + "]\n"
+    longest = note.format(kept=SUMMARY_LIMIT, total=len(text))  # kept has no more digits
+    kept = text[: SUMMARY_LIMIT - len(longest) - len(hash_line)]
+    return kept + note.format(kept=len(kept), total=len(text)) + hash_line
+
+
+def decision_manifest(
+    teamrun: dict[str, Any],
+    request: ApprovalRequest,
+    reviewers: ReviewerSet | None = None,
+    excluded: list[str] | None = None,
+) -> dict[str, Any]:
+    """The resource the operator publishes for ``request``: bound to it by name, owner, ids and
+    hash, with the reviewers (and excluded users) the API server checks decisions against."""
     meta = teamrun["metadata"]
+    content = content_text(request)
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "ApprovalDecision",
@@ -93,7 +137,15 @@ def decision_manifest(teamrun: dict[str, Any], request: ApprovalRequest) -> dict
             "requestId": request.id,
             "requestHash": request.request_hash,
             "scope": request.scope,
+            "boundary": request.boundary,
             "summary": summary(request),
+            **({"content": content} if content is not None else {}),
+            **(
+                {"reviewers": reviewers.model_dump(mode="json", exclude_defaults=True)}
+                if reviewers is not None
+                else {}
+            ),
+            **({"excludedReviewers": excluded} if excluded else {}),
             "decision": "Pending",
         },
     }

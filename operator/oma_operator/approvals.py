@@ -1,5 +1,10 @@
 """The operator's side of durable approvals: publish pending requests as ApprovalDecision
-resources, record decisions in the run's store ledger, and resume once all are decided."""
+resources, record the decisions set on the resources it published in the run's store ledger,
+mirror the ledger into their status, and resume once all are decided.
+
+Only a resource that ``approval_binding.judge`` trusts decides anything; any other is left
+deciding nothing, and its status and a TeamRun Event say why.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +15,20 @@ from oma.approval.ledger import ApprovalRecord, DurableApprovalLedger
 from oma.checkpoint import Checkpoint, CheckpointSnapshotV4
 from oma.store.base import MemoryStore
 from oma.store.reserved import APPROVAL_KEY_PREFIX
-from oma_operator.approval_resources import LABEL_REQUEST, decision_manifest
-from oma_operator.client import Kube
-from oma_operator.models import TeamRunSpec
+from oma_operator import events
+from oma_operator.approval_binding import (
+    CAMEL,
+    earlier_own,
+    ignored_status,
+    judge,
+    mirrored_status,
+    status_patch,
+)
+from oma_operator.approval_resources import decision_manifest
+from oma_operator.client import Kube, KubeError
+from oma_operator.models import ReviewerSet, TeamRunSpec
 from oma_operator.pods import run_id_of
+from oma_operator.reviewers import excluded_reviewers, reviewer_problem, reviewers_for
 from oma_operator.stores import STORES
 
 
@@ -50,59 +65,174 @@ def decision_word(scope: str, spec: dict[str, Any]) -> str:
 
 
 async def sync_approvals(kube: Kube, teamrun: dict[str, Any], spec: TeamRunSpec) -> bool:
-    """Create missing ApprovalDecisions, record decisions set on them, reflect decisions made
-    elsewhere (e.g. with the CLI) into their status. True when nothing is left undecided."""
+    """Publish missing ApprovalDecisions, record decisions set on trusted ones, mirror the
+    ledger (decisions made elsewhere too, e.g. with the CLI) into their status, report the
+    untrusted ones. True when nothing is left undecided."""
     namespace, name = teamrun["metadata"]["namespace"], teamrun["metadata"]["name"]
     store = await STORES.store_of(kube, namespace, spec)
     records = {r.request.id: r for r in await run_records(store, run_id_of(teamrun))}
-    resources = {
-        d["metadata"]["labels"].get(LABEL_REQUEST): d
-        for d in await kube.list_decisions(namespace, name)
-    }
+    found = {d["metadata"]["name"]: d for d in await kube.list_decisions(namespace, name)}
+    excluded = excluded_reviewers(spec.approvals, teamrun)
+    published: set[str] = set()
     for request_id, record in records.items():
-        resource = resources.get(request_id)
+        reviewers = reviewers_for(spec.approvals, record.request)
+        expected = decision_manifest(teamrun, record.request, reviewers, excluded)
+        resource_name = expected["metadata"]["name"]
+        published.add(resource_name)
+        resource = found.get(resource_name)
         if resource is None:
-            if record.decision is None:
-                await kube.create_decision(namespace, decision_manifest(teamrun, record.request))
-            continue
-        records[request_id] = await _apply(kube, store, resource, record)
+            if record.decision is not None:
+                continue  # decided elsewhere before it was ever published
+            resource = await _publish(kube, expected, record)
+        if resource is not None:
+            records[request_id] = await _settle(
+                kube, store, teamrun, resource, expected, record, reviewers, excluded
+            )
+    for resource_name, resource in found.items():
+        if resource_name not in published and not earlier_own(resource, teamrun):
+            await _ignore(
+                kube,
+                teamrun,
+                resource,
+                "it is not the resource of a request of "
+                f"TeamRun {name} (ApprovalDecisions are published by the operator)",
+            )
     return all(record.decision is not None for record in records.values())
 
 
-async def _apply(
-    kube: Kube, store: MemoryStore, resource: dict[str, Any], record: ApprovalRecord
+async def _publish(
+    kube: Kube, expected: dict[str, Any], record: ApprovalRecord
+) -> dict[str, Any] | None:
+    """Create the resource and mark it as the operator's own at once (by uid: a reviewer's
+    decision right after the create does not stand in the way). On a taken name, the resource
+    found there, to be judged."""
+    meta = expected["metadata"]
+    try:
+        created = await kube.create_decision(meta["namespace"], expected)
+    except KubeError as exc:
+        if exc.status != 409:
+            raise
+        return await kube.get_decision(meta["namespace"], meta["name"])
+    status = mirrored_status(record)
+    try:
+        await kube.patch_decision_status(
+            meta["namespace"], meta["name"], status, uid=created["metadata"]["uid"]
+        )
+    except KubeError as exc:
+        if exc.status not in (404, 409):
+            raise
+        return None  # deleted meanwhile: the next round publishes it again
+    return {**created, "status": status}
+
+
+async def _settle(
+    kube: Kube,
+    store: MemoryStore,
+    teamrun: dict[str, Any],
+    resource: dict[str, Any],
+    expected: dict[str, Any],
+    record: ApprovalRecord,
+    reviewers: ReviewerSet | None,
+    excluded: list[str] | None,
 ) -> ApprovalRecord:
-    """Record the resource's decision in the ledger (first decision wins), then mirror the
-    ledger's decision into the resource's status."""
-    spec, meta = resource["spec"], resource["metadata"]
-    status: dict[str, Any] = {}
+    """Record a trusted resource's decision in the ledger (first decision wins) and mirror the
+    ledger into its status; replace or report a resource that is not the operator's."""
+    meta = resource["metadata"]
+    trust = judge(resource, expected)
+    if trust.verdict == "replace":
+        await kube.delete_decision(meta["namespace"], meta["name"], meta["uid"])
+        await events.warn(
+            teamrun,
+            "ApprovalDecisionReplaced",
+            f"{meta['name']} was not published by the operator ({trust.problem}): deleted it and "
+            "published the request again",
+        )
+        return record  # the next round publishes it (the name is free once it is gone)
+    if trust.verdict == "foreign":
+        await _ignore(
+            kube,
+            teamrun,
+            resource,
+            f"{trust.problem}; delete it and the operator publishes the request again",
+        )
+        return record
+    message = None
+    spec = resource.get("spec") or {}
     if record.decision is None and spec.get("decision") in ("Approved", "Rejected"):
-        reviewer = (spec.get("reviewer") or "").strip()
-        if not reviewer:
-            status = {"recorded": False, "message": "set spec.reviewer to your user name"}
-        else:
-            try:
-                await DurableApprovalLedger(store).decide(
-                    request_id=spec["requestId"],
-                    request_hash=spec["requestHash"],
-                    decision=decision_word(record.request.scope, spec),
-                    reviewer={"id": reviewer},
-                    result=spec.get("result"),
-                )
-            except DurableApprovalError as exc:
-                status = {"recorded": False, "message": f"{exc.code}: {exc}"}
-            refreshed = await DurableApprovalLedger(store).get(record.request.id)
-            record = refreshed or record
-    if record.decision is not None:
-        decision = record.decision
-        status = {
-            "recorded": True,
-            "decision": decision.decision,
-            "reviewer": decision.reviewer.id,
-            "decidedAt": decision.decided_at,
-            **({"resolution": decision.resolution} if decision.resolution else {}),
-            **({"message": status["message"]} if "message" in status else {}),
-        }
-    if status and resource.get("status") != status:
-        await kube.patch_decision_status(meta["namespace"], meta["name"], status)
+        record, message = await _record(store, spec, record, reviewers, excluded)
+    elif record.decision is not None:
+        message = _not_recorded(spec, record)
+    wanted = mirrored_status(record, message)
+    patch = status_patch(dict(resource.get("status") or {}), wanted)
+    if patch is not None:
+        version = meta["resourceVersion"] if trust.verdict == "adopt" else None
+        try:
+            await kube.patch_decision_status(
+                meta["namespace"], meta["name"], patch, uid=meta["uid"], resource_version=version
+            )
+        except KubeError as exc:
+            if exc.status not in (404, 409):  # changed or gone meanwhile: judged next round
+                raise
     return record
+
+
+async def _record(
+    store: MemoryStore,
+    spec: dict[str, Any],
+    record: ApprovalRecord,
+    reviewers: ReviewerSet | None,
+    excluded: list[str] | None,
+) -> tuple[ApprovalRecord, str | None]:
+    reviewer = (spec.get("reviewer") or "").strip()
+    if not reviewer:
+        return record, "not recorded: set spec.reviewer to your user name"
+    problem = reviewer_problem(reviewer, reviewers, excluded)
+    if problem is not None:
+        return record, f"not recorded: {problem}"
+    ledger = DurableApprovalLedger(store)
+    message = None
+    try:
+        await ledger.decide(
+            request_id=record.request.id,
+            request_hash=spec["requestHash"],
+            decision=decision_word(record.request.scope, spec),
+            reviewer={"id": reviewer},
+            result=spec.get("result"),
+            reason=spec.get("reason"),
+        )
+    except DurableApprovalError as exc:
+        message = f"not recorded: {exc.code}: {exc}"
+    return await ledger.get(record.request.id) or record, message
+
+
+def _not_recorded(spec: dict[str, Any], record: ApprovalRecord) -> str | None:
+    """What to say when the resource's own decision differs from the one the ledger holds
+    (someone decided first, e.g. in the store)."""
+    decision = record.decision
+    if decision is None or spec.get("decision") not in ("Approved", "Rejected"):
+        return None
+    if (
+        spec["decision"] == CAMEL[decision.decision]
+        and spec.get("reviewer") == decision.reviewer.id
+    ):
+        return None
+    return (
+        f"spec.decision {spec['decision']} by {spec.get('reviewer')} was not recorded: the "
+        f"request was already {decision.decision} by {decision.reviewer.id}"
+    )
+
+
+async def _ignore(
+    kube: Kube, teamrun: dict[str, Any], resource: dict[str, Any], problem: str
+) -> None:
+    """Say in its status (and once in a TeamRun Event) that ``resource`` decides nothing."""
+    meta = resource["metadata"]
+    patch = status_patch(dict(resource.get("status") or {}), ignored_status(problem))
+    if patch is None:
+        return
+    await events.warn(teamrun, "ApprovalDecisionIgnored", f"{meta['name']}: {problem}")
+    try:
+        await kube.patch_decision_status(meta["namespace"], meta["name"], patch, uid=meta["uid"])
+    except KubeError as exc:
+        if exc.status not in (404, 409):
+            raise

@@ -12,11 +12,9 @@ from collections import defaultdict
 from datetime import UTC, datetime
 from typing import Any
 
-import kopf
-
 from oma.errors import OmaError
 from oma.timeutil import now_iso, parse_iso
-from oma_operator import runtime
+from oma_operator import events, runtime
 from oma_operator.approvals import sync_approvals
 from oma_operator.client import KubeError
 from oma_operator.decisions import attempt_record, decide
@@ -68,14 +66,13 @@ async def ensure_pod(
         await _note_pod_creation(meta["namespace"], meta["name"], attempt, pod, None)
     if not created:
         return
-    body = kopf.Body(teamrun)  # type: ignore[arg-type]
-    kopf.info(body, reason="AttemptStarted", message=f"attempt {attempt}: pod {pod}")
+    await events.info(teamrun, "AttemptStarted", f"attempt {attempt}: pod {pod}")
     if resume is not None:
         METRICS.resumed(resume)
-        kopf.info(
-            body,
-            reason="Resumed",
-            message=f"attempt {attempt} resumes from the latest checkpoint "
+        await events.info(
+            teamrun,
+            "Resumed",
+            f"attempt {attempt} resumes from the latest checkpoint "
             f"after attempt {attempt - 1} ended ({resume.after})",
         )
 
@@ -124,8 +121,7 @@ async def retry_pod_creation(teamrun: dict[str, Any]) -> None:
 async def _creation_failed(teamrun: dict[str, Any], attempt: int, pod: str, exc: KubeError) -> None:
     meta = teamrun["metadata"]
     log.warning("creating pod %s/%s failed (retrying): %s", meta["namespace"], pod, exc)
-    body = kopf.Body(teamrun)  # type: ignore[arg-type]
-    kopf.warn(body, reason="PodCreateFailed", message=f"attempt {attempt}: pod {pod}: {exc}")
+    await events.warn(teamrun, "PodCreateFailed", f"attempt {attempt}: pod {pod}: {exc}")
     await _note_pod_creation(meta["namespace"], meta["name"], attempt, pod, exc)
 
 
@@ -174,11 +170,10 @@ async def record_outcome(
         await runtime.kube().patch_teamrun_status(namespace, name, update)
     METRICS.attempt_ended(outcome.kind)
     METRICS.runner_report(outcome.message)
-    body = kopf.Body(teamrun)  # type: ignore[arg-type]
-    kopf.info(
-        body,
-        reason=f"Attempt{outcome.kind.capitalize()}",
-        message=f"attempt {attempt} ended: {outcome.reason}; {decision.message}",
+    await events.info(
+        teamrun,
+        f"Attempt{outcome.kind.capitalize()}",
+        f"attempt {attempt} ended: {outcome.reason}; {decision.message}",
     )
     if decision.action == "awaiting_approval":
         refreshed = await runtime.kube().get_teamrun(namespace, name)

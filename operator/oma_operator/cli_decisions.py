@@ -6,6 +6,12 @@ not import Kubernetes code). The decision is a merge patch of ``spec.decision`` 
 ``spec.reviewer`` (and ``spec.reason`` with ``--reason``); the reviewer is who the API server
 says you are (a SelfSubjectReview), because the reviewer policy admits no other name.
 
+Before patching it prints everything the reviewer decides on: the whole summary and the exact
+content, checked against the request hash (a resource whose content does not hash to it is
+refused). A resource that holds no exact content (too large, or published by an older operator)
+is decided only with ``--summary-only``. At a terminal it asks for confirmation (``--yes``
+skips the question).
+
 Exit codes: 0 decided; 1 the cluster refused or there is nothing to decide (no such
 ApprovalDecision, already decided, RBAC or the reviewer policy forbids it: the API's message is
 printed); 2 cannot talk to the cluster (no or unreadable kubeconfig, cluster unreachable,
@@ -17,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,11 +33,12 @@ import httpx
 import typer
 import yaml
 
+from oma_operator.decision_view import ContentMismatch, verified_content, view
+
 if TYPE_CHECKING:
     from oma_operator.client import Kube
 
 EXIT_REFUSED, EXIT_NO_CLUSTER = 1, 2
-SUMMARY_LINES = 6  # enough for a tool call (what, input, hash); the resource holds the rest
 Verdict = Literal["Approved", "Rejected"]
 Outcome = Literal["retry", "done", "failed"]
 _OUTCOMES: dict[str, tuple[Verdict, str]] = {
@@ -46,6 +54,14 @@ class DecisionRefused(Exception):
     def __init__(self, message: str, exit_code: int = EXIT_REFUSED) -> None:
         self.exit_code = exit_code
         super().__init__(message)
+
+
+@dataclass(frozen=True)
+class Checks:
+    """``yes``: no question at a terminal; ``summary_only``: decide without exact content."""
+
+    yes: bool = False
+    summary_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -69,6 +85,17 @@ ReasonOption = Annotated[
     str | None, typer.Option(help="Why (stored in spec.reason, at most 4096 characters).")
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+YesOption = Annotated[
+    bool, typer.Option("--yes", "-y", help="Do not ask for confirmation at a terminal.")
+]
+SummaryOnlyOption = Annotated[
+    bool,
+    typer.Option(
+        "--summary-only",
+        help="Decide a resource that holds no exact content (too large for it) on its summary "
+        "alone, having read the content elsewhere (oma approvals show).",
+    ),
+]
 NameArgument = Annotated[str, typer.Argument(help="ApprovalDecision name (kubectl get ad).")]
 
 
@@ -82,9 +109,13 @@ def register(app: typer.Typer) -> None:
         kubeconfig: KubeconfigOption = None,
         reason: ReasonOption = None,
         as_json: JsonOption = False,
+        yes: YesOption = False,
+        summary_only: SummaryOnlyOption = False,
     ) -> None:
         """Approve an ApprovalDecision as your current Kubernetes user."""
-        _command("Approved", name, namespace, kubeconfig, reason, as_json)
+        _command(
+            "Approved", name, namespace, kubeconfig, reason, as_json, Checks(yes, summary_only)
+        )
 
     @app.command()
     def reject(
@@ -93,9 +124,13 @@ def register(app: typer.Typer) -> None:
         kubeconfig: KubeconfigOption = None,
         reason: ReasonOption = None,
         as_json: JsonOption = False,
+        yes: YesOption = False,
+        summary_only: SummaryOnlyOption = False,
     ) -> None:
         """Reject an ApprovalDecision as your current Kubernetes user."""
-        _command("Rejected", name, namespace, kubeconfig, reason, as_json)
+        _command(
+            "Rejected", name, namespace, kubeconfig, reason, as_json, Checks(yes, summary_only)
+        )
 
     @app.command()
     def resolve(
@@ -112,11 +147,14 @@ def register(app: typer.Typer) -> None:
         kubeconfig: KubeconfigOption = None,
         reason: ReasonOption = None,
         as_json: JsonOption = False,
+        yes: YesOption = False,
+        summary_only: SummaryOnlyOption = False,
     ) -> None:
         """Settle an uncertain tool call (scope uncertain_tool_call) as your Kubernetes user."""
         verdict, resolution = _OUTCOMES[outcome]
         settle = {"resolution": resolution} | ({"result": result} if result is not None else {})
-        _command(verdict, name, namespace, kubeconfig, reason, as_json, settle)
+        checks = Checks(yes, summary_only)
+        _command(verdict, name, namespace, kubeconfig, reason, as_json, checks, settle)
 
 
 def _command(
@@ -126,13 +164,17 @@ def _command(
     kubeconfig: Path | None,
     reason: str | None,
     as_json: bool,
+    checks: Checks,
     settle: dict[str, str] | None = None,
 ) -> None:
     try:
         path = kubeconfig or default_kubeconfig()
         target = Target(name, namespace or context_namespace(path), path)
-        show = None if as_json else _show
-        result = asyncio.run(decide(target, verdict, reason, show=show, settle=settle))
+        ask = not checks.yes and not as_json and sys.stdin.isatty()
+        show = None if as_json else _asking(verdict) if ask else _show
+        result = asyncio.run(
+            decide(target, verdict, reason, show=show, settle=settle, checks=checks)
+        )
     except DecisionRefused as exc:
         typer.echo(f"error: {exc}", err=True)
         if as_json:
@@ -179,12 +221,14 @@ async def decide(
     target: Target,
     verdict: Verdict,
     reason: str | None,
-    show: Callable[[dict[str, Any]], None] | None = None,
+    show: Callable[[dict[str, Any], Any | None], None] | None = None,
     settle: dict[str, str] | None = None,
+    checks: Checks = Checks(),
 ) -> dict[str, Any]:
-    """Check the decision is pending, show it (``show(decision)``), patch it; return the
-    decided resource as a small dict. Raises ``DecisionRefused`` for every expected failure.
-    ``settle`` adds ``resolution`` (and ``result``) for an uncertain tool call."""
+    """Check the decision is pending and its content is what its hash binds, show it
+    (``show(decision, content)``), patch it; return the decided resource as a small dict.
+    Raises ``DecisionRefused`` for every expected failure. ``settle`` adds ``resolution`` (and
+    ``result``) for an uncertain tool call."""
     # Imported here, not at the top: every `oma` invocation loads this plugin to register it.
     from oma_operator.client import KubeError
 
@@ -200,8 +244,9 @@ async def decide(
                 f"approvaldecision {target.name} not found in namespace {target.namespace}"
             )
         _ensure_pending(decision)
+        content = _checked_content(decision, checks)
         if show is not None:
-            show(decision)
+            show(decision, content)
         spec: dict[str, Any] = {"decision": verdict, "reviewer": reviewer}
         if reason is not None:
             spec["reason"] = reason
@@ -259,21 +304,36 @@ def _ensure_pending(decision: dict[str, Any]) -> None:
         )
 
 
-def _show(decision: dict[str, Any]) -> None:
-    """What is being decided, as the resource holds it (the hash binds the exact content)."""
-    meta, spec = decision["metadata"], decision.get("spec") or {}
-    typer.echo(
-        f"{meta['namespace']}/{meta['name']}: {spec.get('scope')} in TeamRun "
-        f"{spec.get('teamRun')} (request {spec.get('requestId')})"
-    )
-    lines = [line for line in str(spec.get("summary") or "").splitlines() if line.strip()]
-    hash_line = f"Content hash: {spec.get('requestHash')}"
-    shown = [line for line in lines if line != hash_line][:SUMMARY_LINES]
-    for line in shown:
-        typer.echo(f"  {line if len(line) <= 200 else line[:199] + '…'}")
-    if len(lines) > len(shown) + (hash_line in lines):
-        typer.echo(f"  … (kubectl get ad {meta['name']} -o yaml shows the whole summary)")
-    typer.echo(f"  {hash_line}")
+def _checked_content(decision: dict[str, Any], checks: Checks) -> Any | None:
+    name, spec = decision["metadata"]["name"], decision.get("spec") or {}
+    try:
+        content = verified_content(spec)
+    except ContentMismatch as exc:
+        raise DecisionRefused(f"approvaldecision {name}: {exc}; not deciding") from exc
+    if content is None and not checks.summary_only:
+        raise DecisionRefused(
+            f"approvaldecision {name} holds no exact content (it is too large for the resource, "
+            f"or an older operator published it): read it with oma approvals show "
+            f"{spec.get('requestId')} --store URL, then decide with --summary-only, or decide "
+            "in the store with oma approvals"
+        )
+    return content
+
+
+def _show(decision: dict[str, Any], content: Any | None) -> None:
+    """Everything the decision binds to (decision_view.view)."""
+    for line in view(decision, content):
+        typer.echo(line)
+
+
+def _asking(verdict: Verdict) -> Callable[[dict[str, Any], Any | None], None]:
+    def show_and_ask(decision: dict[str, Any], content: Any | None) -> None:
+        _show(decision, content)
+        word = "Approve" if verdict == "Approved" else "Reject"
+        if not typer.confirm(f"{word} this?", default=False):
+            raise DecisionRefused("not decided: you answered no")
+
+    return show_and_ask
 
 
 def _result(decided: dict[str, Any], namespace: str) -> dict[str, Any]:

@@ -182,15 +182,23 @@ class Kube:
         )
 
     # -- approval decisions --------------------------------------------------------------------
-    async def create_decision(self, namespace: str, body: dict[str, Any]) -> None:
+    async def create_decision(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Create it and return it as stored; 409 when the name is taken."""
+        return await self._call(
+            "POST", f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/approvaldecisions", json=body
+        )
+
+    async def delete_decision(self, namespace: str, name: str, uid: str) -> None:
+        """Delete exactly the resource with ``uid`` (a newer one of that name is left alone);
+        gone already is fine."""
         try:
             await self._call(
-                "POST",
-                f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/approvaldecisions",
-                json=body,
+                "DELETE",
+                f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/approvaldecisions/{name}",
+                json={"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}},
             )
         except KubeError as exc:
-            if exc.status != 409:  # created before (e.g. by a restarted operator)
+            if exc.status not in (404, 409):
                 raise
 
     async def list_decisions(self, namespace: str, teamrun: str) -> list[dict[str, Any]]:
@@ -225,15 +233,32 @@ class Kube:
         )
 
     async def patch_decision_status(
-        self, namespace: str, name: str, status: dict[str, Any]
+        self,
+        namespace: str,
+        name: str,
+        status: dict[str, Any],
+        *,
+        uid: str | None = None,
+        resource_version: str | None = None,
     ) -> None:
+        """Merge-patch the status; ``uid`` / ``resource_version`` make it fail (409) on another
+        resource of that name, or on one written since."""
         path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/approvaldecisions/{name}/status"
+        preconditions = {
+            key: value
+            for key, value in (("uid", uid), ("resourceVersion", resource_version))
+            if value is not None
+        }
+        body: dict[str, Any] = {"status": status}
+        if preconditions:
+            body["metadata"] = preconditions
         await self._call(
-            "PATCH",
-            path,
-            json={"status": status},
-            headers={"Content-Type": "application/merge-patch+json"},
+            "PATCH", path, json=body, headers={"Content-Type": "application/merge-patch+json"}
         )
+
+    # -- events --------------------------------------------------------------------------------
+    async def create_event(self, namespace: str, body: dict[str, Any]) -> None:
+        await self._call("POST", f"/api/v1/namespaces/{namespace}/events", json=body)
 
     # -- secrets -------------------------------------------------------------------------------
     async def secret_value(self, namespace: str, name: str, key: str) -> str:

@@ -94,6 +94,12 @@ def teamrun_crd() -> dict[str, Any]:
             "message": "runId is immutable: it cannot be set, changed or removed after creation "
             "(create a new TeamRun for a new run)",
         },
+        {
+            # Gates and reviewers decide who may let a side effect happen: changing them on a
+            # suspended run would let its author drop a gate or name another reviewer.
+            "rule": _unchanged("approvals"),
+            "message": "approvals (gates and reviewers) are immutable: create a new TeamRun",
+        },
     ]
     spec["properties"]["store"]["x-kubernetes-validations"] = [
         {
@@ -118,6 +124,19 @@ def teamrun_crd() -> dict[str, Any]:
     )
 
 
+def _unchanged(field: str) -> str:
+    """CEL: an optional field is neither added, removed nor changed (a rule on the field itself
+    would not see it added or removed)."""
+    return (
+        f"has(self.{field}) == has(oldSelf.{field}) && "
+        f"(!has(self.{field}) || self.{field} == oldSelf.{field})"
+    )
+
+
+# What a reviewer sets, once, in the one change that moves the decision out of Pending.
+DECISION_FIELDS = ("reviewer", "reason", "resolution", "result")
+
+
 def approvaldecision_crd() -> dict[str, Any]:
     spec = structural(ApprovalDecisionSpec)
     props = spec["properties"]
@@ -131,14 +150,31 @@ def approvaldecision_crd() -> dict[str, Any]:
             "message": "a decision is final: Pending -> Approved or Rejected, once",
         }
     ]
-    # Who decided, why, and how an uncertain call was settled are part of the decision: final
-    # with it (an audit record).
-    final = ("reviewer", "reason", "resolution", "result")
+    optional_request_fields = ("boundary", "content", "reviewers", "excludedReviewers")
     unchanged = " && ".join(
-        f"(has(self.{f}) ? self.{f} : '') == (has(oldSelf.{f}) ? oldSelf.{f} : '')" for f in final
+        f"(has(self.{f}) ? self.{f} : '') == (has(oldSelf.{f}) ? oldSelf.{f} : '')"
+        for f in DECISION_FIELDS
     )
+    absent = " && ".join(f"!has(self.{f})" for f in DECISION_FIELDS)
     spec["x-kubernetes-validations"] = [
         {
+            "rule": " && ".join(_unchanged(f) for f in optional_request_fields),
+            "message": "boundary, content, reviewers and excludedReviewers are immutable",
+        },
+        {
+            # Nobody prepares a decision for the reviewer: what is recorded as theirs is what
+            # they set themselves, in the request the reviewer policy checks.
+            "rule": f"self.decision != 'Pending' || ({absent})",
+            "message": "reviewer, reason, resolution and result are set together with the "
+            "decision, in the one change that moves it out of Pending",
+        },
+        {
+            "rule": "self.decision == 'Pending' || has(self.reviewer)",
+            "message": "a decision needs spec.reviewer (your own user name)",
+        },
+        {
+            # Who decided, why, and how an uncertain call was settled are part of the decision:
+            # final with it (an audit record).
             "rule": f"oldSelf.decision == 'Pending' || ({unchanged})",
             "message": "reviewer, reason, resolution and result are final once the decision is "
             "made",
@@ -164,15 +200,42 @@ def approvaldecision_crd() -> dict[str, Any]:
         plural="approvaldecisions",
         short=["ad"],
         spec=spec,
-        status={"type": "object", **PRESERVE},
+        status=_decision_status_schema(),
         columns=[
             ("TeamRun", "string", ".spec.teamRun"),
             ("Scope", "string", ".spec.scope"),
-            ("Decision", "string", ".spec.decision"),
-            ("Reviewer", "string", ".spec.reviewer"),
+            ("Decision", "string", ".status.decision"),
+            ("Reviewer", "string", ".status.reviewer"),
             ("Age", "date", ".metadata.creationTimestamp"),
+            ("Requested", "string", ".spec.decision", 1),
+            ("Verified", "boolean", ".status.verified", 1),
+            ("Request", "string", ".spec.requestId", 1),
         ],
     )
+
+
+def _decision_status_schema() -> dict[str, Any]:
+    def field(kind: str, description: str) -> dict[str, Any]:
+        return {"type": kind, "description": description}
+
+    return {
+        "type": "object",
+        "description": "Written by the operator only: the store ledger's state of the request.",
+        "properties": {
+            "verified": field(
+                "boolean",
+                "True: the operator published this resource for its request, and a decision "
+                "set here counts; false: it decides nothing (message says why).",
+            ),
+            "recorded": field("boolean", "The ledger holds a decision on the request."),
+            "decision": field("string", "The ledger's decision: Pending, Approved or Rejected."),
+            "resolution": field("string", "How an uncertain tool call was settled."),
+            "reviewer": field("string", "Who made the recorded decision."),
+            "reason": field("string", "Why, as recorded with the decision."),
+            "decidedAt": field("string", "When the recorded decision was made."),
+            "message": field("string", "Why a decision set here was not recorded, if it was not."),
+        },
+    }
 
 
 def _status_schema() -> dict[str, Any]:
@@ -231,7 +294,7 @@ def _crd(
     short: list[str],
     spec: dict[str, Any],
     status: dict[str, Any],
-    columns: list[tuple[str, str, str]],
+    columns: list[tuple[str, str, str] | tuple[str, str, str, int]],
 ) -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
@@ -254,9 +317,7 @@ def _crd(
                     "served": True,
                     "storage": True,
                     "subresources": {"status": {}},
-                    "additionalPrinterColumns": [
-                        {"name": n, "type": t, "jsonPath": p} for n, t, p in columns
-                    ],
+                    "additionalPrinterColumns": [_column(*column) for column in columns],
                     "schema": {
                         "openAPIV3Schema": {
                             "type": "object",
@@ -268,6 +329,14 @@ def _crd(
             ],
         },
     }
+
+
+def _column(name: str, kind: str, path: str, priority: int = 0) -> dict[str, Any]:
+    """A printer column; priority 1 shows only with ``kubectl get -o wide``."""
+    column: dict[str, Any] = {"name": name, "type": kind, "jsonPath": path}
+    if priority:
+        column["priority"] = priority
+    return column
 
 
 def render() -> dict[str, str]:

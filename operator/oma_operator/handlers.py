@@ -10,7 +10,7 @@ from typing import Any
 import kopf
 from pydantic import ValidationError
 
-from oma_operator import runtime
+from oma_operator import events, runtime
 from oma_operator.approvals import sync_approvals
 from oma_operator.attempts import (
     ensure_pod,
@@ -25,6 +25,7 @@ from oma_operator.models import GROUP, VERSION, TeamRunSpec
 from oma_operator.outcomes import classify
 from oma_operator.pods import FINALIZER, LABEL_TEAMRUN, attempt_of, run_id_of
 from oma_operator.progress import changed
+from oma_operator.reviewers import missing_creator
 from oma_operator.status import backoff_left, condition, merge_conditions, started
 from oma_operator.stores import STORES
 from oma_operator.ticker import TICKER
@@ -79,19 +80,11 @@ async def teamrun_present(body: kopf.Body, **_: Any) -> None:
         spec = TeamRunSpec.model_validate(dict(body["spec"]))
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        await runtime.kube().patch_teamrun_status(
-            meta["namespace"],
-            meta["name"],
-            {
-                "phase": "Failed",
-                "observedGeneration": generation,
-                "message": f"invalid spec: {problems}",
-                "conditions": merge_conditions(
-                    status.get("conditions") or [],
-                    [condition("Failed", True, "InvalidSpec", problems, generation)],
-                ),
-            },
-        )
+        await _refuse(dict(body), "InvalidSpec", f"invalid spec: {problems}", problems)
+        return
+    unknown_creator = missing_creator(spec.approvals, dict(body))
+    if unknown_creator is not None:
+        await _refuse(dict(body), "CreatorUnknown", unknown_creator, unknown_creator)
         return
     if not status.get("attempt"):
         await runtime.kube().patch_teamrun_status(
@@ -101,6 +94,26 @@ async def teamrun_present(body: kopf.Body, **_: Any) -> None:
     if wait > 0:  # an operator restarted during a crash backoff waits out the rest of it
         raise kopf.TemporaryError(f"waiting out the backoff ({wait:.0f}s left)", delay=wait)
     await ensure_pod(dict(body), spec, int(status.get("attempt") or 1))
+
+
+async def _refuse(teamrun: dict[str, Any], reason: str, message: str, detail: str) -> None:
+    """End a TeamRun that cannot run as written before any pod exists: ``Failed``."""
+    meta, status = teamrun["metadata"], dict(teamrun.get("status") or {})
+    generation = int(meta.get("generation", 1))
+    await runtime.kube().patch_teamrun_status(
+        meta["namespace"],
+        meta["name"],
+        {
+            "phase": "Failed",
+            "observedGeneration": generation,
+            "message": message,
+            "conditions": merge_conditions(
+                status.get("conditions") or [],
+                [condition("Failed", True, reason, detail, generation)],
+            ),
+        },
+    )
+    await events.warn(teamrun, reason, message)
 
 
 @kopf.on.event("", "v1", "pods", labels={LABEL_TEAMRUN: kopf.PRESENT})

@@ -8,15 +8,21 @@ with one model. The CRD YAML in ``crds/`` is generated from these models.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field, model_validator
 
 from oma.spec import AgentSpec, ApprovalsSpec, ModelSpec, SpecModel
 from oma.tasks.loading import TaskSpec
 from oma.tasks.plan import PlanArtifact
 
 GROUP, VERSION = "oma.dev", "v1alpha1"
+# Set by the API server (the chart's MutatingAdmissionPolicy) to the user who created a TeamRun;
+# a ValidatingAdmissionPolicy keeps anyone from forging or changing it.
+CREATOR_ANNOTATION = "oma.dev/created-by"
+CONTENT_LIMIT = 262144  # characters of a request's canonical JSON an ApprovalDecision holds
+SUMMARY_LIMIT = 16384  # characters of an ApprovalDecision's summary
+Identity = Annotated[str, Field(min_length=1, max_length=253)]
 
 
 class SecretKeyRef(SpecModel):
@@ -153,6 +159,72 @@ class RunnerSettings(SpecModel):
     )
 
 
+class ReviewerSet(SpecModel):
+    """Who may decide: any of these users, or any member of these groups (as the API server
+    authenticates them: ``request.userInfo``)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "(has(self.users) ? size(self.users) : 0) + "
+                    "(has(self.groups) ? size(self.groups) : 0) > 0",
+                    "message": "name at least one reviewer user or group",
+                }
+            ]
+        }
+    )
+
+    users: list[Identity] = Field(
+        default_factory=list, max_length=64, description="User names that may decide."
+    )
+    groups: list[Identity] = Field(
+        default_factory=list, max_length=64, description="Groups whose members may decide."
+    )
+
+    @model_validator(mode="after")
+    def _names_someone(self) -> ReviewerSet:
+        if not self.users and not self.groups:
+            raise ValueError("name at least one reviewer user or group")
+        return self
+
+
+class ReviewersSpec(SpecModel):
+    """Who decides which request. A tool call (and an uncertain tool call) takes its tool's
+    entry in ``tools``, a task dispatch its task title's in ``dispatch``, a plan ``plan``; ``*``
+    matches any tool or task; anything without an entry takes ``default``. A request none of
+    these names is decided by whoever RBAC lets update ApprovalDecisions."""
+
+    default: ReviewerSet | None = Field(
+        default=None, description="Reviewers of every request nothing more specific names."
+    )
+    tools: dict[str, ReviewerSet] = Field(
+        default_factory=dict,
+        max_length=64,
+        description='Reviewers of a tool\'s calls, by tool name ("*": any tool).',
+    )
+    dispatch: dict[str, ReviewerSet] = Field(
+        default_factory=dict,
+        max_length=64,
+        description='Reviewers of a task\'s dispatch, by task title ("*": any task).',
+    )
+    plan: ReviewerSet | None = Field(default=None, description="Reviewers of the plan.")
+
+
+class TeamRunApprovals(ApprovalsSpec):
+    """The run spec's approval gates, plus who may decide (Kubernetes identities)."""
+
+    reviewers: ReviewersSpec | None = Field(
+        default=None,
+        description="Who may decide which request; the API server refuses anyone else.",
+    )
+    separation_of_duties: bool = Field(
+        default=False,
+        description="The TeamRun's creator (recorded by the API server in the "
+        f"{CREATOR_ANNOTATION} annotation) may not decide its requests.",
+    )
+
+
 class TeamRunSpec(SpecModel):
     run_id: str | None = Field(
         default=None,
@@ -176,8 +248,10 @@ class TeamRunSpec(SpecModel):
     )
     plan: PlanArtifact | None = Field(default=None, description="The plan to run (mode plan).")
     store: TeamRunStore = Field(description="Where checkpoints and approvals live.")
-    approvals: ApprovalsSpec | None = Field(
-        default=None, description="Approval gates; a run suspends at each until decided."
+    approvals: TeamRunApprovals | None = Field(
+        default=None,
+        description="Approval gates and their reviewers; a run suspends at each until "
+        "decided. Immutable.",
     )
     max_concurrency: int = Field(
         default=5, ge=1, le=256, description="Tasks run at the same time at most."
@@ -224,7 +298,9 @@ def to_run_spec(spec: TeamRunSpec, run_id: str) -> dict[str, Any]:
     if spec.coordinator is not None:
         run["coordinator"] = _agent(spec.coordinator)
     if spec.approvals is not None:
-        run["approvals"] = spec.approvals.model_dump(mode="json", by_alias=True)
+        # Reviewers are Kubernetes identities: enforced by the API server, not by the engine.
+        gates = set(ApprovalsSpec.model_fields)
+        run["approvals"] = spec.approvals.model_dump(mode="json", by_alias=True, include=gates)
     for name, value in (("goal", spec.goal), ("tasks", spec.tasks), ("plan", spec.plan)):
         if value is not None:
             run[name] = value if isinstance(value, str) else _dump(value)
@@ -262,17 +338,45 @@ class ApprovalDecisionSpec(SpecModel):
             "and may or may not have happened)."
         )
     )
+    boundary: str | None = Field(
+        default=None, max_length=4096, description="The request's boundary (part of the hash)."
+    )
     summary: str = Field(
-        default="", max_length=16384, description="The content asked about, for the reviewer."
+        default="",
+        max_length=SUMMARY_LIMIT,
+        description="The content asked about, in words; says so when it is cut.",
+    )
+    content: str | None = Field(
+        default=None,
+        max_length=CONTENT_LIMIT,
+        description="The exact content asked about, as the canonical JSON its requestHash "
+        "binds (oma approve checks it against the hash and prints it); left out when larger "
+        "than 256 KiB (the summary then says how to read it).",
+    )
+    reviewers: ReviewerSet | None = Field(
+        default=None,
+        description="Who may decide (from the TeamRun); none: whoever RBAC lets update it.",
+    )
+    excluded_reviewers: list[Identity] | None = Field(
+        default=None,
+        max_length=16,
+        description="Users who may not decide (the TeamRun's creator, with separation of duties).",
     )
     decision: Literal["Pending", "Approved", "Rejected"] = Field(
         default="Pending",
         description="Set to Approved or Rejected to decide; final once set (first wins).",
     )
     reviewer: str | None = Field(
-        default=None, max_length=253, description="Who decides (oma approve fills it in)."
+        default=None,
+        max_length=253,
+        description="Who decides: your own user name, set together with the decision "
+        "(oma approve fills it in).",
     )
-    reason: str | None = Field(default=None, max_length=4096, description="Why, for the record.")
+    reason: str | None = Field(
+        default=None,
+        max_length=4096,
+        description="Why, set together with the decision; kept in the store's ledger.",
+    )
     resolution: Literal["Retry", "Done", "Failed"] | None = Field(
         default=None,
         description="Only for scope uncertain_tool_call: Approved means Retry (run the call "

@@ -113,6 +113,8 @@ def show(request_id: str, store: StoreOption = None, as_json: JsonOption = False
     if record.decision is not None:
         d = record.decision
         console.print(f"decision  {_state(record)} by {d.reviewer.id} at {d.decided_at}")
+        if d.reason is not None:
+            console.print(f"because   {d.reason}")
         if d.result is not None:
             console.print(f"result    {d.result}")
     elif request.scope == "uncertain_tool_call":
@@ -142,6 +144,10 @@ HashOption = Annotated[
     ),
 ]
 NameOption = Annotated[str | None, typer.Option("--display-name", help="Reviewer's name.")]
+ReasonOption = Annotated[
+    str | None,
+    typer.Option("--reason", help="Why you decide (kept with the decision, at most 4096 chars)."),
+]
 
 
 def _decide(
@@ -151,6 +157,7 @@ def _decide(
     seen_hash: str,
     display_name: str | None,
     store: str | None,
+    reason: str | None,
     result: str | None = None,
 ) -> None:
     if len(seen_hash) < MIN_HASH_PREFIX:
@@ -178,6 +185,7 @@ def _decide(
             decision=word,
             reviewer=who,
             result=result,
+            reason=reason,
         )
 
     decision = _with_store(store, decide)
@@ -193,10 +201,11 @@ def approve(
     reviewer: ReviewerOption,
     hash_: HashOption,
     display_name: NameOption = None,
+    reason: ReasonOption = None,
     store: StoreOption = None,
 ) -> None:
     """Approve exactly the content with this hash; the first decision wins."""
-    _decide("approve", request_id, reviewer, hash_, display_name, store)
+    _decide("approve", request_id, reviewer, hash_, display_name, store, reason)
 
 
 @app.command()
@@ -205,10 +214,11 @@ def reject(
     reviewer: ReviewerOption,
     hash_: HashOption,
     display_name: NameOption = None,
+    reason: ReasonOption = None,
     store: StoreOption = None,
 ) -> None:
     """Reject the request; a rejected tool call becomes a denied result, other gates end the run."""
-    _decide("reject", request_id, reviewer, hash_, display_name, store)
+    _decide("reject", request_id, reviewer, hash_, display_name, store, reason)
 
 
 @app.command()
@@ -225,7 +235,8 @@ def resolve(
         typer.Option("--result", help="With done: what the call did (the model is told this)."),
     ] = None,
     display_name: NameOption = None,
+    reason: ReasonOption = None,
     store: StoreOption = None,
 ) -> None:
     """Settle an uncertain tool call (it may or may not have happened before a crash)."""
-    _decide(outcome, request_id, reviewer, hash_, display_name, store, result)
+    _decide(outcome, request_id, reviewer, hash_, display_name, store, reason, result)

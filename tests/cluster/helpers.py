@@ -132,3 +132,16 @@ async def run_tool(*argv: str) -> str:
     out, err = await proc.communicate()
     assert proc.returncode == 0, f"{argv} failed ({proc.returncode}): {err.decode()}"
     return out.decode()
+
+
+async def event_counts(kube: KubeClient, namespace: str, name: str) -> dict[str, int]:
+    """How many times each reason was posted about the TeamRun (timestamps have 1 s steps,
+    so order within a second is not known)."""
+    events = await kube.get(
+        f"/api/v1/namespaces/{namespace}/events?fieldSelector=involvedObject.name={name}"
+    )
+    counts: dict[str, int] = {}
+    for event in events["items"]:
+        if event["involvedObject"].get("kind") == "TeamRun":
+            counts[event["reason"]] = counts.get(event["reason"], 0) + (event.get("count") or 1)
+    return counts

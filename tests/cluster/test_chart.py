@@ -62,8 +62,27 @@ def test_lint_and_template(cluster: ClusterHandle) -> None:
             "Deployment",
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicyBinding",
+            "MutatingAdmissionPolicy",
+            "MutatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
         ]
     )
+    names = [doc["metadata"]["name"] for doc in yaml.safe_load_all(rendered) if doc]
+    assert "t-approval-decisions" in names and "t-teamrun-creator" in names
+    off = _helm(
+        cluster,
+        "template",
+        "t",
+        str(CHART),
+        "--kube-version",
+        KUBE_VERSION,
+        "--set",
+        "approvals.creatorPolicy=false",
+        "--set",
+        "approvals.reviewerPolicy=false",
+    ).stdout
+    assert "AdmissionPolicy" not in off
     wide = _helm(
         cluster,
         "template",
@@ -215,6 +234,103 @@ async def test_installed_chart_rbac_runs_the_eviction_resume(
     assert refused == [], log[-3000:]
 
 
+@pytest.mark.timeout(300)
+async def test_installed_chart_policies_and_rbac_run_an_approval(
+    cluster: ClusterHandle,
+    kube: KubeClient,
+    e2e_redis: Endpoint,
+    effects: SideEffects,
+    tmp_path: Path,
+) -> None:
+    """With the chart's admission policies on (the default), the operator's own account
+    publishes ApprovalDecisions (its Role holds the 'publish' verb), a reviewer bound by
+    deploy/reviewer-role.yaml decides with kubectl, and the chart's creator policy records who
+    created the TeamRun."""
+    namespace = f"oma-{uuid.uuid4().hex[:8]}"
+    await kube.create(
+        "/api/v1/namespaces",
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+    )
+    release = f"r{uuid.uuid4().hex[:6]}"
+    await asyncio.to_thread(
+        _helm,
+        cluster,
+        "install",
+        release,
+        str(CHART),
+        "-n",
+        namespace,
+        "--set",
+        "operator.replicas=0",
+        "--wait=false",
+    )
+    role = yaml.safe_load_all((CHART.parents[1] / "deploy" / "reviewer-role.yaml").read_text())
+    for doc in role:
+        doc["metadata"]["namespace"] = namespace
+        if doc["kind"] == "RoleBinding":
+            doc["subjects"] = [
+                {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "rita"}
+            ]
+        plural = "roles" if doc["kind"] == "Role" else "rolebindings"
+        await kube.create(
+            f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/{plural}", doc
+        )
+    kubeconfig = await _token_kubeconfig(
+        kube, cluster, namespace, f"{release}-operator", tmp_path / "operator.kubeconfig"
+    )
+    await kube.create(
+        f"/api/v1/namespaces/{namespace}/secrets",
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "store"},
+            "data": {"url": base64.b64encode(e2e_redis.for_pods.encode()).decode()},
+        },
+    )
+    operator = OperatorProcess(kubeconfig, namespace, tmp_path / "operator.log")
+    operator.start()
+    try:
+        script: list[dict[str, Any]] = [
+            {"tool_calls": [{"id": "p1", "name": "ledger_append", "input": {"entry": "pay"}}]},
+            {"text": "paid"},
+        ]
+        body = teamrun("gated", script, effects)
+        body["spec"]["approvals"] = {
+            "tools": ["ledger_append"],
+            "reviewers": {"default": {"users": ["rita"]}},
+        }
+        created = await kube.create(TEAMRUNS.format(ns=namespace), body)
+        assert created["metadata"]["annotations"]["oma.dev/created-by"] == "admin"
+
+        async def published() -> dict[str, Any] | None:
+            items = (
+                await kube.get(f"/apis/oma.dev/v1alpha1/namespaces/{namespace}/approvaldecisions")
+            )["items"]
+            return items[0] if items and (items[0].get("status") or {}).get("verified") else None
+
+        decision = await wait_for(published, 90, "the operator to publish the request")
+        assert decision["spec"]["reviewers"] == {"users": ["rita"]}
+        patch = '{"spec":{"decision":"Approved","reviewer":"rita"}}'
+        rita = cluster.mint_kubeconfig("rita")
+        kubectl = [cluster.tool("kubectl"), "--kubeconfig", str(rita), "-n", namespace]
+        await asyncio.to_thread(
+            subprocess.run,
+            [*kubectl, "patch", "ad", decision["metadata"]["name"], "--type=merge", "-p", patch],
+            check=True,
+            capture_output=True,
+        )
+        status = await finished(kube, namespace, "gated", 150)
+    finally:
+        operator.stop()
+        await asyncio.to_thread(_helm, cluster, "uninstall", release, "-n", namespace, check=False)
+    log = await asyncio.to_thread((tmp_path / "operator.log").read_text)
+    assert status["phase"] == "Succeeded" and status["attempt"] == 2, log[-3000:]
+    assert await effects.ledger() == ["pay"]
+    assert re.findall(r"HTTP/1\.1 403|answered 403|Forbidden", log) == [], log[-3000:]
+    remaining = await kube.get("/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies")
+    assert not [p for p in remaining["items"] if p["metadata"]["name"].startswith(release)]
+
+
 def _render(cluster: ClusterHandle, *values: str) -> list[dict[str, Any]]:
     sets = [arg for value in values for arg in ("--set", value)]
     rendered = _helm(
@@ -316,7 +432,7 @@ async def test_the_metrics_render_is_accepted_by_the_api_server(
     kept = [
         d
         for d in kept
-        if d["kind"] not in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+        if "AdmissionPolicy" not in d["kind"]  # cluster-scoped: checked by the install tests
     ]
     await asyncio.to_thread(manifest.write_text, yaml.safe_dump_all(kept))
     result = await asyncio.to_thread(

@@ -7,11 +7,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import secrets
 import shutil
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -21,16 +19,21 @@ import yaml
 from devcluster import KubeClient
 from devcluster.kube import ApiError
 from devcluster.kubeconfig import load_kubeconfig
+from oma.approval.canonical import canonical_json
+from oma.approval.models import ApprovalRequest
+from oma.approval.requests import create_approval_request
+from tests.cluster.approval_kit import (
+    DECISIONS,
+    admission_policies,
+    gated,
+    grant_reviewers,
+    pending_decision,
+    published_decision,
+    tool_request,
+)
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import SideEffects
 from tests.cluster.helpers import tool_package, with_pythonpath
-from tests.cluster.test_approvals_e2e import (
-    DECISIONS,
-    _gated,
-    _grant_reviewers,
-    _pending_decision,
-    reviewer_policy,
-)
 from tests.cluster.test_operator_e2e import (
     TEAMRUNS,
     crds_installed,
@@ -40,14 +43,8 @@ from tests.cluster.test_operator_e2e import (
     teamrun,
 )
 
-__all__ = ["crds_installed", "operator", "redis_secret", "reviewer_policy"]
+__all__ = ["admission_policies", "crds_installed", "operator", "redis_secret"]
 pytestmark = pytest.mark.cluster
-SUMMARY = (
-    "Tool call ledger_append by agent clerk in task t-1 (call c1).\n"
-    'Input: {"amount": 7, "entry": "charge"}\n'
-    "The tool is marked consequential.\n"
-    "Content hash: {hash}"
-)
 
 
 def _oma() -> str:
@@ -73,24 +70,31 @@ async def oma(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 async def _decision(
-    kube: KubeClient, namespace: str, scope: str = "tool_call", summary: str = SUMMARY
+    kube: KubeClient, namespace: str, request: ApprovalRequest | None = None
 ) -> tuple[str, dict[str, Any]]:
-    """A pending ApprovalDecision as the operator would create it (no TeamRun needed)."""
-    name = f"pay-{uuid.uuid4().hex[:16]}"
-    request_hash = secrets.token_hex(32)
-    body = {
-        "apiVersion": "oma.dev/v1alpha1",
-        "kind": "ApprovalDecision",
-        "metadata": {"name": name},
-        "spec": {
-            "teamRun": "pay",
-            "requestId": f"apr_{secrets.token_hex(16)}",
-            "requestHash": request_hash,
-            "scope": scope,
-            "summary": summary.replace("{hash}", request_hash),
+    """A pending ApprovalDecision as the operator publishes it (no TeamRun needed)."""
+    created = await published_decision(kube, namespace, request or tool_request())
+    return created["metadata"]["name"], created
+
+
+def _uncertain_request() -> ApprovalRequest:
+    return create_approval_request(
+        run_id="pay-1",
+        scope="uncertain_tool_call",
+        boundary="t-1:c1",
+        content={
+            "kind": "uncertain_tool_call",
+            "toolName": "tally",
+            "rawInput": {"item": "pay"},
+            "input": {"item": "pay"},
+            "agentName": "clerk",
+            "taskId": "t-1",
+            "toolCallId": "c1",
+            "consequential": True,
+            "startedAt": "2026-12-01T10:00:00.000Z",
+            "startedAttempt": 1,
         },
-    }
-    return name, await kube.create(DECISIONS.format(ns=namespace), body)
+    )
 
 
 async def _spec(kube: KubeClient, namespace: str, name: str) -> dict[str, Any]:
@@ -100,9 +104,9 @@ async def _spec(kube: KubeClient, namespace: str, name: str) -> dict[str, Any]:
 
 @pytest.mark.timeout(120)
 async def test_approve_as_alice_then_a_second_decision_is_refused(
-    cluster: ClusterHandle, kube: KubeClient, namespace: str, reviewer_policy: None
+    cluster: ClusterHandle, kube: KubeClient, namespace: str, admission_policies: None
 ) -> None:
-    await _grant_reviewers(kube, namespace, "alice")
+    await grant_reviewers(kube, namespace, "alice")
     name, created = await _decision(kube, namespace)
     alice = cluster.mint_kubeconfig("alice")
     done = await oma(alice, "approve", name, "-n", namespace)
@@ -112,7 +116,9 @@ async def test_approve_as_alice_then_a_second_decision_is_refused(
         f"{namespace}/{name}: tool_call in TeamRun pay (request {created['spec']['requestId']})"
     )
     assert "  Tool call ledger_append by agent clerk in task t-1 (call c1)." in lines
-    assert f"  Content hash: {created['spec']['requestHash']}" in lines
+    assert "  Exact content (checked against the hash):" in lines
+    assert '        "amount": 7,' in lines and '        "entry": "charge"' in lines
+    assert lines[-2] == f"  Content hash: {created['spec']['requestHash']}"
     assert lines[-1] == "approved by alice"
     spec = await _spec(kube, namespace, name)
     assert (spec["decision"], spec["reviewer"]) == ("Approved", "alice")
@@ -125,10 +131,46 @@ async def test_approve_as_alice_then_a_second_decision_is_refused(
 
 
 @pytest.mark.timeout(120)
-async def test_reject_with_reason_and_json_output(
-    cluster: ClusterHandle, kube: KubeClient, namespace: str, reviewer_policy: None
+async def test_approve_refuses_content_that_does_not_hash_to_the_request(
+    cluster: ClusterHandle, kube: KubeClient, namespace: str, admission_policies: None
 ) -> None:
-    await _grant_reviewers(kube, namespace, "carol")
+    """The summary says 7 and the hash binds 7, but the resource's content says 7000: nobody
+    can tell which one the decision would bind, so oma approve decides nothing."""
+    await grant_reviewers(kube, namespace, "alice")
+    lying = canonical_json(tool_request(amount=7000).content)
+    created = await published_decision(kube, namespace, tool_request(), content=lying)
+    name = created["metadata"]["name"]
+    done = await oma(cluster.mint_kubeconfig("alice"), "approve", name, "-n", namespace)
+    assert done.returncode == 1 and done.stdout == ""
+    assert f"approvaldecision {name}: spec.content hashes to" in done.stderr
+    assert "not deciding" in done.stderr
+    assert (await _spec(kube, namespace, name))["decision"] == "Pending"
+
+
+@pytest.mark.timeout(120)
+async def test_without_exact_content_approve_needs_summary_only(
+    cluster: ClusterHandle, kube: KubeClient, namespace: str, admission_policies: None
+) -> None:
+    await grant_reviewers(kube, namespace, "alice")
+    request = tool_request()
+    created = await published_decision(kube, namespace, request, content=None)
+    name = created["metadata"]["name"]
+    alice = cluster.mint_kubeconfig("alice")
+    refused = await oma(alice, "approve", name, "-n", namespace)
+    assert refused.returncode == 1
+    assert "holds no exact content" in refused.stderr
+    assert f"oma approvals show {request.id} --store URL" in refused.stderr
+    assert (await _spec(kube, namespace, name))["decision"] == "Pending"
+    done = await oma(alice, "approve", name, "-n", namespace, "--summary-only")
+    assert done.returncode == 0, done.stderr
+    assert "Exact content" not in done.stdout and done.stdout.endswith("approved by alice\n")
+
+
+@pytest.mark.timeout(120)
+async def test_reject_with_reason_and_json_output(
+    cluster: ClusterHandle, kube: KubeClient, namespace: str, admission_policies: None
+) -> None:
+    await grant_reviewers(kube, namespace, "carol")
     name, created = await _decision(kube, namespace)
     done = await oma(
         cluster.mint_kubeconfig("carol"),
@@ -157,9 +199,13 @@ async def test_reject_with_reason_and_json_output(
 
 @pytest.mark.timeout(120)
 async def test_namespace_comes_from_the_kubeconfig_context(
-    cluster: ClusterHandle, kube: KubeClient, namespace: str, reviewer_policy: None, tmp_path: Path
+    cluster: ClusterHandle,
+    kube: KubeClient,
+    namespace: str,
+    admission_policies: None,
+    tmp_path: Path,
 ) -> None:
-    await _grant_reviewers(kube, namespace, "dana")
+    await grant_reviewers(kube, namespace, "dana")
     name, _ = await _decision(kube, namespace)
     config = yaml.safe_load(cluster.mint_kubeconfig("dana").read_text())
     config["contexts"][0]["context"]["namespace"] = namespace
@@ -172,9 +218,9 @@ async def test_namespace_comes_from_the_kubeconfig_context(
 
 @pytest.mark.timeout(120)
 async def test_unknown_name_is_refused(
-    cluster: ClusterHandle, kube: KubeClient, namespace: str, reviewer_policy: None
+    cluster: ClusterHandle, kube: KubeClient, namespace: str, admission_policies: None
 ) -> None:
-    await _grant_reviewers(kube, namespace, "alice")
+    await grant_reviewers(kube, namespace, "alice")
     done = await oma(cluster.mint_kubeconfig("alice"), "approve", "nope", "-n", namespace)
     assert done.returncode == 1
     assert done.stderr.strip() == f"error: approvaldecision nope not found in namespace {namespace}"
@@ -187,7 +233,7 @@ async def test_unknown_name_is_refused(
 
 @pytest.mark.timeout(120)
 async def test_a_user_without_rbac_gets_the_api_message(
-    cluster: ClusterHandle, kube: KubeClient, namespace: str, reviewer_policy: None
+    cluster: ClusterHandle, kube: KubeClient, namespace: str, admission_policies: None
 ) -> None:
     name, _ = await _decision(kube, namespace)
     done = await oma(cluster.mint_kubeconfig("mallory"), "approve", name, "-n", namespace)
@@ -228,12 +274,12 @@ async def test_a_suspended_teamrun_resumes_after_oma_approve(
     namespace: str,
     operator: Path,
     redis_secret: str,
-    reviewer_policy: None,
+    admission_policies: None,
     effects: SideEffects,
 ) -> None:
-    await _grant_reviewers(kube, namespace, "erin")
-    await kube.create(TEAMRUNS.format(ns=namespace), _gated("cli-gate", effects, "charged"))
-    decision = await _pending_decision(kube, namespace, "cli-gate")
+    await grant_reviewers(kube, namespace, "erin")
+    await kube.create(TEAMRUNS.format(ns=namespace), gated("cli-gate", effects, "charged"))
+    decision = await pending_decision(kube, namespace, "cli-gate")
     assert await effects.ledger() == []
     done = await oma(
         cluster.mint_kubeconfig("erin"), "approve", decision["metadata"]["name"], "-n", namespace
@@ -244,21 +290,16 @@ async def test_a_suspended_teamrun_resumes_after_oma_approve(
     assert final["phase"] == "Succeeded" and final["attempt"] == 2
     assert await effects.ledger() == ["charge"]
     recorded = await kube.get(f"{DECISIONS.format(ns=namespace)}/{decision['metadata']['name']}")
-    assert (recorded["status"]["decision"], recorded["status"]["reviewer"]) == ("approved", "erin")
+    assert (recorded["status"]["decision"], recorded["status"]["reviewer"]) == ("Approved", "erin")
 
 
 @pytest.mark.timeout(120)
 async def test_resolve_settles_an_uncertain_tool_call_and_the_api_server_keeps_it_coherent(
-    cluster: ClusterHandle, kube: KubeClient, namespace: str, reviewer_policy: None
+    cluster: ClusterHandle, kube: KubeClient, namespace: str, admission_policies: None
 ) -> None:
-    await _grant_reviewers(kube, namespace, "alice")
+    await grant_reviewers(kube, namespace, "alice")
     alice = cluster.mint_kubeconfig("alice")
-    name, _ = await _decision(
-        kube,
-        namespace,
-        "uncertain_tool_call",
-        "Uncertain tool call tally by agent clerk in task t-1 (call c1) ...\nContent hash: {hash}",
-    )
+    name, _ = await _decision(kube, namespace, _uncertain_request())
     path = f"{DECISIONS.format(ns=namespace)}/{name}"
     for wrong, why in [
         ({"decision": "Approved", "resolution": "Done"}, "Retry goes with Approved"),
@@ -331,13 +372,13 @@ async def test_an_uncertain_call_on_kubernetes_is_recorded_as_done_and_not_repea
     namespace: str,
     operator: Path,
     redis_secret: str,
-    reviewer_policy: None,
+    admission_policies: None,
     tmp_path: Path,
 ) -> None:
     """The runner dies between a non-idempotent call's effect and its commit; the next attempt
     asks instead of paying again; the reviewer records it as done with `oma resolve`."""
     cluster.agent  # noqa: B018 (node-agent-only: the tool package is a local directory)
-    await _grant_reviewers(kube, namespace, "alice")
+    await grant_reviewers(kube, namespace, "alice")
     site = tool_package(tmp_path / "site", "oma_pay_tool", PAY_TOOL, {"pay": "oma_pay_tool:pay"})
     bank = tmp_path / "bank.txt"
     script: list[dict[str, Any]] = [
@@ -352,7 +393,7 @@ async def test_an_uncertain_call_on_kubernetes_is_recorded_as_done_and_not_repea
         {"name": "PAY_PATH", "value": str(bank)},
     ]
     await kube.create(TEAMRUNS.format(ns=namespace), body)
-    decision = await _pending_decision(kube, namespace, "unsure")
+    decision = await pending_decision(kube, namespace, "unsure")
     spec = decision["spec"]
     assert spec["scope"] == "uncertain_tool_call" and spec["decision"] == "Pending"
     assert "Uncertain tool call pay" in spec["summary"] and "attempt 1" in spec["summary"]
@@ -370,6 +411,6 @@ async def test_an_uncertain_call_on_kubernetes_is_recorded_as_done_and_not_repea
     recorded = await kube.get(f"{DECISIONS.format(ns=namespace)}/{name}")
     assert recorded["status"]["recorded"] is True
     assert (recorded["status"]["decision"], recorded["status"]["resolution"]) == (
-        "rejected",
-        "done",
+        "Rejected",
+        "Done",
     )

@@ -28,7 +28,7 @@ from oma.timeutil import parse_iso
 from oma_operator.pods import FINALIZER
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import SideEffects
-from tests.cluster.helpers import evict, get_or_none, wait_for, wait_phase
+from tests.cluster.helpers import event_counts, evict, get_or_none, wait_for, wait_phase
 from tests.cluster.operator_process import OperatorProcess
 from tests.cluster.test_operator_e2e import (
     TEAMRUNS,
@@ -44,19 +44,6 @@ from tests.cluster.test_operator_e2e import (
 __all__ = ["crds_installed", "operator", "redis_secret"]
 pytestmark = pytest.mark.cluster
 POOL_LABEL = "oma.dev/test-pool"
-
-
-async def event_counts(kube: KubeClient, namespace: str, name: str) -> dict[str, int]:
-    """How many times each reason was posted about the TeamRun (timestamps have 1 s steps,
-    so order within a second is not known)."""
-    events = await kube.get(
-        f"/api/v1/namespaces/{namespace}/events?fieldSelector=involvedObject.name={name}"
-    )
-    counts: dict[str, int] = {}
-    for event in events["items"]:
-        if event["involvedObject"].get("kind") == "TeamRun":
-            counts[event["reason"]] = counts.get(event["reason"], 0) + (event.get("count") or 1)
-    return counts
 
 
 @pytest.mark.timeout(180)

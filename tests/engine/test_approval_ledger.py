@@ -120,6 +120,36 @@ async def test_first_decision_wins_and_is_never_replaced() -> None:
     assert (entry.metadata["decision"], entry.metadata["reviewerId"]) == ("approved", "alice")
 
 
+async def test_the_reviewers_reason_is_kept_in_the_ledger_row() -> None:
+    store = InMemoryStore()
+    request = _request()
+    await DurableApprovalLedger(store).ensure_request(request)
+    made = await decide_approval(
+        store,
+        request_id=request.id,
+        request_hash=request.request_hash,
+        decision="reject",
+        reviewer=REVIEWER,
+        reason="amount not in the budget",
+    )
+    entry = await store.get(approval_key(request.id))
+    assert entry is not None
+    assert json.loads(entry.value)["decision"]["reason"] == "amount not in the budget"
+    record = await get_approval_record(store, request.id)
+    assert record is not None and record.decision == made
+    assert made.reason == "amount not in the budget"
+    other = _request(run_id="run-2")
+    await DurableApprovalLedger(store).ensure_request(other)
+    plain = await decide_approval(
+        store,
+        request_id=other.id,
+        request_hash=other.request_hash,
+        decision="approve",
+        reviewer=REVIEWER,
+    )
+    assert "reason" not in plain.to_wire()  # the reference's shape when none is given
+
+
 async def test_fifty_concurrent_decisions_one_winner_on_a_file_store(tmp_path: Any) -> None:
     store = FileStore(tmp_path / "ledger.json")
     request = _request()
@@ -154,6 +184,7 @@ async def test_fifty_concurrent_decisions_one_winner_on_a_file_store(tmp_path: A
         ({"decision": "maybe"}, "APPROVAL_VALIDATION_ERROR", "'approve' or 'reject'"),
         ({"request_id": "apr_" + "0" * 32}, "APPROVAL_NOT_FOUND", "No approval request"),
         ({"request_hash": "f" * 64}, "APPROVAL_STALE_DECISION", "Review the current content"),
+        ({"reason": "x" * 4097}, "APPROVAL_VALIDATION_ERROR", "at most 4096 characters"),
     ],
 )
 async def test_decide_refuses_bad_input(kwargs: dict[str, Any], code: str, message: str) -> None:

@@ -16,6 +16,7 @@ from oma import jsonutil
 from oma.approval.canonical import canonical_json
 from oma.approval.errors import DurableApprovalError
 from oma.approval.models import (
+    REASON_LIMIT,
     ApprovalDecisionRecord,
     ApprovalRequest,
     JsonDataModel,
@@ -98,9 +99,11 @@ class DurableApprovalLedger:
         decision: DecisionWord | str,
         reviewer: Reviewer | dict[str, Any],
         result: str | None = None,
+        reason: str | None = None,
     ) -> ApprovalDecisionRecord:
         """Record the first decision. ``result`` goes with ``done`` on an uncertain tool call:
-        what the reviewer found the call did, given to the model as the call's result."""
+        what the reviewer found the call did, given to the model as the call's result.
+        ``reason`` (at most 4096 characters) is why, kept with the decision."""
         try:
             who = reviewer if isinstance(reviewer, Reviewer) else Reviewer.model_validate(reviewer)
         except ValidationError as exc:
@@ -112,6 +115,11 @@ class DurableApprovalLedger:
                 "APPROVAL_VALIDATION_ERROR",
                 "Approval decision must be 'approve' or 'reject' (or, for an uncertain tool "
                 f"call, 'retry', 'done' or 'failed'), not {decision!r}.",
+            )
+        if reason is not None and len(reason) > REASON_LIMIT:
+            raise DurableApprovalError(
+                "APPROVAL_VALIDATION_ERROR",
+                f"An approval reason holds at most {REASON_LIMIT} characters, not {len(reason)}.",
             )
         if result is not None and decision != "done":
             raise DurableApprovalError(
@@ -154,6 +162,8 @@ class DurableApprovalLedger:
             "decidedAt": now_iso(),
         }
         raw.update(_resolution(record.request, decision, result))
+        if reason is not None:
+            raw["reason"] = reason
         made = parse_approval_decision(raw, record.request)
         updated = ApprovalRecord(version=1, request=record.request, decision=made)
         swapped = await self.store.compare_and_set(
@@ -236,6 +246,7 @@ async def decide_approval(
     decision: DecisionWord | str,
     reviewer: Reviewer | dict[str, Any],
     result: str | None = None,
+    reason: str | None = None,
 ) -> ApprovalDecisionRecord:
     return await DurableApprovalLedger(store).decide(
         request_id=request_id,
@@ -243,6 +254,7 @@ async def decide_approval(
         decision=decision,
         reviewer=reviewer,
         result=result,
+        reason=reason,
     )
 
 

@@ -23,6 +23,7 @@ TOOL_CALL_SCOPES: frozenset[str] = frozenset({"tool_call", "uncertain_tool_call"
 Resolution = Literal["retry", "done", "failed"]
 REQUEST_ID_PATTERN = r"^apr_[0-9a-f]{32}$"
 HASH_PATTERN = r"^[0-9a-f]{64}$"
+REASON_LIMIT = 4096  # characters of a reviewer's reason kept with a decision
 
 
 class JsonDataModel(WireModel):
@@ -190,6 +191,9 @@ class ApprovalDecisionRecord(JsonDataModel):
     # "done" (recorded as having happened, with the reviewer's ``result`` text) or "failed".
     resolution: Resolution | None = None
     result: Annotated[str, Field(max_length=16384)] | None = None
+    # Why the reviewer decided (not in the reference, whose readers keep unknown fields): on
+    # Kubernetes the ApprovalDecision's spec.reason, which would otherwise go with the resource.
+    reason: Annotated[str, Field(max_length=REASON_LIMIT)] | None = None
 
     @field_validator("decided_at")
     @classmethod

@@ -1,0 +1,228 @@
+"""Admission policies the API server enforces for approvals (generated, never edited by hand).
+
+    python -m oma_operator.admission        # rewrites deploy/admission-policies.yaml and the
+                                            # chart's templates/admission-policies.yaml
+
+- ``approval-decisions`` (ValidatingAdmissionPolicy): only whoever holds the ``publish`` verb on
+  ``approvaldecisions`` (the operator) creates them; whoever moves a decision out of Pending
+  writes their own user name as ``spec.reviewer``, is one of the resource's ``reviewers`` (user
+  or group) and not one of its ``excludedReviewers``.
+- ``teamrun-creator`` (MutatingAdmissionPolicy + ValidatingAdmissionPolicy): the API server
+  records who created a TeamRun in its ``oma.dev/created-by`` annotation, which nobody can set
+  to anyone else or change (separation of duties rests on it).
+
+The reviewer lists are read from the *old* object: a change cannot widen its own check.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from oma_operator.models import CREATOR_ANNOTATION, GROUP, VERSION
+
+ADMISSION = "admissionregistration.k8s.io/v1"
+PUBLISH_VERB = "publish"  # the RBAC verb that lets a user create ApprovalDecisions
+RELEASE = "__RELEASE__"  # the name prefix: "oma" in deploy/, the Helm release in the chart
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY_FILE = REPO / "deploy" / "admission-policies.yaml"
+CHART_FILE = REPO / "charts" / "oma" / "templates" / "admission-policies.yaml"
+
+DECIDING = "request.operation == 'UPDATE' && oldObject.spec.decision != object.spec.decision"
+MAY_PUBLISH = (
+    f"authorizer.group('{GROUP}').resource('approvaldecisions')"
+    f".namespace(request.namespace).check('{PUBLISH_VERB}').allowed()"
+)
+NAMED_REVIEWER = (
+    "!has(oldObject.spec.reviewers) || "
+    "(has(oldObject.spec.reviewers.users) && "
+    "request.userInfo.username in oldObject.spec.reviewers.users) || "
+    "(has(oldObject.spec.reviewers.groups) && has(request.userInfo.groups) && "
+    "request.userInfo.groups.exists(g, g in oldObject.spec.reviewers.groups))"
+)
+NOT_EXCLUDED = (
+    "!has(oldObject.spec.excludedReviewers) || "
+    "!(request.userInfo.username in oldObject.spec.excludedReviewers)"
+)
+
+
+def _annotation(obj: str) -> str:
+    return (
+        f"(has({obj}.metadata.annotations) && '{CREATOR_ANNOTATION}' in {obj}.metadata.annotations"
+        f" ? {obj}.metadata.annotations['{CREATOR_ANNOTATION}'] : '')"
+    )
+
+
+def _rule(resource: str, *operations: str) -> dict[str, Any]:
+    return {
+        "resourceRules": [
+            {
+                "apiGroups": [GROUP],
+                "apiVersions": [VERSION],
+                "operations": list(operations),
+                "resources": [resource],
+            }
+        ]
+    }
+
+
+def _check(expression: str, message: str) -> dict[str, Any]:
+    return {"expression": expression, "message": message, "reason": "Forbidden"}
+
+
+def approval_decisions_policy() -> dict[str, Any]:
+    return {
+        "apiVersion": ADMISSION,
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": f"{RELEASE}-approval-decisions"},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": _rule("approvaldecisions", "CREATE", "UPDATE"),
+            "variables": [{"name": "deciding", "expression": DECIDING}],
+            "validations": [
+                _check(
+                    f"request.operation != 'CREATE' || {MAY_PUBLISH}",
+                    "only the oma operator creates ApprovalDecisions (creating one needs the "
+                    f"'{PUBLISH_VERB}' verb on approvaldecisions.{GROUP}); reviewers decide by "
+                    "updating the one the operator published",
+                ),
+                _check(
+                    "request.operation != 'CREATE' || object.spec.decision == 'Pending'",
+                    "an ApprovalDecision is created Pending: its reviewer decides it afterwards",
+                ),
+                _check(
+                    "!variables.deciding || (has(object.spec.reviewer) && "
+                    "object.spec.reviewer == request.userInfo.username)",
+                    "spec.reviewer must be your own user name when you set the decision",
+                ),
+                _check(
+                    f"!variables.deciding || {NAMED_REVIEWER}",
+                    "you are not a reviewer of this request: only the users and groups in its "
+                    "spec.reviewers may decide it",
+                ),
+                _check(
+                    f"!variables.deciding || {NOT_EXCLUDED}",
+                    "you created this TeamRun and its approvals require separation of duties: "
+                    "someone else must decide",
+                ),
+            ],
+        },
+    }
+
+
+def creator_mutation() -> dict[str, Any]:
+    return {
+        "apiVersion": ADMISSION,
+        "kind": "MutatingAdmissionPolicy",
+        "metadata": {"name": f"{RELEASE}-teamrun-creator"},
+        "spec": {
+            "failurePolicy": "Fail",
+            "reinvocationPolicy": "Never",
+            "matchConstraints": _rule("teamruns", "CREATE"),
+            "mutations": [
+                {
+                    "patchType": "ApplyConfiguration",
+                    "applyConfiguration": {
+                        "expression": "Object{metadata: Object.metadata{annotations: "
+                        f"{{'{CREATOR_ANNOTATION}': request.userInfo.username}}}}}}"
+                    },
+                }
+            ],
+        },
+    }
+
+
+def creator_policy() -> dict[str, Any]:
+    return {
+        "apiVersion": ADMISSION,
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": f"{RELEASE}-teamrun-creator"},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": _rule("teamruns", "CREATE", "UPDATE"),
+            "validations": [
+                _check(
+                    "request.operation != 'CREATE' || "
+                    f"{_annotation('object')} in ['', request.userInfo.username]",
+                    f"the {CREATOR_ANNOTATION} annotation records who created the TeamRun: it "
+                    "can only be your own user name (the API server sets it)",
+                ),
+                _check(
+                    "request.operation != 'UPDATE' || "
+                    f"{_annotation('object')} == {_annotation('oldObject')}",
+                    f"the {CREATOR_ANNOTATION} annotation cannot be changed",
+                ),
+            ],
+        },
+    }
+
+
+def _binding(policy: dict[str, Any]) -> dict[str, Any]:
+    kind = policy["kind"] + "Binding"
+    spec: dict[str, Any] = {"policyName": policy["metadata"]["name"]}
+    if kind.startswith("Validating"):
+        spec["validationActions"] = ["Deny"]
+    return {
+        "apiVersion": ADMISSION,
+        "kind": kind,
+        "metadata": dict(policy["metadata"]),
+        "spec": spec,
+    }
+
+
+# (chart value that enables them, documents)
+GROUPS: list[tuple[str, list[dict[str, Any]]]] = [
+    ("reviewerPolicy", [approval_decisions_policy()]),
+    ("creatorPolicy", [creator_mutation(), creator_policy()]),
+]
+
+
+def documents(prefix: str = "oma") -> list[dict[str, Any]]:
+    """Every policy and its binding, named ``<prefix>-...``."""
+    text = yaml.safe_dump_all(
+        _with_bindings([d for _, docs in GROUPS for d in docs]), sort_keys=False
+    )
+    return list(yaml.safe_load_all(text.replace(RELEASE, prefix)))
+
+
+def _with_bindings(policies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [doc for policy in policies for doc in (policy, _binding(policy))]
+
+
+HEADER = "# Generated by `python -m oma_operator.admission` from oma_operator.admission.\n"
+
+
+def render_deploy() -> str:
+    return HEADER + yaml.safe_dump_all(documents(), sort_keys=False)
+
+
+def render_chart() -> str:
+    parts = [HEADER]
+    for value, policies in GROUPS:
+        text = yaml.safe_dump_all(_with_bindings(policies), sort_keys=False)
+        for policy in policies:
+            name = policy["metadata"]["name"]
+            text = text.replace(
+                f"\n  name: {name}\n",
+                f'\n  name: {name}\n  labels: {{{{- include "oma.labels" . | nindent 4 }}}}\n',
+            )
+        text = text.replace(RELEASE, "{{ .Release.Name }}")
+        parts.append(f"{{{{- if .Values.approvals.{value} }}}}\n---\n{text}{{{{- end }}}}\n")
+    return "".join(parts)
+
+
+def main() -> None:
+    for path, text in ((DEPLOY_FILE, render_deploy()), (CHART_FILE, render_chart())):
+        if len(sys.argv) > 1 and sys.argv[1] == "--check":
+            if path.read_text(encoding="utf-8") != text:
+                raise SystemExit(f"{path} is stale: run python -m oma_operator.admission")
+            continue
+        path.write_text(text, encoding="utf-8")
+        print(f"wrote {path.relative_to(REPO)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""Which ApprovalDecision resources the operator trusts, and what their status says (pure).
+
+A decision counts only on the resource the operator published for a request: found under its
+deterministic name, owned by the TeamRun (uid), carrying the stored request's id, hash and scope
+and the run's reviewers, and marked ``status.verified`` by the operator (users cannot write
+status). The admission policy already refuses ApprovalDecisions created by anyone else; this is
+the check that holds without it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from oma.approval.ledger import ApprovalRecord
+from oma_operator.approval_resources import decision_name
+
+# The fields that tie a resource to its request and to who may decide it.
+BOUND_FIELDS = ("teamRun", "requestId", "requestHash", "scope", "reviewers", "excludedReviewers")
+# Set only together with a decision (the API server refuses them on a Pending resource).
+DECISION_FIELDS = ("reviewer", "reason", "resolution", "result")
+CAMEL = {
+    "approved": "Approved",
+    "rejected": "Rejected",
+    "retry": "Retry",
+    "done": "Done",
+    "failed": "Failed",
+}
+
+Verdict = Literal["trusted", "adopt", "replace", "foreign"]
+
+
+@dataclass(frozen=True)
+class Trust:
+    """``trusted``: the operator's own resource; ``adopt``: exactly what it would publish, left
+    unmarked by a crash between creating and marking it; ``replace``: not its own but still
+    Pending (delete it and publish again); ``foreign``: not its own and decided (ignored, and
+    said so in its status)."""
+
+    verdict: Verdict
+    problem: str = ""
+
+
+def binding_problem(resource: dict[str, Any], expected: dict[str, Any]) -> str | None:
+    """Why ``resource`` is not bound like ``expected`` (the manifest the operator would
+    publish), or None."""
+    meta, spec = resource.get("metadata") or {}, resource.get("spec") or {}
+    want_meta, want = expected["metadata"], expected["spec"]
+    if meta.get("name") != want_meta["name"]:
+        return f"its name is not {want_meta['name']}"
+    owner_uid = want_meta["ownerReferences"][0]["uid"]
+    owners = [o for o in meta.get("ownerReferences") or [] if o.get("controller")]
+    if [o.get("uid") for o in owners] != [owner_uid]:
+        return f"it is not owned by TeamRun {want['teamRun']} (uid {owner_uid})"
+    for field in BOUND_FIELDS:
+        if spec.get(field) != want.get(field):
+            return (
+                f"spec.{field} is {spec.get(field)!r}, the stored request's is {want.get(field)!r}"
+            )
+    return None
+
+
+def judge(resource: dict[str, Any], expected: dict[str, Any]) -> Trust:
+    problem = binding_problem(resource, expected)
+    verified = (resource.get("status") or {}).get("verified")
+    if problem is None and verified is True:
+        return Trust("trusted")
+    spec = resource.get("spec") or {}
+    pending = spec.get("decision", "Pending") == "Pending"
+    if problem is None and verified is None and pending and _pristine(resource, expected):
+        return Trust("adopt")
+    why = problem or "it was not published by the operator (changed before it was verified)"
+    return Trust("replace" if pending else "foreign", why)
+
+
+def _pristine(resource: dict[str, Any], expected: dict[str, Any]) -> bool:
+    spec = resource.get("spec") or {}
+    generation = int((resource.get("metadata") or {}).get("generation") or 1)
+    return generation == 1 and spec == expected["spec"]
+
+
+def earlier_own(resource: dict[str, Any], teamrun: dict[str, Any]) -> bool:
+    """Whether ``resource`` is one the operator published for an earlier request of this
+    TeamRun (verified, and named, owned and labelled as it publishes them)."""
+    meta, spec = resource.get("metadata") or {}, resource.get("spec") or {}
+    owner = teamrun["metadata"]
+    owners = [o.get("uid") for o in meta.get("ownerReferences") or [] if o.get("controller")]
+    return (
+        (resource.get("status") or {}).get("verified") is True
+        and spec.get("teamRun") == owner["name"]
+        and meta.get("name") == decision_name(owner["name"], str(spec.get("requestId")))
+        and owners == [owner["uid"]]
+    )
+
+
+def ignored_status(problem: str) -> dict[str, Any]:
+    return {
+        "verified": False,
+        "recorded": False,
+        "message": f"ignored: {problem}; this resource decides nothing",
+    }
+
+
+def mirrored_status(record: ApprovalRecord, message: str | None = None) -> dict[str, Any]:
+    """The ledger's state of the request, for the resource's status (CamelCase, as in spec)."""
+    status: dict[str, Any] = {"verified": True, "recorded": record.decision is not None}
+    decision = record.decision
+    if decision is None:
+        status["decision"] = "Pending"
+    else:
+        status |= {
+            "decision": CAMEL[decision.decision],
+            "reviewer": decision.reviewer.id,
+            "decidedAt": decision.decided_at,
+        }
+        if decision.resolution:
+            status["resolution"] = CAMEL[decision.resolution]
+        if decision.reason is not None:
+            status["reason"] = decision.reason
+    if message:
+        status["message"] = message
+    return status
+
+
+def status_patch(current: dict[str, Any], wanted: dict[str, Any]) -> dict[str, Any] | None:
+    """A merge patch turning ``current`` status into ``wanted`` (keys not wanted are removed),
+    or None when they are equal."""
+    if current == wanted:
+        return None
+    return {**wanted, **{key: None for key in current if key not in wanted}}

@@ -1,0 +1,67 @@
+"""Kubernetes Events about a TeamRun, posted through the client.
+
+kopf's ``kopf.info``/``kopf.warn`` work only inside a kopf handler (they need its event queue);
+the operator also acts from its own periodic loops (approval polls, pod-creation retries,
+watchdog), where they raise ``LookupError``. Posting here works from anywhere, and a failure to
+post is logged, never raised: an Event is a report, not part of the run's state.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Literal
+
+import httpx
+
+from oma.timeutil import now_iso
+from oma_operator import runtime
+from oma_operator.client import KubeError
+from oma_operator.models import GROUP, VERSION
+
+log = logging.getLogger(__name__)
+COMPONENT = "oma-operator"
+MESSAGE_LIMIT = 1024  # the API server keeps at most this much of an Event's message
+
+
+def event_body(
+    teamrun: dict[str, Any], reason: str, message: str, kind: Literal["Normal", "Warning"]
+) -> dict[str, Any]:
+    meta = teamrun["metadata"]
+    now = now_iso()
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{meta['name'][:200]}.", "namespace": meta["namespace"]},
+        "involvedObject": {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "TeamRun",
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "uid": meta.get("uid", ""),
+        },
+        "reason": reason,
+        "message": message[:MESSAGE_LIMIT],
+        "type": kind,
+        "source": {"component": COMPONENT},
+        "reportingComponent": COMPONENT,
+        "reportingInstance": os.environ.get("HOSTNAME", COMPONENT),
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+
+
+async def info(teamrun: dict[str, Any], reason: str, message: str) -> None:
+    await _post(event_body(teamrun, reason, message, "Normal"))
+
+
+async def warn(teamrun: dict[str, Any], reason: str, message: str) -> None:
+    await _post(event_body(teamrun, reason, message, "Warning"))
+
+
+async def _post(body: dict[str, Any]) -> None:
+    try:
+        await runtime.kube().create_event(body["metadata"]["namespace"], body)
+    except (KubeError, httpx.HTTPError) as exc:
+        log.warning("could not post event %s: %s", body["reason"], exc)

@@ -1,0 +1,380 @@
+"""Approvals on Kubernetes, attacked as a hostile user would, with the shipped admission policies:
+a forged ApprovalDecision, a resource bound to another run's request, a decision prepared for the
+reviewer, a tool input too long for the summary, a store-side decision while pods are refused.
+Each ends with the payment not made and the request pending (or the write refused), and the
+legitimate reviewer's decision still works, with kubectl and with oma approve. Reviewers named by
+group, and separation of duties from the TeamRun's creator, are enforced by the API server."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devcluster import KubeClient
+from devcluster.kube import ApiError
+from oma.approval import decide_approval
+from oma.store import RedisStore
+from tests.cluster.approval_kit import (
+    DECISIONS,
+    KUBECTL_PATCH,
+    REVIEWER_VERBS,
+    admission_policies,
+    as_user,
+    gated,
+    grant,
+    grant_reviewers,
+    kubectl_as,
+    ledger_row,
+    pending_decision,
+)
+from tests.cluster.conftest import ClusterHandle
+from tests.cluster.e2e_env import Endpoint, SideEffects
+from tests.cluster.helpers import event_counts, run_tool, wait_for
+from tests.cluster.test_cli_decisions import oma
+from tests.cluster.test_operator_e2e import (
+    TEAMRUNS,
+    crds_installed,
+    finished,
+    operator,
+    redis_secret,
+    status_of,
+)
+
+__all__ = ["admission_policies", "crds_installed", "operator", "redis_secret"]
+pytestmark = pytest.mark.cluster
+POLL = 3.0  # the operator's approval poll period (handlers.APPROVAL_POLL_SECONDS)
+
+
+async def _grant_writers(kube: KubeClient, namespace: str, *users: str) -> None:
+    """Users who may create and edit ApprovalDecisions (but hold no 'publish' verb)."""
+    rules = [
+        {
+            "apiGroups": ["oma.dev"],
+            "resources": ["approvaldecisions"],
+            "verbs": [*REVIEWER_VERBS, "create", "delete"],
+        }
+    ]
+    await grant(kube, namespace, "writers", rules, users)
+
+
+def _path(namespace: str, name: str) -> str:
+    return f"{DECISIONS.format(ns=namespace)}/{name}"
+
+
+async def _still_waiting(
+    kube: KubeClient, namespace: str, teamrun: str, decision: dict[str, Any], effects: SideEffects
+) -> None:
+    """After a few approval polls: nothing paid, the run still waiting, the request pending."""
+    await asyncio.sleep(3 * POLL)
+    status = await status_of(kube, namespace, teamrun)
+    assert status["phase"] == "AwaitingApproval" and status["attempt"] == 1, status
+    assert await effects.ledger() == []
+    real = await kube.get(_path(namespace, decision["metadata"]["name"]))
+    assert (real["spec"]["decision"], real["status"]["decision"]) == ("Pending", "Pending")
+
+
+@pytest.mark.timeout(300)
+async def test_forged_approval_decisions_decide_nothing(
+    cluster: ClusterHandle,
+    kube: KubeClient,
+    namespace: str,
+    operator: Path,
+    redis_secret: str,
+    admission_policies: None,
+    effects: SideEffects,
+) -> None:
+    await grant_reviewers(kube, namespace, "alice")
+    await _grant_writers(kube, namespace, "mallory")
+    await kube.create(TEAMRUNS.format(ns=namespace), gated("pay-x", effects, "ok", "charge-x"))
+    await kube.create(TEAMRUNS.format(ns=namespace), gated("pay-y", effects, "ok", "charge-y"))
+    real_x = await pending_decision(kube, namespace, "pay-x")
+    real_y = await pending_decision(kube, namespace, "pay-y")
+
+    # 1. A user who may create ApprovalDecisions, but is not the operator, forges a decided one
+    #    labelled and owned like the real one, in a reviewer's name; or a Pending one to squat.
+    forged = copy.deepcopy(real_x)
+    forged["metadata"] = {
+        "name": "pay-x-forged",
+        "labels": real_x["metadata"]["labels"],
+        "ownerReferences": real_x["metadata"]["ownerReferences"],
+    }
+    forged.pop("status")
+    forged["spec"] |= {"decision": "Approved", "reviewer": "alice"}
+    async with as_user(cluster, "mallory") as mallory:
+        for spec in (forged["spec"], {**real_x["spec"], "decision": "Pending"}):
+            with pytest.raises(ApiError) as refused:
+                await mallory.create(DECISIONS.format(ns=namespace), {**forged, "spec": spec})
+            assert refused.value.status == 403, refused.value
+            assert "only the oma operator creates ApprovalDecisions" in str(refused.value)
+
+    # 2. Without the policy's protection (the admin holds every verb), a resource labelled for
+    #    TeamRun X but carrying Y's request id and hash, decided by its author: ignored by the
+    #    operator, which says so in its status and in an Event.
+    stray = copy.deepcopy(forged)
+    stray["spec"] = {**real_y["spec"], "decision": "Pending"}
+    await kube.create(DECISIONS.format(ns=namespace), stray)
+    await kube.patch(
+        _path(namespace, "pay-x-forged"), {"spec": {"decision": "Approved", "reviewer": "admin"}}
+    )
+
+    async def ignored() -> dict[str, Any] | None:
+        status = (await kube.get(_path(namespace, "pay-x-forged"))).get("status") or {}
+        return status if status.get("verified") is False else None
+
+    status = await wait_for(ignored, 30, "the operator to mark the forged resource")
+    assert "ignored" in status["message"] and "decides nothing" in status["message"]
+    assert "ApprovalDecisionIgnored" in await event_counts(kube, namespace, "pay-x")
+    await _still_waiting(kube, namespace, "pay-x", real_x, effects)
+    await _still_waiting(kube, namespace, "pay-y", real_y, effects)
+
+    # The reviewer's own decisions still work: kubectl patch for X, oma approve for Y.
+    await run_tool(
+        *kubectl_as(cluster, "alice"),
+        "-n",
+        namespace,
+        *KUBECTL_PATCH,
+        json.dumps({"spec": {"decision": "Approved", "reviewer": "alice"}}),
+        real_x["metadata"]["name"],
+    )
+    done = await oma(
+        cluster.mint_kubeconfig("alice"), "approve", real_y["metadata"]["name"], "-n", namespace
+    )
+    assert done.returncode == 0, done.stderr
+    for name in ("pay-x", "pay-y"):
+        assert (await finished(kube, namespace, name, 150))["phase"] == "Succeeded"
+    assert sorted(await effects.ledger()) == ["charge-x", "charge-y"]
+
+
+@pytest.mark.timeout(300)
+async def test_a_decision_cannot_be_prepared_for_the_reviewer(
+    cluster: ClusterHandle,
+    kube: KubeClient,
+    namespace: str,
+    operator: Path,
+    e2e_redis: Endpoint,
+    redis_secret: str,
+    admission_policies: None,
+    effects: SideEffects,
+) -> None:
+    """3. Someone who may edit the resource sets reason, resolution or result while it is
+    Pending, hoping the reviewer's later decision carries them: refused by the API server."""
+    await grant_reviewers(kube, namespace, "alice")
+    await _grant_writers(kube, namespace, "mallory")
+    body = gated("prep", effects, "charged")
+    await kube.create(TEAMRUNS.format(ns=namespace), body)
+    decision = await pending_decision(kube, namespace, "prep")
+    path = _path(namespace, decision["metadata"]["name"])
+    async with as_user(cluster, "mallory") as mallory:
+        for prepared in (
+            {"reason": "approved by the board"},
+            {"reviewer": "alice"},
+            {"resolution": "Done", "result": "paid already"},
+        ):
+            with pytest.raises(ApiError) as refused:
+                await mallory.patch(path, {"spec": prepared})
+            assert refused.value.status == 422, refused.value
+            assert "set together with the decision" in str(refused.value), refused.value
+    await _still_waiting(kube, namespace, "prep", decision, effects)
+
+    done = await oma(
+        cluster.mint_kubeconfig("alice"),
+        "approve",
+        decision["metadata"]["name"],
+        "-n",
+        namespace,
+        "--reason",
+        "my own words",
+    )
+    assert done.returncode == 0, done.stderr
+    assert (await finished(kube, namespace, "prep", 150))["phase"] == "Succeeded"
+    assert await effects.ledger() == ["charge"]
+    row = await ledger_row(e2e_redis, body, decision["spec"]["requestId"])
+    assert (row.decision.reviewer.id, row.decision.reason) == ("alice", "my own words")
+
+
+@pytest.mark.timeout(300)
+async def test_a_tool_input_too_long_for_the_summary_is_shown_whole_before_approving(
+    cluster: ClusterHandle,
+    kube: KubeClient,
+    namespace: str,
+    operator: Path,
+    redis_secret: str,
+    admission_policies: None,
+    effects: SideEffects,
+) -> None:
+    """4. The destination of a transfer sits past the summary's 16 KiB: the summary says it is
+    cut and where the rest is, keeps the hash, and oma approve prints the whole content."""
+    await grant_reviewers(kube, namespace, "alice")
+    entry = "wire 7 EUR; memo " + "x" * 20_000 + " to ACME-EVIL-IBAN"
+    await kube.create(TEAMRUNS.format(ns=namespace), gated("wire", effects, "sent", entry))
+    decision = await pending_decision(kube, namespace, "wire")
+    spec = decision["spec"]
+    assert "ACME-EVIL-IBAN" not in spec["summary"]
+    assert "SUMMARY CUT after" in spec["summary"] and "oma approve prints it" in spec["summary"]
+    assert spec["summary"].endswith(f"Content hash: {spec['requestHash']}")
+    assert "ACME-EVIL-IBAN" in spec["content"]
+    done = await oma(
+        cluster.mint_kubeconfig("alice"), "approve", decision["metadata"]["name"], "-n", namespace
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Exact content (checked against the hash):" in done.stdout
+    assert f'"entry": "{entry}"' in done.stdout  # every character, the tail included
+    assert done.stdout.endswith("approved by alice\n")
+    assert (await finished(kube, namespace, "wire", 150))["phase"] == "Succeeded"
+    assert await effects.ledger() == [entry]
+
+
+@pytest.mark.timeout(300)
+async def test_a_store_decision_while_pods_are_refused_resumes_once_they_are_allowed(
+    kube: KubeClient,
+    namespace: str,
+    operator: Path,
+    e2e_redis: Endpoint,
+    redis_secret: str,
+    effects: SideEffects,
+) -> None:
+    """5. The decision arrives through the operator's poll (outside any kopf handler) while a
+    quota refuses pods: the refusal is a PodCreated=False condition and a Warning Event, the
+    creation is retried, and once pods are allowed the run resumes and succeeds."""
+    body = gated("quota", effects, "charged")
+    await kube.create(TEAMRUNS.format(ns=namespace), body)
+    decision = await pending_decision(kube, namespace, "quota")
+    quota_path = f"/api/v1/namespaces/{namespace}/resourcequotas"
+    await kube.create(
+        quota_path,
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "no-pods"},
+            "spec": {"hard": {"pods": "0"}},
+        },
+    )
+    store = RedisStore(e2e_redis.for_tests, namespace=body["spec"]["store"]["redis"]["namespace"])
+    try:
+        await decide_approval(
+            store,
+            request_id=decision["spec"]["requestId"],
+            request_hash=decision["spec"]["requestHash"],
+            decision="approve",
+            reviewer={"id": "ops-cli"},
+        )
+    finally:
+        await store.aclose()
+
+    async def refused() -> dict[str, Any] | None:
+        status = await status_of(kube, namespace, "quota")
+        found = {c["type"]: c for c in status.get("conditions") or []}.get("PodCreated")
+        return found if found and found["status"] == "False" else None
+
+    condition = await wait_for(refused, 60, "the PodCreated=False condition")
+    assert "quota" in condition["message"], condition
+    status = await status_of(kube, namespace, "quota")
+    assert (status["phase"], status["attempt"]) == ("Running", 2)
+
+    async def warned() -> bool:
+        return "PodCreateFailed" in await event_counts(kube, namespace, "quota")
+
+    await wait_for(warned, 30, "the PodCreateFailed event")
+    await kube.delete(f"{quota_path}/no-pods")
+    final = await finished(kube, namespace, "quota", 150)
+    assert final["phase"] == "Succeeded" and final["attempt"] == 2, final
+    assert await effects.ledger() == ["charge"]
+    counts = await event_counts(kube, namespace, "quota")
+    assert counts.get("AttemptStarted") == 2 and counts.get("Resumed") == 1, counts
+
+
+@pytest.mark.timeout(300)
+async def test_reviewers_named_by_group_refuse_members_of_other_groups(
+    cluster: ClusterHandle,
+    kube: KubeClient,
+    namespace: str,
+    operator: Path,
+    redis_secret: str,
+    admission_policies: None,
+    effects: SideEffects,
+) -> None:
+    await grant_reviewers(kube, namespace, groups=("treasury", "sales"))
+    reviewers = {"reviewers": {"tools": {"ledger_append": {"groups": ["treasury"]}}}}
+    await kube.create(
+        TEAMRUNS.format(ns=namespace), gated("grp", effects, "charged", approvals=reviewers)
+    )
+    decision = await pending_decision(kube, namespace, "grp")
+    assert decision["spec"]["reviewers"] == {"groups": ["treasury"]}
+    name = decision["metadata"]["name"]
+    refused = await asyncio.to_thread(
+        subprocess.run,
+        [
+            *kubectl_as(cluster, "bob", ("sales",)),
+            "-n",
+            namespace,
+            *KUBECTL_PATCH,
+            json.dumps({"spec": {"decision": "Approved", "reviewer": "bob"}}),
+            name,
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert refused.returncode != 0 and "you are not a reviewer of this request" in refused.stderr
+    await _still_waiting(kube, namespace, "grp", decision, effects)
+    done = await oma(
+        cluster.mint_kubeconfig("carol", ("treasury",)), "approve", name, "-n", namespace
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Reviewers: group treasury" in done.stdout
+    assert (await finished(kube, namespace, "grp", 150))["phase"] == "Succeeded"
+    assert await effects.ledger() == ["charge"]
+
+
+@pytest.mark.timeout(300)
+async def test_with_separation_of_duties_the_creator_cannot_approve(
+    cluster: ClusterHandle,
+    kube: KubeClient,
+    namespace: str,
+    operator: Path,
+    redis_secret: str,
+    admission_policies: None,
+    effects: SideEffects,
+) -> None:
+    await grant_reviewers(kube, namespace, "alice", "bob")
+    authors = [{"apiGroups": ["oma.dev"], "resources": ["teamruns"], "verbs": ["create", "patch"]}]
+    await grant(kube, namespace, "authors", authors, ("alice",))
+    approvals = {
+        "reviewers": {"default": {"users": ["alice", "bob"]}},
+        "separationOfDuties": True,
+    }
+    body = gated("sod", effects, "charged", approvals=approvals)
+    body["metadata"]["annotations"] = {"oma.dev/created-by": "bob"}  # overwritten by the API
+    async with as_user(cluster, "alice") as alice:
+        created = await alice.create(TEAMRUNS.format(ns=namespace), body)
+        assert created["metadata"]["annotations"]["oma.dev/created-by"] == "alice"
+        path = f"{TEAMRUNS.format(ns=namespace)}/sod"
+        for change, why in (
+            ({"metadata": {"annotations": {"oma.dev/created-by": "bob"}}}, "cannot be changed"),
+            ({"spec": {"approvals": {"separationOfDuties": False}}}, "approvals (gates"),
+        ):
+            with pytest.raises(ApiError) as refused:
+                await alice.patch(path, change)
+            assert why in str(refused.value), refused.value
+    decision = await pending_decision(kube, namespace, "sod")
+    assert decision["spec"]["excludedReviewers"] == ["alice"]
+    name = decision["metadata"]["name"]
+    own = await oma(cluster.mint_kubeconfig("alice"), "approve", name, "-n", namespace)
+    assert own.returncode == 1 and "separation of duties" in own.stderr, own.stderr
+    await _still_waiting(kube, namespace, "sod", decision, effects)
+    await run_tool(
+        *kubectl_as(cluster, "bob"),
+        "-n",
+        namespace,
+        *KUBECTL_PATCH,
+        json.dumps({"spec": {"decision": "Approved", "reviewer": "bob"}}),
+        name,
+    )
+    assert (await finished(kube, namespace, "sod", 150))["phase"] == "Succeeded"
+    assert await effects.ledger() == ["charge"]
