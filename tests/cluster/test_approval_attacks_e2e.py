@@ -21,6 +21,7 @@ from devcluster.kube import ApiError
 from oma.approval import decide_approval
 from oma.store import RedisStore
 from tests.cluster.approval_kit import (
+    ADMISSION,
     DECISIONS,
     KUBECTL_PATCH,
     REVIEWER_VERBS,
@@ -378,3 +379,38 @@ async def test_with_separation_of_duties_the_creator_cannot_approve(
     )
     assert (await finished(kube, namespace, "sod", 150))["phase"] == "Succeeded"
     assert await effects.ledger() == ["charge"]
+
+
+@pytest.mark.timeout(180)
+async def test_separation_of_duties_without_a_recorded_creator_fails_before_any_pod(
+    cluster: ClusterHandle,
+    kube: KubeClient,
+    namespace: str,
+    operator: Path,
+    redis_secret: str,
+    admission_policies: None,
+    effects: SideEffects,
+) -> None:
+    """Where the creator policy is missing, nobody knows who created the TeamRun: a run asking
+    for separation of duties ends Failed (CreatorUnknown) instead of running unprotected."""
+    if cluster.local is None:
+        pytest.skip("takes the creator policy away for a moment: only on the local cluster")
+    binding = f"{ADMISSION}/mutatingadmissionpolicybindings/oma-teamrun-creator"
+    saved = await kube.get(binding)
+    await kube.delete(binding)
+    try:
+        await asyncio.sleep(2)  # the API server unloads the policy
+        approvals = {"separationOfDuties": True}
+        body = gated("nobody", effects, "charged", approvals=approvals)
+        created = await kube.create(TEAMRUNS.format(ns=namespace), body)
+        assert "oma.dev/created-by" not in (created["metadata"].get("annotations") or {})
+    finally:
+        saved["metadata"] = {"name": saved["metadata"]["name"]}
+        await kube.create(f"{ADMISSION}/mutatingadmissionpolicybindings", saved)
+    final = await finished(kube, namespace, "nobody", 60)
+    failed = next(c for c in final["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "CreatorUnknown" and "oma.dev/created-by" in failed["message"]
+    assert "attempt" not in final or not final.get("attempts"), final
+    pods = await kube.get(f"/api/v1/namespaces/{namespace}/pods")
+    assert pods["items"] == [] and await effects.ledger() == []
+    assert "CreatorUnknown" in await event_counts(kube, namespace, "nobody")

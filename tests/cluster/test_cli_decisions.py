@@ -166,6 +166,53 @@ async def test_without_exact_content_approve_needs_summary_only(
     assert "Exact content" not in done.stdout and done.stdout.endswith("approved by alice\n")
 
 
+def _at_a_terminal(kubeconfig: Path, answer: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``oma`` with a pseudo-terminal as stdin (so it asks), answering ``answer``."""
+    import pty
+
+    controller, terminal = pty.openpty()
+    try:
+        os.write(controller, answer.encode() + b"\n")
+        return subprocess.run(
+            [_oma(), *args],
+            stdin=terminal,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(controller)
+        os.close(terminal)
+
+
+@pytest.mark.timeout(120)
+async def test_at_a_terminal_approve_shows_everything_then_asks(
+    cluster: ClusterHandle, kube: KubeClient, namespace: str, admission_policies: None
+) -> None:
+    await grant_reviewers(kube, namespace, "alice")
+    name, created = await _decision(kube, namespace)
+    alice = cluster.mint_kubeconfig("alice")
+    declined = await asyncio.to_thread(_at_a_terminal, alice, "n", "approve", name, "-n", namespace)
+    assert declined.returncode == 1, declined
+    assert f"Content hash: {created['spec']['requestHash']}" in declined.stdout
+    assert "Approve this? [y/N]" in declined.stdout
+    assert "not decided: you answered no" in declined.stderr
+    assert (await _spec(kube, namespace, name))["decision"] == "Pending"
+    accepted = await asyncio.to_thread(_at_a_terminal, alice, "y", "approve", name, "-n", namespace)
+    assert accepted.returncode == 0, accepted.stderr
+    assert accepted.stdout.endswith("approved by alice\n")
+    assert (await _spec(kube, namespace, name))["decision"] == "Approved"
+    # --yes decides without asking, at a terminal too.
+    other, _ = await _decision(kube, namespace)
+    unasked = await asyncio.to_thread(
+        _at_a_terminal, alice, "n", "reject", other, "-n", namespace, "--yes"
+    )
+    assert unasked.returncode == 0 and "[y/N]" not in unasked.stdout, unasked
+    assert (await _spec(kube, namespace, other))["decision"] == "Rejected"
+
+
 @pytest.mark.timeout(120)
 async def test_reject_with_reason_and_json_output(
     cluster: ClusterHandle, kube: KubeClient, namespace: str, admission_policies: None
