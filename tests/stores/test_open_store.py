@@ -54,7 +54,52 @@ def test_bad_urls_are_value_errors_without_the_password(url: str) -> None:
         ("postgresql://u@h/db?password=s3cret&sslmode=require", "postgresql://u@h/db?password=***&sslmode=require"),
         ("host=h user=u password=s3cret dbname=d", "host=h user=u password=*** dbname=d"),
         ("host=h password='it''s secret' port=5", "host=h password=*** port=5"),
+        # Unencoded /, #, ? or @ in a password end the authority for a URL parser, which then
+        # finds no password at all: the userinfo is found by position instead.
+        ("redis://:ab/cd@h:6379/0", "redis://:***@h:6379/0"),
+        ("redis://:ab#cd@h:6379/0", "redis://:***@h:6379/0"),
+        ("redis://u:ab?cd@h/0", "redis://u:***@h/0"),
+        ("postgresql://u:p@ss/w?rd#x@h:5432/db", "postgresql://u:***@h:5432/db"),
+        ("postgresql://u@h/db", "postgresql://u@h/db"),
     ],
 )  # fmt: skip
 def test_redact_url(url: str, expected: str) -> None:
     assert redact_url(url) == expected
+
+
+@pytest.mark.parametrize(
+    ("url", "passwords"),
+    [
+        ("redis://:ab/cd@h/0", ("ab/cd",)),
+        ("redis://:p%40ss@h/0", ("p%40ss", "p@ss")),
+        ("redis://user@h/0", ()),
+        ("redis://h/0", ()),
+    ],
+)
+def test_url_passwords_are_found_however_the_url_is_written(
+    url: str, passwords: tuple[str, ...]
+) -> None:
+    from oma.store.remote import url_passwords
+
+    assert url_passwords(url) == passwords
+
+
+@pytest.mark.parametrize(
+    ("url", "encoded"),
+    [
+        ("redis://:ab/cd@h:6379/0", "redis://:ab%2Fcd@h:6379/0"),
+        ("redis://u:a#b?c@d@h/0", "redis://u:a%23b%3Fc%40d@h/0"),
+        ("redis://:p%40ss@h/0", "redis://:p%40ss@h/0"),  # already encoded: as written
+        ("redis://h/0", "redis://h/0"),
+    ],
+)
+def test_a_password_is_encoded_for_the_drivers(url: str, encoded: str) -> None:
+    from oma.store.remote import encode_password
+
+    assert encode_password(url) == encoded
+
+
+def test_a_driver_never_sees_pieces_of_an_unencoded_password() -> None:
+    """redis-py parsed redis://:pa/ss... as host '', port 'pa', and said so in its error."""
+    store = open_store("redis://:pa/ss#wo?rd@x@127.0.0.1:9/0")
+    assert "pa/ss" not in repr(store) and "127.0.0.1:9" in repr(store)

@@ -45,7 +45,15 @@ from oma.store import postgres_sql as q
 from oma.store.base import Entries, MemoryEntry, Metadata
 from oma.store.postgres_connections import Connections
 from oma.store.postgres_migrations import migrate
-from oma.store.remote import StoreAuthError, StoreUnavailableError, redact_url, scrub, sentence
+from oma.store.remote import (
+    StoreAuthError,
+    StoreUnavailableError,
+    encode_password,
+    redact_url,
+    scrub,
+    sentence,
+    url_passwords,
+)
 
 T = TypeVar("T")
 Row = tuple[str, bytes, str | None, datetime, int | None]
@@ -100,7 +108,9 @@ class PostgresStore:
         self._pool: AsyncConnectionPool[Any] | None = None
         if isinstance(target, str):
             self._where = redact_url(target)
-            self._secrets = _conninfo_secrets(target, {})
+            self._secrets = (*_conninfo_secrets(target, {}), *url_passwords(target))
+            if "://" in target:
+                target = encode_password(target)
             self._connections = Connections(target, max_size, connect_timeout)
         else:
             # A pool may compute its conninfo / kwargs per connection (callables): then there

@@ -12,7 +12,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any, Self, TypeVar
-from urllib.parse import unquote, urlsplit
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
@@ -37,7 +36,15 @@ from oma import jsonutil
 from oma.errors import StoreError
 from oma.store import redis_scripts
 from oma.store.base import Entries, MemoryEntry, Metadata
-from oma.store.remote import StoreAuthError, StoreUnavailableError, redact_url, scrub, sentence
+from oma.store.remote import (
+    StoreAuthError,
+    StoreUnavailableError,
+    encode_password,
+    redact_url,
+    scrub,
+    sentence,
+    url_passwords,
+)
 
 T = TypeVar("T")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -70,6 +77,7 @@ class RedisStore:
         if isinstance(target, str):
             self._secrets: tuple[str | None, ...] = _url_secrets(target)
             self._where = redact_url(target)
+            target = encode_password(target)
             # No driver-level retry: a re-sent script after a lost reply would run twice, and a
             # compare_and_set that won would report False. Idempotent calls retry below instead.
             options: dict[str, Any] = {
@@ -221,11 +229,7 @@ class RedisStore:
 
 
 def _url_secrets(url: str) -> tuple[str | None, ...]:
-    try:
-        password = urlsplit(url).password
-    except ValueError:
-        return ()
-    return (password, unquote(password)) if password else ()
+    return url_passwords(url)
 
 
 def _encode(text: str) -> bytes:

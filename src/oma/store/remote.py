@@ -9,11 +9,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote
 
 from oma.errors import StoreAuthError, StoreUnavailableError
 
-__all__ = ["StoreAuthError", "StoreUnavailableError", "redact_url", "scrub", "sentence"]
+__all__ = [
+    "StoreAuthError",
+    "StoreUnavailableError",
+    "encode_password",
+    "redact_url",
+    "scrub",
+    "sentence",
+    "url_passwords",
+]
 
 _MASK = "***"
 # key=value connection strings (libpq): password='it''s' or password=plain
@@ -24,22 +32,68 @@ _QUERY_PASSWORD = re.compile(r"((?:^|&)password=)[^&]*", re.IGNORECASE)
 _USERINFO = re.compile(r"(\w+://[^:/@\s]*:)[^@\s]*@")
 
 
+def split_userinfo(url: str) -> tuple[str, str, str | None, str] | None:
+    """``(scheme://, user, password, rest)`` of a URL with credentials, found by position
+    rather than by URL grammar: a password may hold an unencoded ``/``, ``#``, ``?`` or ``@``
+    that would end the authority for a URL parser (which then sees no password at all). The
+    userinfo is everything between ``://`` and the last ``@`` before the host. None: no
+    userinfo. ``password`` is None when the userinfo has no ``:``."""
+    scheme, found, rest = url.partition("://")
+    if not found:
+        return None
+    at = rest.rfind("@")
+    if at < 0:
+        return None
+    userinfo, hostpart = rest[:at], rest[at + 1 :]
+    user, colon, password = userinfo.partition(":")
+    return f"{scheme}://", user, password if colon else None, hostpart
+
+
+def url_passwords(url: str) -> tuple[str, ...]:
+    """The password of ``url`` as written and percent-decoded (for masking: both forms)."""
+    parts = split_userinfo(url)
+    if parts is None:
+        return ()
+    password = parts[2]
+    if not password:
+        return ()
+    return tuple(dict.fromkeys(s for s in (password, unquote(password)) if s))
+
+
+_UNSAFE_IN_PASSWORD = {"/": "%2F", "#": "%23", "?": "%3F", "@": "%40"}
+
+
+def encode_password(url: str) -> str:
+    """``url`` with ``/``, ``#``, ``?`` and ``@`` in its password percent-encoded, so that the
+    drivers' URL parsers read the password the user wrote (and not a host, path or fragment made
+    of pieces of it, which would then show in their errors). Anything else is left as written
+    (``%xx`` already encoded stays so)."""
+    parts = split_userinfo(url)
+    if parts is None:
+        return url
+    start, user, written, hostpart = parts
+    if written is None:
+        return url
+    password = written
+    for char, code in _UNSAFE_IN_PASSWORD.items():
+        password = password.replace(char, code)
+    return f"{start}{user}:{password}@{hostpart}"
+
+
 def redact_url(url: str) -> str:
-    """``url`` (or libpq ``key=value`` DSN) with any password replaced by ``***``."""
+    """``url`` (or libpq ``key=value`` DSN) with any password replaced by ``***``: the
+    userinfo's password, however it is written, and ``password=`` in the query. When in doubt
+    (an ``@`` later in the URL) more is masked, never less."""
     if "://" not in url:
         return _CONNINFO_PASSWORD.sub(lambda m: m.group(1) + _MASK, url)
-    try:
-        parts = urlsplit(url)
-        password = parts.password
-    except ValueError:  # unparsable: mask the whole userinfo rather than guess
-        return _USERINFO.sub(lambda m: m.group(1) + _MASK + "@", url)
-    netloc = parts.netloc
-    if password is not None:
-        userinfo, _, hostinfo = netloc.rpartition("@")
-        user = userinfo.split(":", 1)[0]
-        netloc = f"{user}:{_MASK}@{hostinfo}"
-    query = _QUERY_PASSWORD.sub(lambda m: m.group(1) + _MASK, parts.query)
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    parts = split_userinfo(url)
+    if parts is not None and parts[2] is not None:
+        start, user, _, hostpart = parts
+        url = f"{start}{user}:{_MASK}@{hostpart}"
+    head, question, query = url.partition("?")
+    if question:
+        url = head + "?" + _QUERY_PASSWORD.sub(lambda m: m.group(1) + _MASK, query)
+    return url
 
 
 def sentence(message: str) -> str:
