@@ -142,6 +142,10 @@ class RunContext:
             snapshot = await self.build_snapshot(embed_shared_memory=embed_shared_memory)
             return EncodedSnapshot(snapshot.to_json(), snapshot_metadata(snapshot))
         shared = self.team.shared_memory
+        # The only await comes first: everything after it is read in one step of the event loop,
+        # so a task that starts or ends meanwhile is either wholly in this snapshot or not at all
+        # (a queue read before the await and in-flight states read after it could disagree).
+        memory = await shared.snapshot() if shared is not None and embed_shared_memory else None
         created_at = now_iso()
         wire: dict[str, Any] = {"version": 4, "mode": self.mode, "createdAt": created_at}
         if self.metadata is not None:
@@ -150,8 +154,8 @@ class RunContext:
         if self.goal is not None:
             wire["goal"] = self.goal
         wire["queue"] = self.encoder.queue_wire(self.queue.tasks, set(self._waiting_resumes()))
-        if shared is not None and embed_shared_memory:
-            wire["sharedMemory"] = (await shared.snapshot()).to_data()
+        if memory is not None:
+            wire["sharedMemory"] = memory.to_data()
         wire["messageBus"] = self.team.bus.snapshot().to_data()
         if shared is not None:
             wire["turnCount"] = shared.turn_count
@@ -178,6 +182,7 @@ class RunContext:
 
     async def build_snapshot(self, *, embed_shared_memory: bool) -> CheckpointSnapshotV4:
         shared = self.team.shared_memory
+        memory = await shared.snapshot() if shared and embed_shared_memory else None  # see above
         completed = []
         for task in self.queue.by_status("completed"):
             result = self.result_for(task.id)
@@ -202,7 +207,7 @@ class RunContext:
                 last_root_span_id=self.identity.root_span_id,
             ),
             queue=self._queue_snapshot(),
-            shared_memory=await shared.snapshot() if shared and embed_shared_memory else None,
+            shared_memory=memory,
             message_bus=self.team.bus.snapshot(),
             turn_count=shared.turn_count if shared else None,
             completed_task_results=completed,
