@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -93,7 +94,7 @@ class Scene:
         return await wait_until(recorded, 90, f"attempt {count}'s outcome in the TeamRun status")
 
     async def checkpoint(self) -> CheckpointView | None:
-        snapshot = await read_checkpoint(self.redis_url, self.run_id)
+        snapshot = await read_checkpoint(self.redis_url, self.run_id, self.namespace)
         return None if snapshot is None else checkpoint_view(snapshot)
 
 
@@ -154,7 +155,19 @@ async def start_run(scene: Scene) -> None:
     # One ledger file for every attempt's pod: it is how the demo counts side effects.
     runner.setdefault("env", []).append({"name": "OMA_LEDGER_PATH", "value": str(scene.ledger)})
     argv = [scene.tools.kubectl, "-n", scene.namespace, "apply", "-f", "-"]
-    done = await run_tool(argv, scene.env, stdin=yaml.safe_dump(scene.teamrun))
+    manifest = yaml.safe_dump(scene.teamrun)
+
+    async def applied() -> subprocess.CompletedProcess[str] | None:
+        # Right after `helm install`, the API server may not serve the new CRD to its admission
+        # policies yet (503 "Resource kind ... not found"): that passes within seconds.
+        done = await run_tool(argv, scene.env, stdin=manifest, check=False)
+        if done.returncode == 0:
+            return done
+        if "ServiceUnavailable" in done.stderr or "storage is (re)initializing" in done.stderr:
+            return None
+        raise DemoError(f"{shown(argv)} failed ({done.returncode}): {done.stderr.strip()[-800:]}")
+
+    done = await wait_until(applied, 60, "the API server to take TeamRuns")
     say(f"$ {shown(argv)} < examples/teamrun-demo.yaml   (+ OMA_LEDGER_PATH for the pods)")
     say(f"  {done.stdout.strip()}")
 
@@ -295,7 +308,10 @@ async def finish(scene: Scene) -> None:
     listing = [scene.tools.kubectl, "-n", scene.namespace, "get", "teamruns"]
     say(f"$ {shown(listing)}\n{(await run_tool(listing, scene.env)).stdout.rstrip()}")
     # The attempt log next to the snapshot, as any user of the store can read it.
-    show = [shutil.which("oma") or "oma", "checkpoint", "show", "--run-id", scene.run_id]
+    show = [
+        *(shutil.which("oma") or "oma", "checkpoint", "show", "--run-id", scene.run_id),
+        *("--tenant", scene.namespace),  # a TeamRun's keys are in its namespace's part
+    ]
     store_env = {**scene.env, "OMA_STORE_URL": scene.redis_url}
     say(f"$ OMA_STORE_URL=redis://… {shown(show)}")
     say((await run_tool(show, store_env)).stdout.rstrip())

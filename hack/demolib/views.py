@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from oma.checkpoint import Checkpoint, CheckpointSnapshot, CheckpointSnapshotV1
 from oma.checkpoint.snapshot import CheckpointSnapshotV4
-from oma.store import RedisStore
+from oma.store import PrefixedStore, RedisStore, tenant_prefix
 
 T = TypeVar("T")
 
@@ -52,8 +52,10 @@ async def wait_until(
         await asyncio.sleep(interval)
 
 
-async def read_checkpoint(url: str, run_id: str) -> CheckpointSnapshot | None:
-    store = RedisStore(url)  # the TeamRun's spec.store.redis.namespace is the default "oma"
+async def read_checkpoint(url: str, run_id: str, namespace: str) -> CheckpointSnapshot | None:
+    """The TeamRun's checkpoint: in its Kubernetes namespace's part of the store (the spec's
+    store.redis.namespace is the default "oma")."""
+    store = PrefixedStore(RedisStore(url), tenant_prefix(namespace))
     try:
         return await Checkpoint(store, run_id=run_id).load_latest()
     finally:

@@ -10,6 +10,9 @@
 - ``teamrun-creator`` (MutatingAdmissionPolicy + ValidatingAdmissionPolicy): the API server
   records who created a TeamRun in its ``oma.dev/created-by`` annotation, which nobody can set
   to anyone else or change (separation of duties rests on it).
+- ``teamrun-references`` (ValidatingAdmissionPolicy): whoever creates a TeamRun, or changes its
+  spec, must be able to ``get`` every Secret and ConfigMap it hands to its runner pod (store,
+  model keys, ``runner.env``): a TeamRun grants nothing its author does not have.
 
 The reviewer lists are read from the *old* object: a change cannot widen its own check.
 """
@@ -160,6 +163,85 @@ def creator_policy() -> dict[str, Any]:
     }
 
 
+SPEC = "object.spec"
+_ENV = f"(has({SPEC}.runner) && has({SPEC}.runner.env) ? {SPEC}.runner.env : [])"
+# The Secrets and ConfigMaps a TeamRun hands to its runner pod, by name, each once.
+SECRET_NAMES = (
+    f"((has({SPEC}.store.redis) ? [{SPEC}.store.redis.urlSecretRef.name] : []) + "
+    f"(has({SPEC}.store.postgres) ? [{SPEC}.store.postgres.dsnSecretRef.name] : []) + "
+    f"{SPEC}.team.agents.filter(a, has(a.model.apiKeySecretRef))"
+    ".map(a, a.model.apiKeySecretRef.name) + "
+    f"(has({SPEC}.coordinator) && has({SPEC}.coordinator.model.apiKeySecretRef) ? "
+    f"[{SPEC}.coordinator.model.apiKeySecretRef.name] : []) + "
+    f"{_ENV}.filter(e, has(e.valueFrom) && has(e.valueFrom.secretKeyRef))"
+    ".map(e, e.valueFrom.secretKeyRef.name)).distinct()"
+)
+CONFIGMAP_NAMES = (
+    f"{_ENV}.filter(e, has(e.valueFrom) && has(e.valueFrom.configMapKeyRef))"
+    ".map(e, e.valueFrom.configMapKeyRef.name).distinct()"
+)
+# An authorizer check costs a third of an expression's CEL budget, and a policy evaluation has
+# about 28 of them: one check of the whole namespace, then one per distinct name, this many.
+MAX_SECRETS, MAX_CONFIGMAPS = 12, 4
+
+
+def _may_get(resource: str, name: str | None = None) -> str:
+    check = f"authorizer.group('').resource('{resource}').namespace(request.namespace)"
+    return check + (f".name({name})" if name else "") + ".check('get').allowed()"
+
+
+def _reference_checks(variable: str, resource: str, kind: str, limit: int) -> list[dict[str, Any]]:
+    names = f"variables.{variable}"
+    skip = f"!variables.granting || variables.{variable}ReadAll"
+    checks = [
+        {
+            "expression": f"{skip} || size({names}) <= {limit}",
+            "messageExpression": f"'a TeamRun may reference at most {limit} {kind}s, this one "
+            f"references ' + string(size({names}))",
+            "reason": "Invalid",
+        }
+    ]
+    checks += [
+        {
+            "expression": f"{skip} || size({names}) <= {k} || "
+            + _may_get(resource, f"{names}[{k}]"),
+            "messageExpression": f"'you cannot read (get) {kind} ' + {names}[{k}] + ', which "
+            "this TeamRun would hand to its runner pod: reference only what you may read'",
+            "reason": "Forbidden",
+        }
+        for k in range(limit)
+    ]
+    return checks
+
+
+def references_policy() -> dict[str, Any]:
+    """A TeamRun grants its runner pod what it names: its author must be able to read it."""
+    return {
+        "apiVersion": ADMISSION,
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": f"{RELEASE}-teamrun-references"},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": _rule("teamruns", "CREATE", "UPDATE"),
+            "variables": [
+                {
+                    # Metadata edits (labels, the operator's finalizers) grant nothing new.
+                    "name": "granting",
+                    "expression": "request.operation == 'CREATE' || object.spec != oldObject.spec",
+                },
+                {"name": "secrets", "expression": SECRET_NAMES},
+                {"name": "secretsReadAll", "expression": _may_get("secrets")},
+                {"name": "configMaps", "expression": CONFIGMAP_NAMES},
+                {"name": "configMapsReadAll", "expression": _may_get("configmaps")},
+            ],
+            "validations": [
+                *_reference_checks("secrets", "secrets", "Secret", MAX_SECRETS),
+                *_reference_checks("configMaps", "configmaps", "ConfigMap", MAX_CONFIGMAPS),
+            ],
+        },
+    }
+
+
 def _binding(policy: dict[str, Any]) -> dict[str, Any]:
     kind = policy["kind"] + "Binding"
     spec: dict[str, Any] = {"policyName": policy["metadata"]["name"]}
@@ -177,6 +259,7 @@ def _binding(policy: dict[str, Any]) -> dict[str, Any]:
 GROUPS: list[tuple[str, list[dict[str, Any]]]] = [
     ("reviewerPolicy", [approval_decisions_policy()]),
     ("creatorPolicy", [creator_mutation(), creator_policy()]),
+    ("referencePolicy", [references_policy()]),
 ]
 
 
@@ -210,7 +293,8 @@ def render_chart() -> str:
                 f'\n  name: {name}\n  labels: {{{{- include "oma.labels" . | nindent 4 }}}}\n',
             )
         text = text.replace(RELEASE, "{{ .Release.Name }}")
-        parts.append(f"{{{{- if .Values.approvals.{value} }}}}\n---\n{text}{{{{- end }}}}\n")
+        values = "teamRuns" if value == "referencePolicy" else "approvals"
+        parts.append(f"{{{{- if .Values.{values}.{value} }}}}\n---\n{text}{{{{- end }}}}\n")
     return "".join(parts)
 
 

@@ -23,6 +23,7 @@ from oma_operator.models import TeamRunSpec
 from oma_operator.outcomes import Outcome
 from oma_operator.pods import FINALIZER, attempt_of, run_id_of, runner_pod
 from oma_operator.progress import read_progress
+from oma_operator.specs import spec_of
 from oma_operator.status import after_attempt, backoff_left, condition, merge_conditions, started
 from oma_operator.stores import STORES
 
@@ -114,7 +115,7 @@ async def retry_pod_creation(teamrun: dict[str, Any]) -> None:
     attempt = pod_to_retry(status)
     if attempt is None or backoff_left(status, datetime.now(UTC)) > 0:
         return
-    spec = TeamRunSpec.model_validate(fresh["spec"])
+    spec = spec_of(fresh)
     await ensure_pod(fresh, spec, attempt, resume_of(status, attempt))
 
 
@@ -160,16 +161,16 @@ async def record_outcome(
         status = dict(teamrun.get("status") or {})
         if any(a.get("attempt") == attempt for a in status.get("attempts") or []):
             return  # recorded before (another watcher, or before an operator restart)
-        spec = TeamRunSpec.model_validate(teamrun["spec"])
+        spec = spec_of(teamrun)
         decision = decide(outcome, status, spec.retry_policy)
         generation = int(teamrun["metadata"].get("generation", 1))
         record = attempt_record(attempt, outcome, pod, now_iso())
         next_attempt = attempt + 1 if decision.action == "next_attempt" else None
-        update = after_attempt(status, decision, record, generation, next_attempt, outcome.message)
+        update = after_attempt(status, decision, record, generation, next_attempt, outcome.report)
         update |= await store_progress(teamrun, spec)
         await runtime.kube().patch_teamrun_status(namespace, name, update)
     METRICS.attempt_ended(outcome.kind)
-    METRICS.runner_report(outcome.message)
+    METRICS.runner_report(outcome.report)
     await events.info(
         teamrun,
         f"Attempt{outcome.kind.capitalize()}",

@@ -83,9 +83,25 @@ def _convert(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
 def teamrun_crd() -> dict[str, Any]:
     spec = structural(TeamRunSpec)
     spec["x-kubernetes-validations"] = [
+        # The run spec's cross-field rules (oma.spec.check_work), as far as CEL says them.
         {"rule": "self.mode != 'tasks' || has(self.tasks)", "message": "mode tasks needs tasks"},
         {"rule": "self.mode != 'team' || has(self.goal)", "message": "mode team needs a goal"},
         {"rule": "self.mode != 'plan' || has(self.plan)", "message": "mode plan needs a plan"},
+        {
+            "rule": "(self.mode == 'tasks' || !has(self.tasks)) && "
+            "(self.mode == 'team' || !has(self.goal)) && (self.mode == 'plan' || !has(self.plan))",
+            "message": "a run takes the work of its mode only: tasks (mode tasks), a goal "
+            "(mode team) or a plan (mode plan)",
+        },
+        {
+            "rule": "self.team.agents.all(a, self.team.agents.exists_one(b, b.name == a.name))",
+            "message": "agent names must be unique",
+        },
+        {
+            "rule": "!has(self.tasks) || self.tasks.all(t, !has(t.assignee) || "
+            "self.team.agents.exists(a, a.name == t.assignee))",
+            "message": "every task's assignee must be one of team.agents",
+        },
         {
             # Neither set, changed nor removed once the TeamRun exists: a runId added later
             # would start a fresh run beside the checkpointed one and repeat its side effects.

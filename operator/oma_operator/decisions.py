@@ -36,7 +36,7 @@ def decide(outcome: Outcome, counters: dict[str, int], policy: RetryPolicy) -> D
             "fenced", counts, "Fenced", "a newer attempt owns the run; this attempt stopped"
         )
     if outcome.kind == "permanent":
-        if '"status":"rejected"' in outcome.message:
+        if outcome.report is not None and outcome.report.status == "rejected":
             return Decision("failed", counts, "Rejected", "a reviewer rejected the run")
         return Decision("failed", counts, "PermanentFailure", outcome.message)
     budget_key, limit = {

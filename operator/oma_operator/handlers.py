@@ -8,7 +8,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import kopf
-from pydantic import ValidationError
 
 from oma_operator import events, runtime
 from oma_operator.approvals import sync_approvals
@@ -21,11 +20,12 @@ from oma_operator.attempts import (
 )
 from oma_operator.deadlines import TIMERS
 from oma_operator.metrics import METRICS, pod_ended_at
-from oma_operator.models import GROUP, VERSION, TeamRunSpec
+from oma_operator.models import GROUP, VERSION
 from oma_operator.outcomes import classify
 from oma_operator.pods import FINALIZER, LABEL_TEAMRUN, attempt_of, run_id_of
 from oma_operator.progress import changed
 from oma_operator.reviewers import missing_creator
+from oma_operator.specs import TeamRunSpecError, spec_of
 from oma_operator.status import backoff_left, condition, merge_conditions, started
 from oma_operator.stores import STORES
 from oma_operator.ticker import TICKER
@@ -77,10 +77,9 @@ async def teamrun_present(body: kopf.Body, **_: Any) -> None:
     meta = body["metadata"]
     generation = int(meta.get("generation", 1))
     try:
-        spec = TeamRunSpec.model_validate(dict(body["spec"]))
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        await _refuse(dict(body), "InvalidSpec", f"invalid spec: {problems}", problems)
+        spec = spec_of(body)
+    except TeamRunSpecError as exc:
+        await _refuse(dict(body), "InvalidSpec", str(exc), exc.problems)
         return
     unknown_creator = missing_creator(spec.approvals, dict(body))
     if unknown_creator is not None:
@@ -153,7 +152,7 @@ def _remember(uid: str) -> None:
 
 async def approvals_pending(teamrun: dict[str, Any]) -> None:
     """Publish, record and reflect decisions; resume once every request is decided."""
-    spec = TeamRunSpec.model_validate(teamrun["spec"])
+    spec = spec_of(teamrun)
     if await sync_approvals(runtime.kube(), teamrun, spec):
         await resume_after_approvals(teamrun, spec)
 
@@ -161,7 +160,7 @@ async def approvals_pending(teamrun: dict[str, Any]) -> None:
 async def progress(teamrun: dict[str, Any]) -> None:
     """Mirror tasks done/total and the last checkpoint time from the store into the status."""
     meta = teamrun["metadata"]
-    spec = TeamRunSpec.model_validate(teamrun["spec"])
+    spec = spec_of(teamrun)
     update = changed(dict(teamrun.get("status") or {}), await store_progress(teamrun, spec))
     if update:
         await runtime.kube().patch_teamrun_status(meta["namespace"], meta["name"], update)
@@ -173,7 +172,7 @@ async def decision_set(body: kopf.Body, **_: Any) -> None:
     teamrun = await runtime.kube().get_teamrun(meta["namespace"], body["spec"]["teamRun"])
     if teamrun is None or (teamrun.get("status") or {}).get("phase") != "AwaitingApproval":
         return
-    spec = TeamRunSpec.model_validate(teamrun["spec"])
+    spec = spec_of(teamrun)
     if await sync_approvals(runtime.kube(), teamrun, spec):
         await resume_after_approvals(teamrun, spec)
 

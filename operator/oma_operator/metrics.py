@@ -7,7 +7,6 @@ never a run or pod name (those belong in the TeamRun's status and Events).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import Counter as Tally
 from collections.abc import Callable, Mapping
@@ -18,6 +17,7 @@ from typing import Any
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import start_http_server
 
+from oma.pod_contract import TerminationReport
 from oma.timeutil import parse_iso
 from oma_operator.outcomes import TERMINAL
 
@@ -138,14 +138,10 @@ class OperatorMetrics:
         decision = str(status["decision"]).lower()
         self.approval_wait.labels(decision).observe(max(0.0, (decided - created).total_seconds()))
 
-    def runner_report(self, termination_message: str) -> None:
-        """Add the ``metrics`` of a runner's JSON termination message, if it has any."""
-        try:
-            report = json.loads(termination_message)
-        except (ValueError, TypeError):
-            return
-        found = report.get("metrics") if isinstance(report, dict) else None
-        if not isinstance(found, dict):
+    def runner_report(self, report: TerminationReport | None) -> None:
+        """Add the ``metrics`` of a runner's termination report, if it has any."""
+        found = report.metrics if report is not None else None
+        if found is None:
             return
         calls = found.get("toolCalls")
         if not isinstance(calls, dict):

@@ -10,9 +10,24 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from oma.spec import AgentSpec, ApprovalsSpec, ModelSpec, SpecModel
+from oma.pod_contract import (
+    RESERVED_ENV,
+    RESERVED_ENV_PREFIXES,
+    STORE_URL_ENV,
+    is_reserved_env,
+    model_key_env,
+)
+from oma.spec import (
+    SHARED_MEMORY,
+    SHARED_MEMORY_SCOPE,
+    AgentSpec,
+    ApprovalsSpec,
+    ModelSpec,
+    SpecModel,
+    check_work,
+)
 from oma.tasks.loading import TaskSpec
 from oma.tasks.plan import PlanArtifact
 
@@ -134,6 +149,52 @@ class RetryPolicy(SpecModel):
     )
 
 
+_RESERVED = ", ".join([*sorted(RESERVED_ENV), *(p + "*" for p in RESERVED_ENV_PREFIXES)])
+_RESERVED_RULE = f"!(self.name in {sorted(RESERVED_ENV)!r}) && " + " && ".join(
+    f"!self.name.startsWith({prefix!r})" for prefix in RESERVED_ENV_PREFIXES
+)
+
+
+class EnvVar(SpecModel):
+    """One environment variable of the runner container (a Kubernetes EnvVar). The names the
+    runner pod contract uses are the operator's (``oma.pod_contract``) and are refused."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": _RESERVED_RULE,
+                    "message": f"this name is reserved for the runner pod contract ({_RESERVED}): "
+                    "the operator sets it",
+                }
+            ]
+        }
+    )
+
+    name: str = Field(
+        min_length=1,
+        max_length=253,
+        pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$",
+        description="Variable name (not one the runner pod contract reserves).",
+    )
+    value: str | None = Field(default=None, description="Its value.")
+    value_from: dict[str, Any] | None = Field(
+        default=None,
+        description="Where the value comes from (a Kubernetes EnvVarSource: secretKeyRef, "
+        "configMapKeyRef, fieldRef, resourceFieldRef); a Secret or ConfigMap named here must "
+        "be readable by whoever writes the TeamRun.",
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _not_reserved(cls, name: str) -> str:
+        if is_reserved_env(name):
+            raise ValueError(
+                f"{name} is reserved for the runner pod contract: the operator sets it"
+            )
+        return name
+
+
 class RunnerSettings(SpecModel):
     image: str | None = Field(
         default=None, max_length=512, description="Runner image; default: the operator's."
@@ -147,8 +208,11 @@ class RunnerSettings(SpecModel):
     node_selector: dict[str, str] | None = Field(
         default=None, description="Node labels runner pods must land on."
     )
-    env: list[dict[str, Any]] | None = Field(
-        default=None, max_length=64, description="Extra environment variables (EnvVar objects)."
+    env: list[EnvVar] | None = Field(
+        default=None,
+        max_length=64,
+        description="Extra environment variables of the runner container; names the runner pod "
+        "contract uses (OMA_RUN_*, OMA_STORE_*, OMA_MODEL_KEY_*, OMA_ATTEMPT, ...) are refused.",
     )
     termination_grace_period_seconds: int = Field(
         default=60,
@@ -256,6 +320,8 @@ class TeamRunSpec(SpecModel):
     max_concurrency: int = Field(
         default=5, ge=1, le=256, description="Tasks run at the same time at most."
     )
+    shared_memory: bool = SHARED_MEMORY
+    shared_memory_scope: str | None = SHARED_MEMORY_SCOPE
     retry_policy: RetryPolicy = Field(
         default_factory=RetryPolicy, description="Budgets and timers for attempts."
     )
@@ -263,16 +329,20 @@ class TeamRunSpec(SpecModel):
         default_factory=RunnerSettings, description="Runner pod settings."
     )
 
+    @model_validator(mode="after")
+    def _work_matches_mode(self) -> TeamRunSpec:
+        # The run spec's own rules (one validation for a spec file and a TeamRun); the CRD
+        # repeats what CEL can say, so most mistakes are refused before they are stored.
+        check_work(self.mode, [a.name for a in self.team.agents], self.goal, self.tasks, self.plan)
+        if self.shared_memory_scope is not None and not self.shared_memory:
+            raise ValueError("sharedMemoryScope needs sharedMemory: true")
+        return self
 
-STORE_URL_ENV = "OMA_STORE_URL"
 
-
-def model_key_env(agent: str) -> str:
-    return "OMA_MODEL_KEY_" + "".join(c if c.isalnum() else "_" for c in agent.upper())
-
-
-def to_run_spec(spec: TeamRunSpec, run_id: str) -> dict[str, Any]:
-    """The engine run spec (JSON) a runner pod gets; credentials become env variable names."""
+def to_run_spec(spec: TeamRunSpec, namespace: str) -> dict[str, Any]:
+    """The engine run spec (JSON) a runner pod gets; credentials become env variable names,
+    and the store is the TeamRun's namespace's part of it. The run id is not in it: the pod has
+    one place for it (``OMA_RUN_ID``)."""
     agents = [_agent(agent) for agent in spec.team.agents]
     store: dict[str, Any]
     if spec.store.redis is not None:
@@ -288,13 +358,16 @@ def to_run_spec(spec: TeamRunSpec, run_id: str) -> dict[str, Any]:
             }
         }
     store["redact"] = spec.store.redact
+    store["tenant"] = namespace
     run: dict[str, Any] = {
-        "runId": run_id,
         "mode": spec.mode,
         "agents": agents,
         "store": store,
         "maxConcurrency": spec.max_concurrency,
+        "sharedMemory": spec.shared_memory,
     }
+    if spec.shared_memory_scope is not None:
+        run["sharedMemoryScope"] = spec.shared_memory_scope
     if spec.coordinator is not None:
         run["coordinator"] = _agent(spec.coordinator)
     if spec.approvals is not None:

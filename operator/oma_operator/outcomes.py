@@ -7,7 +7,10 @@ have their own budget; OOM kills have theirs; crashes are failures retried after
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Literal
+
+from oma.pod_contract import Exit, TerminationReport
 
 Kind = Literal[
     "running",
@@ -30,11 +33,11 @@ DISRUPTION_REASONS = {
     "DeletionByPodGC",
 }
 EXIT_KINDS: dict[int, Kind] = {
-    0: "succeeded",
-    10: "suspended",
-    11: "disruption",
-    12: "fenced",
-    2: "permanent",
+    Exit.OK: "succeeded",
+    Exit.SUSPENDED: "suspended",
+    Exit.DRAINED: "disruption",
+    Exit.FENCED: "fenced",
+    Exit.PERMANENT: "permanent",
 }
 
 
@@ -48,6 +51,11 @@ class Outcome:
     @property
     def terminal(self) -> bool:
         return self.kind in TERMINAL
+
+    @cached_property
+    def report(self) -> TerminationReport | None:
+        """The runner's termination report, when the message is one (parsed once)."""
+        return TerminationReport.parse(self.message) if self.message else None
 
 
 def classify(pod: dict[str, Any]) -> Outcome:

@@ -12,22 +12,25 @@ import gzip
 import json
 from typing import Any
 
-from oma_operator.models import (
-    GROUP,
+from oma.pod_contract import (
+    ATTEMPT_ENV,
+    METRICS_PORT_ENV,
+    POD_NAME_ENV,
+    RUN_ID_ENV,
+    RUN_SPEC_ENV,
+    RUN_SPEC_GZIP_ENV,
     STORE_URL_ENV,
-    VERSION,
-    TeamRunSpec,
+    TERMINATION_LOG,
+    TERMINATION_LOG_ENV,
     model_key_env,
-    to_run_spec,
 )
+from oma_operator.models import GROUP, VERSION, TeamRunSpec, to_run_spec
 from oma_operator.watchdog import NODE_LOSS_GRACE_ANNOTATION, START_TIMEOUT_ANNOTATION
 
 FINALIZER = "oma.dev/outcome"
 LABEL_TEAMRUN, LABEL_ATTEMPT, LABEL_RUN_ID = "oma.dev/teamrun", "oma.dev/attempt", "oma.dev/run-id"
 RUNNER_COMMAND = ["oma-runner"]  # the image's runner entrypoint
-TERMINATION_LOG = "/dev/termination-log"
 SPEC_INLINE_LIMIT = 64 * 1024  # bytes of spec JSON passed as is; more is gzipped
-METRICS_PORT_ENV = "OMA_METRICS_PORT"  # what the runner reads (see oma_runner.config)
 
 
 def pod_name(teamrun: str, attempt: int) -> str:
@@ -59,12 +62,17 @@ def runner_pod(
 ) -> dict[str, Any]:
     meta = body["metadata"]
     name, run_id = meta["name"], run_id_of(body)
+    # The TeamRun's own variables first: for a name set twice the last one wins, and the
+    # contract's are the operator's (the CRD also refuses them in spec.runner.env).
     env: list[dict[str, Any]] = [
-        _spec_env(json.dumps(to_run_spec(spec, run_id))),
-        {"name": "OMA_RUN_ID", "value": run_id},
-        {"name": "OMA_ATTEMPT", "value": str(attempt)},
-        {"name": "OMA_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-        {"name": "OMA_TERMINATION_LOG", "value": TERMINATION_LOG},
+        e.model_dump(mode="json", by_alias=True, exclude_none=True) for e in spec.runner.env or []
+    ]
+    env += [
+        _spec_env(json.dumps(to_run_spec(spec, meta["namespace"]))),
+        {"name": RUN_ID_ENV, "value": run_id},
+        {"name": ATTEMPT_ENV, "value": str(attempt)},
+        {"name": POD_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": TERMINATION_LOG_ENV, "value": TERMINATION_LOG},
         _secret_env(
             STORE_URL_ENV,
             spec.store.redis.url_secret_ref
@@ -74,9 +82,8 @@ def runner_pod(
             else None,
         ),
     ]
-    if metrics_port:  # before the TeamRun's own env, so spec.runner.env can override it
+    if metrics_port:
         env.append({"name": METRICS_PORT_ENV, "value": str(metrics_port)})
-    env.extend(spec.runner.env or [])
     agents = [*spec.team.agents, *([spec.coordinator] if spec.coordinator else [])]
     for agent in agents:
         ref = agent.model.api_key_secret_ref
@@ -172,6 +179,6 @@ def _spec_env(text: str) -> dict[str, Any]:
     """The run spec as it fits: Linux refuses one environment string over 128 KiB, and large
     specs (long scripts, many tasks) compress well."""
     if len(text.encode()) <= SPEC_INLINE_LIMIT:
-        return {"name": "OMA_RUN_SPEC", "value": text}
+        return {"name": RUN_SPEC_ENV, "value": text}
     packed = base64.b64encode(gzip.compress(text.encode(), mtime=0)).decode("ascii")
-    return {"name": "OMA_RUN_SPEC_GZIP", "value": packed}
+    return {"name": RUN_SPEC_GZIP_ENV, "value": packed}

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from oma.pod_contract import TerminationReport
 from oma.timeutil import format_iso, now_iso, parse_iso
 from oma_operator.decisions import MAX_ATTEMPT_HISTORY, Decision
 
@@ -71,10 +71,10 @@ def after_attempt(
     record: dict[str, Any],
     generation: int,
     next_attempt: int | None,
-    report: str = "",
+    report: TerminationReport | None = None,
 ) -> dict[str, Any]:
-    """The status after an attempt ended. ``report`` is the runner's whole termination message
-    (the attempt record keeps only its first 1024 characters)."""
+    """The status after an attempt ended. ``report`` is the runner's termination report, parsed
+    from its whole message (the attempt record keeps only its first 1024 characters)."""
     history = [*(status.get("attempts") or []), record][-MAX_ATTEMPT_HISTORY:]
     phase = "Rejected" if decision.reason == "Rejected" else PHASE_BY_ACTION[decision.action]
     final = decision.action in ("succeeded", "failed")
@@ -114,12 +114,10 @@ def after_attempt(
         "conditions": merge_conditions(status.get("conditions") or [], updates),
         **decision.counters,
     }
-    parsed = _termination_report(report or record.get("message", ""))
-    if parsed:
-        tasks = parsed.get("tasks") or {}
-        if "total" in tasks:
-            new["taskSummary"] = f"{tasks.get('completed', 0)}/{tasks['total']}"
-        new["pendingApprovals"] = len(parsed.get("pendingApprovals") or [])
+    if report is not None:
+        if report.tasks is not None:
+            new["taskSummary"] = f"{report.tasks.completed}/{report.tasks.total}"
+        new["pendingApprovals"] = len(report.pending_approvals)
     if next_attempt is not None:
         new["attempt"] = next_attempt
         start = datetime.now(UTC) + timedelta(seconds=decision.delay_seconds)
@@ -127,14 +125,6 @@ def after_attempt(
     else:
         new["nextAttemptAfter"] = None  # merge patch: remove
     return new
-
-
-def _termination_report(message: str) -> dict[str, Any] | None:
-    try:
-        report = json.loads(message)
-    except (ValueError, TypeError):
-        return None
-    return report if isinstance(report, dict) else None
 
 
 def backoff_left(status: dict[str, Any], now: datetime) -> float:

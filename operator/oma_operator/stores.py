@@ -12,6 +12,7 @@ import asyncio
 import time
 
 from oma.store.base import MemoryStore
+from oma.store.prefixed import PrefixedStore, tenant_prefix
 from oma.store.urls import open_store
 from oma_operator.client import Kube
 from oma_operator.models import TeamRunSpec
@@ -27,7 +28,8 @@ class StoreCache:
         self._lock = asyncio.Lock()
 
     async def store_of(self, kube: Kube, namespace: str, spec: TeamRunSpec) -> MemoryStore:
-        """The (shared) store of a TeamRun in ``namespace``; callers must not close it."""
+        """The namespace's part of a TeamRun's (shared) store, as its runner sees it; callers
+        must not close it."""
         if spec.store.redis is not None:
             redis = spec.store.redis
             url = await self._secret(
@@ -47,7 +49,7 @@ class StoreCache:
                 else:
                     store = open_store(key[1], table=key[2], schema=key[3] or None)
                 self._stores[key] = store
-            return store
+            return PrefixedStore(store, tenant_prefix(namespace))
 
     async def close(self) -> None:
         stores, self._stores = list(self._stores.values()), {}

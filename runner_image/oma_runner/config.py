@@ -12,13 +12,18 @@ from pydantic import ValidationError
 
 from oma import jsonutil
 from oma.errors import OmaError
+from oma.pod_contract import (
+    ATTEMPT_ENV,
+    METRICS_PORT_ENV,
+    RUN_ID_ENV,
+    RUN_SPEC_ENV,
+    RUN_SPEC_FILE_ENV,
+    RUN_SPEC_GZIP_ENV,
+    TERMINATION_LOG,
+    TERMINATION_LOG_ENV,
+)
 from oma.spec import RunSpec
 
-SPEC_ENV, SPEC_FILE_ENV = "OMA_RUN_SPEC", "OMA_RUN_SPEC_FILE"
-# The JSON gzipped and base64-encoded: a process environment string may not exceed 128 KiB.
-SPEC_GZIP_ENV = "OMA_RUN_SPEC_GZIP"
-DEFAULT_TERMINATION_LOG = "/dev/termination-log"
-METRICS_PORT_ENV = "OMA_METRICS_PORT"  # unset or 0: no metrics endpoint
 # Set only by the local test node agent (hack/devcluster): it roots container paths there.
 POD_ROOT_ENV = "DEVCLUSTER_POD_ROOT"
 
@@ -39,14 +44,15 @@ class RunnerConfig:
     def from_env(cls, env: dict[str, str] | None = None) -> RunnerConfig:
         env = dict(os.environ) if env is None else env
         root = env.get(POD_ROOT_ENV, "")
-        text = env.get(SPEC_ENV)
-        if text is None and SPEC_GZIP_ENV in env:
-            text = _gunzip(env[SPEC_GZIP_ENV])
-        if text is None and SPEC_FILE_ENV in env:
-            text = _read(root + env[SPEC_FILE_ENV])
+        text = env.get(RUN_SPEC_ENV)
+        if text is None and RUN_SPEC_GZIP_ENV in env:
+            text = _gunzip(env[RUN_SPEC_GZIP_ENV])
+        if text is None and RUN_SPEC_FILE_ENV in env:
+            text = _read(root + env[RUN_SPEC_FILE_ENV])
         if text is None:
             raise RunnerConfigError(
-                f"no run spec: set {SPEC_ENV} (JSON), {SPEC_GZIP_ENV} or {SPEC_FILE_ENV}"
+                f"no run spec: set {RUN_SPEC_ENV} (JSON), {RUN_SPEC_GZIP_ENV} or "
+                f"{RUN_SPEC_FILE_ENV}"
             )
         try:
             spec = RunSpec.model_validate(jsonutil.loads(text))
@@ -56,13 +62,17 @@ class RunnerConfig:
             raise RunnerConfigError(
                 "a runner needs a durable store (redis, postgres or file) in the run spec"
             )
-        run_id = env.get("OMA_RUN_ID") or spec.run_id
+        run_id = env.get(RUN_ID_ENV) or spec.run_id
         if not run_id:
-            raise RunnerConfigError("no run id: set OMA_RUN_ID or runId in the spec")
+            raise RunnerConfigError(f"no run id: set {RUN_ID_ENV} or runId in the spec")
+        if spec.run_id and spec.run_id != run_id:
+            raise RunnerConfigError(
+                f"{RUN_ID_ENV}={run_id!r} and the spec's runId {spec.run_id!r} differ: give one"
+            )
         try:
-            attempt = int(env.get("OMA_ATTEMPT", "1"))
+            attempt = int(env.get(ATTEMPT_ENV, "1"))
         except ValueError as exc:
-            raise RunnerConfigError(f"OMA_ATTEMPT is not a number: {env['OMA_ATTEMPT']!r}") from exc
+            raise RunnerConfigError(f"{ATTEMPT_ENV} is not a number: {env[ATTEMPT_ENV]!r}") from exc
         return cls(
             spec=spec,
             run_id=run_id,
@@ -86,7 +96,7 @@ def _metrics_port(text: str) -> int | None:
 
 def termination_log_path(env: dict[str, str] | None = None) -> Path:
     env = dict(os.environ) if env is None else env
-    log = env.get("OMA_TERMINATION_LOG", DEFAULT_TERMINATION_LOG)
+    log = env.get(TERMINATION_LOG_ENV, TERMINATION_LOG)
     return Path(env.get(POD_ROOT_ENV, "") + log)
 
 
@@ -102,5 +112,5 @@ def _gunzip(text: str) -> str:
         return gzip.decompress(base64.b64decode(text, validate=True)).decode("utf-8")
     except (ValueError, OSError, EOFError) as exc:
         raise RunnerConfigError(
-            f"{SPEC_GZIP_ENV} is not base64 of gzipped UTF-8 JSON: {exc}"
+            f"{RUN_SPEC_GZIP_ENV} is not base64 of gzipped UTF-8 JSON: {exc}"
         ) from exc

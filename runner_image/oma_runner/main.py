@@ -14,26 +14,28 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from oma.errors import CheckpointFencedError, OmaError, StoreUnavailableError
 from oma.llm.adapter import LLMError
 from oma.local_run import run_spec
 from oma.orchestrator.events import OrchestratorEvent
+from oma.pod_contract import (
+    ATTEMPT_ENV,
+    RUN_ID_ENV,
+    RUN_SPEC_ENV,
+    RUN_SPEC_FILE_ENV,
+    RUN_SPEC_GZIP_ENV,
+    TERMINATION_LOG_ENV,
+    Exit,
+    TerminationReport,
+)
 from oma_runner.config import RunnerConfig, RunnerConfigError, termination_log_path
 from oma_runner.metrics import RunnerMetrics, serve
-from oma_runner.outcome import (
-    EXIT_FENCED,
-    EXIT_PERMANENT,
-    EXIT_TRANSIENT,
-    exit_code_for,
-    message_for,
-    write_termination_message,
-)
+from oma_runner.outcome import exit_code_for, report_for, write_termination_message
 from oma_runner.tools import available_tools
 
 
-async def run(config: RunnerConfig, metrics: RunnerMetrics) -> int:
+async def run(config: RunnerConfig, metrics: RunnerMetrics) -> Exit:
     drain = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, drain.set)
@@ -48,19 +50,20 @@ async def run(config: RunnerConfig, metrics: RunnerMetrics) -> int:
         )
     except CheckpointFencedError as exc:
         _report(config, "fenced", str(exc), metrics)
-        return EXIT_FENCED
+        return Exit.FENCED
     except (StoreUnavailableError, LLMError) as exc:
         # Transient by nature: the operator retries the attempt after a backoff.
         _report(config, "crashed", f"{exc.code}: {exc}", metrics)
-        return EXIT_TRANSIENT
+        return Exit.TRANSIENT
     except OmaError as exc:
         _report(config, "failed", f"{exc.code}: {exc}", metrics)
-        return EXIT_PERMANENT
+        return Exit.PERMANENT
     finally:
         loop.remove_signal_handler(signal.SIGTERM)
     result = outcome.result
-    message: dict[str, Any] = message_for(result, pod_attempt=config.attempt)
-    write_termination_message(config.termination_log, {**message, "metrics": metrics.report()})
+    report = report_for(result, pod_attempt=config.attempt)
+    report.metrics = metrics.report()
+    write_termination_message(config.termination_log, report)
     print(
         f"oma-runner: run {result.identity.run_id} attempt {result.identity.attempt}: "
         f"{result.status.code} {result.status.message or ''}",
@@ -86,34 +89,32 @@ def _with_warnings_logged(
 
 def _report(config: RunnerConfig, status: str, message: str, metrics: RunnerMetrics) -> None:
     print(f"oma-runner: {status}: {message}", file=sys.stderr, flush=True)
-    write_termination_message(
-        config.termination_log,
-        {
-            "runId": config.run_id,
-            "podAttempt": config.attempt,
-            "status": status,
-            "message": message,
-            "metrics": metrics.report(),
-        },
+    report = TerminationReport(
+        run_id=config.run_id,
+        pod_attempt=config.attempt,
+        status=status,
+        message=message,
+        metrics=metrics.report(),
     )
+    write_termination_message(config.termination_log, report)
 
 
 def main() -> None:
     if any(arg in ("-h", "--help") for arg in sys.argv[1:]):
         print(__doc__)
         print(
-            "Inputs (environment): OMA_RUN_SPEC or OMA_RUN_SPEC_FILE, OMA_RUN_ID, OMA_ATTEMPT,"
-            " OMA_TERMINATION_LOG; store and model credentials as the run spec names them."
+            f"Inputs (environment): {RUN_SPEC_ENV}, {RUN_SPEC_GZIP_ENV} or {RUN_SPEC_FILE_ENV},"
+            f" {RUN_ID_ENV}, {ATTEMPT_ENV}, {TERMINATION_LOG_ENV}; store and model credentials"
+            " as the run spec names them (oma.pod_contract)."
         )
         raise SystemExit(0)
     try:
         config = RunnerConfig.from_env()
     except RunnerConfigError as exc:
         print(f"oma-runner: {exc}", file=sys.stderr, flush=True)
-        write_termination_message(
-            termination_log_path(), {"status": "invalid", "message": str(exc)}
-        )
-        raise SystemExit(EXIT_PERMANENT) from None
+        report = TerminationReport(status="invalid", message=str(exc))
+        write_termination_message(termination_log_path(), report)
+        raise SystemExit(Exit.PERMANENT) from None
     metrics = RunnerMetrics()
     stop_serving = serve(config.metrics_port)
     try:

@@ -17,6 +17,7 @@ from oma.store.base import MemoryStore
 from oma.store.faults import with_faults_from_env
 from oma.store.file import FileStore
 from oma.store.memory import InMemoryStore
+from oma.store.prefixed import PrefixedStore, memory_prefix, tenant_prefix
 from oma.store.redacting import RedactingStore
 from oma.store.urls import open_store as open_store_url
 from oma.team import AgentConfig, Team
@@ -61,9 +62,13 @@ def build_agent(spec: AgentSpec, tools: Mapping[str, AnyTool]) -> AgentConfig:
 def build_team(
     spec: RunSpec, tools: Mapping[str, AnyTool], name: str, store: MemoryStore | None = None
 ) -> Team:
-    """With ``sharedMemory``, the team's shared memory lives in the run's ``store``."""
+    """With ``sharedMemory``, the team's shared memory lives in the run's ``store``, in the
+    run's own part of it (``name`` is the run id) or the scope the spec names."""
     agents = [build_agent(agent, tools) for agent in spec.agents]
-    return Team(name=name, agents=agents, shared_memory_store=store if spec.shared_memory else None)
+    memory = None
+    if spec.shared_memory and store is not None:
+        memory = PrefixedStore(store, memory_prefix(name, spec.shared_memory_scope))
+    return Team(name=name, agents=agents, shared_memory_store=memory)
 
 
 def build_coordinator(spec: RunSpec, tools: Mapping[str, AnyTool]) -> AgentConfig | None:
@@ -113,6 +118,8 @@ def _open_store(spec: StoreSpec | None, default_path: Path) -> MemoryStore:
         assert spec.postgres is not None  # the spec model requires exactly one backend
         dsn = _from_env(spec.postgres.dsn, spec.postgres.dsn_env, "postgres DSN")
         store = open_store_url(dsn, table=spec.postgres.table, schema=spec.postgres.schema_name)
+    if spec.tenant is not None:
+        store = PrefixedStore(store, tenant_prefix(spec.tenant))
     return RedactingStore(store) if spec.redact else store
 
 

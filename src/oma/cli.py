@@ -1,9 +1,11 @@
 """The ``oma`` command line.
 
-Exit codes: 0 success; 1 the run finished but did not succeed (a task failed); 2 bad input (an
-unreadable or invalid spec, a bad option); 10 the run is suspended waiting for approvals; 12
-fenced: a newer attempt of the same run took over and this process stopped without running
-further tools; 130 interrupted (Ctrl-C): run the same command again to resume.
+Exit codes (``oma run``, the same table a runner pod exits with, ``oma.pod_contract``): 0
+success; 1 transient: the store or the model provider was unreachable, run it again; 2 the run
+did not succeed (a task failed, it was rejected) or bad input (an unreadable or invalid spec, a
+bad option): the message says which; 10 the run is suspended waiting for approvals; 12 fenced:
+a newer attempt of the same run took over and this process stopped without running further
+tools; 130 interrupted (Ctrl-C): run the same command again to resume.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ from rich.markup import escape
 from oma import __version__
 from oma.cli_approvals import app as approvals_app
 from oma.cli_checkpoint import app as checkpoint_app
-from oma.cli_run import EXIT_BAD_INPUT, EXIT_INTERRUPTED, run_command
-from oma.errors import CheckpointFencedError, OmaError
-from oma.local_run import EXIT_FENCED
+from oma.cli_run import run_command
+from oma.errors import CheckpointFencedError, OmaError, StoreUnavailableError
+from oma.llm.adapter import LLMError
+from oma.pod_contract import Exit
 
 app = typer.Typer(
     name="oma",
@@ -66,13 +69,16 @@ def run(
             "run the same command again to resume",
             soft_wrap=True,
         )
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+        raise typer.Exit(Exit.INTERRUPTED) from None
     except CheckpointFencedError as exc:
         console.print(f"[yellow]fenced:[/] {escape(str(exc))}", soft_wrap=True)
-        raise typer.Exit(EXIT_FENCED) from exc
+        raise typer.Exit(Exit.FENCED) from exc
+    except (StoreUnavailableError, LLMError) as exc:
+        console.print(f"[red]error:[/] {escape(str(exc))} (transient: run it again)")
+        raise typer.Exit(Exit.TRANSIENT) from exc
     except OmaError as exc:
         console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
-        raise typer.Exit(EXIT_BAD_INPUT) from exc
+        raise typer.Exit(Exit.PERMANENT) from exc
     raise typer.Exit(code)
 
 

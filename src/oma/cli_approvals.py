@@ -25,7 +25,7 @@ from rich.console import Console
 from oma.approval.errors import DurableApprovalError
 from oma.approval.ledger import ApprovalRecord, DurableApprovalLedger
 from oma.approval.models import ApprovalDecisionRecord, Resolution
-from oma.cli_store import EXIT_BAD_INPUT, JsonOption, StoreOption, with_store
+from oma.cli_store import EXIT_BAD_INPUT, JsonOption, StoreOption, TenantOption, with_store
 from oma.store.base import MemoryStore
 from oma.store.reserved import APPROVAL_KEY_PREFIX
 
@@ -38,8 +38,11 @@ console = Console(highlight=False, soft_wrap=True)
 RunOption = Annotated[str | None, typer.Option("--run-id", help="Only this run's requests.")]
 
 
-def _with_store(url: str | None, action: Callable[[MemoryStore], Awaitable[T]]) -> T:
-    return with_store(url, action, exit_codes=[(DurableApprovalError, EXIT_APPROVAL_ERROR)])
+def _with_store(
+    url: str | None, action: Callable[[MemoryStore], Awaitable[T]], tenant: str | None
+) -> T:
+    exit_codes = [(DurableApprovalError, EXIT_APPROVAL_ERROR)]
+    return with_store(url, action, exit_codes=exit_codes, tenant=tenant)
 
 
 async def _records(store: MemoryStore, run_id: str | None) -> list[ApprovalRecord]:
@@ -66,10 +69,13 @@ def _decided(decision: ApprovalDecisionRecord) -> str:
 
 @app.command("list")
 def list_requests(
-    store: StoreOption = None, run_id: RunOption = None, as_json: JsonOption = False
+    store: StoreOption = None,
+    tenant: TenantOption = None,
+    run_id: RunOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Every approval request in the store (or of one run), decided or not."""
-    records = _with_store(store, lambda s: _records(s, run_id))
+    records = _with_store(store, lambda s: _records(s, run_id), tenant)
     if as_json:
         typer.echo(json.dumps([r.to_wire() for r in records], indent=2, ensure_ascii=False))
         return
@@ -95,9 +101,14 @@ def list_requests(
 
 
 @app.command()
-def show(request_id: str, store: StoreOption = None, as_json: JsonOption = False) -> None:
+def show(
+    request_id: str,
+    store: StoreOption = None,
+    tenant: TenantOption = None,
+    as_json: JsonOption = False,
+) -> None:
     """The exact content a decision binds to, and its hash."""
-    record = _with_store(store, lambda s: _one(s, request_id))
+    record = _with_store(store, lambda s: _one(s, request_id), tenant)
     if as_json:
         typer.echo(json.dumps(record.to_wire(), indent=2, ensure_ascii=False))
         return
@@ -157,6 +168,7 @@ def _decide(
     seen_hash: str,
     display_name: str | None,
     store: str | None,
+    tenant: str | None,
     reason: str | None,
     result: str | None = None,
 ) -> None:
@@ -188,7 +200,7 @@ def _decide(
             reason=reason,
         )
 
-    decision = _with_store(store, decide)
+    decision = _with_store(store, decide, tenant)
     console.print(
         f"{_decided(decision)} {request_id} as {decision.reviewer.id} "
         f"(hash {decision.request_hash})"
@@ -203,9 +215,10 @@ def approve(
     display_name: NameOption = None,
     reason: ReasonOption = None,
     store: StoreOption = None,
+    tenant: TenantOption = None,
 ) -> None:
     """Approve exactly the content with this hash; the first decision wins."""
-    _decide("approve", request_id, reviewer, hash_, display_name, store, reason)
+    _decide("approve", request_id, reviewer, hash_, display_name, store, tenant, reason)
 
 
 @app.command()
@@ -216,9 +229,10 @@ def reject(
     display_name: NameOption = None,
     reason: ReasonOption = None,
     store: StoreOption = None,
+    tenant: TenantOption = None,
 ) -> None:
     """Reject the request; a rejected tool call becomes a denied result, other gates end the run."""
-    _decide("reject", request_id, reviewer, hash_, display_name, store, reason)
+    _decide("reject", request_id, reviewer, hash_, display_name, store, tenant, reason)
 
 
 @app.command()
@@ -237,6 +251,7 @@ def resolve(
     display_name: NameOption = None,
     reason: ReasonOption = None,
     store: StoreOption = None,
+    tenant: TenantOption = None,
 ) -> None:
     """Settle an uncertain tool call (it may or may not have happened before a crash)."""
-    _decide(outcome, request_id, reviewer, hash_, display_name, store, reason, result)
+    _decide(outcome, request_id, reviewer, hash_, display_name, store, tenant, reason, result)

@@ -24,10 +24,17 @@ from oma.checkpoint.attempts import AttemptRecord, attempts_key, load_attempt_lo
 from oma.checkpoint.keys import checkpoint_key
 from oma.checkpoint.manager import Checkpoint
 from oma.checkpoint.summary import CheckpointSummary, summarize
-from oma.cli_store import EXIT_BAD_INPUT, JsonOption, StoreOption, errors, with_store
+from oma.cli_store import (
+    EXIT_BAD_INPUT,
+    JsonOption,
+    StoreOption,
+    TenantOption,
+    errors,
+    with_store,
+)
 from oma.errors import CheckpointError, OmaError
 from oma.store.base import MemoryStore
-from oma.store.reserved import CHECKPOINT_KEY_PREFIX
+from oma.store.reserved import CHECKPOINT_KEY_PREFIX, TENANT_KEY_PREFIX
 
 T = TypeVar("T")
 EXIT_NOT_FOUND, EXIT_UNREADABLE = 1, 3
@@ -48,20 +55,30 @@ class CheckpointNotFound(OmaError):
     code = "CHECKPOINT_NOT_FOUND"
 
 
-def _on_store(url: str | None, run_id: str, action: Callable[[MemoryStore], Awaitable[T]]) -> T:
+def _on_store(
+    url: str | None,
+    run_id: str,
+    action: Callable[[MemoryStore], Awaitable[T]],
+    tenant: str | None = None,
+) -> T:
     default_file = Path(".oma") / f"{run_id}.json"
     fallback = f"file:{default_file}" if default_file.is_file() else None
     return with_store(
         url,
         action,
         fallback_url=fallback,
+        tenant=tenant,
         exit_codes=[(CheckpointNotFound, EXIT_NOT_FOUND), (CheckpointError, EXIT_UNREADABLE)],
     )
 
 
 @app.command("list")
-def list_runs(store: StoreOption = None, as_json: JsonOption = False) -> None:
+def list_runs(
+    store: StoreOption = None, tenant: TenantOption = None, as_json: JsonOption = False
+) -> None:
     """The runs that have a checkpoint in the store."""
+
+    tenants: set[str] = set()
 
     async def runs(s: MemoryStore) -> list[dict[str, object]]:
         found = []
@@ -71,9 +88,13 @@ def list_runs(store: StoreOption = None, as_json: JsonOption = False) -> None:
                 found.append(
                     {"runId": meta.get("runId"), "key": entry.key, "savedAt": meta.get("createdAt")}
                 )
+            elif entry.key.startswith(TENANT_KEY_PREFIX):
+                tenants.add(entry.key.removeprefix(TENANT_KEY_PREFIX).split("/", 1)[0])
         return found
 
-    listed = with_store(store, runs)
+    listed = with_store(store, runs, tenant=tenant)
+    if tenants and not as_json:
+        errors.print(f"tenants with keys of their own (see them with --tenant): {sorted(tenants)}")
     if as_json:
         typer.echo(json.dumps(listed, indent=2, ensure_ascii=False))
     elif not listed:
@@ -83,7 +104,12 @@ def list_runs(store: StoreOption = None, as_json: JsonOption = False) -> None:
 
 
 @app.command()
-def show(run_id: RunIdOption, store: StoreOption = None, as_json: JsonOption = False) -> None:
+def show(
+    run_id: RunIdOption,
+    store: StoreOption = None,
+    tenant: TenantOption = None,
+    as_json: JsonOption = False,
+) -> None:
     """What the checkpoint holds: attempts, tasks, in-flight tool calls, approvals."""
 
     async def load(s: MemoryStore) -> CheckpointSummary:
@@ -93,7 +119,7 @@ def show(run_id: RunIdOption, store: StoreOption = None, as_json: JsonOption = F
             raise CheckpointNotFound(f'no checkpoint for run "{run_id}" (key {key})')
         return summarize(snapshot, key, await load_attempt_log(s, key))
 
-    summary = _on_store(store, run_id, load)
+    summary = _on_store(store, run_id, load, tenant)
     if as_json:
         # Every field, null included: scripts should not have to guess what is absent.
         document = summary.model_dump(mode="json", by_alias=True)
@@ -107,6 +133,7 @@ def show(run_id: RunIdOption, store: StoreOption = None, as_json: JsonOption = F
 def export(
     run_id: RunIdOption,
     store: StoreOption = None,
+    tenant: TenantOption = None,
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Write to this file (default stdout).")
     ] = None,
@@ -119,7 +146,7 @@ def export(
             raise CheckpointNotFound(f'no checkpoint for run "{run_id}"')
         return entry.value
 
-    value = _on_store(store, run_id, raw)
+    value = _on_store(store, run_id, raw, tenant)
     if output is None:
         sys.stdout.write(value + "\n")
         return
@@ -139,6 +166,7 @@ def export(
 def delete(
     run_id: RunIdOption,
     store: StoreOption = None,
+    tenant: TenantOption = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
 ) -> None:
     """Delete the run's checkpoint and attempt log: a later run with this id starts fresh.
@@ -160,7 +188,7 @@ def delete(
         await s.delete(key)
         await s.delete(attempts_key(key))
 
-    _on_store(store, run_id, remove)
+    _on_store(store, run_id, remove, tenant)
     typer.echo(f"deleted the checkpoint of run {run_id} ({key}) and its attempt log")
 
 

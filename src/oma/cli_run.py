@@ -16,9 +16,6 @@ from oma.orchestrator.events import OrchestratorEvent
 from oma.spec import RunSpec, load_run_spec
 from oma.tools.builtin import builtin_tools
 
-EXIT_BAD_INPUT = 2
-EXIT_INTERRUPTED = 130
-
 
 def load_spec(path: Path) -> RunSpec:
     """Read a YAML or JSON run spec; every problem is a one-line ``OmaError``."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Annotated, TypeVar
 
@@ -14,17 +15,26 @@ from rich.markup import escape
 
 from oma.errors import OmaError
 from oma.store.base import MemoryStore
+from oma.store.prefixed import PrefixedStore, tenant_prefix
 from oma.store.urls import open_store
 
 T = TypeVar("T")
 EXIT_BAD_INPUT = 2
 STORE_ENV = "OMA_STORE_URL"
+TENANT_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 StoreOption = Annotated[
     str | None,
     typer.Option(
         "--store",
         help=f"Store URL (memory://, file://, redis://, postgresql://); default ${STORE_ENV}.",
+    ),
+]
+TenantOption = Annotated[
+    str | None,
+    typer.Option(
+        "--tenant",
+        help="Only this tenant's part of the store: for a TeamRun, its Kubernetes namespace.",
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
@@ -40,14 +50,17 @@ def with_store(
     *,
     exit_codes: ExitCodes = (),
     fallback_url: str | None = None,
+    tenant: str | None = None,
 ) -> T:
     """Run ``action`` on the store; an error becomes one line and an exit code.
 
     ``exit_codes`` maps error types to codes (first match wins); any other ``OmaError`` is bad
     input (2). ``fallback_url`` is used when neither ``--store`` nor ``$OMA_STORE_URL`` is set.
+    With ``tenant``, ``action`` sees that tenant's part of the store (what a TeamRun of that
+    Kubernetes namespace sees).
     """
     try:
-        return _run_on_store(url or os.environ.get(STORE_ENV) or fallback_url, action)
+        return _run_on_store(url or os.environ.get(STORE_ENV) or fallback_url, action, tenant)
     except OmaError as exc:
         code = next((c for kind, c in exit_codes if isinstance(exc, kind)), EXIT_BAD_INPUT)
         label = getattr(exc, "code", None)
@@ -56,13 +69,19 @@ def with_store(
         raise typer.Exit(code) from exc
 
 
-def _run_on_store(url: str | None, action: Callable[[MemoryStore], Awaitable[T]]) -> T:
+def _run_on_store(
+    url: str | None, action: Callable[[MemoryStore], Awaitable[T]], tenant: str | None
+) -> T:
     if not url:
         raise OmaError(f"no store: pass --store URL or set {STORE_ENV}")
+    if tenant is not None and not TENANT_NAME.fullmatch(tenant):
+        raise OmaError(f"--tenant {tenant!r} is not a Kubernetes namespace name")
     try:
-        store = open_store(url)
+        store: MemoryStore = open_store(url)
     except ValueError as exc:
         raise OmaError(str(exc)) from exc
+    if tenant is not None:
+        store = PrefixedStore(store, tenant_prefix(tenant))
 
     async def run() -> T:
         try:

@@ -18,10 +18,9 @@ from oma.orchestrator.events import ProgressCallback
 from oma.orchestrator.options import CheckpointOptions
 from oma.orchestrator.orchestrator import OpenMultiAgent
 from oma.orchestrator.results import TeamRunResult
+from oma.pod_contract import EXIT_BY_STATUS, Exit
 from oma.spec import RunSpec
 from oma.tools.define import AnyTool
-
-EXIT_OK, EXIT_FAILED, EXIT_SUSPENDED, EXIT_FENCED = 0, 1, 10, 12
 
 
 @dataclass
@@ -30,10 +29,10 @@ class LocalRun:
     resumed: bool
 
     @property
-    def exit_code(self) -> int:
-        if self.result.status.code == "ok":
-            return EXIT_OK
-        return EXIT_SUSPENDED if self.result.status.code == "suspended" else EXIT_FAILED
+    def exit_code(self) -> Exit:
+        """As a runner pod exits (``oma.pod_contract``): a run that did not succeed is a
+        permanent failure (2), a suspended one 10."""
+        return EXIT_BY_STATUS.get(self.result.status.code, Exit.PERMANENT)
 
 
 async def run_spec(

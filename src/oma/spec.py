@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic.alias_generators import to_camel
 
 from oma.errors import OmaError
+from oma.store.prefixed import SCOPE_PATTERN
 from oma.tasks.loading import TaskSpec
 from oma.tasks.plan import PlanArtifact
 
@@ -129,6 +130,13 @@ class StoreSpec(SpecModel):
     redis: RedisStoreSpec | None = Field(default=None, description="A Redis server.")
     postgres: PostgresStoreSpec | None = Field(default=None, description="A PostgreSQL table.")
     redact: bool = Field(default=False, description="Scrub secret-shaped values before storing.")
+    tenant: str | None = Field(
+        default=None,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        max_length=63,
+        description="Keep the run's keys in this tenant's part of the store (the operator sets "
+        "the TeamRun's Kubernetes namespace): equal run ids of different tenants never meet.",
+    )
 
     @model_validator(mode="after")
     def _exactly_one(self) -> StoreSpec:
@@ -162,6 +170,20 @@ class ApprovalsSpec(SpecModel):
     )
 
 
+# Declared once for both run spec forms (a spec file, a TeamRun).
+SHARED_MEMORY: Any = Field(
+    default=False,
+    description="Keep a shared memory in the run's store; agents see earlier results. It is the "
+    "run's own unless sharedMemoryScope names one to share.",
+)
+SHARED_MEMORY_SCOPE: Any = Field(
+    default=None,
+    pattern=SCOPE_PATTERN,
+    description="Share the memory with every run that names the same scope (in the same store "
+    "and tenant); a restore of any of them rewrites it.",
+)
+
+
 class RunSpec(SpecModel):
     run_id: str | None = Field(
         default=None,
@@ -192,33 +214,44 @@ class RunSpec(SpecModel):
     )
     # Agents see earlier results (each task's result is written as `<agent>/task:<id>:result`)
     # through a shared memory kept in the run's store, next to the checkpoint.
-    shared_memory: bool = Field(
-        default=False,
-        description="Keep a shared memory in the run's store; agents see earlier results.",
-    )
+    shared_memory: bool = SHARED_MEMORY
+    shared_memory_scope: str | None = SHARED_MEMORY_SCOPE
 
     @model_validator(mode="after")
     def _work_matches_mode(self) -> RunSpec:
-        names = [agent.name for agent in self.agents]
-        if len(set(names)) != len(names):
-            raise ValueError(f"agent names must be unique: {names}")
-        needed = {"tasks": "tasks", "team": "goal", "plan": "plan"}[self.mode]
-        if getattr(self, needed) is None:
-            raise ValueError(f"mode {self.mode!r} needs '{needed}'")
-        for other in {"tasks", "goal", "plan"} - {needed}:
-            if getattr(self, other) is not None:
-                raise ValueError(f"mode {self.mode!r} does not take '{other}'")
-        for task in self.tasks or []:
-            if task.assignee is not None and task.assignee not in names:
-                raise ValueError(
-                    f"task {task.title!r} is assigned to unknown agent {task.assignee!r}"
-                )
-        for item in self.plan.tasks if self.plan else []:
-            if item.assignee is not None and item.assignee not in names:
-                raise ValueError(
-                    f"plan task {item.id!r} is assigned to unknown agent {item.assignee!r}"
-                )
+        check_work(self.mode, [a.name for a in self.agents], self.goal, self.tasks, self.plan)
+        if self.shared_memory_scope is not None and not self.shared_memory:
+            raise ValueError("sharedMemoryScope needs sharedMemory: true")
         return self
+
+
+def check_work(
+    mode: str,
+    agent_names: list[str],
+    goal: str | None,
+    tasks: list[TaskSpec] | None,
+    plan: PlanArtifact | None,
+) -> None:
+    """The rules across a run's fields, for every form a run spec takes (a spec file, a
+    TeamRun): unique agent names, exactly the work its mode takes, assignees that exist.
+    Raises ``ValueError`` naming the first broken rule."""
+    if len(set(agent_names)) != len(agent_names):
+        raise ValueError(f"agent names must be unique: {agent_names}")
+    work = {"tasks": tasks, "goal": goal, "plan": plan}
+    needed = {"tasks": "tasks", "team": "goal", "plan": "plan"}[mode]
+    if work[needed] is None:
+        raise ValueError(f"mode {mode!r} needs '{needed}'")
+    for other in sorted(set(work) - {needed}):
+        if work[other] is not None:
+            raise ValueError(f"mode {mode!r} does not take '{other}'")
+    for task in tasks or []:
+        if task.assignee is not None and task.assignee not in agent_names:
+            raise ValueError(f"task {task.title!r} is assigned to unknown agent {task.assignee!r}")
+    for item in plan.tasks if plan else []:
+        if item.assignee is not None and item.assignee not in agent_names:
+            raise ValueError(
+                f"plan task {item.id!r} is assigned to unknown agent {item.assignee!r}"
+            )
 
 
 class RunSpecError(OmaError):

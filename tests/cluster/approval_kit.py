@@ -14,12 +14,11 @@ from devcluster import KubeClient
 from devcluster.kubeconfig import load_kubeconfig
 from oma.approval.models import ApprovalRequest
 from oma.approval.requests import create_approval_request
-from oma.store import RedisStore
 from oma_operator.admission import DEPLOY_FILE
 from oma_operator.approval_resources import decision_manifest
 from oma_operator.models import ReviewerSet
 from tests.cluster.conftest import ClusterHandle
-from tests.cluster.e2e_env import Endpoint, SideEffects
+from tests.cluster.e2e_env import Endpoint, SideEffects, teamrun_store
 from tests.cluster.helpers import wait_for
 from tests.cluster.test_operator_e2e import teamrun
 
@@ -174,12 +173,14 @@ async def published_decision(
     return await kube.patch(path, {"status": {"verified": True, "decision": "Pending"}})
 
 
-async def ledger_row(redis: Endpoint, teamrun_body: dict[str, Any], request_id: str) -> Any:
-    """The store's approval record of ``request_id`` for the TeamRun ``teamrun_body``."""
+async def ledger_row(
+    redis: Endpoint, teamrun_body: dict[str, Any], namespace: str, request_id: str
+) -> Any:
+    """The store's approval record of ``request_id`` for the TeamRun ``teamrun_body`` of
+    Kubernetes namespace ``namespace``."""
     from oma.approval import get_approval_record
 
-    namespace = teamrun_body["spec"]["store"]["redis"]["namespace"]
-    store = RedisStore(redis.for_tests, namespace=namespace)
+    store = teamrun_store(redis, teamrun_body, namespace)
     try:
         return await get_approval_record(store, request_id)
     finally:

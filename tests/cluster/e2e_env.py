@@ -97,3 +97,12 @@ class SideEffects:
     async def tally(self) -> list[dict[str, Any]]:
         """Every tally record (one per run of the tool: a repeat shows a re-executed call)."""
         return await records.read(self._location("tally"))
+
+
+def teamrun_store(redis: Endpoint, body: dict[str, Any], namespace: str) -> Any:
+    """A TeamRun's part of its Redis store as the test process reaches it (what its runner and
+    the operator see: the namespace's tenant part). Close it with ``aclose``."""
+    from oma.store import PrefixedStore, RedisStore, tenant_prefix
+
+    inner = RedisStore(redis.for_tests, namespace=body["spec"]["store"]["redis"]["namespace"])
+    return PrefixedStore(inner, tenant_prefix(namespace))

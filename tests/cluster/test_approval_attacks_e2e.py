@@ -19,7 +19,6 @@ import pytest
 from devcluster import KubeClient
 from devcluster.kube import ApiError
 from oma.approval import decide_approval
-from oma.store import RedisStore
 from tests.cluster.approval_kit import (
     ADMISSION,
     DECISIONS,
@@ -35,7 +34,7 @@ from tests.cluster.approval_kit import (
     pending_decision,
 )
 from tests.cluster.conftest import ClusterHandle
-from tests.cluster.e2e_env import Endpoint, SideEffects
+from tests.cluster.e2e_env import Endpoint, SideEffects, teamrun_store
 from tests.cluster.helpers import event_counts, run_tool, wait_for
 from tests.cluster.test_cli_decisions import oma
 from tests.cluster.test_operator_e2e import (
@@ -195,7 +194,7 @@ async def test_a_decision_cannot_be_prepared_for_the_reviewer(
     assert done.returncode == 0, done.stderr
     assert (await finished(kube, namespace, "prep", 150))["phase"] == "Succeeded"
     assert await effects.ledger() == ["charge"]
-    row = await ledger_row(e2e_redis, body, decision["spec"]["requestId"])
+    row = await ledger_row(e2e_redis, body, namespace, decision["spec"]["requestId"])
     assert (row.decision.reviewer.id, row.decision.reason) == ("alice", "my own words")
 
 
@@ -256,7 +255,7 @@ async def test_a_store_decision_while_pods_are_refused_resumes_once_they_are_all
             "spec": {"hard": {"pods": "0"}},
         },
     )
-    store = RedisStore(e2e_redis.for_tests, namespace=body["spec"]["store"]["redis"]["namespace"])
+    store = teamrun_store(e2e_redis, body, namespace)
     try:
         await decide_approval(
             store,
@@ -344,7 +343,11 @@ async def test_with_separation_of_duties_the_creator_cannot_approve(
     effects: SideEffects,
 ) -> None:
     await grant_reviewers(kube, namespace, "alice", "bob")
-    authors = [{"apiGroups": ["oma.dev"], "resources": ["teamruns"], "verbs": ["create", "patch"]}]
+    authors = [
+        {"apiGroups": ["oma.dev"], "resources": ["teamruns"], "verbs": ["create", "patch"]},
+        # The reference policy: she hands the run its store Secret, so she must read it.
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["store"], "verbs": ["get"]},
+    ]
     await grant(kube, namespace, "authors", authors, ("alice",))
     approvals = {
         "reviewers": {"default": {"users": ["alice", "bob"]}},

@@ -25,7 +25,7 @@ from tests.cluster.approval_kit import (
     pending_decision,
 )
 from tests.cluster.conftest import ClusterHandle
-from tests.cluster.e2e_env import Endpoint, SideEffects
+from tests.cluster.e2e_env import Endpoint, SideEffects, teamrun_store
 from tests.cluster.helpers import run_tool, tables, wait_for
 from tests.cluster.operator_process import OperatorProcess
 from tests.cluster.test_operator_e2e import (
@@ -101,7 +101,7 @@ async def test_approve_by_patch_runs_the_tool_once(
     assert recorded["status"]["recorded"] is True and recorded["status"]["verified"] is True
     assert (recorded["status"]["decision"], recorded["status"]["reviewer"]) == ("Approved", "alice")
     assert recorded["status"]["reason"] == "invoice 42"
-    row = await ledger_row(e2e_redis, body, spec["requestId"])
+    row = await ledger_row(e2e_redis, body, namespace, spec["requestId"])
     assert row.decision.reviewer.id == "alice" and row.decision.reason == "invoice 42"
 
 
@@ -171,9 +171,7 @@ async def test_a_decision_made_with_the_cli_is_reflected_and_resumes(
     await kube.create(TEAMRUNS.format(ns=namespace), body)
     decision = await pending_decision(kube, namespace, "cli")
     spec = decision["spec"]
-    store_url = e2e_redis.for_tests  # the TeamRun's Redis namespace is part of its spec
-    namespace_arg = body["spec"]["store"]["redis"]["namespace"]
-    await asyncio.to_thread(_cli_approve, store_url, namespace_arg, spec)
+    await asyncio.to_thread(_cli_approve, e2e_redis, body, namespace, spec)
     final = await finished(kube, namespace, "cli", 150)
     assert final["phase"] == "Succeeded" and await effects.ledger() == ["charge"]
     name = decision["metadata"]["name"]
@@ -194,12 +192,13 @@ async def test_a_decision_made_with_the_cli_is_reflected_and_resumes(
     assert (row["REQUESTED"], row["VERIFIED"]) == ("Pending", "true")
 
 
-def _cli_approve(store_url: str, redis_namespace: str, spec: dict[str, Any]) -> None:
+def _cli_approve(
+    redis: Endpoint, body: dict[str, Any], namespace: str, spec: dict[str, Any]
+) -> None:
     from oma.approval import decide_approval
-    from oma.store import RedisStore
 
     async def decide() -> None:
-        store = RedisStore(store_url, namespace=redis_namespace)
+        store = teamrun_store(redis, body, namespace)
         await decide_approval(
             store,
             request_id=spec["requestId"],

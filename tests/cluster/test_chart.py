@@ -24,6 +24,7 @@ from tests.cluster.test_operator_e2e import (
     TEAMRUNS,
     finished,
     teamrun,
+    teamruns_admitted,
 )
 
 pytestmark = pytest.mark.cluster
@@ -66,10 +67,12 @@ def test_lint_and_template(cluster: ClusterHandle) -> None:
             "MutatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
         ]
     )
     names = [doc["metadata"]["name"] for doc in yaml.safe_load_all(rendered) if doc]
-    assert "t-approval-decisions" in names and "t-teamrun-creator" in names
+    assert {"t-approval-decisions", "t-teamrun-creator", "t-teamrun-references"} <= set(names)
     off = _helm(
         cluster,
         "template",
@@ -81,6 +84,8 @@ def test_lint_and_template(cluster: ClusterHandle) -> None:
         "approvals.creatorPolicy=false",
         "--set",
         "approvals.reviewerPolicy=false",
+        "--set",
+        "teamRuns.referencePolicy=false",
     ).stdout
     assert "AdmissionPolicy" not in off
     wide = _helm(
@@ -187,6 +192,7 @@ async def test_installed_chart_rbac_runs_the_eviction_resume(
         "--wait=false",
     )
     assert "STATUS: deployed" in installed.stdout
+    await teamruns_admitted(kube)
     kubeconfig = await _token_kubeconfig(
         kube, cluster, namespace, f"{release}-operator", tmp_path / "operator.kubeconfig"
     )
@@ -264,6 +270,7 @@ async def test_installed_chart_policies_and_rbac_run_an_approval(
         "operator.replicas=0",
         "--wait=false",
     )
+    await teamruns_admitted(kube)
     role = yaml.safe_load_all((CHART.parents[1] / "deploy" / "reviewer-role.yaml").read_text())
     for doc in role:
         doc["metadata"]["namespace"] = namespace

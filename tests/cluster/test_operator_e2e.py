@@ -30,7 +30,7 @@ from oma.tools import records
 from oma.tools.records import RecordLocation
 from oma_operator.crdgen import approvaldecision_crd, teamrun_crd
 from tests.cluster.conftest import ClusterHandle
-from tests.cluster.e2e_env import Endpoint, SideEffects, runner_image
+from tests.cluster.e2e_env import Endpoint, SideEffects, runner_image, teamrun_store
 from tests.cluster.helpers import (
     evict,
     get_or_none,
@@ -79,12 +79,30 @@ async def replace_crd(kube: KubeClient, crd: dict[str, Any]) -> None:
     await wait_for(served, 30, f"{plural} to be served")
 
 
+async def teamruns_admitted(kube: KubeClient) -> None:
+    """Wait until a TeamRun passes admission (a server-side dry run): right after a CRD is
+    created, admission policies that mutate it (the creator policy) answer 503 "Resource kind
+    ... not found" until the API server publishes its schema to them."""
+
+    async def admitted() -> bool:
+        try:
+            await kube.create(f"{TEAMRUNS.format(ns='default')}?dryRun=All", teamrun("probe", []))
+        except ApiError as exc:
+            if exc.status in (404, 429, 503):
+                return False
+            raise
+        return True
+
+    await wait_for(admitted, 60, "TeamRuns to pass admission")
+
+
 @pytest.fixture(scope="module")
 def crds_installed(cluster: ClusterHandle) -> None:
     async def apply() -> None:
         async with KubeClient(load_kubeconfig(cluster.kubeconfig)) as kube:
             for crd in (teamrun_crd(), approvaldecision_crd()):
                 await replace_crd(kube, crd)
+            await teamruns_admitted(kube)
 
     asyncio.run(apply())
 
@@ -635,13 +653,14 @@ async def _drop_schema(dsn: str, schema: str) -> None:
         )
 
 
-async def attempt_log(redis: Endpoint, body: dict[str, Any]) -> list[dict[str, Any]]:
+async def attempt_log(
+    redis: Endpoint, body: dict[str, Any], namespace: str
+) -> list[dict[str, Any]]:
     """The run's attempt log, read from its store (what each attempt found done when it began)."""
     from oma.checkpoint.attempts import load_attempt_log
     from oma.checkpoint.keys import checkpoint_key
-    from oma.store import RedisStore
 
-    store = RedisStore(redis.for_tests, namespace=body["spec"]["store"]["redis"]["namespace"])
+    store = teamrun_store(redis, body, namespace)
     try:
         log = await load_attempt_log(store, checkpoint_key(body["spec"]["runId"]))
     finally:
@@ -716,7 +735,7 @@ async def test_eviction_in_task_2_reruns_neither_task_1_nor_committed_calls(
     assert len({line["call"] for line in lines}) == 3
     # What the store says each attempt found: attempt 2 began with task 1 completed (not to be
     # run again) and task 2 in flight (continued from its conversation, first call included).
-    log = await attempt_log(e2e_redis, body)
+    log = await attempt_log(e2e_redis, body, namespace)
     assert [r["attempt"] for r in log] == [1, 2]
     assert (log[0]["completed_tasks"], log[0]["total_tasks"]) == (0, 2)
     assert (log[1]["completed_tasks"], log[1]["total_tasks"], log[1]["in_flight_tasks"]) == (

@@ -285,7 +285,7 @@ def test_the_manifest_carries_reviewers_and_the_runner_never_sees_them() -> None
             },
         }
     )
-    assert to_run_spec(teamrun, "r1")["approvals"] == {
+    assert to_run_spec(teamrun, "ns")["approvals"] == {
         "tools": ["wire"],
         "dispatch": [],
         "plan": False,

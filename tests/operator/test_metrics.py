@@ -13,6 +13,7 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
+from oma.pod_contract import TerminationReport
 from oma_operator.main import _port
 from oma_operator.metrics import OperatorMetrics, Resume, pod_ended_at, serve
 from oma_operator.models import TeamRunSpec
@@ -142,11 +143,11 @@ def test_runner_reports_are_added_and_bad_ones_ignored(
             "toolCalls": {"executed": 2, "replayed": 1},
         },
     }
-    metrics.runner_report(json.dumps(report))
-    metrics.runner_report(json.dumps(report))
+    metrics.runner_report(TerminationReport.parse(json.dumps(report)))
+    metrics.runner_report(TerminationReport.parse(json.dumps(report)))
     for junk in ("", "not json", "[]", '{"metrics": 3}', '{"metrics": {"saves": -1}}'):
-        metrics.runner_report(junk)
-    metrics.runner_report('{"metrics": {"saves": "7", "toolCalls": []}}')
+        metrics.runner_report(TerminationReport.parse(junk))
+    metrics.runner_report(TerminationReport.parse('{"metrics": {"saves": "7", "toolCalls": []}}'))
     assert value(registry, "oma_reported_tool_calls_total", source="executed") == 4
     assert value(registry, "oma_reported_tool_calls_total", source="replayed") == 2
     assert value(registry, "oma_reported_checkpoint_saves_total") == 8
@@ -184,8 +185,8 @@ def test_runner_pods_get_a_metrics_port_only_when_asked() -> None:
     (container,) = pod["spec"]["containers"]
     assert container["ports"] == [{"name": "metrics", "containerPort": 9100, "protocol": "TCP"}]
     names = [e["name"] for e in container["env"]]
-    # The TeamRun's own env comes later, so it can override (or turn off) the port.
-    assert names.index("OMA_METRICS_PORT") < names.index("X")
+    # The port is the operator's (a contract name): it comes after the TeamRun's own env.
+    assert names.index("OMA_METRICS_PORT") > names.index("X")
     assert pod["metadata"]["annotations"]["prometheus.io/port"] == "9100"
     assert pod["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
 

@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
+from oma.pod_contract import model_key_env
 from oma.spec import RunSpec
 from oma_operator.decisions import decide
-from oma_operator.models import RetryPolicy, TeamRunSpec, model_key_env, to_run_spec
+from oma_operator.models import RetryPolicy, TeamRunSpec, to_run_spec
 from oma_operator.outcomes import Outcome, classify
 from oma_operator.pods import FINALIZER, runner_pod
 from tests.operator.pod_fixtures import runner_pod_in
@@ -143,8 +144,8 @@ def test_the_runner_pod_manifest() -> None:
 
 def test_to_run_spec_validates_as_the_engine_spec() -> None:
     spec = TeamRunSpec.model_validate({**SPEC, "mode": "team", "tasks": None, "goal": "g"})
-    run = RunSpec.model_validate(to_run_spec(spec, "r"))
-    assert run.mode == "team" and run.goal == "g" and run.run_id == "r"
+    run = RunSpec.model_validate(to_run_spec(spec, "ns"))
+    assert run.mode == "team" and run.goal == "g" and run.run_id is None  # OMA_RUN_ID has it
 
 
 @pytest.mark.parametrize("name", ["teamrun.yaml", "teamrun-postgres.yaml"])
@@ -155,5 +156,5 @@ def test_the_examples_are_valid_teamruns(name: str) -> None:
 
     body = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / name).read_text())
     spec = TeamRunSpec.model_validate(body["spec"])
-    RunSpec.model_validate(to_run_spec(spec, spec.run_id or "x"))
+    RunSpec.model_validate(to_run_spec(spec, "ns"))
     assert body["kind"] == "TeamRun" and body["apiVersion"] == "oma.dev/v1alpha1"

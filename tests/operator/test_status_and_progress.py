@@ -30,7 +30,7 @@ def test_task_summary_comes_from_the_whole_report_even_past_1024_characters() ->
     outcome = Outcome("succeeded", "Completed", report, 0)
     record = attempt_record(1, outcome, "r-a1", "2026-12-01T10:00:00.000Z")
     assert len(record["message"]) == 1024  # the history keeps a bounded excerpt
-    status = after_attempt({}, DONE, record, 1, None, report)
+    status = after_attempt({}, DONE, record, 1, None, outcome.report)
     assert status["taskSummary"] == "3/3"
     assert status["nextAttemptAfter"] is None  # merge patch: removed
 

@@ -18,9 +18,11 @@ from oma.store import (
     InMemoryStore,
     MemoryStore,
     PostgresStore,
+    PrefixedStore,
     RedactingStore,
     RedisStore,
     supports_compare_and_set,
+    tenant_prefix,
 )
 from tests.servers.postgres_server import PostgresServer
 from tests.servers.redis_server import RedisServer
@@ -71,6 +73,31 @@ def _postgres(request: pytest.FixtureRequest, _: Path) -> StoreFactory:
     return make
 
 
+def _prefixed(request: pytest.FixtureRequest, path: Path) -> StoreFactory:
+    """One tenant's part of a real Redis store, beside another tenant's and whole-store keys
+    that it must never show, change or delete."""
+    whole = _redis(request, path)
+
+    async def make() -> MemoryStore:
+        inner = await whole()
+        await inner.set(f"{tenant_prefix('neighbour')}k", "theirs")
+        await inner.set("top-level", "not a tenant's")
+        return _ClosingPrefixed(inner, tenant_prefix("mine"))
+
+    return make
+
+
+class _ClosingPrefixed(PrefixedStore):
+    """Checks, when the test ends, that the neighbours were left alone."""
+
+    async def aclose(self) -> None:
+        neighbour = await self.inner.get(f"{tenant_prefix('neighbour')}k")
+        top = await self.inner.get("top-level")
+        assert neighbour is not None and neighbour.value == "theirs"
+        assert top is not None and top.value == "not a tenant's"
+        await super().aclose()
+
+
 def _redacting(_: pytest.FixtureRequest, __: Path) -> StoreFactory:
     async def make() -> MemoryStore:
         return RedactingStore(InMemoryStore())
@@ -84,6 +111,7 @@ BACKENDS: dict[str, Backend] = {
     "redis": _redis,
     "postgres": _postgres,
     "redacting": _redacting,
+    "prefixed": _prefixed,
 }
 
 
@@ -101,7 +129,7 @@ async def store_factory(
 
     yield tracked
     for store in created:
-        if isinstance(store, RedisStore | PostgresStore):
+        if isinstance(store, RedisStore | PostgresStore | PrefixedStore):
             await store.aclose()
 
 

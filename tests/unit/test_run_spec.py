@@ -82,7 +82,7 @@ def test_oma_run_reports_a_failed_task_with_exit_1(tmp_path: Path) -> None:
         )
     )
     result = CliRunner().invoke(app, ["run", str(spec), "--store", str(tmp_path / "s.json")])
-    assert result.exit_code == 1 and "status error" in result.output
+    assert result.exit_code == 2 and "status error" in result.output  # as a runner exits
 
 
 @pytest.mark.parametrize(

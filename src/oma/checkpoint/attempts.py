@@ -20,13 +20,13 @@ from oma import jsonutil
 from oma.checkpoint.keys import DEFAULT_CHECKPOINT_KEY
 from oma.checkpoint.snapshot import CheckpointSnapshotV4
 from oma.errors import AttemptLogError
+from oma.pod_contract import POD_NAME_ENV
 from oma.store.base import MemoryStore, supports_compare_and_set
 from oma.store.reserved import CHECKPOINT_KEY_PREFIX
 from oma.timeutil import now_iso
 from oma.wire import WireModel
 
 MAX_ATTEMPT_RECORDS = 100
-POD_NAME_ENV = "OMA_POD_NAME"  # set on runner pods from metadata.name
 _APPEND_TRIES = 5
 _LATEST_SUFFIX = "/latest"
 

@@ -9,6 +9,7 @@ from oma.errors import OmaError
 from oma.orchestrator.options import CheckpointOptions
 from oma.orchestrator.saver import ActiveCheckpoint
 from oma.store.base import MemoryStore
+from oma.store.prefixed import PrefixedStore
 from oma.team import Team
 
 
@@ -37,7 +38,7 @@ def activate(options: CheckpointOptions, team: Team, fallback_store: MemoryStore
             "CheckpointOptions(run_id=...), key=..., or store=..."
         )
     store = options.store or team.shared_memory_store or fallback_store
-    reuses = team.shared_memory_store is not None and store is team.shared_memory_store
+    reuses = _lives_in(team.shared_memory_store, store)
     checkpoint = Checkpoint(store, run_id=options.run_id, key=options.key)
     return Activation(
         active=ActiveCheckpoint(
@@ -49,3 +50,13 @@ def activate(options: CheckpointOptions, team: Team, fallback_store: MemoryStore
         checkpoint=checkpoint,
         reuses_shared_store=reuses,
     )
+
+
+def _lives_in(memory: MemoryStore | None, store: MemoryStore) -> bool:
+    """Shared memory kept in the checkpoint store, or in a part of it, is as durable as the
+    checkpoint itself: snapshots do not embed it (each one would carry the whole memory)."""
+    while isinstance(memory, PrefixedStore):
+        if memory is store:
+            return True
+        memory = memory.inner
+    return memory is not None and memory is store

@@ -20,6 +20,7 @@ from oma.store.base import (
 )
 from oma.store.file import FileStore
 from oma.store.memory import InMemoryStore
+from oma.store.prefixed import PrefixedStore, memory_prefix, tenant_prefix
 from oma.store.redacting import ExpiringRedactingStore, RedactingStore
 from oma.store.remote import StoreAuthError, StoreUnavailableError, redact_url
 from oma.store.reserved import (
@@ -57,13 +58,16 @@ __all__ = [
     "MemoryStore",
     "Metadata",
     "PostgresStore",
+    "PrefixedStore",
     "RedactingStore",
     "RedisStore",
     "StoreAuthError",
     "StoreUnavailableError",
     "is_reserved_key",
+    "memory_prefix",
     "open_store",
     "redact_url",
     "supports_compare_and_set",
     "supports_expiry",
+    "tenant_prefix",
 ]

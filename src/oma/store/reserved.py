@@ -8,7 +8,15 @@ from __future__ import annotations
 
 CHECKPOINT_KEY_PREFIX = "__oma_checkpoint__/"
 APPROVAL_KEY_PREFIX = "__oma_approval__/"
-RESERVED_KEY_PREFIXES = (CHECKPOINT_KEY_PREFIX, APPROVAL_KEY_PREFIX)
+# Parts of a store (oma.store.prefixed): a tenant's keys, a run's (or a named) shared memory.
+TENANT_KEY_PREFIX = "__oma_tenant__/"
+MEMORY_KEY_PREFIX = "__oma_memory__/"
+RESERVED_KEY_PREFIXES = (
+    CHECKPOINT_KEY_PREFIX,
+    APPROVAL_KEY_PREFIX,
+    TENANT_KEY_PREFIX,
+    MEMORY_KEY_PREFIX,
+)
 
 
 def is_reserved_key(key: str) -> bool:

@@ -1,0 +1,55 @@
+"""A TeamRun's spec, parsed once per generation (pure).
+
+Every handler and periodic loop needs the typed spec; it changes only with the TeamRun's
+``metadata.generation``, so it is validated once per (uid, generation) instead of on every event
+and every poll.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from oma.errors import OmaError
+from oma_operator.models import TeamRunSpec
+
+CACHE_SIZE = 4096
+
+
+class TeamRunSpecError(OmaError):
+    """The spec is not a valid TeamRun spec; ``problems`` lists them on one line."""
+
+    code = "TEAMRUN_SPEC_INVALID"
+
+    def __init__(self, problems: str) -> None:
+        self.problems = problems
+        super().__init__(f"invalid spec: {problems}")
+
+
+_parsed: OrderedDict[tuple[str, int], TeamRunSpec] = OrderedDict()
+
+
+def spec_of(teamrun: Mapping[str, Any]) -> TeamRunSpec:
+    """The typed spec of ``teamrun``; raises ``TeamRunSpecError``."""
+    meta = teamrun.get("metadata") or {}
+    key = (str(meta.get("uid", "")), int(meta.get("generation") or 0))
+    found = _parsed.get(key) if key[0] else None
+    if found is not None:
+        _parsed.move_to_end(key)
+        return found
+    try:
+        spec = TeamRunSpec.model_validate(dict(teamrun.get("spec") or {}))
+    except ValidationError as exc:
+        raise TeamRunSpecError(problems_of(exc)) from exc
+    if key[0]:
+        _parsed[key] = spec
+        while len(_parsed) > CACHE_SIZE:
+            _parsed.popitem(last=False)
+    return spec
+
+
+def problems_of(exc: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'spec'}: {e['msg']}" for e in exc.errors())
