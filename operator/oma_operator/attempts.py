@@ -162,13 +162,16 @@ async def record_outcome(
         if any(a.get("attempt") == attempt for a in status.get("attempts") or []):
             return  # recorded before (another watcher, or before an operator restart)
         spec = spec_of(teamrun)
-        decision = decide(outcome, status, spec.retry_policy)
+        decision = decide(outcome, status, spec.retry_policy, attempt)
         generation = int(teamrun["metadata"].get("generation", 1))
         record = attempt_record(attempt, outcome, pod, now_iso())
         next_attempt = attempt + 1 if decision.action == "next_attempt" else None
         update = after_attempt(status, decision, record, generation, next_attempt, outcome.report)
         update |= await store_progress(teamrun, spec)
+        if (outcome.report and outcome.report.checkpointed) or update.get("lastCheckpointAt"):
+            update["checkpointSaved"] = True  # from now on, an attempt must find a checkpoint
         await runtime.kube().patch_teamrun_status(namespace, name, update)
+        teamrun = {**teamrun, "status": {**status, **update}}  # what the next pod is built from
     METRICS.attempt_ended(outcome.kind)
     METRICS.runner_report(outcome.report)
     await events.info(

@@ -297,6 +297,10 @@ def _status_schema() -> dict[str, Any]:
             "taskSummary": field("string", "Tasks completed/total, from the store or the runner."),
             "pendingApprovals": field("integer", "Approval requests waiting for a decision."),
             "lastCheckpointAt": field("string", "When the latest checkpoint was saved."),
+            "checkpointSaved": field(
+                "boolean",
+                "An attempt saved a checkpoint: later attempts must find it (CheckpointLost).",
+            ),
             "nextAttemptAfter": field("string", "When the next attempt may start (a backoff)."),
             "message": field("string", "What happened last, for a person."),
         },

@@ -21,7 +21,11 @@ class Decision:
     delay_seconds: int = 0
 
 
-def decide(outcome: Outcome, counters: dict[str, int], policy: RetryPolicy) -> Decision:
+def decide(
+    outcome: Outcome, counters: dict[str, Any], policy: RetryPolicy, attempt: int = 0
+) -> Decision:
+    """``counters`` is the TeamRun's status (its budgets' counts, its current ``attempt``);
+    ``attempt`` the one that ended."""
     counts = {
         "disruptions": counters.get("disruptions", 0),
         "failures": counters.get("failures", 0),
@@ -32,8 +36,15 @@ def decide(outcome: Outcome, counters: dict[str, int], policy: RetryPolicy) -> D
     if outcome.kind == "suspended":
         return Decision("awaiting_approval", counts, "AwaitingApproval", outcome.message)
     if outcome.kind == "fenced":
+        if int(counters.get("attempt") or 0) > attempt:
+            return Decision(
+                "fenced", counts, "Fenced", "a newer attempt owns the run; this attempt stopped"
+            )
+        return Decision("failed", counts, "Superseded", _superseded(attempt))
+    if outcome.reason == "CheckpointLost":
+        report = outcome.report
         return Decision(
-            "fenced", counts, "Fenced", "a newer attempt owns the run; this attempt stopped"
+            "failed", counts, "CheckpointLost", report.message if report else outcome.message
         )
     if outcome.kind == "permanent":
         if outcome.report is not None and outcome.report.status == "rejected":
@@ -73,3 +84,13 @@ def attempt_record(attempt: int, outcome: Outcome, pod: str, ended_at: str) -> d
         "message": outcome.message[:1024],
         "endedAt": ended_at,
     }
+
+
+def _superseded(attempt: int) -> str:
+    return (
+        f"attempt {attempt} stopped: another writer replaced this run's checkpoint in the store, "
+        "and no newer attempt of this TeamRun exists (another TeamRun, an 'oma run' or a person "
+        "uses the same store and run id). Nothing more runs here: find that writer "
+        "('oma checkpoint show --tenant <namespace> --run-id <runId>' names its attempt and "
+        "pod), then create a TeamRun with a new runId if the work is still to be done"
+    )

@@ -38,6 +38,7 @@ EXIT_KINDS: dict[int, Kind] = {
     Exit.DRAINED: "disruption",
     Exit.FENCED: "fenced",
     Exit.PERMANENT: "permanent",
+    Exit.CHECKPOINT_LOST: "permanent",
 }
 
 
@@ -77,6 +78,8 @@ def classify(pod: dict[str, Any]) -> Outcome:
         return Outcome("oom", "OOMKilled", message, exit_code)
     if exit_code in EXIT_KINDS and exit_code != 0:
         kind = EXIT_KINDS[exit_code]
+        if exit_code == Exit.CHECKPOINT_LOST:
+            return Outcome(kind, "CheckpointLost", message, exit_code)
         reason = {
             "suspended": "AwaitingApproval",
             "disruption": disruption or "Drained",

@@ -14,6 +14,7 @@ from typing import Any
 
 from oma.pod_contract import (
     ATTEMPT_ENV,
+    EXPECT_CHECKPOINT_ENV,
     METRICS_PORT_ENV,
     POD_NAME_ENV,
     RUN_ID_ENV,
@@ -84,6 +85,8 @@ def runner_pod(
     ]
     if metrics_port:
         env.append({"name": METRICS_PORT_ENV, "value": str(metrics_port)})
+    if checkpoint_expected(body.get("status") or {}):
+        env.append({"name": EXPECT_CHECKPOINT_ENV, "value": "1"})
     agents = [*spec.team.agents, *([spec.coordinator] if spec.coordinator else [])]
     for agent in agents:
         ref = agent.model.api_key_secret_ref
@@ -182,3 +185,9 @@ def _spec_env(text: str) -> dict[str, Any]:
         return {"name": RUN_SPEC_ENV, "value": text}
     packed = base64.b64encode(gzip.compress(text.encode(), mtime=0)).decode("ascii")
     return {"name": RUN_SPEC_GZIP_ENV, "value": packed}
+
+
+def checkpoint_expected(status: dict[str, Any]) -> bool:
+    """Whether an earlier attempt saved a checkpoint (seen in the store, or reported by the
+    runner): the next one must resume from it and refuses to start over without it."""
+    return bool(status.get("checkpointSaved") or status.get("lastCheckpointAt"))

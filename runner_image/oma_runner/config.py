@@ -14,6 +14,7 @@ from oma import jsonutil
 from oma.errors import OmaError
 from oma.pod_contract import (
     ATTEMPT_ENV,
+    EXPECT_CHECKPOINT_ENV,
     METRICS_PORT_ENV,
     RUN_ID_ENV,
     RUN_SPEC_ENV,
@@ -39,6 +40,7 @@ class RunnerConfig:
     attempt: int
     termination_log: Path
     metrics_port: int | None = None
+    expect_checkpoint: bool = False
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> RunnerConfig:
@@ -79,6 +81,7 @@ class RunnerConfig:
             attempt=attempt,
             termination_log=termination_log_path(env),
             metrics_port=_metrics_port(env.get(METRICS_PORT_ENV, "")),
+            expect_checkpoint=env.get(EXPECT_CHECKPOINT_ENV, "") == "1",
         )
 
 

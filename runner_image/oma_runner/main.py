@@ -15,7 +15,12 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from oma.errors import CheckpointFencedError, OmaError, StoreUnavailableError
+from oma.errors import (
+    CheckpointFencedError,
+    CheckpointLostError,
+    OmaError,
+    StoreUnavailableError,
+)
 from oma.llm.adapter import LLMError
 from oma.local_run import run_spec
 from oma.orchestrator.events import OrchestratorEvent
@@ -47,7 +52,11 @@ async def run(config: RunnerConfig, metrics: RunnerMetrics) -> Exit:
             default_store_path=Path("/nonexistent"),  # the config requires a store in the spec
             on_progress=_with_warnings_logged(metrics.on_progress),
             drain=drain,
+            expect_checkpoint=config.expect_checkpoint,
         )
+    except CheckpointLostError as exc:
+        _report(config, "checkpoint_lost", str(exc), metrics)
+        return Exit.CHECKPOINT_LOST
     except CheckpointFencedError as exc:
         _report(config, "fenced", str(exc), metrics)
         return Exit.FENCED
@@ -63,6 +72,7 @@ async def run(config: RunnerConfig, metrics: RunnerMetrics) -> Exit:
     result = outcome.result
     report = report_for(result, pod_attempt=config.attempt)
     report.metrics = metrics.report()
+    report.checkpointed = outcome.resumed or _saved(metrics)
     write_termination_message(config.termination_log, report)
     print(
         f"oma-runner: run {result.identity.run_id} attempt {result.identity.attempt}: "
@@ -95,8 +105,14 @@ def _report(config: RunnerConfig, status: str, message: str, metrics: RunnerMetr
         status=status,
         message=message,
         metrics=metrics.report(),
+        checkpointed=_saved(metrics),
     )
     write_termination_message(config.termination_log, report)
+
+
+def _saved(metrics: RunnerMetrics) -> bool:
+    """Whether a save of this attempt completed: later attempts must find a checkpoint."""
+    return int(metrics.report().get("saves", 0)) > 0
 
 
 def main() -> None:

@@ -24,7 +24,7 @@ from oma import __version__
 from oma.cli_approvals import app as approvals_app
 from oma.cli_checkpoint import app as checkpoint_app
 from oma.cli_run import run_command
-from oma.errors import CheckpointFencedError, OmaError, StoreUnavailableError
+from oma.errors import CheckpointFencedError, CheckpointLostError, OmaError, StoreUnavailableError
 from oma.llm.adapter import LLMError
 from oma.pod_contract import Exit
 
@@ -58,11 +58,18 @@ def run(
     events: Annotated[
         Path | None, typer.Option(help="Append progress events as JSON lines.")
     ] = None,
+    expect_checkpoint: Annotated[
+        bool,
+        typer.Option(
+            help="Resume only: an earlier attempt saved a checkpoint, so refuse (exit 13) to "
+            "start over without it."
+        ),
+    ] = False,
 ) -> None:
     """Run a spec locally; run the same command again after an interruption to resume."""
     console = Console(highlight=False)
     try:
-        code = run_command(spec, run_id, store, events, console)
+        code = run_command(spec, run_id, store, events, console, expect_checkpoint)
     except KeyboardInterrupt:
         console.print(
             "interrupted: the checkpoint holds everything up to the last boundary; "
@@ -70,6 +77,9 @@ def run(
             soft_wrap=True,
         )
         raise typer.Exit(Exit.INTERRUPTED) from None
+    except CheckpointLostError as exc:
+        console.print(f"[red]checkpoint lost:[/] {escape(str(exc))}", soft_wrap=True)
+        raise typer.Exit(Exit.CHECKPOINT_LOST) from exc
     except CheckpointFencedError as exc:
         console.print(f"[yellow]fenced:[/] {escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(Exit.FENCED) from exc

@@ -71,7 +71,12 @@ class Progress:
 
 
 def run_command(
-    spec_path: Path, run_id: str | None, store: Path | None, events: Path | None, console: Console
+    spec_path: Path,
+    run_id: str | None,
+    store: Path | None,
+    events: Path | None,
+    console: Console,
+    expect_checkpoint: bool = False,
 ) -> int:
     spec = load_spec(spec_path)
     chosen_id = run_id or spec.run_id or spec_path.stem
@@ -91,6 +96,7 @@ def run_command(
                 default_store_path=default_store,
                 on_progress=Progress(console, events_file),
                 on_start=announce,
+                expect_checkpoint=expect_checkpoint,
             )
         )
     finally:

@@ -69,6 +69,25 @@ class CheckpointFencedError(CheckpointError):
         )
 
 
+class CheckpointLostError(CheckpointFencedError):
+    """The run saved a checkpoint before, and the store no longer has it (flushed, restarted
+    without persistence, deleted by hand). Starting over would run committed side effects
+    again, so the attempt stops instead, without running any (more) tools. Permanent."""
+
+    code = "CHECKPOINT_LOST"
+
+    def __init__(self, key: str, attempt: int | None, why: str) -> None:
+        CheckpointError.__init__(
+            self,
+            f'checkpoint "{key}" is missing from the store, but {why}. Nothing more was run: '
+            "starting over would repeat side effects already committed. Restore the store from a "
+            "backup and run again, or start the work again under a new run id once you have "
+            "checked what the lost attempts did",
+        )
+        self.key = key
+        self.attempt = attempt
+
+
 class RunDrained(OmaError):
     """The run was asked to stop (e.g. SIGTERM) and stopped at a durable boundary."""
 

@@ -2,7 +2,8 @@
 
 The same command starts a run and resumes it: with a checkpoint for the run id in the store it
 restores (completed tasks are not re-run, committed tool calls are replayed), without one it
-starts fresh.
+starts fresh, unless the run is known to have saved one (then the checkpoint was lost, and the
+run refuses to start over: ``CheckpointLostError``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from oma.assemble import build_coordinator, build_team, gates_for, open_store
+from oma.checkpoint.attempts import load_attempt_log
 from oma.checkpoint.manager import Checkpoint
+from oma.errors import CheckpointLostError
 from oma.orchestrator.events import ProgressCallback
 from oma.orchestrator.options import CheckpointOptions
 from oma.orchestrator.orchestrator import OpenMultiAgent
@@ -44,7 +47,13 @@ async def run_spec(
     on_progress: ProgressCallback | None = None,
     on_start: Callable[[bool], None] | None = None,
     drain: asyncio.Event | None = None,
+    expect_checkpoint: bool = False,
 ) -> LocalRun:
+    """Resume the run's checkpoint, or start it fresh when it has none.
+
+    A run known to have saved a checkpoint (``expect_checkpoint``: the caller knows, e.g. the
+    operator from an earlier attempt; or the store's attempt log says so) never starts fresh
+    without it: that raises ``CheckpointLostError`` before anything runs."""
     store = open_store(spec.store, default_store_path)
     try:
         team = build_team(spec, tools, name=run_id, store=store)
@@ -56,7 +65,10 @@ async def run_spec(
             drain=drain,
             **gates_for(spec.approvals),
         )
-        resumed = await Checkpoint(store, run_id=run_id).load_latest() is not None
+        saved = Checkpoint(store, run_id=run_id)
+        resumed = await saved.load_latest() is not None
+        if not resumed:
+            await _refuse_if_lost(saved, expect_checkpoint)
         if on_start is not None:
             on_start(resumed)
         if resumed:
@@ -81,3 +93,13 @@ async def run_spec(
         closer = getattr(store, "aclose", None)
         if callable(closer):
             await closer()
+
+
+async def _refuse_if_lost(checkpoint: Checkpoint, expected: bool) -> None:
+    if expected:
+        why = "an earlier attempt of this run saved one"
+    elif await load_attempt_log(checkpoint.store, checkpoint.key) is not None:
+        why = "the store's attempt log shows that earlier attempts of this run saved one"
+    else:
+        return
+    raise CheckpointLostError(checkpoint.key, None, why)

@@ -11,7 +11,8 @@ TeamRun's own ``spec.runner.env`` may not use the names reserved here.
 | 2 | permanent failure (bad input; a failed or rejected run) | ``Failed`` (``Rejected``) |
 | 10 | suspended: approvals pending | ``AwaitingApproval`` |
 | 11 | drained after SIGTERM, checkpoint flushed | next attempt (a disruption) |
-| 12 | fenced: a newer attempt owns the run | records it |
+| 12 | fenced: another writer replaced the run's checkpoint | next attempt's or ``Superseded`` |
+| 13 | checkpoint lost: saved before, missing now; nothing run | ``Failed`` (``CheckpointLost``) |
 | 130 | interrupted (``oma run`` only: Ctrl-C) | |
 """
 
@@ -31,6 +32,8 @@ RUN_SPEC_GZIP_ENV = "OMA_RUN_SPEC_GZIP"  # gzip + base64: one env string is at m
 RUN_SPEC_FILE_ENV = "OMA_RUN_SPEC_FILE"
 RUN_ID_ENV = "OMA_RUN_ID"
 ATTEMPT_ENV = "OMA_ATTEMPT"
+# "1": an earlier attempt saved a checkpoint, so this one must find it (or stop: exit 13).
+EXPECT_CHECKPOINT_ENV = "OMA_RUN_EXPECT_CHECKPOINT"
 POD_NAME_ENV = "OMA_POD_NAME"  # from metadata.name: the attempt log records the pod
 TERMINATION_LOG_ENV = "OMA_TERMINATION_LOG"
 STORE_URL_ENV = "OMA_STORE_URL"  # the store's URL or DSN, from the TeamRun's Secret
@@ -45,6 +48,7 @@ RESERVED_ENV = frozenset(
         RUN_SPEC_FILE_ENV,
         RUN_ID_ENV,
         ATTEMPT_ENV,
+        EXPECT_CHECKPOINT_ENV,
         POD_NAME_ENV,
         TERMINATION_LOG_ENV,
         STORE_URL_ENV,
@@ -70,6 +74,7 @@ class Exit(IntEnum):
     SUSPENDED = 10
     DRAINED = 11
     FENCED = 12
+    CHECKPOINT_LOST = 13
     INTERRUPTED = 130
 
 
@@ -92,7 +97,9 @@ class TerminationReport(_Report):
     """The runner's JSON termination message (``/dev/termination-log``).
 
     ``status`` is the run's status code (``ok``, ``suspended``, ``rejected``, ``error``, ...) or
-    how the runner itself ended (``fenced``, ``crashed``, ``failed``, ``invalid``)."""
+    how the runner itself ended (``fenced``, ``checkpoint_lost``, ``crashed``, ``failed``,
+    ``invalid``). ``checkpointed``: the attempt saved (or resumed from) a checkpoint, so later
+    attempts must find one."""
 
     run_id: str | None = None
     attempt: int | None = None
@@ -102,6 +109,7 @@ class TerminationReport(_Report):
     tasks: TaskCounts | None = None
     pending_approvals: list[str] = Field(default_factory=list)
     truncated: bool = False
+    checkpointed: bool | None = None
     metrics: dict[str, Any] | None = None
 
     @classmethod

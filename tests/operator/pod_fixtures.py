@@ -13,6 +13,7 @@ def runner_pod_in(
     pod_reason: str | None = None,
     disruption: str | None = None,
     deleting: bool = False,
+    message: str = "msg",
 ) -> dict[str, Any]:
     status: dict[str, Any] = {"phase": phase}
     if exit_code is not None:
@@ -23,7 +24,7 @@ def runner_pod_in(
                     "terminated": {
                         "exitCode": exit_code,
                         "reason": reason or "Error",
-                        "message": "msg",
+                        "message": message,
                     }
                 },
             }

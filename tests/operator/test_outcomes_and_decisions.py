@@ -69,7 +69,7 @@ POLICY = RetryPolicy(max_disruptions=2, max_failures=1, max_oom_kills=1, backoff
     [
         ("succeeded", {}, "succeeded", 0),
         ("suspended", {}, "awaiting_approval", 0),
-        ("fenced", {}, "fenced", 0),
+        ("fenced", {"attempt": 1}, "fenced", 0),  # attempt 1 is newer than the one that ended
         ("permanent", {}, "failed", 0),
         ("disruption", {"disruptions": 1}, "next_attempt", 0),
         ("disruption", {"disruptions": 2}, "failed", 0),

@@ -74,7 +74,7 @@ class OpenMultiAgent:
     ) -> TeamRunResult:
         options = self._options(checkpoint)
         activation, identity = self._prepare(team, options, run_id, metadata)
-        queue = load_task_specs(tasks, team.roster)
+        queue = load_task_specs(tasks, team.roster, run_id=identity.run_id)
         context = self._context(team, queue, identity, "runTasks", activation, None, metadata)
         await execute_queue(context)
         return build_result(context, queue_status(context))
@@ -113,7 +113,7 @@ class OpenMultiAgent:
         lead = coordinator or _default_coordinator(team)
         context = self._context(team, TaskQueue(), identity, "runTeam", activation, goal, metadata)
         specs = await decompose(lead, goal, context)
-        context.queue = load_task_specs(specs, team.roster)
+        context.queue = load_task_specs(specs, team.roster, run_id=identity.run_id)
         assign_unassigned(context)
         stopped = await plan_gate(context, plan_only)
         if stopped is not None:

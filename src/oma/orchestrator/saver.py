@@ -4,7 +4,8 @@ Ordinary saves are best-effort: a failure is reported as an ``error`` event of k
 ``checkpoint_save_failed`` and the run continues; the next boundary saves again. Strict saves
 (suspensions) raise instead. A fenced save is a compare-and-set from the string this attempt
 wrote last; when another attempt wrote in between, this attempt is superseded and every later
-save (and so every tool commit) raises ``CheckpointFencedError``. Every save that completes emits
+save (and so every tool commit) raises ``CheckpointFencedError``; ``CheckpointLostError`` (a
+subclass) when the checkpoint is gone rather than replaced. Every save that completes emits
 ``checkpoint_saved`` (``data["seconds"]``: building the snapshot and writing it), e.g. for metrics.
 """
 
@@ -16,11 +17,13 @@ import time
 from oma.checkpoint.attempts import append_attempt, attempt_record
 from oma.checkpoint.manager import Checkpoint
 from oma.checkpoint.snapshot import CheckpointSnapshotV4
-from oma.errors import CheckpointFencedError
+from oma.errors import CheckpointFencedError, CheckpointLostError
 from oma.orchestrator.context import RunContext
 from oma.orchestrator.events import OrchestratorEvent
 from oma.orchestrator.snapshot_wire import EncodedSnapshot
 from oma.store.base import supports_compare_and_set
+
+VANISHED = "this attempt saved it earlier and nobody wrote a newer one"
 
 
 class ActiveCheckpoint:
@@ -69,6 +72,8 @@ class ActiveCheckpoint:
                 self.expected, self._unknown = stored, None
                 return
             self.superseded = True
+            if stored is None:
+                raise CheckpointLostError(self.checkpoint.key, None, VANISHED)
             raise CheckpointFencedError(self.checkpoint.key, None)
 
     async def claim(self, context: RunContext, loaded: str | None) -> bool:
@@ -151,8 +156,17 @@ class ActiveCheckpoint:
             written = await self.checkpoint.save_text_if(text, metadata, self.expected)
         if written is None:
             self.superseded = True
+            if self.expected is not None and await self._vanished():
+                raise CheckpointLostError(self.checkpoint.key, attempt, VANISHED)
             raise CheckpointFencedError(self.checkpoint.key, attempt)
         self.expected, self._unknown = written, None
+
+    async def _vanished(self) -> bool:
+        """Whether the checkpoint this attempt wrote is gone (not replaced by a newer one)."""
+        try:
+            return await self.checkpoint.store.get(self.checkpoint.key) is None
+        except Exception:
+            return False  # unknown: fenced is the safe reading, it stops the attempt too
 
     async def _landed(self, value: str) -> bool:
         entry = await self.checkpoint.store.get(self.checkpoint.key)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -94,8 +95,17 @@ def _cycles(tasks: Sequence[Task]) -> list[str]:
     return found
 
 
-def load_task_specs(specs: Sequence[TaskSpec | dict[str, Any]], roster: Iterable[str]) -> TaskQueue:
-    """Fresh tasks (new ids) in spec order; dependencies by exact id or unique title."""
+def load_task_specs(
+    specs: Sequence[TaskSpec | dict[str, Any]],
+    roster: Iterable[str],
+    *,
+    run_id: str | None = None,
+) -> TaskQueue:
+    """Fresh tasks in spec order; dependencies by exact id or unique title.
+
+    With ``run_id``, a task's id is derived from the run id, its place in the list and its
+    title (``derived_task_id``): a run started again under the same id (its checkpoint lost)
+    gives its tool calls the same idempotency keys. Without, ids are random UUIDs."""
     parsed = [
         spec if isinstance(spec, TaskSpec) else TaskSpec.model_validate(spec) for spec in specs
     ]
@@ -116,6 +126,9 @@ def load_task_specs(specs: Sequence[TaskSpec | dict[str, Any]], roster: Iterable
         )
         for spec in parsed
     ]
+    if run_id is not None:
+        for index, task in enumerate(tasks):
+            task.id = derived_task_id(run_id, index, task.title)
     by_title: dict[str, list[Task]] = {}
     for task in tasks:
         by_title.setdefault(task.title.strip().lower(), []).append(task)
@@ -139,3 +152,11 @@ def load_task_specs(specs: Sequence[TaskSpec | dict[str, Any]], roster: Iterable
     for task_id, refs in unresolved.items():
         queue.fail(task_id, f"Unresolved dependency reference(s): {', '.join(refs)}")
     return queue
+
+
+_TASK_IDS = uuid.UUID("5d0f3c1e-8a51-4c4e-9d55-0a6d1f2b7c11")  # the namespace of derived ids
+
+
+def derived_task_id(run_id: str, index: int, title: str) -> str:
+    """The id of the ``index``-th task (from 0) of run ``run_id``: a UUID (version 5)."""
+    return str(uuid.uuid5(_TASK_IDS, f"{run_id}\x00{index}\x00{title}"))

@@ -1,0 +1,137 @@
+"""When the store forgets, or another writer takes the run's checkpoint, the TeamRun ends with a
+condition that says so, and nothing is paid twice (real API server, operator, runner pods)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devcluster import KubeClient
+from oma.checkpoint.keys import checkpoint_key
+from tests.cluster.e2e_env import Endpoint, SideEffects, teamrun_store
+from tests.cluster.helpers import event_counts, evict, wait_for
+from tests.cluster.test_operator_e2e import (
+    TEAMRUNS,
+    crds_installed,
+    finished,
+    operator,
+    operator_log,
+    redis_secret,
+    status_of,
+    teamrun,
+)
+
+__all__ = ["crds_installed", "operator", "redis_secret"]
+pytestmark = pytest.mark.cluster
+SECRET = "/api/v1/namespaces/{ns}/secrets/store"
+
+
+def _pay(entry: str, call: str) -> dict[str, Any]:
+    return {"id": call, "name": "ledger_append", "input": {"entry": entry, "amount": 1}}
+
+
+async def _wait_ledger(effects: SideEffects, expected: list[str]) -> None:
+    async def there() -> bool:
+        return await effects.ledger() == expected
+
+    await wait_for(there, 90, f"the ledger to read {expected}")
+
+
+@pytest.mark.timeout(240)
+async def test_a_store_that_forgot_between_attempts_ends_checkpoint_lost_and_pays_nothing_again(
+    kube: KubeClient,
+    namespace: str,
+    operator: Path,
+    e2e_redis: Endpoint,
+    redis_secret: str,
+    effects: SideEffects,
+) -> None:
+    """Attempt 1 pays and is evicted (its checkpoint flushed on the way out); the store then
+    loses everything, as a Redis without persistence does on restart. Attempt 2 is told that a
+    checkpoint was saved, finds none, and stops: no second payment, TeamRun Failed
+    CheckpointLost with what to do."""
+    # The wait ends within the grace period: the evicted runner drains, saves and reports
+    # that it checkpointed (the operator cannot read the store itself while its Secret is gone).
+    script: list[dict[str, Any]] = [
+        {"tool_calls": [_pay("pay-bob", "p1")]},
+        {"tool_calls": [{"id": "w1", "name": "wait", "input": {"seconds": 5}}]},
+        {"text": "paid"},
+    ]
+    body = teamrun("forgot", script, effects)
+    await kube.create(TEAMRUNS.format(ns=namespace), body)
+    await _wait_ledger(effects, ["pay-bob"])
+    # Attempt 2's pod waits for the store Secret (CreateContainerConfigError) until the store
+    # has been emptied: the order of the story is fixed, not raced.
+    secret = await kube.get(SECRET.format(ns=namespace))
+    await kube.delete(SECRET.format(ns=namespace))
+    await evict(kube, namespace, "forgot-a1")
+
+    async def attempt_2_waits() -> dict[str, Any] | None:
+        status = await status_of(kube, namespace, "forgot")
+        return status if status.get("attempt") == 2 and status.get("attempts") else None
+
+    status = await wait_for(attempt_2_waits, 90, "attempt 1 recorded and attempt 2 created")
+    assert status["checkpointSaved"] is True, status
+    assert status["attempts"][0]["outcome"] == "disruption"
+    store = teamrun_store(e2e_redis, body, namespace)
+    try:
+        assert await store.get(checkpoint_key(body["spec"]["runId"])) is not None
+        await store.inner.clear()  # the store forgets: checkpoint, attempt log, everything
+    finally:
+        await store.aclose()
+    await kube.create(
+        f"/api/v1/namespaces/{namespace}/secrets",
+        {k: secret[k] for k in ("apiVersion", "kind", "data")} | {"metadata": {"name": "store"}},
+    )
+    status = await finished(kube, namespace, "forgot", 120)
+    assert status["phase"] == "Failed", (status, await operator_log(operator))
+    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+    assert failed["status"] == "True" and failed["reason"] == "CheckpointLost", failed
+    assert "is missing from the store" in failed["message"]
+    assert "Restore the store from a backup" in failed["message"]
+    assert [(a["attempt"], a["exitCode"]) for a in status["attempts"]] == [(1, 11), (2, 13)]
+    assert await effects.ledger() == ["pay-bob"]  # attempt 2 paid nothing
+    assert "AttemptPermanent" in await event_counts(kube, namespace, "forgot")
+
+
+@pytest.mark.timeout(180)
+async def test_fenced_without_a_successor_ends_superseded_within_bounded_time(
+    kube: KubeClient,
+    namespace: str,
+    operator: Path,
+    e2e_redis: Endpoint,
+    redis_secret: str,
+    effects: SideEffects,
+) -> None:
+    """Another writer (a second TeamRun or an ``oma run`` on the same store and run id)
+    replaces the checkpoint mid-run: the attempt stops before its next tool, and since no newer
+    attempt of this TeamRun exists, the TeamRun ends Failed (Superseded), never Running
+    without a pod."""
+    script: list[dict[str, Any]] = [
+        {"tool_calls": [_pay("first", "p1")]},
+        {"tool_calls": [_pay("second", "p2")], "delay": 6},
+        {"text": "paid"},
+    ]
+    body = teamrun("taken", script, effects)
+    await kube.create(TEAMRUNS.format(ns=namespace), body)
+    await _wait_ledger(effects, ["first"])
+    key = checkpoint_key(body["spec"]["runId"])
+    store = teamrun_store(e2e_redis, body, namespace)
+    try:
+        entry = await store.get(key)
+        assert entry is not None
+        other = json.loads(entry.value)
+        other["createdAt"] = "2026-01-01T00:00:00.000Z"  # another writer's snapshot
+        await store.set(key, json.dumps(other), entry.metadata)
+    finally:
+        await store.aclose()
+    status = await finished(kube, namespace, "taken", 90)
+    assert status["phase"] == "Failed", (status, await operator_log(operator))
+    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "Superseded", failed
+    assert "no newer attempt of this TeamRun exists" in failed["message"]
+    assert [(a["attempt"], a["exitCode"]) for a in status["attempts"]] == [(1, 12)]
+    assert await effects.ledger() == ["first"]  # the second payment never ran
