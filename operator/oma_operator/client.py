@@ -118,6 +118,13 @@ class Kube:
                 return None
             raise
 
+    async def list_pods(self, namespace: str | None, label_selector: str) -> list[dict[str, Any]]:
+        """Pods with ``label_selector`` in ``namespace`` (None: every namespace)."""
+        path = f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods"
+        body = await self._call("GET", path, params={"labelSelector": label_selector})
+        items: list[dict[str, Any]] = body.get("items") or []
+        return items
+
     async def delete_pod(self, namespace: str, name: str) -> None:
         """Ask for a graceful delete; a pod already gone is fine."""
         try:

@@ -16,7 +16,13 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from oma_operator.models import GROUP, VERSION, ApprovalDecisionSpec, TeamRunSpec
+from oma_operator.models import (
+    GROUP,
+    MAX_TEAMRUN_NAME,
+    VERSION,
+    ApprovalDecisionSpec,
+    TeamRunSpec,
+)
 
 PRESERVE = {"x-kubernetes-preserve-unknown-fields": True}
 DROP = {"title", "$defs", "discriminator"}
@@ -128,6 +134,14 @@ def teamrun_crd() -> dict[str, Any]:
         plural="teamruns",
         short=["tr"],
         spec=spec,
+        rules=[
+            {
+                # <name>-a<attempt> names its pods and labels them: both stop at 63 characters.
+                "rule": f"self.metadata.name.size() <= {MAX_TEAMRUN_NAME}",
+                "message": f"a TeamRun name has at most {MAX_TEAMRUN_NAME} characters (its pods "
+                "are <name>-a<attempt>, and labels and host names stop at 63)",
+            }
+        ],
         status=_status_schema(),
         columns=[
             ("Phase", "string", ".status.phase"),
@@ -315,7 +329,15 @@ def _crd(
     spec: dict[str, Any],
     status: dict[str, Any],
     columns: list[tuple[str, str, str] | tuple[str, str, str, int]],
+    rules: list[dict[str, str]] | None = None,
 ) -> dict[str, Any]:
+    root: dict[str, Any] = {
+        "type": "object",
+        "required": ["spec"],
+        "properties": {"spec": spec, "status": status},
+    }
+    if rules:
+        root["x-kubernetes-validations"] = rules
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -338,13 +360,7 @@ def _crd(
                     "storage": True,
                     "subresources": {"status": {}},
                     "additionalPrinterColumns": [_column(*column) for column in columns],
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "required": ["spec"],
-                            "properties": {"spec": spec, "status": status},
-                        }
-                    },
+                    "schema": {"openAPIV3Schema": root},
                 }
             ],
         },

@@ -24,6 +24,7 @@ from oma_operator.models import GROUP, VERSION
 from oma_operator.outcomes import classify
 from oma_operator.pods import FINALIZER, LABEL_TEAMRUN, attempt_of, run_id_of
 from oma_operator.progress import changed
+from oma_operator.release import release_runner_pods
 from oma_operator.reviewers import missing_creator
 from oma_operator.specs import TeamRunSpecError, spec_of
 from oma_operator.status import backoff_left, condition, merge_conditions, started
@@ -59,6 +60,7 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 async def close(**_: Any) -> None:
     await TICKER.close()
     await TIMERS.close()
+    await release_runner_pods(runtime.NAMESPACES)
     await STORES.close()
     await runtime.close()
 

@@ -58,6 +58,7 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     runtime.RUNNER_METRICS_PORT = args.runner_metrics_port or None
+    runtime.NAMESPACES = [] if args.all_namespaces else list(args.namespace or [])
     serve(args.metrics_port, args.metrics_address)
     asyncio.run(
         kopf.operator(

@@ -28,10 +28,12 @@ from oma.spec import (
     SpecModel,
     check_work,
 )
+from oma.store.names import POSTGRES_IDENTIFIER, REDIS_NAMESPACE
 from oma.tasks.loading import TaskSpec
 from oma.tasks.plan import PlanArtifact
 
 GROUP, VERSION = "oma.dev", "v1alpha1"
+MAX_TEAMRUN_NAME = 52  # <name>-a<attempt> (a pod name, and its host name) fits 63 characters
 # Set by the API server (the chart's MutatingAdmissionPolicy) to the user who created a TeamRun;
 # a ValidatingAdmissionPolicy keeps anyone from forging or changing it.
 CREATOR_ANNOTATION = "oma.dev/created-by"
@@ -71,9 +73,10 @@ class RedisRef(SpecModel):
     )
     namespace: str = Field(
         default="oma",
-        min_length=1,
         max_length=63,
-        description="Key prefix in Redis; runs with different namespaces never see each other.",
+        pattern=REDIS_NAMESPACE,
+        description="Key prefix in Redis (no braces); runs with different namespaces never see "
+        "each other.",
     )
 
 
@@ -83,13 +86,13 @@ class PostgresRef(SpecModel):
     )
     table: str = Field(
         default="oma_store",
-        pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,62}$",
+        pattern=POSTGRES_IDENTIFIER,
         description="Table the store keeps its rows in (created if missing).",
     )
     schema_name: str | None = Field(
         default=None,
         alias="schema",
-        max_length=63,
+        pattern=POSTGRES_IDENTIFIER,
         description="Schema of the table (created if missing); default: the search path's.",
     )
 

@@ -11,6 +11,8 @@ DEFAULT_IMAGE = os.environ.get("OMA_RUNNER_IMAGE", "ghcr.io/oma/oma:latest")
 RUNNER_SERVICE_ACCOUNT = os.environ.get("OMA_RUNNER_SERVICE_ACCOUNT") or None
 # The port runner pods serve their metrics on (None: they serve none); set by ``main``.
 RUNNER_METRICS_PORT: int | None = None
+# The namespaces this operator watches (empty: every namespace); set by ``main``.
+NAMESPACES: list[str] = []
 
 
 def _seconds(variable: str, default: float) -> float:

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from oma.errors import OmaError
-from oma_operator.models import TeamRunSpec
+from oma_operator.models import MAX_TEAMRUN_NAME, TeamRunSpec
 
 CACHE_SIZE = 4096
 
@@ -40,6 +40,12 @@ def spec_of(teamrun: Mapping[str, Any]) -> TeamRunSpec:
     if found is not None:
         _parsed.move_to_end(key)
         return found
+    name = str(meta.get("name", ""))
+    if len(name) > MAX_TEAMRUN_NAME:  # created before the CRD said so
+        raise TeamRunSpecError(
+            f"metadata.name: {len(name)} characters, at most {MAX_TEAMRUN_NAME} (its pods are "
+            "<name>-a<attempt>); create it again under a shorter name"
+        )
     try:
         spec = TeamRunSpec.model_validate(dict(teamrun.get("spec") or {}))
     except ValidationError as exc:

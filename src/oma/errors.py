@@ -28,6 +28,13 @@ class StoreUnavailableError(StoreError):
     code = "STORE_UNAVAILABLE"
 
 
+class StoreConfigError(StoreError, ValueError):
+    """The store's settings are wrong (an unsupported URL scheme, a table or namespace the
+    store cannot use): permanent, fix the settings. Also a ``ValueError``, as it was before."""
+
+    code = "STORE_CONFIG"
+
+
 class StoreAuthError(StoreError):
     """The server rejected the credentials (or TLS identity): retrying will not help."""
 

@@ -65,6 +65,9 @@ async def run_spec(
             drain=drain,
             **gates_for(spec.approvals),
         )
+        # Run ids are unique per tenant only: the tenant goes into task ids (and so into the
+        # idempotency keys of tool calls) too.
+        seed = f"{spec.store.tenant}/{run_id}" if spec.store and spec.store.tenant else None
         saved = Checkpoint(store, run_id=run_id)
         resumed = await saved.load_latest() is not None
         if not resumed:
@@ -78,14 +81,16 @@ async def run_spec(
         elif spec.mode == "team":
             assert spec.goal is not None
             result = await orchestrator.run_team(
-                team, spec.goal, coordinator=coordinator, checkpoint=checkpoint
+                team, spec.goal, coordinator=coordinator, checkpoint=checkpoint, task_id_seed=seed
             )
         elif spec.mode == "plan":
             assert spec.plan is not None
             result = await orchestrator.run_from_plan(team, spec.plan, checkpoint=checkpoint)
         else:
             assert spec.tasks is not None
-            result = await orchestrator.run_tasks(team, spec.tasks, checkpoint=checkpoint)
+            result = await orchestrator.run_tasks(
+                team, spec.tasks, checkpoint=checkpoint, task_id_seed=seed
+            )
         return LocalRun(result=result, resumed=resumed)
     finally:
         # Connections and pools end with the run, not with the event loop (a pool still open

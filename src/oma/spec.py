@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic.alias_generators import to_camel
 
 from oma.errors import OmaError
+from oma.store.names import POSTGRES_IDENTIFIER, REDIS_NAMESPACE
 from oma.store.prefixed import SCOPE_PATTERN
 from oma.tasks.loading import TaskSpec
 from oma.tasks.plan import PlanArtifact
@@ -89,7 +90,9 @@ class RedisStoreSpec(SpecModel):
 
     url: str | None = Field(default=None, description="redis:// or rediss:// URL.")
     url_env: str | None = Field(default=None, description="Variable holding the URL.")
-    namespace: str = Field(default="oma", min_length=1, description="Key prefix in Redis.")
+    namespace: str = Field(
+        default="oma", pattern=REDIS_NAMESPACE, description="Key prefix in Redis (no braces)."
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> RedisStoreSpec:
@@ -105,11 +108,14 @@ class PostgresStoreSpec(SpecModel):
     dsn_env: str | None = Field(default=None, description="Variable holding the DSN.")
     table: str = Field(
         default="oma_store",
-        pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,62}$",
+        pattern=POSTGRES_IDENTIFIER,
         description="Table the rows live in (created if missing).",
     )
     schema_name: str | None = Field(
-        default=None, alias="schema", description="Schema of the table; default: search path."
+        default=None,
+        alias="schema",
+        pattern=POSTGRES_IDENTIFIER,
+        description="Schema of the table; default: search path.",
     )
 
     @model_validator(mode="after")

@@ -1,5 +1,7 @@
 """When the store forgets, or another writer takes the run's checkpoint, the TeamRun ends with a
-condition that says so, and nothing is paid twice (real API server, operator, runner pods)."""
+condition that says so, and nothing is paid twice; store settings and names a store or a pod
+would refuse are refused by the API server, or end Failed with the store's message (real API
+server, operator, runner pods)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from typing import Any
 import pytest
 
 from devcluster import KubeClient
+from devcluster.kube import ApiError
 from oma.checkpoint.keys import checkpoint_key
 from tests.cluster.e2e_env import Endpoint, SideEffects, teamrun_store
 from tests.cluster.helpers import event_counts, evict, wait_for
@@ -27,6 +30,7 @@ from tests.cluster.test_operator_e2e import (
 __all__ = ["crds_installed", "operator", "redis_secret"]
 pytestmark = pytest.mark.cluster
 SECRET = "/api/v1/namespaces/{ns}/secrets/store"
+REF = {"name": "store", "key": "url"}
 
 
 def _pay(entry: str, call: str) -> dict[str, Any]:
@@ -135,3 +139,62 @@ async def test_fenced_without_a_successor_ends_superseded_within_bounded_time(
     assert "no newer attempt of this TeamRun exists" in failed["message"]
     assert [(a["attempt"], a["exitCode"]) for a in status["attempts"]] == [(1, 12)]
     assert await effects.ledger() == ["first"]  # the second payment never ran
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"postgres": {"dsnSecretRef": {"name": "s", "key": "k"}, "table": "t" * 49}}, "table"),
+        (
+            {"postgres": {"dsnSecretRef": {"name": "s", "key": "k"}, "schema": "my-schema"}},
+            "schema",
+        ),
+        ({"redis": {"urlSecretRef": {"name": "s", "key": "k"}, "namespace": "a{b}"}}, "namespace"),
+    ],
+)
+async def test_store_settings_a_store_would_refuse_are_refused_by_the_api_server(
+    kube: KubeClient, namespace: str, crds_installed: None, change: dict[str, Any], message: str
+) -> None:
+    body = teamrun("settings", [{"text": "x"}])
+    body["spec"]["store"] = change
+    with pytest.raises(ApiError) as caught:
+        await kube.create(TEAMRUNS.format(ns=namespace), body)
+    assert caught.value.status == 422 and message in str(caught.value), caught.value
+
+
+async def test_a_name_too_long_for_its_pods_is_refused_and_one_at_the_limit_is_not(
+    kube: KubeClient, namespace: str, crds_installed: None
+) -> None:
+    with pytest.raises(ApiError) as caught:
+        await kube.create(TEAMRUNS.format(ns=namespace), teamrun("n" * 53, [{"text": "x"}]))
+    assert caught.value.status == 422 and "at most 52 characters" in str(caught.value)
+    await kube.create(TEAMRUNS.format(ns=namespace), teamrun("n" * 52, [{"text": "x"}]))
+
+
+@pytest.mark.timeout(120)
+async def test_a_store_url_no_store_speaks_ends_failed_with_the_stores_message_and_deletes(
+    kube: KubeClient, namespace: str, operator: Path, effects: SideEffects
+) -> None:
+    await kube.create(
+        f"/api/v1/namespaces/{namespace}/secrets",
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "store"},
+            "stringData": {"url": "http://user:hunter2@cache.example:6379/0"},
+        },
+    )
+    await kube.create(TEAMRUNS.format(ns=namespace), teamrun("web", [{"text": "x"}], effects))
+    status = await finished(kube, namespace, "web", 90)
+    assert status["phase"] == "Failed" and status["attempt"] == 1, status
+    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+    assert "STORE_CONFIG" in failed["message"] and "unsupported store URL" in failed["message"]
+    assert "hunter2" not in json.dumps(status)
+    await kube.delete(f"{TEAMRUNS.format(ns=namespace)}/web")
+
+    async def gone() -> bool:
+        pods = await kube.get(f"/api/v1/namespaces/{namespace}/pods")
+        teamruns = await kube.get(TEAMRUNS.format(ns=namespace))
+        return not pods["items"] and not teamruns["items"]
+
+    await wait_for(gone, 60, "the TeamRun and its pod to be deleted")

@@ -95,3 +95,16 @@ def test_the_cli_reads_a_tenants_part_with_tenant(tmp_path: Path) -> None:
     assert bad.exit_code == 2 and "is not a Kubernetes namespace name" in bad.output
     none = runner.invoke(app, ["approvals", "list", "--store", url, "--tenant", "team-a"])
     assert none.exit_code == 0 and "no approval requests" in none.output
+
+
+async def test_equal_run_ids_of_two_tenants_get_different_task_ids(tmp_path: Path) -> None:
+    """Task ids are in the idempotency keys of tool calls: two tenants' runs with one run id
+    must not share them, or one tenant's payment would be taken for the other's."""
+    path = tmp_path / "shared.json"
+    a = await _run(_spec(path, "a", store={"tenant": "team-a"}), "pay", tmp_path)
+    b = await _run(_spec(path, "b", store={"tenant": "team-b"}), "pay", tmp_path)
+    again = await _run(
+        _spec(tmp_path / "other.json", "a", store={"tenant": "team-a"}), "pay", tmp_path
+    )
+    assert a.result.tasks[0].id != b.result.tasks[0].id
+    assert a.result.tasks[0].id == again.result.tasks[0].id  # derived, not drawn

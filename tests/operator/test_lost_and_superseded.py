@@ -67,3 +67,14 @@ def test_the_runner_reads_the_expectation() -> None:
     env = {"OMA_RUN_SPEC": json.dumps(spec), "OMA_RUN_ID": "r"}
     assert not RunnerConfig.from_env(env).expect_checkpoint
     assert RunnerConfig.from_env({**env, EXPECT_CHECKPOINT_ENV: "1"}).expect_checkpoint
+
+
+def test_a_teamrun_name_too_long_for_its_pods_is_an_invalid_spec() -> None:
+    import pytest
+
+    from oma_operator.specs import TeamRunSpecError, spec_of
+
+    long = {"metadata": {"name": "n" * 53, "namespace": "a", "uid": "u-long"}, "spec": SPEC}
+    with pytest.raises(TeamRunSpecError, match="at most 52"):
+        spec_of(long)
+    assert spec_of({**long, "metadata": {**long["metadata"], "name": "n" * 52}}) is not None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -103,3 +104,62 @@ def test_a_driver_never_sees_pieces_of_an_unencoded_password() -> None:
     """redis-py parsed redis://:pa/ss... as host '', port 'pa', and said so in its error."""
     store = open_store("redis://:pa/ss#wo?rd@x@127.0.0.1:9/0")
     assert "pa/ss" not in repr(store) and "127.0.0.1:9" in repr(store)
+
+
+def test_wrong_store_settings_are_typed_permanent_errors() -> None:
+    from oma.errors import StoreConfigError
+
+    builds: list[Callable[[], object]] = [
+        lambda: open_store("http://u:hunter2@cache.example:6379/0"),
+        lambda: RedisStore("redis://h", namespace="a{b}"),
+        lambda: PostgresStore("postgresql://h/db", table="t" * 49),
+        lambda: PostgresStore("postgresql://h/db", schema="my-schema"),
+    ]
+    for build in builds:
+        with pytest.raises(StoreConfigError) as caught:
+            build()
+        assert caught.value.code == "STORE_CONFIG" and isinstance(caught.value, ValueError)
+        assert "hunter2" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("store", "field"),
+    [
+        ({"postgres": {"dsn": "postgresql://h/db", "table": "t" * 49}}, "table"),
+        ({"postgres": {"dsn": "postgresql://h/db", "schema": "my-schema"}}, "schema"),
+        ({"redis": {"url": "redis://h", "namespace": "a{b}"}}, "namespace"),
+    ],
+)
+def test_the_run_spec_refuses_what_the_store_would(store: dict[str, object], field: str) -> None:
+    from pydantic import ValidationError
+
+    from oma.spec import RunSpec
+
+    with pytest.raises(ValidationError, match=field):
+        RunSpec.model_validate(
+            {
+                "agents": [{"name": "a", "model": {"provider": "scripted", "script": []}}],
+                "tasks": [{"title": "t", "description": "d"}],
+                "store": store,
+            }
+        )
+
+
+def test_oma_run_with_a_url_no_store_speaks_exits_2_with_one_line(tmp_path: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from oma.cli import app
+
+    spec = {
+        "agents": [{"name": "a", "model": {"provider": "scripted", "script": [{"text": "x"}]}}],
+        "tasks": [{"title": "t", "description": "d"}],
+        "store": {"redis": {"urlEnv": "WEB_URL"}},
+    }
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    result = CliRunner(env={"WEB_URL": "http://u:hunter2@h/0"}).invoke(app, ["run", str(path)])
+    assert result.exit_code == 2, result.output
+    assert "unsupported store URL" in result.output and "Traceback" not in result.output
+    assert "hunter2" not in result.output

@@ -71,10 +71,13 @@ class OpenMultiAgent:
         checkpoint: CheckpointArg = None,
         run_id: str | None = None,
         metadata: dict[str, Any] | None = None,
+        task_id_seed: str | None = None,
     ) -> TeamRunResult:
+        """``task_id_seed`` (default: the run id) is what task ids derive from: give it
+        whatever else makes the run unique (a tenant), since idempotency keys contain them."""
         options = self._options(checkpoint)
         activation, identity = self._prepare(team, options, run_id, metadata)
-        queue = load_task_specs(tasks, team.roster, run_id=identity.run_id)
+        queue = load_task_specs(tasks, team.roster, run_id=task_id_seed or identity.run_id)
         context = self._context(team, queue, identity, "runTasks", activation, None, metadata)
         await execute_queue(context)
         return build_result(context, queue_status(context))
@@ -106,6 +109,7 @@ class OpenMultiAgent:
         run_id: str | None = None,
         metadata: dict[str, Any] | None = None,
         plan_only: bool = False,
+        task_id_seed: str | None = None,
     ) -> TeamRunResult:
         """Decompose ``goal`` with the coordinator, gate the plan, run it, synthesize."""
         options = self._options(checkpoint)
@@ -113,7 +117,7 @@ class OpenMultiAgent:
         lead = coordinator or _default_coordinator(team)
         context = self._context(team, TaskQueue(), identity, "runTeam", activation, goal, metadata)
         specs = await decompose(lead, goal, context)
-        context.queue = load_task_specs(specs, team.roster, run_id=identity.run_id)
+        context.queue = load_task_specs(specs, team.roster, run_id=task_id_seed or identity.run_id)
         assign_unassigned(context)
         stopped = await plan_gate(context, plan_only)
         if stopped is not None:

@@ -40,9 +40,10 @@ from tenacity import (
 )
 
 from oma import jsonutil
-from oma.errors import StoreError
+from oma.errors import StoreConfigError, StoreError
 from oma.store import postgres_sql as q
 from oma.store.base import Entries, MemoryEntry, Metadata
+from oma.store.names import POSTGRES_IDENTIFIER
 from oma.store.postgres_connections import Connections
 from oma.store.postgres_migrations import migrate
 from oma.store.remote import (
@@ -57,7 +58,7 @@ from oma.store.remote import (
 
 T = TypeVar("T")
 Row = tuple[str, bytes, str | None, datetime, int | None]
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,47}")
+_IDENTIFIER = re.compile(POSTGRES_IDENTIFIER)
 # libpq reports a refused login with these; sqlstate is not always set for connect failures.
 _AUTH_MARKERS = ("password authentication failed", "no password supplied", "pg_hba.conf")
 _AUTH_STATES = ("28000", "28P01")
@@ -92,9 +93,12 @@ class PostgresStore:
     ) -> None:
         for label, name in (("table", table), ("schema", schema)):
             if name is not None and not _IDENTIFIER.fullmatch(name):
-                raise ValueError(f"{label} must match {_IDENTIFIER.pattern}, got {name!r}")
+                raise StoreConfigError(
+                    f"{label} must be 1-48 letters, digits or '_' not starting with a digit "
+                    f"({_IDENTIFIER.pattern}), got {name!r}"
+                )
         if not 0 <= min_size <= max_size or max_size < 1:
-            raise ValueError(
+            raise StoreConfigError(
                 f"need 0 <= min_size <= max_size and max_size >= 1, got {min_size}, {max_size}"
             )
         self.table, self.schema = table, schema

@@ -8,6 +8,7 @@ the client hashes ``expected`` locally and sends 64 hex characters, never the ex
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
@@ -33,9 +34,10 @@ from tenacity import (
 )
 
 from oma import jsonutil
-from oma.errors import StoreError
+from oma.errors import StoreConfigError, StoreError
 from oma.store import redis_scripts
 from oma.store.base import Entries, MemoryEntry, Metadata
+from oma.store.names import REDIS_NAMESPACE
 from oma.store.remote import (
     StoreAuthError,
     StoreUnavailableError,
@@ -69,8 +71,8 @@ class RedisStore:
         retry_for: float = 10.0,
         **client_options: Any,
     ) -> None:
-        if not namespace or any(ch in namespace for ch in "{}"):
-            raise ValueError(f"namespace must be non-empty without braces, got {namespace!r}")
+        if not re.fullmatch(REDIS_NAMESPACE, namespace):
+            raise StoreConfigError(f"namespace must be non-empty without braces, got {namespace!r}")
         self.namespace = namespace
         self._retry_for = retry_for
         self._worked = False  # until the server answered once, a failure is not an outage

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from urllib.parse import unquote, urlsplit
 
+from oma.errors import StoreConfigError
 from oma.store.base import MemoryStore
 from oma.store.file import FileStore
 from oma.store.memory import InMemoryStore
@@ -49,7 +50,7 @@ def open_store(
 
         store = PostgresStore(url, table=table, schema=schema)
     else:
-        raise ValueError(
+        raise StoreConfigError(
             f"unsupported store URL {redact_url(url)!r}: expected one of "
             + ", ".join(f"{s}://" for s in SCHEMES)
         )
@@ -59,8 +60,8 @@ def open_store(
 def _file_path(url: str) -> str:
     parts = urlsplit(url)
     if parts.netloc not in ("", "localhost"):
-        raise ValueError(f"file store URL {url!r} names a host; use file:///absolute/path")
+        raise StoreConfigError(f"file store URL {url!r} names a host; use file:///absolute/path")
     path = unquote(parts.path)
     if not path:
-        raise ValueError(f"file store URL {url!r} has no path")
+        raise StoreConfigError(f"file store URL {url!r} has no path")
     return path
