@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -151,15 +152,30 @@ async def _note_pod_creation(
 
 
 async def record_outcome(
-    namespace: str, name: str, attempt: int, outcome: Outcome, pod: str, ended: datetime
+    namespace: str,
+    name: str,
+    attempt: int,
+    outcome: Outcome,
+    pod: str,
+    ended: datetime,
+    on_recorded: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
-    """Write the attempt's end into the status, then start what the retry policy says."""
+    """Write the attempt's end into the status, then start what the retry policy says.
+    ``on_recorded`` runs once the outcome is in the status (by this call or an earlier one),
+    before any backoff."""
+
+    async def recorded() -> None:
+        if on_recorded is not None:
+            await on_recorded()
+
     async with _recording[(namespace, name)]:
         teamrun = await runtime.kube().get_teamrun(namespace, name)
         if teamrun is None:
+            await recorded()
             return
         status = dict(teamrun.get("status") or {})
         if any(a.get("attempt") == attempt for a in status.get("attempts") or []):
+            await recorded()
             return  # recorded before (another watcher, or before an operator restart)
         spec = spec_of(teamrun)
         decision = decide(outcome, status, spec.retry_policy, attempt)
@@ -172,6 +188,7 @@ async def record_outcome(
             update["checkpointSaved"] = True  # from now on, an attempt must find a checkpoint
         await runtime.kube().patch_teamrun_status(namespace, name, update)
         teamrun = {**teamrun, "status": {**status, **update}}  # what the next pod is built from
+        await recorded()
     METRICS.attempt_ended(outcome.kind)
     METRICS.runner_report(outcome.report)
     await events.info(
@@ -202,14 +219,20 @@ async def store_progress(teamrun: dict[str, Any], spec: TeamRunSpec) -> dict[str
 async def give_up(pod: dict[str, Any], outcome: Outcome) -> None:
     """End an attempt whose pod will not report by itself (see ``watchdog``).
 
-    The delete comes first and the finalizer goes last, so a restart anywhere in between finds
-    the pod again and repeats only what is left.
+    The outcome is recorded first, with the watchdog's reason (e.g. which Secret is missing):
+    the deleted pod's own end, seen a moment later, must not be taken for the attempt's (it is
+    recorded once). The finalizer goes last, so a restart anywhere in between finds the pod
+    again and repeats only what is left (recording is idempotent).
     """
     meta = pod["metadata"]
     namespace, name, attempt = attempt_of(pod)
     log.info("giving up on pod %s/%s: %s", namespace, meta["name"], outcome.message)
-    await runtime.kube().delete_pod(namespace, meta["name"])
-    await record_outcome(namespace, name, attempt, outcome, meta["name"], datetime.now(UTC))
+
+    async def delete() -> None:
+        await runtime.kube().delete_pod(namespace, meta["name"])
+
+    now = datetime.now(UTC)
+    await record_outcome(namespace, name, attempt, outcome, meta["name"], now, on_recorded=delete)
     await runtime.kube().remove_finalizer(namespace, meta["name"], FINALIZER)
 
 

@@ -89,6 +89,10 @@ def classify(pod: dict[str, Any]) -> Outcome:
         return Outcome(kind, reason, message, exit_code)
     if disruption is not None:
         return Outcome("disruption", disruption, message, exit_code)
+    if pod.get("metadata", {}).get("deletionTimestamp"):
+        # Deleted by a person or a controller and killed after its grace period (a tool
+        # outlasted it, exit 137): taken away, not crashed; the next attempt resumes.
+        return Outcome("disruption", "PodDeleted", message, exit_code)
     return Outcome("crash", (terminated or {}).get("reason") or "Error", message, exit_code)
 
 

@@ -107,6 +107,27 @@ async def test_a_pod_that_never_starts_ends_its_attempt_after_the_start_timeout(
     await wait_for(pod_gone, 30, "the pod that never started to be deleted")
 
 
+@pytest.mark.timeout(120)
+async def test_a_missing_secret_is_named_in_the_status_after_the_start_timeout(
+    kube: KubeClient, namespace: str, operator: Path, redis_secret: str
+) -> None:
+    """The outcome is recorded (with the kubelet's reason) before the pod is deleted, so the
+    deleted pod's own end cannot replace it with an empty "crash Error"."""
+    body = teamrun("nokey", [{"text": "never asked"}])
+    body["spec"]["team"]["agents"][0]["model"]["apiKeySecretRef"] = {
+        "name": "no-such-secret",
+        "key": "key",
+    }
+    body["spec"]["retryPolicy"] |= {"startTimeoutSeconds": 10, "maxFailures": 0}
+    await kube.create(TEAMRUNS.format(ns=namespace), body)
+    status = await finished(kube, namespace, "nokey", 90)
+    assert status["phase"] == "Failed", (status, await operator_log(operator))
+    (attempt,) = status["attempts"]
+    assert (attempt["outcome"], attempt["reason"]) == ("crash", "StartTimeout"), attempt
+    assert "CreateContainerConfigError" in attempt["message"]
+    assert "no-such-secret" in attempt["message"], attempt
+
+
 async def _start_node(local: DevCluster, name: str, pool: str) -> NodeAgent:
     client = KubeClient(load_kubeconfig(local.kubeconfig))
     agent = NodeAgent(

@@ -50,6 +50,9 @@ from tests.operator.pod_fixtures import runner_pod_in
             "disruption",
             "DeletionByTaintManager",
         ),
+        # Deleted by a person, killed after the grace period: taken away, not a crash.
+        (runner_pod_in("Failed", exit_code=137, deleting=True), "disruption", "PodDeleted"),
+        (runner_pod_in("Failed", exit_code=2, deleting=True), "permanent", "PermanentFailure"),
         (runner_pod_in("Failed", exit_code=1), "crash", "Error"),
         (runner_pod_in("Failed", exit_code=139, reason="Error"), "crash", "Error"),
         (runner_pod_in("Failed"), "crash", "Error"),
