@@ -9,7 +9,7 @@ from typing import Any
 
 import kopf
 
-from oma_operator import events, runtime
+from oma_operator import events, runtime, trouble
 from oma_operator.approvals import sync_approvals
 from oma_operator.attempts import (
     ensure_pod,
@@ -51,6 +51,7 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # No cluster-wide discovery of namespaces and CRDs: a namespaced operator then needs no
     # cluster-scope RBAC at all (the chart's Role is enough).
     settings.scanning.disabled = True
+    TICKER.on_error, TICKER.on_success = trouble.report, trouble.cleared
     TICKER.every(APPROVAL_POLL_SECONDS, "AwaitingApproval", approvals_pending, "approvals")
     TICKER.every(runtime.PROGRESS_SECONDS, "Running", progress, "progress")
     TICKER.every(POD_RETRY_SECONDS, "Running", retry_pod_creation, "pod-retry")
@@ -141,7 +142,12 @@ async def runner_pod_changed(body: kopf.Body, event: kopf.RawEvent, **_: Any) ->
     TIMERS.disarm(meta["uid"])
     namespace, name, attempt = attempt_of(pod)
     ended = pod_ended_at(pod) or datetime.now(UTC)
-    await record_outcome(namespace, name, attempt, outcome, meta["name"], ended)
+    try:
+        await record_outcome(namespace, name, attempt, outcome, meta["name"], ended)
+    except Exception as exc:
+        ref = {"metadata": {"namespace": namespace, "name": name}}
+        await trouble.report(ref, f"recording how pod {meta['name']} ended", exc)
+        raise
     await runtime.kube().remove_finalizer(namespace, meta["name"], FINALIZER)
     _remember(meta["uid"])
 

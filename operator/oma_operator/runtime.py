@@ -28,6 +28,8 @@ def _seconds(variable: str, default: float) -> float:
 
 # How often a running TeamRun's progress is read from its store into its status.
 PROGRESS_SECONDS = _seconds("OMA_PROGRESS_SECONDS", 15.0)
+# How long a store Secret's value is used before it is read again (a rotation shows by then).
+SECRET_TTL_SECONDS = _seconds("OMA_SECRET_TTL_SECONDS", 60.0)
 _kube: Kube | None = None
 
 

@@ -14,10 +14,11 @@ import time
 from oma.store.base import MemoryStore
 from oma.store.prefixed import PrefixedStore, tenant_prefix
 from oma.store.urls import open_store
+from oma_operator import runtime
 from oma_operator.client import Kube
 from oma_operator.models import TeamRunSpec
 
-SECRET_TTL_SECONDS = 60.0
+SECRET_TTL_SECONDS = runtime.SECRET_TTL_SECONDS
 
 
 class StoreCache:

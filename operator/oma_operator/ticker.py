@@ -14,6 +14,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 Work = Callable[[dict[str, Any]], Awaitable[None]]
+OnError = Callable[[dict[str, Any], str, Exception], Awaitable[None]]
 
 
 class Ticker:
@@ -21,6 +22,9 @@ class Ticker:
         self._runs: dict[tuple[str, str], dict[str, Any]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._concurrency = concurrency
+        # Set by the operator: how a TeamRun hears of its periodic work failing, then working.
+        self.on_error: OnError | None = None
+        self.on_success: Work | None = None
 
     def seen(self, body: dict[str, Any], event_type: str | None) -> None:
         """Feed every TeamRun watch event (the initial listing included)."""
@@ -35,7 +39,8 @@ class Ticker:
         return [b for b in self._runs.values() if (b.get("status") or {}).get("phase") == phase]
 
     def every(self, seconds: float, phase: str, work: Work, name: str) -> None:
-        self._tasks.append(asyncio.create_task(self._loop(seconds, phase, work), name=name))
+        task = asyncio.create_task(self._loop(seconds, phase, work, name), name=name)
+        self._tasks.append(task)
 
     async def close(self) -> None:
         for task in self._tasks:
@@ -43,18 +48,23 @@ class Ticker:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
 
-    async def _loop(self, seconds: float, phase: str, work: Work) -> None:
+    async def _loop(self, seconds: float, phase: str, work: Work, name: str) -> None:
         gate = asyncio.Semaphore(self._concurrency)
 
         async def visit(body: dict[str, Any]) -> None:
             async with gate:
                 try:
                     await work(body)
-                except Exception:  # one TeamRun's trouble must not stop the others' work
+                except Exception as exc:  # one TeamRun's trouble must not stop the others'
                     meta = body.get("metadata") or {}
                     log.exception(
                         "%s/%s: periodic work failed", meta.get("namespace"), meta.get("name")
                     )
+                    if self.on_error is not None:
+                        await self.on_error(body, f"periodic work '{name}'", exc)
+                    return
+                if self.on_success is not None:
+                    await self.on_success(body)
 
         while True:
             await asyncio.gather(*(visit(body) for body in self.in_phase(phase)))

@@ -14,8 +14,11 @@ import pytest
 from devcluster import KubeClient
 from devcluster.kube import ApiError
 from oma.checkpoint.keys import checkpoint_key
+from tests.cluster.approval_kit import gated, pending_decision
+from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import Endpoint, SideEffects, teamrun_store
 from tests.cluster.helpers import event_counts, evict, wait_for
+from tests.cluster.operator_process import OperatorProcess
 from tests.cluster.test_operator_e2e import (
     TEAMRUNS,
     crds_installed,
@@ -198,3 +201,50 @@ async def test_a_store_url_no_store_speaks_ends_failed_with_the_stores_message_a
         return not pods["items"] and not teamruns["items"]
 
     await wait_for(gone, 60, "the TeamRun and its pod to be deleted")
+
+
+@pytest.mark.timeout(180)
+async def test_an_error_in_the_operators_own_loops_is_a_condition_and_an_event(
+    cluster: ClusterHandle,
+    kube: KubeClient,
+    namespace: str,
+    crds_installed: None,
+    redis_secret: str,
+    effects: SideEffects,
+    tmp_path: Path,
+) -> None:
+    """The approval poll cannot open the store (its Secret is gone): the TeamRun shows
+    ``Reconciled=False`` with the API's message and a Warning ``OperatorError``, not only a log
+    line; once the Secret is back, ``Reconciled`` turns True and the run goes on."""
+    log = tmp_path / "operator.log"
+    fast = {"OMA_SECRET_TTL_SECONDS": "1"}
+    with OperatorProcess(cluster.kubeconfig, namespace, log, **fast):
+        await kube.create(TEAMRUNS.format(ns=namespace), gated("held", effects, "paid"))
+        decision = await pending_decision(kube, namespace, "held")
+        secret = await kube.get(SECRET.format(ns=namespace))
+        await kube.delete(SECRET.format(ns=namespace))
+
+        async def reported() -> dict[str, Any] | None:
+            status = await status_of(kube, namespace, "held")
+            found = [c for c in status.get("conditions") or [] if c["type"] == "Reconciled"]
+            return found[0] if found and found[0]["status"] == "False" else None
+
+        reconciled = await wait_for(reported, 60, "Reconciled=False on the TeamRun")
+        assert reconciled["reason"] == "OperatorError"
+        assert "periodic work 'approvals'" in reconciled["message"]
+        assert "store" in reconciled["message"] and "not found" in reconciled["message"]
+        assert "OperatorError" in await event_counts(kube, namespace, "held")
+        await kube.create(
+            f"/api/v1/namespaces/{namespace}/secrets",
+            {k: secret[k] for k in ("apiVersion", "kind", "data")}
+            | {"metadata": {"name": "store"}},
+        )
+
+        async def recovered() -> bool:
+            status = await status_of(kube, namespace, "held")
+            found = [c for c in status.get("conditions") or [] if c["type"] == "Reconciled"]
+            return bool(found) and found[0]["status"] == "True"
+
+        await wait_for(recovered, 60, "Reconciled=True once the store opens again")
+        assert (await status_of(kube, namespace, "held"))["phase"] == "AwaitingApproval"
+        assert decision["status"]["verified"]  # the request itself was never in doubt
