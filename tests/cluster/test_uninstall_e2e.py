@@ -4,6 +4,7 @@ completes; one that starts again takes the live pods back (real API server and c
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import uuid
 from pathlib import Path
@@ -16,6 +17,7 @@ from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import Endpoint, SideEffects
 from tests.cluster.helpers import get_or_none, wait_for
 from tests.cluster.operator_process import OperatorProcess
+from tests.cluster.test_chart import CHART, _helm, _token_kubeconfig
 from tests.cluster.test_operator_e2e import TEAMRUNS, crds_installed, teamrun
 
 __all__ = ["crds_installed"]
@@ -29,7 +31,7 @@ async def _finalizers(kube: KubeClient, namespace: str, pod: str) -> list[str] |
 
 
 @pytest.mark.timeout(180)
-async def test_a_stopped_operator_leaves_no_finalizer_and_the_namespace_deletes(
+async def test_helm_uninstall_then_namespace_delete_completes_with_a_runner_pod_running(
     cluster: ClusterHandle,
     kube: KubeClient,
     crds_installed: None,
@@ -56,7 +58,28 @@ async def test_a_stopped_operator_leaves_no_finalizer_and_the_namespace_deletes(
     script: list[dict[str, Any]] = [
         {"tool_calls": [{"id": "w", "name": "wait", "input": {"seconds": 40}}]}
     ]
-    operator = OperatorProcess(cluster.kubeconfig, namespace, tmp_path / "operator.log")
+    release = f"r{uuid.uuid4().hex[:6]}"
+    installed = await asyncio.to_thread(
+        _helm,
+        cluster,
+        "install",
+        release,
+        str(CHART),
+        "-n",
+        namespace,
+        "--set",
+        "operator.replicas=0",  # the operator runs as this test's process, as the chart's account
+        "--set",
+        "approvals.reviewerPolicy=false",
+        "--wait=false",
+    )
+    assert "STATUS: deployed" in installed.stdout
+    account = await _token_kubeconfig(
+        kube, cluster, namespace, f"{release}-operator", tmp_path / "operator.kubeconfig"
+    )
+    operator = OperatorProcess(
+        account, namespace, tmp_path / "operator.log", OMA_RUNNER_SERVICE_ACCOUNT="oma-runner"
+    )
     with operator:
         await kube.create(TEAMRUNS.format(ns=namespace), teamrun("long", script, effects))
 
@@ -64,7 +87,8 @@ async def test_a_stopped_operator_leaves_no_finalizer_and_the_namespace_deletes(
             return FINALIZER in (await _finalizers(kube, namespace, "long-a1") or [])
 
         await wait_for(tracked, 60, "the runner pod, tracked by its finalizer")
-    # Stopped as a Deployment's pod is (SIGTERM): its cleanup lets go of the pod.
+    # Stopped as helm uninstall stops the Deployment's pod (SIGTERM): its cleanup, with the
+    # chart's RBAC, lets go of the pod.
     assert await _finalizers(kube, namespace, "long-a1") == []
     with operator:  # a new operator takes the live pod back
 
@@ -73,6 +97,7 @@ async def test_a_stopped_operator_leaves_no_finalizer_and_the_namespace_deletes(
 
         await wait_for(tracked_again, 60, "the restarted operator to track the pod again")
     assert await _finalizers(kube, namespace, "long-a1") == []
+    await asyncio.to_thread(_helm, cluster, "uninstall", release, "-n", namespace)
     await kube.delete(f"/api/v1/namespaces/{namespace}")
 
     async def namespace_gone() -> bool:
