@@ -26,8 +26,18 @@ class Missing(Exception):
 async def _main(namespace: str, approver: Approver) -> None:
     task = asyncio.current_task()
     assert task is not None
-    # SIGTERM unwinds like Ctrl-C does: every child stopped, the temp dir removed.
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    loop = asyncio.get_running_loop()
+
+    def stop() -> None:
+        # Cancelled again until it is done: on Python 3.11 a cancellation that meets a
+        # completing asyncio.wait_for (inside a client library) can be swallowed.
+        if not task.done():
+            task.cancel()
+            loop.call_later(0.5, stop)
+
+    # Ctrl-C and SIGTERM unwind alike: every child stopped, the temp dir removed.
+    loop.add_signal_handler(signal.SIGINT, stop)
+    loop.add_signal_handler(signal.SIGTERM, stop)
     try:
         await demo(namespace, approver)
     except MissingBinaryError as exc:

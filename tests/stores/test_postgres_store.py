@@ -145,9 +145,9 @@ async def test_pool_without_autocommit_commits_too(postgres_server: PostgresServ
 
 @pytest.mark.parametrize("name", ["", "1abc", "a-b", 'x"; drop', "a" * 49])
 def test_table_and_schema_names_are_checked(name: str) -> None:
-    with pytest.raises(ValueError, match="must match"):
+    with pytest.raises(ValueError, match="must be 1-48 letters"):
         PostgresStore("postgresql://localhost/db", table=name)
-    with pytest.raises(ValueError, match="must match"):
+    with pytest.raises(ValueError, match="must be 1-48 letters"):
         PostgresStore("postgresql://localhost/db", schema=name)
 
 
