@@ -288,7 +288,9 @@ async def test_a_pod_deleted_before_its_outcome_is_recorded_starts_the_next_atte
     assert status["phase"] == "Succeeded", (status, await operator_log(operator))
     assert status["attempt"] == 2 and status["disruptions"] == 1
     first, second = status["attempts"]
-    assert (first["attempt"], first["outcome"], first["reason"]) == (1, "disruption", "PodLost")
+    # PodLost when it vanished unseen; PodDeleted when its end while being deleted was seen.
+    assert (first["attempt"], first["outcome"]) == (1, "disruption")
+    assert first["reason"] in ("PodLost", "PodDeleted"), first
     assert "finalizer had been removed" in first["message"]
     assert second["outcome"] == "succeeded"
     assert await effects.ledger() == ["first", "second"]
