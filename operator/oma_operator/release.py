@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 async def release_runner_pods(namespaces: list[str]) -> int:
     """Remove the tracking finalizer from the runner pods of ``namespaces`` (empty: all);
     best effort, pod by pod. Returns how many pods were let go."""
+    runtime.RELEASING = True  # a pod event handled meanwhile must not put the finalizer back
     released = 0
     scopes: list[str | None] = list(namespaces) or [None]
     for namespace in scopes:

@@ -13,6 +13,8 @@ RUNNER_SERVICE_ACCOUNT = os.environ.get("OMA_RUNNER_SERVICE_ACCOUNT") or None
 RUNNER_METRICS_PORT: int | None = None
 # The namespaces this operator watches (empty: every namespace); set by ``main``.
 NAMESPACES: list[str] = []
+# Set when the operator lets go of its runner pods on the way out: nothing tracks them again.
+RELEASING = False
 
 
 def _seconds(variable: str, default: float) -> float:

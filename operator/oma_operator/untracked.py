@@ -56,7 +56,7 @@ async def untracked_pod(pod: dict[str, Any]) -> bool:
     action = untracked_action(pod, attempt_of(pod)[2], status)
     if action == "record":
         await _record(pod, "ended with its finalizer removed, unrecorded")
-    elif action == "track":
+    elif action == "track" and not runtime.RELEASING:
         meta = pod["metadata"]
         log.warning(
             "pod %s/%s lost its tracking finalizer; adding it back", meta["namespace"], meta["name"]
