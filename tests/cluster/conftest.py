@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,7 @@ from devcluster import DevCluster, KubeClient, MissingBinaryError, NodeAgent
 from devcluster.binaries import build_times, find_binary, find_tool
 from devcluster.kubeconfig import load_kubeconfig
 from tests.cluster.e2e_env import EXISTING, Endpoint, SideEffects, endpoint_from_env
-from tests.cluster.helpers import wait_for
+from tests.cluster.helpers import create_namespace, delete_namespace
 from tests.servers.postgres_server import PostgresServer
 from tests.servers.redis_server import RedisServer
 
@@ -124,18 +123,11 @@ async def kube(cluster: ClusterHandle) -> AsyncIterator[KubeClient]:
 
 @pytest.fixture
 async def namespace(kube: KubeClient) -> AsyncIterator[str]:
-    """A fresh namespace whose ``default`` ServiceAccount exists (pods need it)."""
-    name = f"t-{uuid.uuid4().hex[:10]}"
-    await kube.create(
-        "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
-    )
-
-    async def sa_ready() -> bool:
-        return await kube.exists(f"/api/v1/namespaces/{name}/serviceaccounts/default")
-
-    await wait_for(sa_ready, 30, "the namespace's default ServiceAccount")
+    """A fresh namespace whose ``default`` ServiceAccount exists (pods need it); deleted at the
+    end unless the test deleted it itself."""
+    name = await create_namespace(kube)
     yield name
-    await kube.delete(f"/api/v1/namespaces/{name}")
+    await delete_namespace(kube, name)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -6,6 +6,7 @@ import asyncio
 import os
 import re
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -145,3 +146,25 @@ async def event_counts(kube: KubeClient, namespace: str, name: str) -> dict[str,
         if event["involvedObject"].get("kind") == "TeamRun":
             counts[event["reason"]] = counts.get(event["reason"], 0) + (event.get("count") or 1)
     return counts
+
+
+async def create_namespace(kube: KubeClient) -> str:
+    """A fresh namespace, once its ``default`` ServiceAccount exists (pods need it)."""
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    await kube.create("/api/v1/namespaces", body)
+
+    async def sa_ready() -> bool:
+        return await kube.exists(f"/api/v1/namespaces/{name}/serviceaccounts/default")
+
+    await wait_for(sa_ready, 30, "the namespace's default ServiceAccount")
+    return name
+
+
+async def delete_namespace(kube: KubeClient, name: str) -> None:
+    """Delete ``name``; one already deleted (or being deleted) is fine."""
+    try:
+        await kube.delete(f"/api/v1/namespaces/{name}")
+    except ApiError as exc:
+        if exc.status not in (404, 409):
+            raise

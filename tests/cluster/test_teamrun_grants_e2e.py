@@ -26,7 +26,12 @@ from tests.cluster.approval_kit import (
 )
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import Endpoint, SideEffects
-from tests.cluster.helpers import event_counts, get_or_none, wait_for
+from tests.cluster.helpers import (
+    create_namespace,
+    delete_namespace,
+    event_counts,
+    get_or_none,
+)
 from tests.cluster.operator_process import OperatorProcess
 from tests.cluster.test_cli_decisions import oma
 from tests.cluster.test_operator_e2e import (
@@ -158,17 +163,9 @@ async def test_what_the_crd_can_check_of_the_run_spec_is_refused_and_the_rest_is
 
 @pytest.fixture
 async def other_namespace(kube: KubeClient) -> AsyncIterator[str]:
-    name = f"t-{uuid.uuid4().hex[:10]}"
-    await kube.create(
-        "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
-    )
-
-    async def sa_ready() -> bool:
-        return await kube.exists(f"/api/v1/namespaces/{name}/serviceaccounts/default")
-
-    await wait_for(sa_ready, 30, "the namespace's default ServiceAccount")
+    name = await create_namespace(kube)
     yield name
-    await kube.delete(f"/api/v1/namespaces/{name}")
+    await delete_namespace(kube, name)
 
 
 @pytest.mark.timeout(300)

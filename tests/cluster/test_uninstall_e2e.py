@@ -5,7 +5,6 @@ completes; one that starts again takes the live pods back (real API server and c
 from __future__ import annotations
 
 import asyncio
-import base64
 import uuid
 from pathlib import Path
 from typing import Any
@@ -14,13 +13,13 @@ import pytest
 
 from devcluster import KubeClient
 from tests.cluster.conftest import ClusterHandle
-from tests.cluster.e2e_env import Endpoint, SideEffects
+from tests.cluster.e2e_env import SideEffects
 from tests.cluster.helpers import get_or_none, wait_for
 from tests.cluster.operator_process import OperatorProcess
 from tests.cluster.test_chart import CHART, _helm, _token_kubeconfig
-from tests.cluster.test_operator_e2e import TEAMRUNS, crds_installed, teamrun
+from tests.cluster.test_operator_e2e import TEAMRUNS, crds_installed, redis_secret, teamrun
 
-__all__ = ["crds_installed"]
+__all__ = ["crds_installed", "redis_secret"]
 pytestmark = pytest.mark.cluster
 FINALIZER = "oma.dev/outcome"
 
@@ -34,27 +33,12 @@ async def _finalizers(kube: KubeClient, namespace: str, pod: str) -> list[str] |
 async def test_helm_uninstall_then_namespace_delete_completes_with_a_runner_pod_running(
     cluster: ClusterHandle,
     kube: KubeClient,
+    namespace: str,
     crds_installed: None,
-    e2e_redis: Endpoint,
+    redis_secret: str,
     effects: SideEffects,
     tmp_path: Path,
 ) -> None:
-    # A namespace of this test's own: the test deletes it (the shared fixture would again).
-    namespace = f"t-{uuid.uuid4().hex[:10]}"
-    await kube.create(
-        "/api/v1/namespaces",
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
-    )
-
-    async def sa_ready() -> bool:
-        return await kube.exists(f"/api/v1/namespaces/{namespace}/serviceaccounts/default")
-
-    await wait_for(sa_ready, 30, "the namespace's default ServiceAccount")
-    url = base64.b64encode(e2e_redis.for_pods.encode()).decode()
-    await kube.create(
-        f"/api/v1/namespaces/{namespace}/secrets",
-        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "store"}, "data": {"url": url}},
-    )
     script: list[dict[str, Any]] = [
         {"tool_calls": [{"id": "w", "name": "wait", "input": {"seconds": 40}}]}
     ]
@@ -80,22 +64,18 @@ async def test_helm_uninstall_then_namespace_delete_completes_with_a_runner_pod_
     operator = OperatorProcess(
         account, namespace, tmp_path / "operator.log", OMA_RUNNER_SERVICE_ACCOUNT="oma-runner"
     )
+
+    async def tracked() -> bool:
+        return FINALIZER in (await _finalizers(kube, namespace, "long-a1") or [])
+
     with operator:
         await kube.create(TEAMRUNS.format(ns=namespace), teamrun("long", script, effects))
-
-        async def tracked() -> bool:
-            return FINALIZER in (await _finalizers(kube, namespace, "long-a1") or [])
-
         await wait_for(tracked, 60, "the runner pod, tracked by its finalizer")
     # Stopped as helm uninstall stops the Deployment's pod (SIGTERM): its cleanup, with the
     # chart's RBAC, lets go of the pod.
     assert await _finalizers(kube, namespace, "long-a1") == []
     with operator:  # a new operator takes the live pod back
-
-        async def tracked_again() -> bool:
-            return FINALIZER in (await _finalizers(kube, namespace, "long-a1") or [])
-
-        await wait_for(tracked_again, 60, "the restarted operator to track the pod again")
+        await wait_for(tracked, 60, "the restarted operator to track the pod again")
     assert await _finalizers(kube, namespace, "long-a1") == []
     await asyncio.to_thread(_helm, cluster, "uninstall", release, "-n", namespace)
     await kube.delete(f"/api/v1/namespaces/{namespace}")
