@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from devcluster import sandbox
 from devcluster.binaries import build_times, find_tool
 from devcluster.cluster import running_cluster
 from devcluster.controlplane import ControlPlaneOptions, Ports
@@ -74,6 +75,7 @@ async def _up(args: argparse.Namespace) -> int:
         with_agent=not args.no_agent,
         options=options,
         max_pods=args.max_pods,
+        real_node=args.real_node,
     ) as running:
         cp = running.control_plane
         (workdir / "state.json").write_text(
@@ -86,6 +88,12 @@ async def _up(args: argparse.Namespace) -> int:
             f"(logs: {workdir / 'logs'})",
             flush=True,
         )
+        for node in running.nodes:
+            print(
+                f"devcluster: node {node.name} is a kubelet with containerd "
+                f"(logs: {workdir / 'logs'})",
+                flush=True,
+            )
         if running.agent is not None:
             print(
                 f"devcluster: node {running.agent.name} runs pods as local processes "
@@ -143,6 +151,9 @@ async def _status(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["sandbox"]:  # everything after it is the command to run inside
+        return sandbox.main(argv[1:])
     parser = argparse.ArgumentParser(prog="devcluster", description=__doc__)
     parser.add_argument("--workdir", type=Path, default=default_workdir())
     sub = parser.add_subparsers(dest="command", required=True)
@@ -150,6 +161,12 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--port", type=int, default=0, help="kube-apiserver port (default: free)")
     up.add_argument("--node-name", default="devcluster-node")
     up.add_argument("--no-agent", action="store_true", help="control plane only")
+    up.add_argument(
+        "--real-node",
+        action="store_true",
+        help="a real kubelet + containerd instead of the node agent (inside 'sandbox'; "
+        "hack/local-cluster does it by default when containerd is installed)",
+    )
     up.add_argument(
         "--max-pods",
         type=int,

@@ -8,16 +8,19 @@ import contextlib
 import threading
 import time
 from collections.abc import AsyncIterator, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from devcluster.binaries import k8s_version
+from devcluster import images
+from devcluster.binaries import cache_root, k8s_version
 from devcluster.controlplane import ControlPlane, ControlPlaneOptions
 from devcluster.errors import StartupError
-from devcluster.kube import KubeClient
+from devcluster.kube import ApiError, KubeClient
 from devcluster.kubeconfig import load_kubeconfig
 from devcluster.nodeagent import DEFAULT_MAX_PODS, NodeAgent
+from devcluster.realnode import NodeSettings, RealNode
+from devcluster.sandbox import sandbox_id
 
 T = TypeVar("T")
 
@@ -27,6 +30,29 @@ class Running:
     control_plane: ControlPlane
     agent: NodeAgent | None
     start_seconds: float
+    nodes: list[RealNode] = field(default_factory=list)
+
+    async def add_real_node(self, name: str, labels: dict[str, str] | None = None) -> RealNode:
+        """Another containerd + kubelet pair (inside the sandbox); Ready when this returns."""
+        cp = self.control_plane
+        assert cp.ca is not None
+        sandbox = sandbox_id()
+        if sandbox is None:
+            raise StartupError("a real node runs only inside devcluster.sandbox")
+        settings = NodeSettings(name, len(self.nodes), dict(labels or {}))
+        node = RealNode(settings, cp.workdir, cp.ca, cp.server, sandbox)
+        self.nodes.append(node)
+        async with KubeClient(load_kubeconfig(cp.admin_kubeconfig)) as client:
+            archives = cache_root() / "realnode" / "archives"
+            extra = await asyncio.to_thread(images.podman_image, archives, images.OMA_IMAGE)
+            await node.start(client, [extra] if extra is not None else [])
+        return node
+
+    async def remove_real_node(self, node: RealNode) -> None:
+        await node.stop()
+        async with KubeClient(load_kubeconfig(self.control_plane.admin_kubeconfig)) as client:
+            with contextlib.suppress(ApiError):
+                await client.delete(f"/api/v1/nodes/{node.name}")
 
 
 @contextlib.asynccontextmanager
@@ -37,25 +63,38 @@ async def running_cluster(
     with_agent: bool = True,
     options: ControlPlaneOptions | None = None,
     max_pods: int | None = DEFAULT_MAX_PODS,
+    real_node: bool = False,
 ) -> AsyncIterator[Running]:
     """Start everything; on exit (or error, or cancellation) stop everything.
 
-    ``max_pods`` caps the node agent's unfinished pods (the kubelet's ``--max-pods``).
+    ``real_node``: a kubelet and containerd (inside ``devcluster.sandbox``) instead of the node
+    agent. ``max_pods`` caps the node agent's unfinished pods (the kubelet's ``--max-pods``).
     """
     begin = time.monotonic()
+    if real_node:
+        options = options or ControlPlaneOptions()
+        options.real_node = True
     cp = ControlPlane(workdir, options)
     client: KubeClient | None = None
     agent: NodeAgent | None = None
+    running: Running | None = None
     try:
         await cp.start()
-        if with_agent:
+        if real_node:
+            running = Running(cp, None, 0.0)
+            await running.add_real_node(node_name)
+        elif with_agent:
             client = KubeClient(load_kubeconfig(cp.admin_kubeconfig))
             agent = NodeAgent(
                 client, cp.workdir, node_name, version=k8s_version(), max_pods=max_pods
             )
             await agent.start()
-        yield Running(cp, agent, time.monotonic() - begin)
+        running = running or Running(cp, agent, 0.0)
+        running.start_seconds = time.monotonic() - begin
+        yield running
     finally:
+        for node in reversed(running.nodes if running else []):
+            await node.stop()
         if agent is not None:
             await agent.stop()
         if client is not None:

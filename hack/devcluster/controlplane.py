@@ -18,6 +18,7 @@ from devcluster.kubeconfig import load_kubeconfig, write_kubeconfig
 from devcluster.pki import CertificateAuthority, service_account_keys
 from devcluster.ports import LOOPBACK, check_free, free_ports
 from devcluster.procs import ChildProcess
+from devcluster.sandbox import HOST_IP
 
 SERVICE_CIDR = "10.0.0.0/24"
 SERVICE_IP = "10.0.0.1"
@@ -32,10 +33,17 @@ class Ports:
     etcd_client: int = 0
     etcd_peer: int = 0
     controller_manager: int = 0
+    scheduler: int = 0
 
     def resolve(self) -> Ports:
-        wanted = [self.apiserver, self.etcd_client, self.etcd_peer, self.controller_manager]
-        names = ["kube-apiserver", "etcd client", "etcd peer", "kube-controller-manager"]
+        wanted = [
+            self.apiserver,
+            self.etcd_client,
+            self.etcd_peer,
+            self.controller_manager,
+            self.scheduler,
+        ]
+        names = ["kube-apiserver", "etcd client", "etcd peer", "kube-controller-manager", "sched"]
         for port, name in zip(wanted, names, strict=True):
             if port:
                 check_free(port, name)
@@ -49,6 +57,11 @@ class ControlPlaneOptions:
     node_monitor_grace: str = "20s"
     startup_timeout: float = 90.0
     extra_apiserver_args: tuple[str, ...] = ()
+    # Serve real nodes (devcluster.realnode, inside devcluster.sandbox): the API server also
+    # listens on the sandbox's host address (pods reach it there and, through a DNAT rule of
+    # the sandbox's own network namespace, at the kubernetes Service IP), may call kubelets,
+    # and a kube-scheduler binds pods.
+    real_node: bool = False
 
 
 class ControlPlane:
@@ -85,7 +98,7 @@ class ControlPlane:
                 "kubernetes.default.svc",
                 "kubernetes.default.svc.cluster.local",
             ),
-            ip_addresses=(LOOPBACK, SERVICE_IP),
+            ip_addresses=(LOOPBACK, SERVICE_IP, *((HOST_IP,) if self.options.real_node else ())),
         )
         sa = service_account_keys(pki)
         self.mint_kubeconfig("admin", ("system:masters",), self.admin_kubeconfig)
@@ -95,6 +108,9 @@ class ControlPlane:
                 bins["kube-apiserver"], serving.cert, serving.key, sa.cert, sa.key
             )
             await self._start_controller_manager(bins["kube-controller-manager"], sa.key)
+            if self.options.real_node:
+                await self._start_scheduler(find_binary("kube-scheduler"))
+                await self._route_service_ip()
         except BaseException:
             await self.stop()
             raise
@@ -154,13 +170,27 @@ class ControlPlane:
         self, binary: Path, cert: Path, key: Path, sa_pub: Path, sa_key: Path
     ) -> None:
         assert self.ca is not None
+        node_args: list[str] = []
+        if self.options.real_node:
+            kubelet_client = self.ca.issue(
+                "apiserver-kubelet-client",
+                "kube-apiserver",
+                organizations=("system:masters",),
+                client=True,
+            )
+            node_args = [
+                f"--kubelet-client-certificate={kubelet_client.cert}",
+                f"--kubelet-client-key={kubelet_client.key}",
+                "--kubelet-preferred-address-types=InternalIP",
+            ]
+        bind = "0.0.0.0" if self.options.real_node else LOOPBACK
         child = await self._spawn(
             "kube-apiserver",
             [
                 str(binary),
                 f"--etcd-servers=http://{LOOPBACK}:{self.ports.etcd_client}",
-                f"--bind-address={LOOPBACK}",
-                f"--advertise-address={LOOPBACK}",
+                f"--bind-address={bind}",
+                f"--advertise-address={HOST_IP if self.options.real_node else LOOPBACK}",
                 f"--secure-port={self.ports.apiserver}",
                 f"--cert-dir={self.workdir / 'apiserver-certs'}",
                 f"--tls-cert-file={cert}",
@@ -176,6 +206,7 @@ class ControlPlane:
                 "--endpoint-reconciler-type=none",
                 "--allow-privileged=true",
                 "--profiling=false",
+                *node_args,
                 *self.options.extra_apiserver_args,
             ],
         )
@@ -212,6 +243,37 @@ class ControlPlane:
             tls=True,
             verify=False,
         )
+
+    async def _start_scheduler(self, binary: Path) -> None:
+        kubeconfig = str(self.admin_kubeconfig)
+        child = await self._spawn(
+            "kube-scheduler",
+            [
+                str(binary),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                f"--bind-address={LOOPBACK}",
+                f"--secure-port={self.ports.scheduler}",
+                "--leader-elect=false",
+            ],
+        )
+        await self._wait_ready(
+            child, f"https://{LOOPBACK}:{self.ports.scheduler}/healthz", tls=True, verify=False
+        )
+
+    async def _route_service_ip(self) -> None:
+        """No kube-proxy: one DNAT rule (in the sandbox's network namespace) takes pods'
+        traffic for the kubernetes Service to the API server."""
+        rule = ["-d", f"{SERVICE_IP}/32", "-p", "tcp", "--dport", "443", "-j", "DNAT"]
+        rule += ["--to-destination", f"{HOST_IP}:{self.ports.apiserver}"]
+        for chain in ("PREROUTING", "OUTPUT"):
+            proc = await asyncio.create_subprocess_exec(
+                "iptables", "-t", "nat", "-A", chain, *rule, stderr=asyncio.subprocess.PIPE
+            )
+            _, err = await proc.communicate()
+            if proc.returncode != 0:
+                raise StartupError(f"iptables DNAT for {SERVICE_IP}: {err.decode().strip()}")
 
     async def _wait_ready(
         self, child: ChildProcess, url: str, *, tls: bool, verify: bool = True

@@ -11,6 +11,7 @@ Missing binaries skip these tests, unless ``OMA_REQUIRE_CLUSTER=1`` (CI) makes i
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from dataclasses import dataclass
@@ -22,12 +23,21 @@ import pytest
 from devcluster import DevCluster, KubeClient, MissingBinaryError, NodeAgent
 from devcluster.binaries import build_times, find_binary, find_tool
 from devcluster.kubeconfig import load_kubeconfig
-from tests.cluster.e2e_env import EXISTING, Endpoint, SideEffects, endpoint_from_env
+from tests.cluster.e2e_env import (
+    EXISTING,
+    REAL_NODE,
+    REAL_NODE_IMAGE,
+    Endpoint,
+    SideEffects,
+    endpoint_from_env,
+    for_pods,
+)
 from tests.cluster.helpers import create_namespace, delete_namespace
 from tests.servers.postgres_server import PostgresServer
 from tests.servers.redis_server import RedisServer
 
 T = TypeVar("T")
+REPO = Path(__file__).resolve().parents[2]
 _timings: dict[str, str] = {}
 
 
@@ -47,6 +57,8 @@ class ClusterHandle:
     def agent(self) -> NodeAgent:
         if self.local is None:
             pytest.skip("needs the devcluster node agent (not available with E2E_CLUSTER=existing)")
+        if REAL_NODE:
+            pytest.skip("needs the node agent's fault hooks (not yet ported to the real node)")
         return self.local.agent
 
     async def call(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -55,6 +67,11 @@ class ClusterHandle:
             coro.close()
             pytest.skip("needs the devcluster node agent (not available with E2E_CLUSTER=existing)")
         return await self.local.call(coro)
+
+    @property
+    def real_node(self) -> bool:
+        """Pods run as containers under a real kubelet (inside devcluster's sandbox)."""
+        return self.local is not None and REAL_NODE
 
     def tool(self, name: str) -> str:
         path = find_tool(name)
@@ -72,21 +89,34 @@ def cluster() -> Iterator[ClusterHandle]:
         yield ClusterHandle(path, None)
         return
     try:
-        for name in ("etcd", "kube-apiserver", "kube-controller-manager"):
+        names = ["etcd", "kube-apiserver", "kube-controller-manager"]
+        for name in names + (["kubelet", "kube-scheduler"] if REAL_NODE else []):
             find_binary(name)
     except MissingBinaryError as exc:
         if os.environ.get("OMA_REQUIRE_CLUSTER") == "1":
             raise
         pytest.skip(str(exc))
+    if REAL_NODE:
+        _ensure_runner_image()
     begin = time.monotonic()
-    local = DevCluster().start()
-    _timings["warm start"] = (
-        f"{time.monotonic() - begin:.1f}s (control plane + node agent, cached binaries)"
-    )
+    local = DevCluster(real_node=REAL_NODE).start()
+    node = "a real node (kubelet + containerd)" if REAL_NODE else "node agent"
+    _timings["warm start"] = f"{time.monotonic() - begin:.1f}s (control plane + {node})"
     try:
         yield ClusterHandle(local.kubeconfig, local)
     finally:
         local.stop()
+
+
+def _ensure_runner_image() -> None:
+    """The real node runs runner pods from hack/build-image's image: build it if podman lacks it
+    (the cluster imports it into the node's containerd)."""
+    podman = ["podman", "--storage-driver", "vfs"]
+    found = subprocess.run([*podman, "image", "exists", REAL_NODE_IMAGE], check=False)
+    if found.returncode != 0:
+        begin = time.monotonic()
+        subprocess.run([str(REPO / "hack" / "build-image")], check=True)
+        _timings["runner image"] = f"built in {time.monotonic() - begin:.0f}s"
 
 
 @pytest.fixture(scope="session")
@@ -95,7 +125,7 @@ def e2e_redis(request: pytest.FixtureRequest) -> Endpoint:
     if EXISTING:
         return endpoint_from_env("OMA_E2E_REDIS_URL", "OMA_E2E_REDIS_LOCAL_URL", "a Redis URL")
     server: RedisServer = request.getfixturevalue("redis_server")
-    return Endpoint(server.url, server.url)
+    return Endpoint(for_pods(server.url), server.url)
 
 
 @pytest.fixture(scope="session")
@@ -106,7 +136,7 @@ def e2e_postgres(request: pytest.FixtureRequest) -> Endpoint:
             "OMA_E2E_POSTGRES_DSN", "OMA_E2E_POSTGRES_LOCAL_DSN", "a PostgreSQL DSN"
         )
     server: PostgresServer = request.getfixturevalue("postgres_server")
-    return Endpoint(server.dsn(), server.dsn())
+    return Endpoint(for_pods(server.dsn()), server.dsn())
 
 
 @pytest.fixture

@@ -31,7 +31,13 @@ from oma.tools import records
 from oma.tools.records import RecordLocation
 
 EXISTING = os.environ.get("E2E_CLUSTER", "") == "existing"
+# Inside ``python -m devcluster sandbox`` the local cluster's node is a real kubelet with
+# containerd: pods run the image hack/build-image built, and reach the servers the tests start
+# at the sandbox's host address.
+SANDBOX_HOST_IP = os.environ.get("OMA_DEVCLUSTER_HOST_IP", "")
+REAL_NODE = not EXISTING and bool(SANDBOX_HOST_IP)
 DEVCLUSTER_IMAGE = "oma-runner:test"  # ignored by the node agent; named so pods are valid
+REAL_NODE_IMAGE = "localhost/oma:dev"
 
 
 @dataclass(frozen=True)
@@ -51,8 +57,13 @@ def endpoint_from_env(name: str, local_name: str, what: str) -> Endpoint:
 
 def runner_image() -> str:
     if EXISTING:
-        return os.environ.get("OMA_E2E_RUNNER_IMAGE", "") or "localhost/oma:dev"
-    return DEVCLUSTER_IMAGE
+        return os.environ.get("OMA_E2E_RUNNER_IMAGE", "") or REAL_NODE_IMAGE
+    return REAL_NODE_IMAGE if REAL_NODE else DEVCLUSTER_IMAGE
+
+
+def for_pods(url: str) -> str:
+    """A URL of a server the tests started, as pods reach it (the same on the node agent)."""
+    return url.replace("@127.0.0.1:", f"@{SANDBOX_HOST_IP}:") if REAL_NODE else url
 
 
 def operator_env(kubeconfig: Path, **extra: str) -> dict[str, str]:

@@ -35,7 +35,7 @@ RUN = [
 
 
 @pytest.fixture(scope="session")
-def image() -> str:
+def image(tmp_path_factory: pytest.TempPathFactory) -> str:
     missing = [tool for tool in ("podman", "debootstrap") if shutil.which(tool) is None]
     if missing:
         message = f"{', '.join(missing)} not installed (Debian packages; hack/test installs them)"
@@ -43,15 +43,18 @@ def image() -> str:
             pytest.fail(message)
         pytest.skip(message)
     started = time.monotonic()
+    tmp = tmp_path_factory.mktemp("build-image-tmp")
     built = subprocess.run(
         [str(REPO / "hack" / "build-image")],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=1200,
-        env={**os.environ, "OMA_IMAGE": IMAGE},
+        env={**os.environ, "OMA_IMAGE": IMAGE, "TMPDIR": str(tmp)},
     )
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    # Its own temporary directories (the wheel context, a debootstrap root) are all removed.
+    assert sorted(p.name for p in tmp.glob("tmp.*")) == []
     print(f"\nimage {IMAGE} built in {time.monotonic() - started:.0f}s")
     return IMAGE
 

@@ -23,6 +23,7 @@ import psycopg
 from tests.servers.process import (
     chown_tree,
     free_port,
+    listen_addresses,
     make_workdir,
     run_as,
     spawn,
@@ -75,11 +76,14 @@ class PostgresServer:
             user=self.run_as,
         )  # fmt: skip
         pwfile.unlink()
+        if len(listen_addresses()) > 1:  # pods of the sandbox's real node connect from 10/8
+            with (data / "pg_hba.conf").open("a") as hba:
+                hba.write("host all all 10.0.0.0/8 scram-sha-256\n")
         for _ in range(5):  # a free port can be taken between probing and binding it
             self.port = free_port()
             argv = [
                 str(self.bin_dir / "postgres"), "-D", str(data), "-p", str(self.port),
-                "-h", "127.0.0.1", "-k", str(sockets),
+                "-h", ",".join(listen_addresses()), "-k", str(sockets),
                 "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
                 "-c", "max_connections=300", "-c", "shared_buffers=32MB",
             ]  # fmt: skip

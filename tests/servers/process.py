@@ -124,3 +124,10 @@ def chown_tree(path: Path, user: str) -> None:
             os.chown(name, entry.pw_uid, entry.pw_gid)
         for name in files:
             os.chown(os.path.join(root, name), entry.pw_uid, entry.pw_gid)
+
+
+def listen_addresses() -> list[str]:
+    """Loopback, plus the devcluster sandbox's host address when the tests run inside one
+    (``OMA_DEVCLUSTER_HOST_IP``): real pods reach the servers there."""
+    extra = os.environ.get("OMA_DEVCLUSTER_HOST_IP", "")
+    return ["127.0.0.1", *([extra] if extra else [])]

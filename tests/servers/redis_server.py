@@ -15,7 +15,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from tests.servers.process import free_port, make_workdir, spawn, stop, wait_until
+from tests.servers.process import (
+    free_port,
+    listen_addresses,
+    make_workdir,
+    spawn,
+    stop,
+    wait_until,
+)
 from tests.servers.tls import TlsFiles, make_tls_files
 
 
@@ -57,7 +64,7 @@ class RedisServer:
             argv = [
                 self.binary,
                 "--port", str(self.port),
-                "--bind", "127.0.0.1",
+                "--bind", *listen_addresses(),
                 "--dir", str(self.workdir),
                 "--save", "",
                 "--appendonly", "yes" if self.persistent else "no",

@@ -1,0 +1,119 @@
+"""The local cluster's real node: a kubelet with containerd, the oma image as pods, and the
+faults only a kubelet delivers (API eviction with SIGTERM, kubelet eviction, OOM kill, a node
+that stops reporting). Runs inside ``python -m devcluster sandbox`` (hack/test does); skipped on
+the node agent and on an existing cluster."""
+
+from __future__ import annotations
+
+import pytest
+
+from devcluster import KubeClient
+from devcluster.binaries import k8s_version
+from devcluster.kube import JSON
+from tests.cluster.conftest import ClusterHandle
+from tests.cluster.e2e_env import REAL_NODE, REAL_NODE_IMAGE
+from tests.cluster.helpers import evict, pod, run_tool, wait_for, wait_phase
+
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.skipif(not REAL_NODE, reason="needs the real node (python -m devcluster sandbox)"),
+]
+RESTRICTED: JSON = {
+    "runAsNonRoot": True,
+    "runAsUser": 65532,
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+def _container(obj: JSON) -> JSON:
+    status: JSON = obj["status"]["containerStatuses"][0]
+    return status
+
+
+async def _pod(kube: KubeClient, namespace: str, manifest: JSON) -> str:
+    await kube.create(f"/api/v1/namespaces/{namespace}/pods", manifest)
+    return f"/api/v1/namespaces/{namespace}/pods/{manifest['metadata']['name']}"
+
+
+async def test_the_node_is_a_kubelet_with_containerd(kube: KubeClient) -> None:
+    (node,) = (await kube.get("/api/v1/nodes"))["items"]
+    info = node["status"]["nodeInfo"]
+    assert info["kubeletVersion"] == k8s_version()
+    assert info["containerRuntimeVersion"].startswith("containerd://")
+    ready = {c["type"]: c["status"] for c in node["status"]["conditions"]}["Ready"]
+    assert ready == "True"
+
+
+async def test_the_built_image_runs_as_a_restricted_pod(kube: KubeClient, namespace: str) -> None:
+    manifest = pod(
+        "image",
+        "oma-runner --help > /dev/null && id -u > /dev/termination-log",
+        automountServiceAccountToken=False,
+        container={"image": REAL_NODE_IMAGE, "securityContext": RESTRICTED},
+    )
+    path = await _pod(kube, namespace, manifest)
+    obj = await wait_phase(kube, path, {"Succeeded", "Failed"}, 90)
+    status = _container(obj)
+    assert status["state"]["terminated"]["exitCode"] == 0, status
+    assert status["state"]["terminated"]["message"].strip() == "65532"
+    podman = ["podman", "--storage-driver", "vfs", "image", "inspect", "--format", "{{.Id}}"]
+    built = await run_tool(*podman, REAL_NODE_IMAGE)
+    assert status["imageID"] == f"sha256:{built.strip()}"
+
+
+async def test_an_api_eviction_sends_sigterm_and_keeps_the_message(
+    kube: KubeClient, namespace: str
+) -> None:
+    script = "trap 'echo got TERM > /dev/termination-log; exit 0' TERM; while :; do sleep 1; done"
+    path = await _pod(kube, namespace, pod("evicted", script))
+    await wait_phase(kube, path, {"Running"})
+    await evict(kube, namespace, "evicted")
+    obj = await wait_phase(kube, path, {"Succeeded", "Failed"})
+    conditions = {c["type"]: c for c in obj["status"]["conditions"]}
+    assert conditions["DisruptionTarget"]["reason"] == "EvictionByEvictionAPI"
+    assert _container(obj)["state"]["terminated"]["message"].strip() == "got TERM"
+
+
+async def test_the_kubelet_evicts_a_pod_over_its_ephemeral_storage_limit(
+    kube: KubeClient, namespace: str
+) -> None:
+    script = "dd if=/dev/zero of=/tmp/fill bs=1M count=40; sleep 120"
+    limits = {"resources": {"limits": {"ephemeral-storage": "10Mi"}}}
+    path = await _pod(kube, namespace, pod("full", script, container=limits))
+    obj = await wait_phase(kube, path, {"Failed"}, 90)
+    assert obj["status"].get("reason") == "Evicted", obj["status"]
+    assert "ephemeral local storage" in obj["status"]["message"]
+    # What a kubelet eviction for local storage does not give (docs/local-cluster.md).
+    assert "DisruptionTarget" not in {c["type"] for c in obj["status"]["conditions"]}
+
+
+async def test_a_memory_limit_ends_in_an_oom_kill(kube: KubeClient, namespace: str) -> None:
+    limits = {"resources": {"limits": {"memory": "32Mi"}}}
+    manifest = pod("oom", "exec dd if=/dev/zero of=/dev/null bs=96M count=1", container=limits)
+    path = await _pod(kube, namespace, manifest)
+    obj = await wait_phase(kube, path, {"Failed"}, 60)
+    terminated = _container(obj)["state"]["terminated"]
+    assert (terminated["exitCode"], terminated["reason"]) == (137, "OOMKilled"), terminated
+
+
+async def test_a_stopped_kubelet_is_a_lost_node_and_comes_back(
+    cluster: ClusterHandle, kube: KubeClient
+) -> None:
+    assert cluster.local is not None
+    node = await cluster.call(cluster.local.running.add_real_node("flaky", {"oma.dev/pool": "x"}))
+
+    async def ready_is(value: str) -> bool:
+        body = await kube.get(f"/api/v1/nodes/{node.name}")
+        conditions = {c["type"]: c["status"] for c in body["status"]["conditions"]}
+        return conditions.get("Ready") == value
+
+    try:
+        node.partition()
+        await wait_for(lambda: ready_is("Unknown"), 60, "the node controller to mark it Unknown")
+        node.heal()
+        await wait_for(lambda: ready_is("True"), 60, "the healed node to be Ready again")
+    finally:
+        await cluster.call(cluster.local.running.remove_real_node(node))
