@@ -1,0 +1,59 @@
+"""``python -m devcluster sandbox``: what runs inside sees its own network, fake kernel
+tunables and cgroups; the host sees none of it, before or after (docs/local-cluster.md)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from devcluster.sandbox import CGROUP_FS, HOST_IP, KERNEL_DEFAULTS, real_node_possible
+
+pytestmark = pytest.mark.skipif(
+    real_node_possible() is not None and os.environ.get("OMA_REQUIRE_CLUSTER") != "1",
+    reason=str(real_node_possible()),
+)
+HACK = Path(__file__).resolve().parents[2] / "hack"
+INSIDE = """
+import os, pathlib, subprocess
+from devcluster.realnode import make_cgroup_root
+ident = os.environ["OMA_DEVCLUSTER_SANDBOX"]
+print(make_cgroup_root(ident + "-probe", 1 << 30))
+for name in ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops"):
+    print(name, pathlib.Path("/proc/sys", name).read_text().strip())
+print(subprocess.run(["ip", "-br", "addr"], capture_output=True, text=True).stdout)
+print("pid", os.getpid())
+raise SystemExit(7)
+"""
+
+
+def _sysctls() -> dict[str, str]:
+    return {name: Path("/proc/sys", name).read_text().strip() for name in KERNEL_DEFAULTS}
+
+
+def test_the_sandbox_changes_nothing_outside_itself() -> None:
+    before = _sysctls()
+    done = subprocess.run(
+        [sys.executable, "-m", "devcluster", "sandbox", "--", sys.executable, "-c", INSIDE],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(HACK)},
+    )
+    assert done.returncode == 7, done.stderr  # the command's exit code
+    lines = done.stdout.splitlines()
+    cgroup_root = lines[0]
+    assert cgroup_root.startswith("/omak-"), done.stdout
+    for name, value in KERNEL_DEFAULTS.items():  # what the kubelet checks, faked inside
+        assert f"{name} {value}" in lines
+    assert f"{HOST_IP}/16" in done.stdout
+    assert "eth0" not in done.stdout  # a network namespace of its own
+    assert int(lines[-1].split()[1]) < 100  # a pid namespace of its own (host pids are larger)
+    # Outside: the host's values, no cgroup left, no address added.
+    assert _sysctls() == before
+    assert list(CGROUP_FS.glob(f"*{cgroup_root}")) == []
+    host_addresses = subprocess.run(["ip", "-br", "addr"], capture_output=True, text=True)
+    assert HOST_IP not in host_addresses.stdout
