@@ -89,6 +89,10 @@ def classify(pod: dict[str, Any]) -> Outcome:
         return Outcome(kind, reason, message, exit_code)
     if disruption is not None:
         return Outcome("disruption", disruption, message, exit_code)
+    if terminated and terminated.get("reason") == "ContainerStatusUnknown":
+        # The kubelet could not find the container any more (its runtime lost it, or the node
+        # restarted): the runner did not fail, it was taken away; the next attempt resumes.
+        return Outcome("disruption", "ContainerLost", message, exit_code)
     if pod.get("metadata", {}).get("deletionTimestamp"):
         # Deleted by a person or a controller and killed after its grace period (a tool
         # outlasted it, exit 137): taken away, not crashed; the next attempt resumes.

@@ -64,6 +64,29 @@ def test_classify(pod: dict[str, Any], kind: str, reason: str) -> None:
     assert outcome.terminal == (kind != "running")
 
 
+LOST = "The container could not be located when the pod was terminated"
+
+
+def test_a_kubelet_eviction_for_local_storage_is_a_disruption_with_the_kubelets_message() -> None:
+    """As a real kubelet reports it: no DisruptionTarget condition, the container's state
+    unknown (exit 137) and the runner's own termination message lost."""
+    pod = runner_pod_in(
+        "Failed", exit_code=137, reason="ContainerStatusUnknown", pod_reason="Evicted", message=LOST
+    )
+    pod["status"]["message"] = "Pod ephemeral local storage usage exceeds the total limit of 10Mi."
+    outcome = classify(pod)
+    assert (outcome.kind, outcome.reason) == ("disruption", "Evicted")
+    assert outcome.message.startswith("Pod ephemeral local storage usage exceeds")
+    assert outcome.report is None  # no runner report: the checkpoint read decides what was saved
+
+
+def test_a_container_the_kubelet_lost_is_a_disruption_not_a_crash() -> None:
+    pod = runner_pod_in("Failed", exit_code=137, reason="ContainerStatusUnknown", message=LOST)
+    outcome = classify(pod)
+    assert (outcome.kind, outcome.reason, outcome.exit_code) == ("disruption", "ContainerLost", 137)
+    assert outcome.message == LOST
+
+
 POLICY = RetryPolicy(max_disruptions=2, max_failures=1, max_oom_kills=1, backoff_seconds=10)
 
 
