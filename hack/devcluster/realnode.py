@@ -129,6 +129,19 @@ class RealNode:
         assert self.kubelet is not None
         self.kubelet.signal(signal.SIGCONT)
 
+    def fill_logs(self, namespace: str, pod: str, uid: str, megabytes: int) -> Path:
+        """Grow the pod's container logs on this node's disk by ``megabytes`` (the kubelet
+        counts them in the pod's ephemeral storage: over a limit, it evicts the pod)."""
+        logs = self.dir / "pod-logs" / f"{namespace}_{pod}_{uid}"
+        found = sorted(logs.glob("*/*.log"))
+        if not found:
+            raise StartupError(f"no container log of pod {namespace}/{pod} under {logs}")
+        line = b'{"filler": "' + b"x" * 1000 + b'"}\n'
+        with found[0].open("ab") as log:
+            for _ in range(megabytes * 1024):
+                log.write(line)
+        return found[0]
+
     def termination_report(self, pod_uid: str, container: str) -> dict[str, object] | None:
         """What the container wrote to its termination-message file (the kubelet's copy on the
         node), also when the node cannot report it: None if it wrote nothing yet."""

@@ -10,6 +10,7 @@ Missing binaries skip these tests, unless ``OMA_REQUIRE_CLUSTER=1`` (CI) makes i
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import time
@@ -67,6 +68,17 @@ class ClusterHandle:
             coro.close()
             pytest.skip("needs the devcluster node agent (not available with E2E_CLUSTER=existing)")
         return await self.local.call(coro)
+
+    async def kubelet_evict(self, kube: KubeClient, namespace: str, pod: str) -> None:
+        """Have the node's kubelet evict ``pod``: on the real node by growing its logs past its
+        ``ephemeral-storage`` limit (the pod must have one), on the node agent by its hook."""
+        if not self.real_node:
+            await self.call(self.agent.evict_pod(namespace, pod))
+            return
+        assert self.local is not None
+        body = await kube.get(f"/api/v1/namespaces/{namespace}/pods/{pod}")
+        (node,) = [n for n in self.local.running.nodes if n.name == body["spec"]["nodeName"]]
+        await asyncio.to_thread(node.fill_logs, namespace, pod, body["metadata"]["uid"], 40)
 
     @property
     def real_node(self) -> bool:

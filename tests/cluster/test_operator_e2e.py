@@ -405,7 +405,6 @@ async def test_kubelet_eviction_resumes_from_the_last_checkpoint(
     redis_secret: str,
     effects: SideEffects,
 ) -> None:
-    agent = cluster.agent  # node-agent-only: kubelet-side eviction kills the process outright
     script: list[dict[str, Any]] = [
         {"tool_calls": [{"id": "k1", "name": "ledger_append", "input": {"entry": "first"}}]},
         {
@@ -414,13 +413,18 @@ async def test_kubelet_eviction_resumes_from_the_last_checkpoint(
         },
         {"text": "done"},
     ]
-    await kube.create(TEAMRUNS.format(ns=namespace), teamrun("kubelet", script, effects))
+    if cluster.real_node:
+        script[1]["delay"] = 45  # the kubelet looks at disk usage every 10 s or so
+    body = teamrun("kubelet", script, effects)
+    if cluster.real_node:  # the real kubelet evicts a pod over its local-storage limit
+        body["spec"]["runner"]["resources"] = {"limits": {"ephemeral-storage": "10Mi"}}
+    await kube.create(TEAMRUNS.format(ns=namespace), body)
 
     async def first_recorded() -> bool:
         return await effects.ledger() == ["first"]
 
     await wait_for(first_recorded, 90, "the first ledger entry")
-    await cluster.call(agent.evict_pod(namespace, "kubelet-a1"))
+    await cluster.kubelet_evict(kube, namespace, "kubelet-a1")
     status = await finished(kube, namespace, "kubelet", 180)
     assert status["phase"] == "Succeeded" and status["attempt"] == 2
     assert (status["attempts"][0]["outcome"], status["attempts"][0]["reason"]) == (
