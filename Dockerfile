@@ -15,7 +15,10 @@ ENV PATH=/opt/oma/bin:/usr/local/bin:/usr/bin:/bin \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     HOME=/tmp
-# Non-root, and nothing is written outside /tmp, so a read-only root filesystem works.
+# Non-root, and nothing is written outside /tmp, so a read-only root filesystem works. The user
+# has a passwd entry: libraries that ask who they run as (kopf's peering id, getpass) need one.
+RUN echo 'oma:x:65532:65532:oma:/tmp:/usr/sbin/nologin' >> /etc/passwd \
+ && echo 'oma:x:65532:' >> /etc/group
 USER 65532:65532
 WORKDIR /tmp
 CMD ["oma-operator", "--help"]

@@ -7,6 +7,7 @@ import base64
 import os
 import ssl
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,17 @@ SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 MAX_IN_FLIGHT = 32
 # Keep as many connections alive as may be in use, so bursts reuse them (no new TLS handshakes).
 LIMITS = httpx.Limits(max_connections=MAX_IN_FLIGHT, max_keepalive_connections=MAX_IN_FLIGHT)
+
+
+def in_cluster_server(environ: Mapping[str, str], account: Path) -> str | None:
+    """The API server's address inside a pod, as client-go finds it: the service address the
+    kubelet puts in the environment, not a DNS name (which needs cluster DNS and its domain).
+    None outside a pod (no such variable or no service account token)."""
+    host = environ.get("KUBERNETES_SERVICE_HOST")
+    if not host or not (account / "token").exists():
+        return None
+    port = environ.get("KUBERNETES_SERVICE_PORT", "443")
+    return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
 
 
 class KubeError(OmaError):
@@ -40,14 +52,13 @@ class Kube:
 
     @classmethod
     def from_environment(cls) -> Kube:
-        if os.environ.get("KUBERNETES_SERVICE_HOST") and (SA_DIR / "token").exists():
-            host = os.environ["KUBERNETES_SERVICE_HOST"]
-            port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+        server = in_cluster_server(os.environ, SA_DIR)
+        if server is not None:
             context = ssl.create_default_context(cafile=str(SA_DIR / "ca.crt"))
             token = (SA_DIR / "token").read_text().strip()
             return cls(
                 httpx.AsyncClient(
-                    base_url=f"https://{host}:{port}",
+                    base_url=server,
                     verify=context,
                     headers={"Authorization": f"Bearer {token}"},
                     timeout=30,

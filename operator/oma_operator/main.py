@@ -9,7 +9,7 @@ import os
 
 import kopf
 
-from oma_operator import handlers, runtime  # noqa: F401 (importing registers the handlers)
+from oma_operator import handlers, login, runtime  # noqa: F401 (importing registers handlers)
 from oma_operator.metrics import serve
 
 DEFAULT_METRICS_PORT = 8000  # 8080 is the chart's liveness port

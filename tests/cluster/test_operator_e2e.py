@@ -96,6 +96,22 @@ async def teamruns_admitted(kube: KubeClient) -> None:
     await wait_for(admitted, 60, "TeamRuns to pass admission")
 
 
+async def create_admitted(kube: KubeClient, namespace: str, body: dict[str, Any]) -> None:
+    """Create a TeamRun, retrying the transient 503 of admission policies that were created a
+    moment ago (a dry run can pass before they load, then the first real create meets them)."""
+
+    async def created() -> bool:
+        try:
+            await kube.create(TEAMRUNS.format(ns=namespace), body)
+        except ApiError as exc:
+            if exc.status == 503 and "not found" in str(exc):
+                return False
+            raise
+        return True
+
+    await wait_for(created, 60, "the TeamRun to pass admission")
+
+
 @pytest.fixture(scope="module")
 def crds_installed(cluster: ClusterHandle) -> None:
     async def apply() -> None:

@@ -5,14 +5,29 @@ the node agent and on an existing cluster."""
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import uuid
+from typing import Any
+
 import pytest
 
 from devcluster import KubeClient
 from devcluster.binaries import k8s_version
 from devcluster.kube import JSON
 from tests.cluster.conftest import ClusterHandle
-from tests.cluster.e2e_env import REAL_NODE, REAL_NODE_IMAGE
-from tests.cluster.helpers import evict, pod, run_tool, wait_for, wait_phase
+from tests.cluster.e2e_env import REAL_NODE, REAL_NODE_IMAGE, Endpoint, SideEffects
+from tests.cluster.helpers import (
+    create_namespace,
+    delete_namespace,
+    evict,
+    pod,
+    run_tool,
+    wait_for,
+    wait_phase,
+)
+from tests.cluster.test_chart import CHART, _helm
+from tests.cluster.test_operator_e2e import create_admitted, finished, teamrun, teamruns_admitted
 
 pytestmark = [
     pytest.mark.cluster,
@@ -117,3 +132,93 @@ async def test_a_stopped_kubelet_is_a_lost_node_and_comes_back(
         await wait_for(lambda: ready_is("True"), 60, "the healed node to be Ready again")
     finally:
         await cluster.call(cluster.local.running.remove_real_node(node))
+
+
+@pytest.mark.timeout(420)
+async def test_the_chart_runs_the_operator_in_cluster_through_an_eviction_and_its_own_loss(
+    cluster: ClusterHandle, kube: KubeClient, e2e_redis: Endpoint, effects: SideEffects
+) -> None:
+    """The chart as shipped (operator Deployment from the built image, its service account and
+    RBAC, runner pods under the restricted Pod Security Standard): an evicted runner resumes,
+    and so does the run when the operator's own pod is deleted mid-run."""
+    namespace = await create_namespace(kube)
+    await kube.patch(
+        f"/api/v1/namespaces/{namespace}",
+        {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}},
+    )
+    release = f"r{uuid.uuid4().hex[:6]}"
+    repository, tag = REAL_NODE_IMAGE.rsplit(":", 1)
+    values = [f"image.repository={repository}", f"image.tag={tag}"]
+    values += ["approvals.reviewerPolicy=false"]
+    await asyncio.to_thread(
+        _helm, cluster, "install", release, str(CHART), "-n", namespace, "--wait=false",
+        *[arg for value in values for arg in ("--set", value)],
+    )  # fmt: skip
+    pods = f"/api/v1/namespaces/{namespace}/pods"
+    try:
+        await teamruns_admitted(kube)
+        secret = {"url": base64.b64encode(e2e_redis.for_pods.encode()).decode()}
+        await kube.create(
+            f"/api/v1/namespaces/{namespace}/secrets",
+            {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "store"}, "data": secret},
+        )
+
+        async def operator_pod() -> JSON | None:
+            listed = await kube.get(f"{pods}?labelSelector={OPERATOR_SELECTOR}")
+            running = [p for p in listed["items"] if _ready(p)]
+            return running[0] if running else None
+
+        first_operator = await wait_for(operator_pod, 120, "the operator pod to be Ready")
+        script: list[dict[str, Any]] = [
+            {"tool_calls": [{"id": "c1", "name": "ledger_append", "input": {"entry": "a"}}]},
+            {
+                "tool_calls": [{"id": "c2", "name": "ledger_append", "input": {"entry": "b"}}],
+                "delay": 6,
+            },
+            {"tool_calls": [{"id": "c3", "name": "ledger_append", "input": {"entry": "c"}}]},
+            {"text": "done"},
+        ]
+        await create_admitted(kube, namespace, teamrun("chart", script, effects))
+
+        async def entries(count: int) -> bool:
+            return len(await effects.ledger()) >= count
+
+        await wait_for(lambda: entries(1), 120, "attempt 1's first entry")
+        await evict(kube, namespace, "chart-a1")
+        await kube.delete(f"{pods}/{first_operator['metadata']['name']}")  # the operator too
+        status = await finished(kube, namespace, "chart", 240)
+        assert status["phase"] == "Succeeded" and status["attempt"] == 2, status
+        assert await effects.ledger() == ["a", "b", "c"]
+        runner = await kube.get(f"{pods}/chart-a2")
+        assert runner["spec"]["containers"][0]["image"] == REAL_NODE_IMAGE
+        assert runner["spec"]["automountServiceAccountToken"] is False
+        second_operator = await wait_for(operator_pod, 60, "the new operator pod")
+        assert second_operator["metadata"]["name"] != first_operator["metadata"]["name"]
+    except AssertionError as failed:
+        raise AssertionError(f"{failed}\n{await _what_ran(cluster, namespace)}") from failed
+    finally:
+        await asyncio.to_thread(_helm, cluster, "uninstall", release, "-n", namespace, check=False)
+        await delete_namespace(kube, namespace)
+
+
+OPERATOR_SELECTOR = "app.kubernetes.io/component%3Doperator"
+
+
+def _ready(pod: JSON) -> bool:
+    conditions = {c["type"]: c["status"] for c in pod["status"].get("conditions") or []}
+    return conditions.get("Ready") == "True" and not pod["metadata"].get("deletionTimestamp")
+
+
+async def _what_ran(cluster: ClusterHandle, namespace: str) -> str:
+    """Pods and the operator's log, for a failure message."""
+    kubectl = [cluster.tool("kubectl"), f"--kubeconfig={cluster.kubeconfig}", "-n", namespace]
+    parts = []
+    for args in (
+        ["get", "pods,teamruns", "-o", "wide"],
+        ["logs", "-l", OPERATOR_SELECTOR.replace("%3D", "="), "--tail=60"],
+    ):
+        try:
+            parts.append(await run_tool(*kubectl, *args))
+        except AssertionError as exc:
+            parts.append(str(exc))
+    return "\n".join(parts)

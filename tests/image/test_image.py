@@ -72,6 +72,9 @@ def test_both_entrypoints_run_as_non_root_read_only(image: str) -> None:
     assert operator.returncode == 0 and "usage: oma-operator" in operator.stdout
     runner = _run(image, "oma-runner", "--help")
     assert runner.returncode == 0 and "oma-runner" in runner.stdout
+    # The operator's peering id (kopf) asks for the user's name outside a pod: it must have one.
+    name = _run(image, "python3", "-c", "import getpass; print(getpass.getuser())")
+    assert name.stdout.strip() == "oma", name.stderr
     whoami = _run(image, "python3", "-c", "import os; print(os.getuid())")
     assert whoami.stdout.strip() == "65532"
 
