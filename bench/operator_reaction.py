@@ -35,13 +35,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import redis
 from operatorlib import (
     JSON,
     OPERATOR_USER,
     Stack,
     audit_counts,
     audit_events,
+    for_pods,
     header,
+    in_sandbox_or_reexec,
     percentile,
     proc_stats,
     stack,
@@ -50,6 +53,8 @@ from operatorlib import (
     wait_for,
     watch_forever,
 )
+
+from devcluster.images import BUSYBOX_IMAGE
 
 NAME = "reaction"
 TARGET_P99 = 2.0
@@ -105,6 +110,22 @@ def poll_ledger(path: Path, observed: Observed, stop: threading.Event) -> None:
             observed.ledger.extend((at, line.decode()[:80]) for line in lines if line.strip())
 
 
+def poll_redis_ledger(url: str, key: str, observed: Observed, stop: threading.Event) -> None:
+    """The same for a ledger in a Redis list (a real node's pods cannot write our files)."""
+    client = redis.Redis.from_url(url)
+    seen = 0
+    try:
+        while not stop.wait(0.005):
+            length = int(client.llen(key))
+            if length > seen:
+                at = time.monotonic()
+                lines = client.lrange(key, seen, length - 1)
+                seen = length
+                observed.ledger.extend((at, bytes(line).decode()[:80]) for line in lines)
+    finally:
+        client.close()
+
+
 def script(turns: int, delay: float) -> list[dict[str, Any]]:
     """Each turn: the model answers at once with two calls, ``ledger_append`` (the marker: its
     line lands a few ms after the model call) and ``wait`` (the turn's work, ``delay`` s)."""
@@ -130,27 +151,62 @@ async def evict(s: Stack, pod: str) -> int:
     return 201
 
 
+async def bare_pods(s: Stack, observed: Observed, count: int) -> list[float]:
+    """The baseline, measured here first: a busybox pod's creation to Running on the same
+    node, ``count`` times (what the kubelet and containerd take, with no operator involved)."""
+    pods = f"/api/v1/namespaces/{s.namespace}/pods"
+    seconds = []
+    for index in range(count):
+        name = f"bare-{index}"
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name},
+            "spec": {
+                "containers": [{"name": "c", "image": BUSYBOX_IMAGE, "command": ["sleep", "30"]}],
+                "terminationGracePeriodSeconds": 0,
+            },
+        }
+        t0 = time.monotonic()
+        await s.kube.create(pods, body)
+
+        async def running(name: str = name) -> float | None:
+            times = observed.pods.get(name)
+            return times.running if times is not None and times.running else None
+
+        seconds.append(await wait_for(running, 60, f"pod {name} Running", 0.01) - t0)
+        await s.kube.delete(f"{pods}/{name}")
+    return seconds
+
+
 async def bench(args: argparse.Namespace, workdir: Path) -> None:
     evictions: int = args.evictions
     delay: float = args.delay
     ledger = workdir / "ledger.jsonl"
     observed = Observed()
-    async with stack(workdir) as s:
+    async with stack(workdir, real_node=args.real_node) as s:
         tasks = [
             asyncio.create_task(
                 watch_forever(s.kube, f"/api/v1/namespaces/{s.namespace}/pods", observed.on_pod)
             ),
         ]
         stop = threading.Event()
-        poller = threading.Thread(target=poll_ledger, args=(ledger, observed, stop), daemon=True)
+        ledger_env = {"OMA_LEDGER_PATH": str(ledger)}
+        poll: tuple[Any, ...] = (poll_ledger, (ledger, observed, stop))
+        if args.real_node:
+            key = f"bench-ledger-{s.namespace}"
+            ledger_env = {"OMA_LEDGER_URL": for_pods(s.redis.url), "OMA_LEDGER_KEY": key}
+            poll = (poll_redis_ledger, (s.redis.url, key, observed, stop))
+        poller = threading.Thread(target=poll[0], args=poll[1], daemon=True)
         poller.start()
+        baseline = await bare_pods(s, observed, args.baseline) if args.real_node else []
         try:
             turns = evictions * 4 + 20
             body = teamrun(
                 NAME,
                 script(turns, delay),
                 tools=["ledger_append", "wait"],
-                env={"OMA_LEDGER_PATH": str(ledger)},
+                env=ledger_env,
                 retry={"maxDisruptions": evictions + 10},
                 max_turns=turns + 5,
             )
@@ -219,7 +275,7 @@ async def bench(args: argparse.Namespace, workdir: Path) -> None:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-    report(args, rows, status, requests, cpu_before, cpu_after)
+    report(args, rows, status, requests, cpu_before, cpu_after, baseline)
 
 
 def report(
@@ -229,6 +285,7 @@ def report(
     requests: Counter[str],
     cpu_before: Any,
     cpu_after: Any,
+    baseline: list[float],
 ) -> None:
     """The results as markdown (docs/performance.md pastes this part of the output as is)."""
     n = len(rows)
@@ -242,7 +299,12 @@ def report(
     print(stats_row("(pod created − drain: the operator's part)", [r["operator"] for r in rows]))
     print(stats_row("next pod Running", [r["running"] for r in rows]))
     print(stats_row("**next runner's first model call**", [r["first_call"] for r in rows]))
+    if baseline:
+        print(stats_row("(baseline: a bare pod created → Running)", baseline))
     print()
+    if baseline and n:
+        ratio = percentile([r["running"] for r in rows], 0.5) / percentile(baseline, 0.5)
+        print(f"- eviction → next pod Running, p50: **{ratio:.1f}x** a bare pod's start here")
     if n:
         p99 = percentile([r["new_pod"] for r in rows], 0.99)
         verdict = "met" if p99 < TARGET_P99 else "MISSED"
@@ -278,7 +340,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=12)
     parser.add_argument("--verbose", action="store_true", help="print each eviction's timeline")
     parser.add_argument("--workdir", type=Path, default=None, help="keep logs here")
+    parser.add_argument(
+        "--real-node",
+        action="store_true",
+        help="pods as containers under a kubelet + containerd (inside devcluster's sandbox)",
+    )
+    parser.add_argument("--baseline", type=int, default=10, help="bare pods timed (real node)")
     args = parser.parse_args()
+    in_sandbox_or_reexec(args.real_node)
     if args.evictions is None:
         args.evictions = 5 if args.quick else 30
     random.seed(args.seed)

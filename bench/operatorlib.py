@@ -39,12 +39,15 @@ for _path in ("src", "hack", "operator", "runner_image", ""):
     if _full not in sys.path:
         sys.path.insert(0, _full)
 
+from tests.cluster.e2e_env import for_pods  # noqa: E402
 from tests.servers.redis_server import RedisServer, redis_binary  # noqa: E402
 
 from devcluster import DevCluster, KubeClient  # noqa: E402
 from devcluster.controlplane import ControlPlaneOptions  # noqa: E402
+from devcluster.images import OMA_IMAGE  # noqa: E402
 from devcluster.kube import ApiError  # noqa: E402
 from devcluster.kubeconfig import load_kubeconfig  # noqa: E402
+from devcluster.sandbox import sandbox_id  # noqa: E402
 from oma_operator.crdgen import approvaldecision_crd, teamrun_crd  # noqa: E402
 
 T = TypeVar("T")
@@ -225,9 +228,23 @@ def _stop_operator(process: subprocess.Popen[bytes]) -> None:
             process.wait(timeout=5)
 
 
+def in_sandbox_or_reexec(wanted: bool) -> bool:
+    """With ``wanted``, make sure this process runs inside devcluster's sandbox (a real node
+    lives in namespaces of its own): re-exec through ``python -m devcluster sandbox``."""
+    if not wanted or sandbox_id() is not None:
+        return wanted
+    argv = [sys.executable, "-m", "devcluster", "sandbox", "--", sys.executable, *sys.argv]
+    path = os.pathsep.join(p for p in (str(ROOT / "hack"), os.environ.get("PYTHONPATH")) if p)
+    os.execvpe(sys.executable, argv, {**os.environ, "PYTHONPATH": path})
+
+
 @contextlib.asynccontextmanager
-async def stack(workdir: Path, *, max_pods: int | None = 110) -> AsyncIterator[Stack]:
-    """Start everything the operator benchmarks need; stop it all on exit, error or not."""
+async def stack(
+    workdir: Path, *, max_pods: int | None = 110, real_node: bool = False
+) -> AsyncIterator[Stack]:
+    """Start everything the operator benchmarks need; stop it all on exit, error or not.
+    ``real_node``: runner pods are containers of ``localhost/oma:dev`` under a kubelet (inside
+    the sandbox), instead of local processes of the node agent."""
     venv_bin = str(Path(sys.executable).parent)
     if not os.environ.get("PATH", "").startswith(venv_bin + os.pathsep):
         # The node agent hands its PATH to pods: they must find this virtualenv's oma-runner.
@@ -247,7 +264,9 @@ async def stack(workdir: Path, *, max_pods: int | None = 110) -> AsyncIterator[S
         )
     )
     with contextlib.ExitStack() as sync_exit:
-        cluster = DevCluster(workdir / "cluster", options=options, max_pods=max_pods).start()
+        cluster = DevCluster(
+            workdir / "cluster", options=options, max_pods=max_pods, real_node=real_node
+        ).start()
         sync_exit.callback(cluster.stop)
         redis = RedisServer(binary).start()
         sync_exit.callback(redis.close)
@@ -273,14 +292,14 @@ async def stack(workdir: Path, *, max_pods: int | None = 110) -> AsyncIterator[S
                     "apiVersion": "v1",
                     "kind": "Secret",
                     "metadata": {"name": "store"},
-                    "data": {"url": base64.b64encode(redis.url.encode()).decode()},
+                    "data": {"url": base64.b64encode(for_pods(redis.url).encode()).decode()},
                 },
             )
             operator_log = workdir / "operator.log"
             env = {
                 **os.environ,
                 "KUBECONFIG": str(operator_config),
-                "OMA_RUNNER_IMAGE": "oma-runner:bench",
+                "OMA_RUNNER_IMAGE": OMA_IMAGE if real_node else "oma-runner:bench",
                 "OMA_METRICS_PORT": "0",  # no fixed port: other runs may share this machine
             }
             operator = _start_operator(namespace, env, operator_log)

@@ -18,6 +18,7 @@ import yaml
 
 from demolib.views import DemoError, MissingTool, say, shown, wait_until
 from devcluster.binaries import find_tool
+from devcluster.images import OMA_IMAGE
 from devcluster.kube import KubeClient
 from devcluster.procs import ChildProcess
 
@@ -65,7 +66,7 @@ async def run_tool(
 
 
 async def install_chart(
-    kube: KubeClient, tools: Tools, namespace: str, env: dict[str, str]
+    kube: KubeClient, tools: Tools, namespace: str, env: dict[str, str], image: str | None
 ) -> None:
     # Restricted pod security: the runner pods the operator builds must be admitted under it.
     await kube.create(
@@ -79,14 +80,19 @@ async def install_chart(
             },
         },
     )
-    # replicas=0: the devcluster runs commands, not images, so the operator runs below as a
-    # local process with the chart's service account (its RBAC, nothing more).
-    argv = [tools.helm, "install", RELEASE, str(CHART), "-n", namespace]
-    argv += ["--set", "operator.replicas=0", "--wait=false"]
+    argv = [tools.helm, "install", RELEASE, str(CHART), "-n", namespace, "--wait=false"]
+    if image is None:
+        # replicas=0: the node agent runs commands, not images, so the operator runs below as
+        # a local process with the chart's service account (its RBAC, nothing more).
+        argv += ["--set", "operator.replicas=0"]
+    else:  # a real node: the operator is the chart's Deployment, from the image built here
+        repository, tag = image.rsplit(":", 1)
+        argv += ["--set", f"image.repository={repository}", "--set", f"image.tag={tag}"]
     say(f"$ {shown(argv).replace(str(REPO) + '/', '')}")
     done = await run_tool(argv, env)
     status = next((line for line in done.stdout.splitlines() if line.startswith("STATUS")), "")
-    say(f"  {status or 'installed'}: CRDs, RBAC, reviewer policy, runner service account")
+    what = "CRDs, RBAC, reviewer policy, runner service account"
+    say(f"  {status or 'installed'}: {what}" + ("" if image is None else ", operator Deployment"))
 
 
 async def operator_kubeconfig(kube: KubeClient, admin: Path, namespace: str, target: Path) -> Path:
@@ -129,21 +135,29 @@ async def start_operator(kubeconfig: Path, namespace: str, workdir: Path) -> Chi
 @dataclass
 class Redis:
     process: ChildProcess
-    url: str
+    url: str  # as the demo reaches it
+    pod_host: str | None = None
+
+    @property
+    def url_for_pods(self) -> str:
+        return self.url.replace("@127.0.0.1:", f"@{self.pod_host}:") if self.pod_host else self.url
 
 
-async def start_redis(binary: str, workdir: Path) -> Redis:
-    """``redis-server`` on a free loopback port, password required, no persistence."""
+async def start_redis(binary: str, workdir: Path, pod_host: str | None = None) -> Redis:
+    """``redis-server`` on a free loopback port, password required, no persistence; with
+    ``pod_host`` (the sandbox's address) also there, for pods on a real node."""
     password = secrets.token_urlsafe(12)
+    binds = ["127.0.0.1", *([pod_host] if pod_host else [])]
     for _ in range(5):  # a probed port can be taken before the server binds it
         port = _free_port()
-        argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
+        argv = [binary, "--port", str(port), "--bind", *binds, "--save", ""]
         argv += ["--appendonly", "no", "--daemonize", "no", "--requirepass", password]
         argv += ["--dir", str(workdir)]
         process = await ChildProcess.spawn("redis", argv, workdir / "logs" / "redis.log")
         if await _redis_answers(port, password, process):
-            say(f"redis-server on 127.0.0.1:{port} (child process, pid {process.pid})")
-            return Redis(process, f"redis://:{password}@127.0.0.1:{port}/0")
+            where = " and ".join(f"{address}:{port}" for address in binds)
+            say(f"redis-server on {where} (child process, pid {process.pid})")
+            return Redis(process, f"redis://:{password}@127.0.0.1:{port}/0", pod_host)
         await process.stop(grace=2)
     raise DemoError(f"redis-server did not start: {process.tail(5)}")
 
@@ -218,6 +232,19 @@ async def grant_reviewer(kube: KubeClient, namespace: str, user: str) -> None:
     )
 
 
+def ensure_image() -> None:
+    """The image the real node runs (operator and runner pods): built by hack/build-image if
+    podman does not have it yet (minutes the first time, then cached)."""
+    if shutil.which("podman") is None:
+        raise MissingTool("podman (Debian package podman), or run with --node-agent")
+    podman = ["podman", "--storage-driver", "vfs", "image", "exists", OMA_IMAGE]
+    if subprocess.run(podman, check=False).returncode == 0:
+        return
+    say(f"building {OMA_IMAGE} with hack/build-image (once; cached afterwards)")
+    if subprocess.run([str(REPO / "hack" / "build-image")], check=False).returncode != 0:
+        raise DemoError("hack/build-image failed (its output is above)")
+
+
 def _venv_tool(name: str) -> str:
     path = shutil.which(name)
     if path is None:
@@ -230,3 +257,67 @@ def _free_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
         return port
+
+
+OPERATOR_PODS = "app.kubernetes.io/component=operator"
+# A pod in one of these states will not get better by waiting.
+STUCK = {"CrashLoopBackOff", "ErrImageNeverPull", "ImagePullBackOff", "ErrImagePull",
+         "CreateContainerConfigError", "CreateContainerError"}  # fmt: skip
+
+
+@dataclass
+class LocalOperator:
+    """``oma-operator`` as a child process of the demo (on the node agent)."""
+
+    process: ChildProcess
+
+    async def check(self) -> None:
+        if self.process.returncode is not None:
+            raise DemoError(f"the operator exited ({self.process.returncode})")
+
+    async def tail(self, lines: int) -> str:
+        return self.process.tail(lines)
+
+
+@dataclass
+class InClusterOperator:
+    """The chart's operator Deployment, its pod on the real node."""
+
+    kube: KubeClient
+    tools: Tools
+    env: dict[str, str]
+    namespace: str
+
+    async def pod(self) -> dict[str, Any] | None:
+        listed = await self.kube.get(
+            f"/api/v1/namespaces/{self.namespace}/pods", labelSelector=OPERATOR_PODS
+        )
+        live = [p for p in listed["items"] if not p["metadata"].get("deletionTimestamp")]
+        return live[0] if live else None
+
+    async def check(self) -> None:
+        pod = await self.pod()
+        for status in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
+            waiting = (status.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") in STUCK:
+                reason, message = waiting["reason"], waiting.get("message")
+                raise DemoError(f"the operator pod is {reason}: {message}")
+
+    async def ready(self) -> str:
+        async def running() -> str | None:
+            await self.check()
+            pod = await self.pod()
+            if pod is None:
+                return None
+            conditions = {c["type"]: c["status"] for c in pod["status"].get("conditions") or []}
+            return pod["metadata"]["name"] if conditions.get("Ready") == "True" else None
+
+        return await wait_until(running, 120, "the operator pod to be Ready")
+
+    async def tail(self, lines: int) -> str:
+        argv = [self.tools.kubectl, "-n", self.namespace, "logs", "-l", OPERATOR_PODS]
+        done = await run_tool([*argv, f"--tail={lines}"], self.env, check=False)
+        return done.stdout or done.stderr
+
+
+Operator = LocalOperator | InClusterOperator

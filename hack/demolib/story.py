@@ -19,6 +19,9 @@ import yaml
 from demolib.infra import (
     REPO,
     REVIEWER,
+    InClusterOperator,
+    LocalOperator,
+    Operator,
     Tools,
     grant_reviewer,
     install_chart,
@@ -43,7 +46,9 @@ from demolib.views import (
 from devcluster.cluster import running_cluster
 from devcluster.kube import ApiError, KubeClient
 from devcluster.kubeconfig import load_kubeconfig
-from devcluster.procs import ChildProcess
+from devcluster.sandbox import ENV_HOST_IP
+from oma.tools import records
+from oma.tools.records import RecordLocation
 
 EXAMPLE = REPO / "examples" / "teamrun-demo.yaml"
 Approver = Literal["kubectl", "oma"]
@@ -58,11 +63,12 @@ class Scene:
     env: dict[str, str]  # admin KUBECONFIG, helm's homes in the demo dir
     workdir: Path
     namespace: str
-    operator: ChildProcess
+    operator: Operator
     redis_url: str
     reviewer_kubeconfig: Path
     teamrun: dict[str, Any]
     summary: dict[str, str] = field(default_factory=dict)
+    ledger_for_pods: str = ""  # the ledger's Redis URL as pods reach it
 
     @property
     def name(self) -> str:
@@ -73,16 +79,16 @@ class Scene:
         return str(self.teamrun["spec"]["runId"])
 
     @property
-    def ledger(self) -> Path:
-        return self.workdir / "ledger.jsonl"
+    def ledger(self) -> RecordLocation:
+        """Where every attempt's pod records payments: how the demo counts side effects."""
+        return RecordLocation(url=self.redis_url, key=f"oma-demo:{self.namespace}:ledger")
 
     def path(self, resource: str, name: str = "") -> str:
         group = "/api/v1" if resource == "pods" else "/apis/oma.dev/v1alpha1"
         return f"{group}/namespaces/{self.namespace}/{resource}" + (f"/{name}" if name else "")
 
     async def status(self) -> dict[str, Any]:
-        if self.operator.returncode is not None:
-            raise DemoError(f"the operator exited ({self.operator.returncode})")
+        await self.operator.check()
         body = await self.kube.get(self.path("teamruns", self.name))
         return dict(body.get("status") or {})
 
@@ -98,16 +104,21 @@ class Scene:
         return None if snapshot is None else checkpoint_view(snapshot)
 
 
-async def demo(namespace: str, approver: Approver) -> None:
+async def demo(namespace: str, approver: Approver, image: str | None) -> None:
+    """``image``: run on a real node (kubelet + containerd, inside devcluster's sandbox) with
+    the operator in-cluster from that image; None: on the node agent, operator as a process."""
     async with AsyncExitStack() as stack:
         workdir = Path(tempfile.mkdtemp(prefix="oma-demo-"))
         stack.callback(shutil.rmtree, workdir, True)  # registered first: runs last
         tools = Tools.find()
-        step(1, "local control plane: etcd, kube-apiserver, kube-controller-manager, node agent")
+        node = "node agent" if image is None else "a real node (kubelet + containerd)"
+        step(1, f"local control plane: etcd, kube-apiserver, kube-controller-manager, {node}")
         (workdir / "cluster").mkdir()
-        running = await stack.enter_async_context(running_cluster(workdir / "cluster"))
+        cluster = running_cluster(workdir / "cluster", real_node=image is not None)
+        running = await stack.enter_async_context(cluster)
         control = running.control_plane
-        say(f"up in {running.start_seconds:.1f}s at {control.server} (pods run as local processes)")
+        pods = "pods run as local processes" if image is None else f"pods run from {image}"
+        say(f"up in {running.start_seconds:.1f}s at {control.server} ({pods})")
         admin = KubeClient(load_kubeconfig(control.admin_kubeconfig))
         kube = await stack.enter_async_context(admin)
         env = {**os.environ, "KUBECONFIG": str(control.admin_kubeconfig)}
@@ -115,17 +126,24 @@ async def demo(namespace: str, approver: Approver) -> None:
         env["HELM_DATA_HOME"] = str(workdir / "helm" / "DATA")
 
         step(2, f"Helm chart charts/oma into namespace {namespace} (restricted pod security)")
-        await install_chart(kube, tools, namespace, env)
+        await install_chart(kube, tools, namespace, env, image)
 
         step(3, "the operator (chart service account), a Redis store, a reviewer")
-        token = await operator_kubeconfig(
-            kube, control.admin_kubeconfig, namespace, workdir / "operator.kubeconfig"
-        )
-        operator = await start_operator(token, namespace, workdir)
-        stack.push_async_callback(operator.stop, 15)
-        redis = await start_redis(tools.redis_server, workdir)
+        operator: Operator
+        if image is None:
+            token = await operator_kubeconfig(
+                kube, control.admin_kubeconfig, namespace, workdir / "operator.kubeconfig"
+            )
+            process = await start_operator(token, namespace, workdir)
+            stack.push_async_callback(process.stop, 15)
+            operator = LocalOperator(process)
+        else:
+            in_cluster = InClusterOperator(kube, tools, env, namespace)
+            say(f"operator pod {await in_cluster.ready()} Ready (the chart's Deployment)")
+            operator = in_cluster
+        redis = await start_redis(tools.redis_server, workdir, os.environ.get(ENV_HOST_IP))
         stack.push_async_callback(redis.process.stop, 5)
-        await store_secret(kube, namespace, redis.url)
+        await store_secret(kube, namespace, redis.url_for_pods)
         say("Secret oma-store holds the store URL; runner pods get it as a secretKeyRef")
         await grant_reviewer(kube, namespace, REVIEWER)
         reviewer = control.mint_kubeconfig(REVIEWER)
@@ -133,10 +151,11 @@ async def demo(namespace: str, approver: Approver) -> None:
 
         teamrun = yaml.safe_load(EXAMPLE.read_text())
         scene = Scene(kube, tools, env, workdir, namespace, operator, redis.url, reviewer, teamrun)
+        scene.ledger_for_pods = redis.url_for_pods
         try:
             await story(scene, approver)
         except Exception:  # not on Ctrl-C: the reader knows why it stopped
-            say(f"\n--- operator log (last lines) ---\n{operator.tail(25)}")
+            say(f"\n--- operator log (last lines) ---\n{await operator.tail(25)}")
             raise
         print_summary(scene)
 
@@ -152,8 +171,13 @@ async def story(scene: Scene, approver: Approver) -> None:
 async def start_run(scene: Scene) -> None:
     step(4, "a TeamRun: attempt 1 starts, the demo waits until it is mid-task")
     runner = scene.teamrun["spec"].setdefault("runner", {})
-    # One ledger file for every attempt's pod: it is how the demo counts side effects.
-    runner.setdefault("env", []).append({"name": "OMA_LEDGER_PATH", "value": str(scene.ledger)})
+    # One ledger (a Redis list) for every attempt's pod: it is how the demo counts effects.
+    runner.setdefault("env", []).extend(
+        [
+            {"name": "OMA_LEDGER_URL", "value": scene.ledger_for_pods},
+            {"name": "OMA_LEDGER_KEY", "value": str(scene.ledger.key)},
+        ]
+    )
     argv = [scene.tools.kubectl, "-n", scene.namespace, "apply", "-f", "-"]
     manifest = yaml.safe_dump(scene.teamrun)
 
@@ -168,7 +192,7 @@ async def start_run(scene: Scene) -> None:
         raise DemoError(f"{shown(argv)} failed ({done.returncode}): {done.stderr.strip()[-800:]}")
 
     done = await wait_until(applied, 60, "the API server to take TeamRuns")
-    say(f"$ {shown(argv)} < examples/teamrun-demo.yaml   (+ OMA_LEDGER_PATH for the pods)")
+    say(f"$ {shown(argv)} < examples/teamrun-demo.yaml   (+ OMA_LEDGER_URL for the pods)")
     say(f"  {done.stdout.strip()}")
 
     async def mid_task() -> CheckpointView | None:
@@ -315,7 +339,7 @@ async def finish(scene: Scene) -> None:
     store_env = {**scene.env, "OMA_STORE_URL": scene.redis_url}
     say(f"$ OMA_STORE_URL=redis://… {shown(show)}")
     say((await run_tool(show, store_env)).stdout.rstrip())
-    entries = [json.loads(line) for line in scene.ledger.read_text().splitlines() if line.strip()]
+    entries = await records.read(scene.ledger)
     if len(entries) != 1:
         raise DemoError(f"the ledger should hold the approved payment once, it holds {entries}")
     view = await scene.checkpoint()

@@ -23,6 +23,7 @@ from devcluster.kubeconfig import load_kubeconfig
 from devcluster.nodeagent import DEFAULT_MAX_PODS
 
 MARKER = ".devcluster"
+HOST_PID_ENV = "OMA_DEVCLUSTER_HOST_PID"  # the host's pid of a sandboxed 'up' (for 'down')
 
 
 def default_workdir() -> Path:
@@ -63,7 +64,8 @@ def _fresh_workdir(workdir: Path) -> None:
 
 async def _up(args: argparse.Namespace) -> int:
     workdir: Path = args.workdir
-    _fresh_workdir(workdir)
+    if not os.environ.get(HOST_PID_ENV):
+        _fresh_workdir(workdir)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -80,7 +82,11 @@ async def _up(args: argparse.Namespace) -> int:
         cp = running.control_plane
         (workdir / "state.json").write_text(
             json.dumps(
-                {"pid": os.getpid(), "server": cp.server, "kubeconfig": str(cp.admin_kubeconfig)}
+                {
+                    "pid": int(os.environ.get(HOST_PID_ENV) or os.getpid()),
+                    "server": cp.server,
+                    "kubeconfig": str(cp.admin_kubeconfig),
+                }
             )
         )
         print(
@@ -150,6 +156,38 @@ async def _status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _choose_node(args: argparse.Namespace) -> None:
+    if args.node_agent or args.no_agent:
+        args.real_node = False
+        return
+    why_not = sandbox.real_node_possible()
+    if why_not is None:
+        args.real_node = True
+    elif args.real_node:
+        raise DevClusterError(why_not)
+    else:
+        print(f"devcluster: no real node here ({why_not}): the node agent runs pods", flush=True)
+
+
+def _up_in_sandbox(argv: list[str], args: argparse.Namespace) -> int:
+    """Run ``up`` again inside a sandbox, its API server's port forwarded to the host's loopback
+    (the same port, so the kubeconfig it writes works on both sides)."""
+    _fresh_workdir(args.workdir)  # here, where 'down' and 'status' see the same pids
+    os.environ[HOST_PID_ENV] = str(os.getpid())  # what 'down' signals: it stops the sandbox
+    port = args.port or _free_port()
+    inner = [sys.executable, "-m", "devcluster", *argv, "--real-node", "--port", str(port)]
+    return sandbox.main(["--forward", str(port), "--", *inner])
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["sandbox"]:  # everything after it is the command to run inside
@@ -161,11 +199,17 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--port", type=int, default=0, help="kube-apiserver port (default: free)")
     up.add_argument("--node-name", default="devcluster-node")
     up.add_argument("--no-agent", action="store_true", help="control plane only")
-    up.add_argument(
+    kind = up.add_mutually_exclusive_group()
+    kind.add_argument(
         "--real-node",
         action="store_true",
-        help="a real kubelet + containerd instead of the node agent (inside 'sandbox'; "
-        "hack/local-cluster does it by default when containerd is installed)",
+        help="a real kubelet + containerd (in a sandbox of its own, the API server forwarded "
+        "to the host's loopback); the default where one is possible",
+    )
+    kind.add_argument(
+        "--node-agent",
+        action="store_true",
+        help="the node agent (pods as local processes): the fallback without containerd",
     )
     up.add_argument(
         "--max-pods",
@@ -181,6 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         if args.command == "up":
+            _choose_node(args)
+            if args.real_node and sandbox.sandbox_id() is None:
+                return _up_in_sandbox(argv, args)
             times = build_times()
             if times:
                 print(f"devcluster: binaries built (cold) {times}", flush=True)

@@ -39,7 +39,9 @@ class Running:
         sandbox = sandbox_id()
         if sandbox is None:
             raise StartupError("a real node runs only inside devcluster.sandbox")
-        settings = NodeSettings(name, len(self.nodes), dict(labels or {}))
+        used = {node.settings.index for node in self.nodes}
+        index = next(i for i in range(len(used) + 1) if i not in used)  # its cache is warm
+        settings = NodeSettings(name, index, dict(labels or {}))
         node = RealNode(settings, cp.workdir, cp.ca, cp.server, sandbox)
         self.nodes.append(node)
         async with KubeClient(load_kubeconfig(cp.admin_kubeconfig)) as client:
@@ -49,6 +51,9 @@ class Running:
         return node
 
     async def remove_real_node(self, node: RealNode) -> None:
+        """Stop the node and its containers and delete its Node object."""
+        if node in self.nodes:
+            self.nodes.remove(node)
         await node.stop()
         async with KubeClient(load_kubeconfig(self.control_plane.admin_kubeconfig)) as client:
             with contextlib.suppress(ApiError):

@@ -12,7 +12,10 @@ keep running, the node stops reporting), ``heal`` continues it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import json
+import os
 import shutil
 import signal
 import time
@@ -88,7 +91,8 @@ class RealNode:
         self.ca = ca
         self.server = server
         self.tag = f"{sandbox}-{settings.name}"
-        self.cache = cache_root() / "realnode" / f"node-{settings.index}"
+        self.cache = cache_root() / "realnode" / f"node-{settings.index}"  # see _claim_cache
+        self._cache_lock: int | None = None
         self.children: list[ChildProcess] = []
         self.kubelet: ChildProcess | None = None
         self.socket = self.dir / "containerd.sock"
@@ -99,6 +103,7 @@ class RealNode:
 
     async def start(self, client: KubeClient, extra_images: list[images.ImageSource]) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
+        self._claim_cache()
         await _run("ip", "addr", "add", f"{self.settings.ip}/{HOST_PREFIX}", "dev", HOST_LINK)
         await self._start_containerd()
         image_cache = cache_root() / "realnode" / "archives"
@@ -114,11 +119,69 @@ class RealNode:
         await self._wait_ready(client)
 
     async def stop(self) -> None:
+        """Stop the kubelet, then every container (their shims outlive containerd), then
+        containerd; the node's address and bridge go too, so a later node can reuse its index."""
         if self.kubelet is not None and self.kubelet.returncode is None:
             self.kubelet.signal(signal.SIGCONT)
+            await self.kubelet.stop(grace=5.0)
+        if self.socket.exists():
+            await self._kill_all_tasks()
         for child in reversed(self.children):
             await child.stop(grace=5.0)
         self.children.clear()
+        with contextlib.suppress(StartupError):
+            await _run("ip", "addr", "del", f"{self.settings.ip}/{HOST_PREFIX}", "dev", HOST_LINK)
+        with contextlib.suppress(StartupError):
+            await _run("ip", "link", "del", f"omakbr{self.settings.index}")
+        self._release_cache()
+
+    def _claim_cache(self) -> None:
+        """A containerd image store of the cache that no other node holds (another cluster's on
+        this machine included: containerd locks its database), preferring this node's index."""
+        base = cache_root() / "realnode"
+        base.mkdir(parents=True, exist_ok=True)
+        order = [self.settings.index, *(i for i in range(64) if i != self.settings.index)]
+        for slot in order:
+            fd = os.open(base / f"node-{slot}.lock", os.O_CREAT | os.O_RDWR, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            self.cache, self._cache_lock = base / f"node-{slot}", fd
+            return
+        raise StartupError(f"every real-node cache slot under {base} is in use")
+
+    def _release_cache(self) -> None:
+        if self._cache_lock is not None:
+            os.close(self._cache_lock)  # closing the descriptor drops the lock
+            self._cache_lock = None
+
+    async def kill_container(self, namespace: str, pod: str, container: str) -> int:
+        """SIGKILL the running container ``container`` of a pod, through containerd (what an
+        out-of-band crash looks like to the kubelet: exit 137, reason Error). The number of
+        tasks killed (0 when none was running)."""
+        selector = ",".join(
+            f'labels."io.kubernetes.{key}"=={value}'
+            for key, value in (
+                ("pod.namespace", namespace),
+                ("pod.name", pod),
+                ("container.name", container),
+            )
+        )
+        ids = (await _run(*self.ctr, "containers", "ls", "-q", selector)).split()
+        killed = 0
+        for container_id in ids:
+            with contextlib.suppress(StartupError):  # not running (an earlier restart)
+                await _run(*self.ctr, "tasks", "kill", "--signal", "SIGKILL", container_id)
+                killed += 1
+        return killed
+
+    async def _kill_all_tasks(self) -> None:
+        listed = await _run(*self.ctr, "tasks", "ls", "-q")
+        for task in listed.split():
+            with contextlib.suppress(StartupError):
+                await _run(*self.ctr, "tasks", "kill", "--all", "--signal", "SIGKILL", task)
 
     def partition(self) -> None:
         """The node goes silent: its kubelet stops, its containers go on."""

@@ -16,6 +16,7 @@ is an init that reaps orphans (containerd's shims re-parent to it).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -27,6 +28,7 @@ import uuid
 from pathlib import Path
 
 from devcluster.errors import DevClusterError
+from devcluster.forward import forward_into
 
 HOST_IP = "10.200.0.1"
 HOST_PREFIX = 16
@@ -187,7 +189,7 @@ def _inside(argv: list[str]) -> int:
     return 128 - code if code < 0 else code
 
 
-def _outside(argv: list[str]) -> int:
+def _outside(argv: list[str], forward_port: int | None = None) -> int:
     reason = real_node_possible()
     if reason is not None:
         print(f"devcluster sandbox: {reason}", file=sys.stderr)
@@ -211,16 +213,22 @@ def _outside(argv: list[str]) -> int:
     ]
     inner = [sys.executable, "-m", "devcluster", "sandbox", "--inside", "--", *argv]
     proc = subprocess.Popen([*unshare, *inner], env=env)
+    listener = forward_into(proc.pid, forward_port) if forward_port else None
 
     def forward(signum: int, _frame: object) -> None:
+        # unshare does not pass signals on: the sandbox's init (its child) does, to COMMAND.
         if proc.poll() is None:
-            proc.send_signal(signum)
+            for child in _children(proc.pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child, signum)
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, forward)
     try:
         code = proc.wait()
     finally:
+        if listener is not None:
+            listener.close()
         left = remove_cgroups(ident)
         if left:
             print(f"devcluster sandbox: could not remove cgroups {left}", file=sys.stderr)
@@ -229,13 +237,27 @@ def _outside(argv: list[str]) -> int:
     return code
 
 
+def _children(pid: int) -> list[int]:
+    try:
+        listed = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(child) for child in listed.split()]
+
+
 def main(args: list[str]) -> int:
     inside = bool(args) and args[0] == "--inside"
     if inside:
         args = args[1:]
+    forward = None
+    if args[:1] == ["--forward"] and len(args) > 1 and args[1].isdigit():
+        forward, args = int(args[1]), args[2:]  # host 127.0.0.1:PORT -> inside 127.0.0.1:PORT
     if args[:1] == ["--"]:
         args = args[1:]
     if not args:
-        print("usage: python -m devcluster sandbox -- COMMAND [ARGS...]", file=sys.stderr)
+        print(
+            "usage: python -m devcluster sandbox [--forward PORT] -- COMMAND [ARGS...]",
+            file=sys.stderr,
+        )
         return 2
-    return _inside(args) if inside else _outside(args)
+    return _inside(args) if inside else _outside(args, forward)

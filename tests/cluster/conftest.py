@@ -80,6 +80,23 @@ class ClusterHandle:
         (node,) = [n for n in self.local.running.nodes if n.name == body["spec"]["nodeName"]]
         await asyncio.to_thread(node.fill_logs, namespace, pod, body["metadata"]["uid"], 40)
 
+    async def kill_container(
+        self, kube: KubeClient, namespace: str, pod: str, container: str = "runner"
+    ) -> None:
+        """SIGKILL a running container from outside (a crash: exit 137): on the real node
+        through containerd, on the node agent its process group."""
+        if not self.real_node:
+            runner = self.agent.find(namespace, pod)
+            proc = None if runner is None else runner.procs.get(container)
+            assert proc is not None, f"{namespace}/{pod} has no running {container}"
+            proc.kill_group()
+            return
+        assert self.local is not None
+        body = await kube.get(f"/api/v1/namespaces/{namespace}/pods/{pod}")
+        (node,) = [n for n in self.local.running.nodes if n.name == body["spec"]["nodeName"]]
+        killed = await self.call(node.kill_container(namespace, pod, container))
+        assert killed, f"{namespace}/{pod} has no running {container} on {node.name}"
+
     @property
     def real_node(self) -> bool:
         """Pods run as containers under a real kubelet (inside devcluster's sandbox)."""

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.conftest import ClusterHandle
-from tests.cluster.e2e_env import Endpoint
+from tests.cluster.e2e_env import REAL_NODE_IMAGE, Endpoint
 
 pytestmark = pytest.mark.cluster
 REPO = Path(__file__).resolve().parents[2]
@@ -64,7 +64,8 @@ async def test_the_operator_suite_runs_unchanged_against_an_existing_cluster(
         "KUBECONFIG": str(cluster.kubeconfig),
         "OMA_E2E_REDIS_URL": e2e_redis.for_pods,
         "OMA_E2E_POSTGRES_DSN": e2e_postgres.for_pods,
-        "OMA_E2E_RUNNER_IMAGE": "localhost/oma:e2e-check",
+        # The node agent runs any image name; a real node only images it has.
+        "OMA_E2E_RUNNER_IMAGE": REAL_NODE_IMAGE if cluster.real_node else "localhost/oma:e2e-check",
     }
     junit = tmp_path / "junit.xml"
     selected = [f"{SUITE}::{name}" for name in [*PORTABLE, AGENT_ONLY]]

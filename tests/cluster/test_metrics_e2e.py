@@ -1,10 +1,10 @@
 """Metrics during real runs: the operator's endpoint and a runner's, scraped while a TeamRun is
-evicted (kubelet-side: the runner is killed outright) and resumes, and while one waits for an
+evicted by the kubelet (the runner is killed outright) and resumes, and while one waits for an
 approval. Every series in docs/metrics.md is asserted here or in the unit tests."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from devcluster import KubeClient
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import SideEffects
-from tests.cluster.helpers import wait_for
+from tests.cluster.helpers import get_or_none, wait_for
 from tests.cluster.operator_process import OperatorProcess
 from tests.cluster.test_operator_e2e import (
     TEAMRUNS,
@@ -51,11 +51,40 @@ def operator(
         yield handle
 
 
-async def scrape(port: int) -> Samples | None:
-    """Every sample of ``/metrics`` on a loopback port; ``None`` while nothing listens there."""
+Address = Callable[[], Awaitable[str | None]]  # host:port, None while there is none yet
+
+
+def loopback(port: int) -> Address:
+    async def address() -> str:
+        return f"127.0.0.1:{port}"
+
+    return address
+
+
+def runner_of(
+    cluster: ClusterHandle, kube: KubeClient, namespace: str, pod: str, port: int
+) -> Address:
+    """A runner pod's metrics endpoint: on the node agent a loopback port, on a real node the
+    pod's own address (the test runs in the sandbox's network, where pod IPs route)."""
+    if not cluster.real_node:
+        return loopback(port)
+
+    async def address() -> str | None:
+        body = await get_or_none(kube, f"/api/v1/namespaces/{namespace}/pods/{pod}")
+        ip = None if body is None else (body.get("status") or {}).get("podIP")
+        return f"{ip}:{port}" if ip else None
+
+    return address
+
+
+async def scrape(address: Address) -> Samples | None:
+    """Every sample of ``/metrics`` at ``address``; ``None`` while nothing listens there."""
+    where = await address()
+    if where is None:
+        return None
     try:
         async with httpx.AsyncClient(timeout=5) as client:
-            response = await client.get(f"http://127.0.0.1:{port}/metrics")
+            response = await client.get(f"http://{where}/metrics")
     except httpx.TransportError:
         return None
     assert response.status_code == 200
@@ -75,11 +104,12 @@ def value(samples: Samples, name: str, **labels: str) -> float | None:
     return samples.get(key(name, **labels))
 
 
-async def scrape_until(port: int, what: str, expected: Samples) -> Samples:
+async def scrape_until(port: int | Address, what: str, expected: Samples) -> Samples:
     """Scrape until every expected sample has its value (series move as events arrive)."""
+    address = loopback(port) if isinstance(port, int) else port
 
     async def probe() -> Samples | None:
-        samples = await scrape(port)
+        samples = await scrape(address)
         if samples is None or any(samples.get(k) != v for k, v in expected.items()):
             return None
         return samples
@@ -96,18 +126,22 @@ async def test_eviction_and_resume_are_counted_by_operator_and_runners(
     redis_secret: str,
     effects: SideEffects,
 ) -> None:
-    agent = cluster.agent  # node-agent-only: the runner is killed, and listens on loopback
-    # One turn, two calls: the ledger entry commits at once, the wait keeps the attempt busy.
+    # One turn, two calls: the ledger entry commits at once, the wait keeps the attempt busy
+    # (on a real node long enough for the kubelet to see the pod's disk use, every ~10 s).
+    wait = 40 if cluster.real_node else 6
     script: list[dict[str, Any]] = [
         {
             "tool_calls": [
                 {"id": "m1", "name": "ledger_append", "input": {"entry": "first"}},
-                {"id": "m2", "name": "wait", "input": {"seconds": 6}},
+                {"id": "m2", "name": "wait", "input": {"seconds": wait}},
             ]
         },
         {"text": "done"},
     ]
-    await kube.create(TEAMRUNS.format(ns=namespace), teamrun("metered", script, effects))
+    body = teamrun("metered", script, effects)
+    if cluster.real_node:  # the kubelet evicts a pod over its local-storage limit
+        body["spec"]["runner"]["resources"] = {"limits": {"ephemeral-storage": "10Mi"}}
+    await kube.create(TEAMRUNS.format(ns=namespace), body)
     during = await scrape_until(
         operator.metrics_port,
         "the operator to count the run as Running",
@@ -115,9 +149,9 @@ async def test_eviction_and_resume_are_counted_by_operator_and_runners(
     )
     assert value(during, "oma_attempts_total", outcome="disruption") == 0
 
-    runner = operator.runner_metrics_port
+    port = operator.runner_metrics_port
     first = await scrape_until(
-        runner,
+        runner_of(cluster, kube, namespace, "metered-a1", port),
         "attempt 1's runner to report the committed ledger call",
         {
             key("oma_runner_tool_calls_total", source="executed"): 1,
@@ -127,11 +161,11 @@ async def test_eviction_and_resume_are_counted_by_operator_and_runners(
     assert (value(first, "oma_runner_checkpoint_save_seconds_count") or 0) >= 1
     assert value(first, "oma_runner_checkpoint_save_failures_total") == 0
     assert await effects.ledger() == ["first"]
-    await cluster.call(agent.evict_pod(namespace, "metered-a1"))
+    await cluster.kubelet_evict(kube, namespace, "metered-a1")  # killed: it reports nothing
 
     # Attempt 2 replays the committed call at once, then runs the wait again.
     await scrape_until(
-        runner,
+        runner_of(cluster, kube, namespace, "metered-a2", port),
         "attempt 2's runner to replay the committed call",
         {
             key("oma_runner_tool_calls_total", source="replayed"): 1,

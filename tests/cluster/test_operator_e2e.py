@@ -36,9 +36,7 @@ from tests.cluster.helpers import (
     get_or_none,
     run_tool,
     tables,
-    tool_package,
     wait_for,
-    with_pythonpath,
 )
 from tests.cluster.operator_process import OperatorProcess
 
@@ -766,31 +764,6 @@ async def test_eviction_in_task_2_reruns_neither_task_1_nor_committed_calls(
     assert log[1]["host"] == "two-a2" and log[0]["host"] == "two-a1"
 
 
-CRASH_TOOL = '''
-"""A tool that kills its runner (SIGKILL, exit 137) in the first attempt only."""
-
-import os
-import signal
-
-from pydantic import BaseModel
-
-from oma.tools import define_tool
-
-
-class CrashInput(BaseModel):
-    note: str = ""
-
-
-async def _crash_once(args, ctx):
-    if os.environ.get("OMA_ATTEMPT") == "1":
-        os.kill(os.getpid(), signal.SIGKILL)
-    return "survived in attempt " + os.environ.get("OMA_ATTEMPT", "?")
-
-
-crash_once = define_tool("crash_once", "Kill the runner once.", CrashInput, _crash_once)
-'''
-
-
 @pytest.mark.timeout(180)
 async def test_a_single_crash_is_retried_after_the_backoff_and_resumes(
     cluster: ClusterHandle,
@@ -799,24 +772,25 @@ async def test_a_single_crash_is_retried_after_the_backoff_and_resumes(
     operator: Path,
     redis_secret: str,
     effects: SideEffects,
-    tmp_path: Path,
 ) -> None:
-    cluster.agent  # noqa: B018 (node-agent-only: the tool package is a local directory)
+    """The runner's container is killed (SIGKILL from outside, exit 137) mid-task: a crash,
+    retried after the backoff, resuming after the committed call."""
     backoff = 5
-    site = tool_package(
-        tmp_path / "site", "oma_crash_tool", CRASH_TOOL, {"crash": "oma_crash_tool:crash_once"}
-    )
     script: list[dict[str, Any]] = [
         {"tool_calls": [{"id": "b1", "name": "ledger_append", "input": {"entry": "before"}}]},
-        {"tool_calls": [{"id": "c1", "name": "crash_once", "input": {}}]},
+        {"tool_calls": [{"id": "w1", "name": "wait", "input": {"seconds": 10}}]},
         {"tool_calls": [{"id": "b2", "name": "ledger_append", "input": {"entry": "after"}}]},
         {"text": "done"},
     ]
     body = teamrun("crash", script, effects)
-    body["spec"]["team"]["agents"][0]["tools"] = ["ledger_append", "crash_once"]
     body["spec"]["retryPolicy"] = {"backoffSeconds": backoff, "maxFailures": 1}
-    body["spec"]["runner"]["env"].append({"name": "PYTHONPATH", "value": with_pythonpath(site)})
     await kube.create(TEAMRUNS.format(ns=namespace), body)
+
+    async def before() -> bool:
+        return await effects.ledger() == ["before"]
+
+    await wait_for(before, 90, "attempt 1's first entry")
+    await cluster.kill_container(kube, namespace, "crash-a1")
     status = await finished(kube, namespace, "crash", 150)
     assert status["phase"] == "Succeeded", (status, await operator_log(operator))
     assert status["attempt"] == 2 and status["failures"] == 1 and status["disruptions"] == 0
