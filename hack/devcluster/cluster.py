@@ -50,6 +50,17 @@ class Running:
             await node.start(client, [extra] if extra is not None else [])
         return node
 
+    async def import_image(self, name: str) -> None:
+        """Import podman's image ``name`` into every real node's containerd (made after the
+        nodes started, e.g. an image of the user's own tools)."""
+        archives = cache_root() / "realnode" / "archives"
+        source = await asyncio.to_thread(images.podman_image, archives, name)
+        if source is None:
+            raise StartupError(f"podman has no image {name}")
+        for node in self.nodes:
+            stamps = node.cache / "imported.json"
+            await asyncio.to_thread(images.ensure_imported, node.ctr, stamps, [source])
+
     async def remove_real_node(self, node: RealNode) -> None:
         """Stop the node and its containers and delete its Node object."""
         if node in self.nodes:

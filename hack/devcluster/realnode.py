@@ -95,7 +95,10 @@ class RealNode:
         self._cache_lock: int | None = None
         self.children: list[ChildProcess] = []
         self.kubelet: ChildProcess | None = None
-        self.socket = self.dir / "containerd.sock"
+        # A unix socket path has at most ~104 bytes: not under a workdir of any length, but in
+        # the sandbox's own /run/containerd (a private mount, see sandbox.PRIVATE_PATHS).
+        self.socket = Path("/run/containerd") / f"{self.tag}.sock"
+        self.kubelet_root = Path("/run/containerd") / f"{self.tag}-kubelet"  # its sockets too
 
     @property
     def ctr(self) -> tuple[str, ...]:
@@ -209,7 +212,7 @@ class RealNode:
         """What the container wrote to its termination-message file (the kubelet's copy on the
         node), also when the node cannot report it: None if it wrote nothing yet."""
         found = sorted(
-            (self.dir / "kubelet" / "pods" / pod_uid / "containers" / container).glob("*")
+            (self.kubelet_root / "pods" / pod_uid / "containers" / container).glob("*")
         )
         for path in reversed(found):
             text = path.read_text().strip() if path.is_file() else ""
@@ -226,7 +229,9 @@ class RealNode:
 
     async def _start_containerd(self) -> None:
         root = self.cache / "containerd"
-        state = self.dir / "containerd-state"
+        # Private to the sandbox: rootfs and netns mounts live there, so no working directory
+        # holds a mount point when the cluster's owner removes it.
+        state = Path("/run/containerd") / f"{self.tag}-state"
         cni = self.dir / "cni"
         (cni / "net.d").mkdir(parents=True, exist_ok=True)
         (cni / "net.d" / "10-omak.conflist").write_text(json.dumps(self._cni_config()))
@@ -240,6 +245,8 @@ class RealNode:
         )
         path = self.dir / "containerd.toml"
         path.write_text(config)
+        for stale in (self.socket, Path(f"{self.socket}.ttrpc")):  # a node of this name before
+            stale.unlink(missing_ok=True)
         child = await self._spawn("containerd", ["containerd", "--config", str(path)])
         deadline = time.monotonic() + 30
         while not self.socket.exists():
@@ -331,7 +338,7 @@ class RealNode:
             str(find_binary("kubelet")),
             f"--config={path}",
             f"--kubeconfig={kubeconfig}",
-            f"--root-dir={self.dir / 'kubelet'}",
+            f"--root-dir={self.kubelet_root}",
             f"--cert-dir={self.dir / 'kubelet-pki'}",
             f"--hostname-override={self.name}",
             f"--node-ip={self.settings.ip}",

@@ -1,7 +1,9 @@
 """Fixtures for tests that need a real Kubernetes API server.
 
 Default: a session-wide devcluster (etcd + kube-apiserver + kube-controller-manager from
-the binaries built by hack/k8s/ensure-binaries, plus the process-running node agent).
+the binaries built by hack/k8s/ensure-binaries) with a real node (kubelet + containerd) when the
+tests run inside ``python -m devcluster sandbox`` (what hack/test does), else the node agent
+that runs pods as local processes (the fallback).
 ``E2E_CLUSTER=existing``: use the cluster in ``KUBECONFIG`` instead (e.g. kind); tests
 that need node-agent-only abilities are skipped there, and the stores and runner image come from
 the ``OMA_E2E_*`` variables described in ``tests/cluster/e2e_env.py``.
@@ -11,7 +13,9 @@ Missing binaries skip these tests, unless ``OMA_REQUIRE_CLUSTER=1`` (CI) makes i
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import AsyncIterator, Coroutine, Iterator
@@ -33,7 +37,7 @@ from tests.cluster.e2e_env import (
     endpoint_from_env,
     for_pods,
 )
-from tests.cluster.helpers import create_namespace, delete_namespace
+from tests.cluster.helpers import create_namespace, delete_namespace, with_pythonpath
 from tests.servers.postgres_server import PostgresServer
 from tests.servers.redis_server import RedisServer
 
@@ -59,7 +63,7 @@ class ClusterHandle:
         if self.local is None:
             pytest.skip("needs the devcluster node agent (not available with E2E_CLUSTER=existing)")
         if REAL_NODE:
-            pytest.skip("needs the node agent's fault hooks (not yet ported to the real node)")
+            pytest.skip("a test of the node agent itself (the fallback): it runs outside the sandbox")
         return self.local.agent
 
     async def call(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -96,6 +100,19 @@ class ClusterHandle:
         (node,) = [n for n in self.local.running.nodes if n.name == body["spec"]["nodeName"]]
         killed = await self.call(node.kill_container(namespace, pod, container))
         assert killed, f"{namespace}/{pod} has no running {container} on {node.name}"
+
+    async def add_tools(self, body: dict[str, Any], site: Path) -> None:
+        """Give a TeamRun's runner the tool package in ``site`` (``helpers.tool_package``): on
+        the node agent on ``PYTHONPATH`` (a local directory); on a real node in an image built
+        ``FROM`` the runner image, as users ship their own tools (``spec.runner.image``)."""
+        runner = body["spec"]["runner"]
+        if not self.real_node:
+            runner["env"].append({"name": "PYTHONPATH", "value": with_pythonpath(site)})
+            return
+        assert self.local is not None
+        image = await asyncio.to_thread(_tools_image, site)
+        await self.call(self.local.running.import_image(image))
+        runner["image"] = image
 
     @property
     def real_node(self) -> bool:
@@ -135,6 +152,32 @@ def cluster() -> Iterator[ClusterHandle]:
         yield ClusterHandle(local.kubeconfig, local)
     finally:
         local.stop()
+
+
+def _tools_image(site: Path) -> str:
+    """``localhost/oma:dev`` plus ``site`` on its PYTHONPATH; named by content, built once."""
+    podman = ["podman", "--storage-driver", "vfs"]
+    base = subprocess.run(
+        [*podman, "image", "inspect", "--format", "{{.Id}}", REAL_NODE_IMAGE],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    digest = hashlib.sha256(base.encode())
+    for path in sorted(p for p in site.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(site)).encode() + b"\0" + path.read_bytes())
+    name = f"localhost/oma-test-tools:{digest.hexdigest()[:12]}"
+    if subprocess.run([*podman, "image", "exists", name], check=False).returncode == 0:
+        return name
+    context = site.parent / f"{site.name}-image"
+    shutil.copytree(site, context / "site")
+    (context / "Containerfile").write_text(
+        f"FROM {REAL_NODE_IMAGE}\nCOPY site /opt/oma-test-tools\n"
+        "ENV PYTHONPATH=/opt/oma-test-tools\n"
+    )
+    subprocess.run(
+        [*podman, "build", "--network", "none", "-t", name, str(context)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return name
 
 
 def _ensure_runner_image() -> None:

@@ -33,7 +33,7 @@ from tests.cluster.approval_kit import (
 )
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import SideEffects
-from tests.cluster.helpers import tool_package, with_pythonpath
+from tests.cluster.helpers import tool_package
 from tests.cluster.test_operator_e2e import (
     TEAMRUNS,
     crds_installed,
@@ -387,12 +387,10 @@ async def test_resolve_settles_an_uncertain_tool_call_and_the_api_server_keeps_i
 
 PAY_TOOL = """
 import os
-import signal
-from pathlib import Path
 
 from pydantic import BaseModel
 
-from oma.tools import define_tool
+from oma.tools import define_tool, records
 
 
 class PayInput(BaseModel):
@@ -400,11 +398,13 @@ class PayInput(BaseModel):
 
 
 async def _pay(args, ctx):
-    # The bank has no idempotency key: every run of this tool moves money.
-    with Path(os.environ["PAY_PATH"]).open("a") as bank:
-        bank.write(f"{ctx.tool_call_id} {args.amount}\\n")
+    # The bank has no idempotency key: every run of this tool moves money (a tally record).
+    bank = records.RecordLocation.from_env("TALLY", "bank.jsonl")
+    await records.append(bank, {"call": ctx.tool_call_id, "amount": args.amount})
     if os.environ.get("OMA_ATTEMPT") == "1":
-        os.kill(os.getpid(), signal.SIGKILL)  # after the effect, before its result is saved
+        # Dead after the effect, before its result is saved. Not SIGKILL to itself: a runner
+        # that is its container's PID 1 does not receive signals it has no handler for.
+        os._exit(137)
     return f"paid {args.amount}"
 
 
@@ -420,31 +420,35 @@ async def test_an_uncertain_call_on_kubernetes_is_recorded_as_done_and_not_repea
     operator: Path,
     redis_secret: str,
     admission_policies: None,
+    effects: SideEffects,
     tmp_path: Path,
 ) -> None:
     """The runner dies between a non-idempotent call's effect and its commit; the next attempt
     asks instead of paying again; the reviewer records it as done with `oma resolve`."""
-    cluster.agent  # noqa: B018 (node-agent-only: the tool package is a local directory)
     await grant_reviewers(kube, namespace, "alice")
     site = tool_package(tmp_path / "site", "oma_pay_tool", PAY_TOOL, {"pay": "oma_pay_tool:pay"})
-    bank = tmp_path / "bank.txt"
+
+    async def bank() -> list[tuple[str, int]]:
+        return [(str(r["call"]), int(r["amount"])) for r in await effects.tally()]
+
     script: list[dict[str, Any]] = [
         {"tool_calls": [{"id": "p1", "name": "pay", "input": {"amount": 42}}]},
         {"text": "paid"},
     ]
-    body = teamrun("unsure", script)
+    body = teamrun("unsure", script, effects)
     body["spec"]["team"]["agents"][0]["tools"] = ["pay"]
     body["spec"]["retryPolicy"] = {"backoffSeconds": 1, "maxFailures": 2}
-    body["spec"]["runner"]["env"] += [
-        {"name": "PYTHONPATH", "value": with_pythonpath(site)},
-        {"name": "PAY_PATH", "value": str(bank)},
-    ]
+    await cluster.add_tools(body, site)
     await kube.create(TEAMRUNS.format(ns=namespace), body)
-    decision = await pending_decision(kube, namespace, "unsure")
+    try:
+        decision = await pending_decision(kube, namespace, "unsure")
+    except AssertionError as missing:
+        status = (await kube.get(f"{TEAMRUNS.format(ns=namespace)}/unsure")).get("status")
+        raise AssertionError(f"{missing}; the TeamRun: {status}") from missing
     spec = decision["spec"]
     assert spec["scope"] == "uncertain_tool_call" and spec["decision"] == "Pending"
     assert "Uncertain tool call pay" in spec["summary"] and "attempt 1" in spec["summary"]
-    assert bank.read_text().splitlines() == ["p1 42"]  # paid once, before the crash
+    assert await bank() == [("p1", 42)]  # paid once, before the crash
 
     alice = cluster.mint_kubeconfig("alice")
     name = decision["metadata"]["name"]
@@ -454,7 +458,7 @@ async def test_an_uncertain_call_on_kubernetes_is_recorded_as_done_and_not_repea
     status = await finished(kube, namespace, "unsure", 150)
     assert status["phase"] == "Succeeded", status
     assert [a["outcome"] for a in status["attempts"]] == ["crash", "suspended", "succeeded"]
-    assert bank.read_text().splitlines() == ["p1 42"]  # not paid again
+    assert await bank() == [("p1", 42)]  # not paid again
     recorded = await kube.get(f"{DECISIONS.format(ns=namespace)}/{name}")
     assert recorded["status"]["recorded"] is True
     assert (recorded["status"]["decision"], recorded["status"]["resolution"]) == (
