@@ -211,9 +211,7 @@ class RealNode:
     def termination_report(self, pod_uid: str, container: str) -> dict[str, object] | None:
         """What the container wrote to its termination-message file (the kubelet's copy on the
         node), also when the node cannot report it: None if it wrote nothing yet."""
-        found = sorted(
-            (self.kubelet_root / "pods" / pod_uid / "containers" / container).glob("*")
-        )
+        found = sorted((self.kubelet_root / "pods" / pod_uid / "containers" / container).glob("*"))
         for path in reversed(found):
             text = path.read_text().strip() if path.is_file() else ""
             if text:

@@ -63,7 +63,7 @@ class ClusterHandle:
         if self.local is None:
             pytest.skip("needs the devcluster node agent (not available with E2E_CLUSTER=existing)")
         if REAL_NODE:
-            pytest.skip("a test of the node agent itself (the fallback): it runs outside the sandbox")
+            pytest.skip("tests the node agent itself (the fallback): it runs outside the sandbox")
         return self.local.agent
 
     async def call(self, coro: Coroutine[Any, Any, T]) -> T:
