@@ -4,9 +4,9 @@ Default: a session-wide devcluster (etcd + kube-apiserver + kube-controller-mana
 the binaries built by hack/k8s/ensure-binaries) with a real node (kubelet + containerd) when the
 tests run inside ``python -m devcluster sandbox`` (what hack/test does), else the node agent
 that runs pods as local processes (the fallback).
-``E2E_CLUSTER=existing``: use the cluster in ``KUBECONFIG`` instead (e.g. kind); tests
-that need node-agent-only abilities are skipped there, and the stores and runner image come from
-the ``OMA_E2E_*`` variables described in ``tests/cluster/e2e_env.py``.
+``E2E_CLUSTER=existing``: use the cluster in ``KUBECONFIG`` instead (e.g. kind); tests that
+need the local cluster (its nodes, its CA) are skipped there, and the stores and runner image
+come from the ``OMA_E2E_*`` variables described in ``tests/cluster/e2e_env.py``.
 Missing binaries skip these tests, unless ``OMA_REQUIRE_CLUSTER=1`` (CI) makes it an error.
 """
 
@@ -61,7 +61,7 @@ class ClusterHandle:
     @property
     def agent(self) -> NodeAgent:
         if self.local is None:
-            pytest.skip("needs the devcluster node agent (not available with E2E_CLUSTER=existing)")
+            pytest.skip("needs the local devcluster (not available with E2E_CLUSTER=existing)")
         if REAL_NODE:
             pytest.skip("tests the node agent itself (the fallback): it runs outside the sandbox")
         return self.local.agent
@@ -70,7 +70,7 @@ class ClusterHandle:
         """Run ``coro`` (e.g. a node agent method) in the local cluster's event loop."""
         if self.local is None:
             coro.close()
-            pytest.skip("needs the devcluster node agent (not available with E2E_CLUSTER=existing)")
+            pytest.skip("needs the local devcluster (not available with E2E_CLUSTER=existing)")
         return await self.local.call(coro)
 
     async def kubelet_evict(self, kube: KubeClient, namespace: str, pod: str) -> None:

@@ -82,4 +82,4 @@ async def test_the_operator_suite_runs_unchanged_against_an_existing_cluster(
     results = outcomes(junit)
     assert {name: results[name][0] for name in PORTABLE} == dict.fromkeys(PORTABLE, "passed")
     outcome, reason = results[AGENT_ONLY]
-    assert outcome == "skipped" and "needs the devcluster node agent" in reason, reason
+    assert outcome == "skipped" and "needs the local devcluster" in reason, reason
