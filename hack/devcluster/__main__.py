@@ -38,7 +38,12 @@ def _pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    # A zombie has stopped: its parent (e.g. a test runner) just has not reaped it yet.
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[-1][:1]
+    except OSError:
+        return False
+    return state != "Z"
 
 
 def _read_state(workdir: Path) -> dict[str, object] | None:

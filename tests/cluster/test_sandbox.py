@@ -4,12 +4,16 @@ tunables and cgroups; the host sees none of it, before or after (docs/local-clus
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+import yaml
 
+from devcluster.binaries import find_tool
 from devcluster.sandbox import CGROUP_FS, HOST_IP, KERNEL_DEFAULTS, real_node_possible, sandbox_id
 
 pytestmark = [
@@ -61,5 +65,50 @@ def test_the_sandbox_changes_nothing_outside_itself() -> None:
     # Outside: the host's values, no cgroup left, no address added.
     assert _sysctls() == before
     assert list(CGROUP_FS.glob(f"*{cgroup_root}")) == []
+    host_addresses = subprocess.run(["ip", "-br", "addr"], capture_output=True, text=True)
+    assert HOST_IP not in host_addresses.stdout
+
+
+@pytest.mark.timeout(240)
+def test_local_cluster_up_runs_a_real_node_that_kubectl_on_the_host_reaches(
+    tmp_path: Path,
+) -> None:
+    """`hack/local-cluster up` from the host: a kubelet with containerd in a sandbox, its API
+    server forwarded to the host's loopback (the printed kubeconfig works here); `down` stops
+    it all, and nothing of it is left on the host."""
+    kubectl = find_tool("kubectl")
+    assert kubectl is not None, "hack/k8s/ensure-binaries builds kubectl"
+    env = {**os.environ, "OMA_DEVCLUSTER_DIR": str(tmp_path / "cluster")}
+    log = tmp_path / "up.log"
+    with log.open("w") as out:
+        up = subprocess.Popen(
+            [str(HACK / "local-cluster"), "up"], stdout=out, stderr=subprocess.STDOUT, env=env
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while "export KUBECONFIG=" not in log.read_text():
+            assert up.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        (kubeconfig,) = re.findall(r"export KUBECONFIG=(\S+)", log.read_text())
+        nodes = subprocess.run(
+            [str(kubectl), f"--kubeconfig={kubeconfig}", "get", "nodes", "-o", "wide"],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        assert nodes.returncode == 0, nodes.stderr
+        assert re.search(r"devcluster-node +Ready .* containerd://", nodes.stdout), nodes.stdout
+        assert "is a kubelet with containerd" in log.read_text()
+        config = tmp_path / "cluster" / "nodes" / "devcluster-node" / "kubelet-config.yaml"
+        cgroup_root = str(yaml.safe_load(config.read_text())["cgroupRoot"])
+        assert list(CGROUP_FS.glob(f"*{cgroup_root}")), "the node's cgroups, while it runs"
+        down = subprocess.run(
+            [str(HACK / "local-cluster"), "down"], capture_output=True, text=True, env=env,
+            timeout=90,
+        )  # fmt: skip
+        assert down.returncode == 0 and "stopped" in down.stdout, down.stdout + down.stderr
+        assert up.wait(timeout=30) == 0, log.read_text()
+    finally:
+        if up.poll() is None:
+            up.kill()
+    assert list(CGROUP_FS.glob(f"*{cgroup_root}")) == [], "the node's cgroups were left"
     host_addresses = subprocess.run(["ip", "-br", "addr"], capture_output=True, text=True)
     assert HOST_IP not in host_addresses.stdout
