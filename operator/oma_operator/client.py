@@ -181,6 +181,18 @@ class Kube:
             if exc.status not in (404, 409, 422):
                 raise
 
+    # -- the operator's own Deployment (the chart's pre-delete hook) ------------------------------
+    async def scale_deployment(self, namespace: str, name: str, replicas: int) -> dict[str, Any]:
+        """Set the Deployment's replicas; the Deployment as it now is."""
+        path = f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}"
+        await self._call(
+            "PATCH",
+            f"{path}/scale",
+            json={"spec": {"replicas": replicas}},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+        return await self._call("GET", path)
+
     # -- teamruns ------------------------------------------------------------------------------
     async def patch_teamrun_status(
         self,

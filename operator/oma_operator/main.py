@@ -11,6 +11,7 @@ import kopf
 
 from oma_operator import handlers, login, runtime  # noqa: F401 (importing registers handlers)
 from oma_operator.metrics import serve
+from oma_operator.uninstall import stop_operator
 
 DEFAULT_METRICS_PORT = 8000  # 8080 is the chart's liveness port
 
@@ -55,8 +56,25 @@ def main() -> None:
         help="have runner pods serve their metrics on this port (named container port "
         "'metrics'); 0, the default, leaves them without (env OMA_RUNNER_METRICS_PORT)",
     )
+    parser.add_argument(
+        "--stop-deployment",
+        metavar="NAME",
+        help="do not run: scale the operator Deployment NAME in --namespace to 0, wait until its "
+        "pods are gone, release the runner pods it tracked, exit (the chart's pre-delete hook)",
+    )
+    parser.add_argument(
+        "--stop-timeout",
+        type=float,
+        default=90.0,
+        help="seconds --stop-deployment waits for the pods (default 90)",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    if args.stop_deployment:
+        if not args.namespace or len(args.namespace) != 1:
+            parser.error("--stop-deployment needs exactly one --namespace (the Deployment's)")
+        stop = stop_operator(args.namespace[0], args.stop_deployment, args.stop_timeout)
+        raise SystemExit(asyncio.run(stop))
     runtime.RUNNER_METRICS_PORT = args.runner_metrics_port or None
     runtime.NAMESPACES = [] if args.all_namespaces else list(args.namespace or [])
     serve(args.metrics_port, args.metrics_address)

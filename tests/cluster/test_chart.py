@@ -69,10 +69,31 @@ def test_lint_and_template(cluster: ClusterHandle) -> None:
             "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicyBinding",
+            # the pre-delete hook that stops the operator before its RBAC goes
+            "Role",
+            "RoleBinding",
+            "Job",
         ]
     )
-    names = [doc["metadata"]["name"] for doc in yaml.safe_load_all(rendered) if doc]
-    assert {"t-approval-decisions", "t-teamrun-creator", "t-teamrun-references"} <= set(names)
+    docs = {doc["metadata"]["name"]: doc for doc in yaml.safe_load_all(rendered) if doc}
+    assert {"t-approval-decisions", "t-teamrun-creator", "t-teamrun-references"} <= set(docs)
+    hook = docs["t-operator-stop"]
+    assert hook["kind"] == "Job"
+    assert hook["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
+    (stopper,) = hook["spec"]["template"]["spec"]["containers"]
+    assert "--stop-deployment=t-operator" in stopper["args"]
+    # it may scale that one Deployment and nothing else (the Role shares the Job's name)
+    stop_role = [
+        doc
+        for doc in yaml.safe_load_all(rendered)
+        if doc and doc["kind"] == "Role" and doc["metadata"]["name"] == "t-operator-stop"
+    ]
+    assert [r["resourceNames"] for r in stop_role[0]["rules"]] == [["t-operator"], ["t-operator"]]
+    without = _helm(
+        cluster, "template", "t", str(CHART), "--kube-version", KUBE_VERSION,
+        "--set", "operator.uninstallHook=false",
+    ).stdout  # fmt: skip
+    assert "pre-delete" not in without
     off = _helm(
         cluster,
         "template",

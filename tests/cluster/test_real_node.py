@@ -15,12 +15,14 @@ import pytest
 from devcluster import KubeClient
 from devcluster.binaries import k8s_version
 from devcluster.kube import JSON
+from oma_operator.pods import FINALIZER
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import REAL_NODE, REAL_NODE_IMAGE, Endpoint, SideEffects
 from tests.cluster.helpers import (
     create_namespace,
     delete_namespace,
     evict,
+    get_or_none,
     pod,
     run_tool,
     wait_for,
@@ -141,32 +143,13 @@ async def test_the_chart_runs_the_operator_in_cluster_through_an_eviction_and_it
     """The chart as shipped (operator Deployment from the built image, its service account and
     RBAC, runner pods under the restricted Pod Security Standard): an evicted runner resumes,
     and so does the run when the operator's own pod is deleted mid-run."""
-    namespace = await create_namespace(kube)
-    await kube.patch(
-        f"/api/v1/namespaces/{namespace}",
-        {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}},
-    )
-    release = f"r{uuid.uuid4().hex[:6]}"
-    repository, tag = REAL_NODE_IMAGE.rsplit(":", 1)
-    values = [f"image.repository={repository}", f"image.tag={tag}"]
-    values += ["approvals.reviewerPolicy=false"]
-    await asyncio.to_thread(
-        _helm, cluster, "install", release, str(CHART), "-n", namespace, "--wait=false",
-        *[arg for value in values for arg in ("--set", value)],
-    )  # fmt: skip
+    namespace, release = await _install_in_cluster(cluster, kube)
     pods = f"/api/v1/namespaces/{namespace}/pods"
     try:
-        await teamruns_admitted(kube)
-        secret = {"url": base64.b64encode(e2e_redis.for_pods.encode()).decode()}
-        await kube.create(
-            f"/api/v1/namespaces/{namespace}/secrets",
-            {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "store"}, "data": secret},
-        )
+        await _store_secret(kube, namespace, e2e_redis)
 
         async def operator_pod() -> JSON | None:
-            listed = await kube.get(f"{pods}?labelSelector={OPERATOR_SELECTOR}")
-            running = [p for p in listed["items"] if _ready(p)]
-            return running[0] if running else None
+            return await _operator_pod(kube, namespace)
 
         first_operator = await wait_for(operator_pod, 120, "the operator pod to be Ready")
         script: list[dict[str, Any]] = [
@@ -199,6 +182,77 @@ async def test_the_chart_runs_the_operator_in_cluster_through_an_eviction_and_it
     finally:
         await asyncio.to_thread(_helm, cluster, "uninstall", release, "-n", namespace, check=False)
         await delete_namespace(kube, namespace)
+
+
+@pytest.mark.timeout(300)
+async def test_helm_uninstall_of_the_in_cluster_operator_lets_the_namespace_go(
+    cluster: ClusterHandle, kube: KubeClient, e2e_redis: Endpoint, effects: SideEffects
+) -> None:
+    """A runner pod runs, held by the operator's tracking finalizer; `helm uninstall` stops the
+    operator's pod (whose cleanup lets go of the runner pod) as it deletes its RBAC, and
+    deleting the namespace then completes: nothing is left holding it."""
+    namespace, release = await _install_in_cluster(cluster, kube)
+    pods = f"/api/v1/namespaces/{namespace}/pods"
+    try:
+        await _store_secret(kube, namespace, e2e_redis)
+        await wait_for(lambda: _operator_pod(kube, namespace), 120, "the operator pod")
+        script = [{"tool_calls": [{"id": "w", "name": "wait", "input": {"seconds": 50}}]}]
+        await create_admitted(kube, namespace, teamrun("long", script, effects))
+
+        async def tracked() -> bool:
+            body = await get_or_none(kube, f"{pods}/long-a1")
+            running = body is not None and (body.get("status") or {}).get("phase") == "Running"
+            return running and FINALIZER in (body or {})["metadata"].get("finalizers", [])
+
+        await wait_for(tracked, 120, "the runner pod, running and tracked by its finalizer")
+        await asyncio.to_thread(_helm, cluster, "uninstall", release, "-n", namespace)
+        await kube.delete(f"/api/v1/namespaces/{namespace}")
+
+        async def namespace_gone() -> bool:
+            return await get_or_none(kube, f"/api/v1/namespaces/{namespace}") is None
+
+        await wait_for(namespace_gone, 120, "the namespace to be deleted, runner pod and all")
+    except AssertionError as failed:
+        raise AssertionError(f"{failed}\n{await _what_ran(cluster, namespace)}") from failed
+    finally:
+        await asyncio.to_thread(_helm, cluster, "uninstall", release, "-n", namespace, check=False)
+        await delete_namespace(kube, namespace)
+
+
+async def _install_in_cluster(cluster: ClusterHandle, kube: KubeClient) -> tuple[str, str]:
+    """The chart as shipped into a fresh namespace under the restricted Pod Security Standard,
+    the operator Deployment from the built image; the namespace and the release."""
+    namespace = await create_namespace(kube)
+    await kube.patch(
+        f"/api/v1/namespaces/{namespace}",
+        {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}},
+    )
+    release = f"r{uuid.uuid4().hex[:6]}"
+    repository, tag = REAL_NODE_IMAGE.rsplit(":", 1)
+    values = [f"image.repository={repository}", f"image.tag={tag}"]
+    values += ["approvals.reviewerPolicy=false"]
+    await asyncio.to_thread(
+        _helm, cluster, "install", release, str(CHART), "-n", namespace, "--wait=false",
+        *[arg for value in values for arg in ("--set", value)],
+    )  # fmt: skip
+    await teamruns_admitted(kube)
+    return namespace, release
+
+
+async def _store_secret(kube: KubeClient, namespace: str, redis: Endpoint) -> None:
+    secret = {"url": base64.b64encode(redis.for_pods.encode()).decode()}
+    await kube.create(
+        f"/api/v1/namespaces/{namespace}/secrets",
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "store"}, "data": secret},
+    )
+
+
+async def _operator_pod(kube: KubeClient, namespace: str) -> JSON | None:
+    listed = await kube.get(
+        f"/api/v1/namespaces/{namespace}/pods?labelSelector={OPERATOR_SELECTOR}"
+    )
+    running = [p for p in listed["items"] if _ready(p)]
+    return running[0] if running else None
 
 
 OPERATOR_SELECTOR = "app.kubernetes.io/component%3Doperator"

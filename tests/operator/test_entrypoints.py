@@ -1,4 +1,5 @@
-"""kopf's connection in a pod: the service address from the environment, like our own client."""
+"""The operator's entry points: kopf's connection in a pod (the service address from the
+environment, like our own client) and the flags of the chart's uninstall hook."""
 
 from __future__ import annotations
 
@@ -36,3 +37,16 @@ def test_outside_a_pod_there_is_no_in_cluster_login(tmp_path: Path, account: Pat
     # No service variable (a laptop), or a variable but no token (a pod without one).
     assert service_account_login({}, account) is None
     assert service_account_login({"KUBERNETES_SERVICE_HOST": "10.96.0.1"}, tmp_path / "x") is None
+
+
+def test_stop_deployment_needs_exactly_one_namespace(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from oma_operator.main import main
+
+    for argv in (["--stop-deployment", "x"], ["--stop-deployment", "x", "--all-namespaces"]):
+        monkeypatch.setattr("sys.argv", ["oma-operator", *argv])
+        with pytest.raises(SystemExit) as exited:
+            main()
+        assert exited.value.code == 2
+        assert "--stop-deployment needs exactly one --namespace" in capsys.readouterr().err
