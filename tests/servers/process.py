@@ -21,15 +21,23 @@ class ServerStartError(RuntimeError):
     """A test server did not come up; the message carries the end of its log."""
 
 
+def _owner_tag() -> str:
+    """Our pid with our pid namespace: a pid means nothing in another one (a test run inside
+    devcluster's sandbox and one outside share /tmp but not their pids)."""
+    return f"{os.readlink('/proc/self/ns/pid')} {os.getpid()}"
+
+
 def make_workdir(prefix: str) -> Path:
-    """A fresh temp dir tagged with our pid; dirs of dead sessions (SIGKILLed) are swept."""
+    """A fresh temp dir tagged with our pid; dirs of dead sessions (SIGKILLed) are swept, but
+    only those of our own pid namespace, where we can tell whether their owner lives."""
+    here = os.readlink("/proc/self/ns/pid")
     for stale in Path(tempfile.gettempdir()).glob(f"{prefix}*"):
         with contextlib.suppress(OSError, ValueError):
-            owner = int((stale / "owner.pid").read_text())
-            if not _alive(owner):
+            namespace, _, pid = (stale / "owner.pid").read_text().strip().rpartition(" ")
+            if namespace == here and not _alive(int(pid)):
                 shutil.rmtree(stale, ignore_errors=True)
     workdir = Path(tempfile.mkdtemp(prefix=prefix))
-    (workdir / "owner.pid").write_text(str(os.getpid()))
+    (workdir / "owner.pid").write_text(_owner_tag())
     return workdir
 
 
