@@ -376,6 +376,29 @@ async def test_a_crash_loop_exhausts_max_failures(
 
 
 @pytest.mark.timeout(180)
+async def test_oom_kills_under_a_memory_limit_exhaust_their_own_budget(
+    cluster: ClusterHandle, kube: KubeClient, namespace: str, operator: Path, redis_secret: str
+) -> None:
+    """A runner whose memory limit is too small for it is OOM-killed by the kernel (the kubelet
+    reports OOMKilled, exit 137): each is an oom outcome, counted against maxOomKills, not
+    maxFailures, and the run ends Failed with OomKillsExhausted."""
+    if not cluster.real_node:
+        pytest.skip("the node agent enforces no memory limit: this needs a real kubelet")
+    body = teamrun("oom", [{"text": "never reached"}])
+    body["spec"]["runner"]["resources"] = {"limits": {"memory": "32Mi"}}
+    body["spec"]["retryPolicy"] = {"maxOomKills": 1, "maxFailures": 5, "backoffSeconds": 1}
+    await kube.create(TEAMRUNS.format(ns=namespace), body)
+    status = await finished(kube, namespace, "oom", 150)
+    assert status["phase"] == "Failed" and status["attempt"] == 2, status
+    assert [(a["outcome"], a["reason"], a["exitCode"]) for a in status["attempts"]] == [
+        ("oom", "OOMKilled", 137)
+    ] * 2
+    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "OomKillsExhausted", failed
+    assert status.get("failures", 0) == 0
+
+
+@pytest.mark.timeout(180)
 async def test_a_crash_is_retried_after_the_backoff_and_the_retry_succeeds(
     kube: KubeClient, namespace: str, operator: Path, e2e_redis: Endpoint, effects: SideEffects
 ) -> None:
