@@ -49,9 +49,12 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    # A zombie is dead too (its parent, init here, may not have reaped it yet).
-    stat = Path(f"/proc/{pid}/stat")
-    return stat.exists() and stat.read_text().split(") ")[-1][0] != "Z"
+    # A zombie is dead too (its parent, init here, may not have reaped it yet); a process
+    # can also vanish between the signal check and the read (ESRCH, ENOENT).
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][0] != "Z"
+    except OSError:
+        return False
 
 
 def test_children_die_with_a_killed_parent(tmp_path: Path) -> None:
