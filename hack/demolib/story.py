@@ -64,11 +64,11 @@ class Scene:
     workdir: Path
     namespace: str
     operator: Operator
-    redis_url: str
+    redis_url: str  # as the demo reaches it
+    redis_url_for_pods: str  # the same Redis as the runner pods reach it (the ledger's too)
     reviewer_kubeconfig: Path
     teamrun: dict[str, Any]
     summary: dict[str, str] = field(default_factory=dict)
-    ledger_for_pods: str = ""  # the ledger's Redis URL as pods reach it
 
     @property
     def name(self) -> str:
@@ -150,8 +150,8 @@ async def demo(namespace: str, approver: Approver, image: str | None) -> None:
         say(f"user {REVIEWER} (client certificate) may get/list/patch approvaldecisions")
 
         teamrun = yaml.safe_load(EXAMPLE.read_text())
-        scene = Scene(kube, tools, env, workdir, namespace, operator, redis.url, reviewer, teamrun)
-        scene.ledger_for_pods = redis.url_for_pods
+        urls = (redis.url, redis.url_for_pods)
+        scene = Scene(kube, tools, env, workdir, namespace, operator, *urls, reviewer, teamrun)
         try:
             await story(scene, approver)
         except Exception:  # not on Ctrl-C: the reader knows why it stopped
@@ -174,7 +174,7 @@ async def start_run(scene: Scene) -> None:
     # One ledger (a Redis list) for every attempt's pod: it is how the demo counts effects.
     runner.setdefault("env", []).extend(
         [
-            {"name": "OMA_LEDGER_URL", "value": scene.ledger_for_pods},
+            {"name": "OMA_LEDGER_URL", "value": scene.redis_url_for_pods},
             {"name": "OMA_LEDGER_KEY", "value": str(scene.ledger.key)},
         ]
     )

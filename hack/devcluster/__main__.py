@@ -21,6 +21,7 @@ from devcluster.errors import DevClusterError
 from devcluster.kube import KubeClient
 from devcluster.kubeconfig import load_kubeconfig
 from devcluster.nodeagent import DEFAULT_MAX_PODS
+from devcluster.ports import free_ports
 
 MARKER = ".devcluster"
 HOST_PID_ENV = "OMA_DEVCLUSTER_HOST_PID"  # the host's pid of a sandboxed 'up' (for 'down')
@@ -179,18 +180,9 @@ def _up_in_sandbox(argv: list[str], args: argparse.Namespace) -> int:
     (the same port, so the kubeconfig it writes works on both sides)."""
     _fresh_workdir(args.workdir)  # here, where 'down' and 'status' see the same pids
     os.environ[HOST_PID_ENV] = str(os.getpid())  # what 'down' signals: it stops the sandbox
-    port = args.port or _free_port()
+    port = args.port or free_ports(1)[0]
     inner = [sys.executable, "-m", "devcluster", *argv, "--real-node", "--port", str(port)]
     return sandbox.main(["--forward", str(port), "--", *inner])
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -250,8 +250,11 @@ def main(args: list[str]) -> int:
     if inside:
         args = args[1:]
     forward = None
-    if args[:1] == ["--forward"] and len(args) > 1 and args[1].isdigit():
-        forward, args = int(args[1]), args[2:]  # host 127.0.0.1:PORT -> inside 127.0.0.1:PORT
+    if args[:1] == ["--forward"]:  # host 127.0.0.1:PORT -> inside 127.0.0.1:PORT
+        if len(args) < 2 or not args[1].isdigit() or not 0 < int(args[1]) < 65536:
+            print("devcluster sandbox: --forward needs a port (1-65535)", file=sys.stderr)
+            return 2
+        forward, args = int(args[1]), args[2:]
     if args[:1] == ["--"]:
         args = args[1:]
     if not args:

@@ -182,16 +182,16 @@ class Kube:
                 raise
 
     # -- the operator's own Deployment (the chart's pre-delete hook) ------------------------------
-    async def scale_deployment(self, namespace: str, name: str, replicas: int) -> dict[str, Any]:
-        """Set the Deployment's replicas; the Deployment as it now is."""
-        path = f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}"
+    async def get_deployment(self, namespace: str, name: str) -> dict[str, Any]:
+        return await self._call("GET", f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}")
+
+    async def scale_deployment(self, namespace: str, name: str, replicas: int) -> None:
         await self._call(
             "PATCH",
-            f"{path}/scale",
+            f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}/scale",
             json={"spec": {"replicas": replicas}},
             headers={"Content-Type": "application/merge-patch+json"},
         )
-        return await self._call("GET", path)
 
     # -- teamruns ------------------------------------------------------------------------------
     async def patch_teamrun_status(

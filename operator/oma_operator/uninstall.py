@@ -23,20 +23,29 @@ POLL_SECONDS = 0.5
 
 async def stop_operator(namespace: str, deployment: str, wait_seconds: float) -> int:
     """Scale ``deployment`` to zero, wait (at most ``wait_seconds``) until its pods are gone,
-    then release what runner pods remain tracked. 0 when its pods ended in time, else 1."""
-    body = await runtime.kube().scale_deployment(namespace, deployment, 0)
-    labels = body["spec"]["selector"].get("matchLabels") or {}
-    selector = ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
-    deadline = time.monotonic() + wait_seconds
-    while pods := await runtime.kube().list_pods(namespace, selector):
-        if time.monotonic() > deadline:
-            names = [pod["metadata"]["name"] for pod in pods]
-            log.error("the operator's pods %s did not stop within %.0fs", names, wait_seconds)
-            break
-        await asyncio.sleep(POLL_SECONDS)
-    else:
-        log.info("deployment %s/%s scaled to 0, its pods are gone", namespace, deployment)
-    released = await release_runner_pods([namespace])
-    log.info("released %d runner pods the operator had left", released)
-    await runtime.close()
-    return 0 if not pods else 1
+    then release what runner pods remain tracked. An operator pod that does not stop in time
+    (e.g. on a lost node) is logged, not fatal: failing would block ``helm uninstall``, and the
+    runner pods are released here either way. 2, and nothing scaled, when the Deployment has
+    no matchLabels."""
+    try:
+        body = await runtime.kube().get_deployment(namespace, deployment)
+        labels = body["spec"]["selector"].get("matchLabels") or {}
+        if not labels:  # an empty selector would wait for every pod of the namespace
+            log.error("%s/%s has no matchLabels: not the operator's", namespace, deployment)
+            return 2
+        await runtime.kube().scale_deployment(namespace, deployment, 0)
+        selector = ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
+        deadline = time.monotonic() + wait_seconds
+        while pods := await runtime.kube().list_pods(namespace, selector):
+            if time.monotonic() > deadline:
+                names = [pod["metadata"]["name"] for pod in pods]
+                log.error("the operator's pods %s did not stop within %.0fs", names, wait_seconds)
+                break
+            await asyncio.sleep(POLL_SECONDS)
+        else:
+            log.info("deployment %s/%s scaled to 0, its pods are gone", namespace, deployment)
+        released = await release_runner_pods([namespace])
+        log.info("released %d runner pods the operator had left", released)
+        return 0
+    finally:
+        await runtime.close()

@@ -75,20 +75,20 @@ def test_lint_and_template(cluster: ClusterHandle) -> None:
             "Job",
         ]
     )
-    docs = {doc["metadata"]["name"]: doc for doc in yaml.safe_load_all(rendered) if doc}
-    assert {"t-approval-decisions", "t-teamrun-creator", "t-teamrun-references"} <= set(docs)
-    hook = docs["t-operator-stop"]
-    assert hook["kind"] == "Job"
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(rendered) if d}
+    names = {name for _, name in docs}
+    assert {"t-approval-decisions", "t-teamrun-creator", "t-teamrun-references"} <= names
+    hook = docs["Job", "t-operator-stop"]
     assert hook["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
     (stopper,) = hook["spec"]["template"]["spec"]["containers"]
     assert "--stop-deployment=t-operator" in stopper["args"]
-    # it may scale that one Deployment and nothing else (the Role shares the Job's name)
-    stop_role = [
-        doc
-        for doc in yaml.safe_load_all(rendered)
-        if doc and doc["kind"] == "Role" and doc["metadata"]["name"] == "t-operator-stop"
+    assert hook["spec"]["template"]["spec"]["serviceAccountName"] == "t-operator"
+    # it may read and scale that one Deployment, nothing else
+    rules = docs["Role", "t-operator-stop"]["rules"]
+    assert [(r["resources"], r["resourceNames"], r["verbs"]) for r in rules] == [
+        (["deployments"], ["t-operator"], ["get"]),
+        (["deployments/scale"], ["t-operator"], ["patch"]),
     ]
-    assert [r["resourceNames"] for r in stop_role[0]["rules"]] == [["t-operator"], ["t-operator"]]
     without = _helm(
         cluster, "template", "t", str(CHART), "--kube-version", KUBE_VERSION,
         "--set", "operator.uninstallHook=false",

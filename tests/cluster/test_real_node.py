@@ -188,9 +188,10 @@ async def test_the_chart_runs_the_operator_in_cluster_through_an_eviction_and_it
 async def test_helm_uninstall_of_the_in_cluster_operator_lets_the_namespace_go(
     cluster: ClusterHandle, kube: KubeClient, e2e_redis: Endpoint, effects: SideEffects
 ) -> None:
-    """A runner pod runs, held by the operator's tracking finalizer; `helm uninstall` stops the
-    operator's pod (whose cleanup lets go of the runner pod) as it deletes its RBAC, and
-    deleting the namespace then completes: nothing is left holding it."""
+    """A runner pod runs, held by the operator's tracking finalizer; `helm uninstall` first
+    runs the chart's pre-delete hook, which stops the operator while its RBAC still exists (its
+    cleanup lets go of the runner pod), and deleting the namespace then completes. Without the
+    hook the stopping operator met 403s and the namespace stayed Terminating."""
     namespace, release = await _install_in_cluster(cluster, kube)
     pods = f"/api/v1/namespaces/{namespace}/pods"
     try:
@@ -248,14 +249,12 @@ async def _store_secret(kube: KubeClient, namespace: str, redis: Endpoint) -> No
 
 
 async def _operator_pod(kube: KubeClient, namespace: str) -> JSON | None:
-    listed = await kube.get(
-        f"/api/v1/namespaces/{namespace}/pods?labelSelector={OPERATOR_SELECTOR}"
-    )
+    listed = await kube.get(f"/api/v1/namespaces/{namespace}/pods", labelSelector=OPERATOR_PODS)
     running = [p for p in listed["items"] if _ready(p)]
     return running[0] if running else None
 
 
-OPERATOR_SELECTOR = "app.kubernetes.io/component%3Doperator"
+OPERATOR_PODS = "app.kubernetes.io/component=operator"
 
 
 def _ready(pod: JSON) -> bool:
@@ -269,7 +268,7 @@ async def _what_ran(cluster: ClusterHandle, namespace: str) -> str:
     parts = []
     for args in (
         ["get", "pods,teamruns", "-o", "wide"],
-        ["logs", "-l", OPERATOR_SELECTOR.replace("%3D", "="), "--tail=60"],
+        ["logs", "-l", OPERATOR_PODS, "--tail=60"],
     ):
         try:
             parts.append(await run_tool(*kubectl, *args))
