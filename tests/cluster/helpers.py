@@ -148,6 +148,16 @@ async def event_counts(kube: KubeClient, namespace: str, name: str) -> dict[str,
     return counts
 
 
+RUNNER_PODS = "oma.dev/teamrun"  # a label selector: the operator's runner pods, no others
+
+
+async def runner_pods(kube: KubeClient, namespace: str) -> list[JSON]:
+    """The runner pods in ``namespace`` (not, e.g., the operator's own pod beside them)."""
+    listed = await kube.get(f"/api/v1/namespaces/{namespace}/pods", labelSelector=RUNNER_PODS)
+    items: list[JSON] = listed["items"]
+    return items
+
+
 async def create_namespace(kube: KubeClient) -> str:
     """A fresh namespace, once its ``default`` ServiceAccount exists (pods need it)."""
     name = f"t-{uuid.uuid4().hex[:10]}"

@@ -35,7 +35,7 @@ from tests.cluster.approval_kit import (
 )
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import Endpoint, SideEffects, teamrun_store
-from tests.cluster.helpers import event_counts, run_tool, wait_for
+from tests.cluster.helpers import event_counts, run_tool, runner_pods, wait_for
 from tests.cluster.test_cli_decisions import oma
 from tests.cluster.test_operator_e2e import (
     TEAMRUNS,
@@ -414,6 +414,5 @@ async def test_separation_of_duties_without_a_recorded_creator_fails_before_any_
     failed = next(c for c in final["conditions"] if c["type"] == "Failed")
     assert failed["reason"] == "CreatorUnknown" and "oma.dev/created-by" in failed["message"]
     assert "attempt" not in final or not final.get("attempts"), final
-    pods = await kube.get(f"/api/v1/namespaces/{namespace}/pods")
-    assert pods["items"] == [] and await effects.ledger() == []
+    assert await runner_pods(kube, namespace) == [] and await effects.ledger() == []
     assert "CreatorUnknown" in await event_counts(kube, namespace, "nobody")

@@ -27,7 +27,7 @@ from tests.cluster.approval_kit import (
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import Endpoint, SideEffects, teamrun_store
 from tests.cluster.helpers import run_tool, tables, wait_for
-from tests.cluster.operator_process import OperatorProcess
+from tests.cluster.operators import operating
 from tests.cluster.test_operator_e2e import (
     TEAMRUNS,
     crds_installed,
@@ -224,16 +224,16 @@ async def test_operator_restart_between_decision_and_resume_resumes_once(
     tmp_path: Path,
 ) -> None:
     await grant_reviewers(kube, namespace, "erin")
-    with OperatorProcess(cluster.kubeconfig, namespace, tmp_path / "operator.log") as operator:
+    async with operating(cluster, kube, namespace, tmp_path / "operator.log") as operator:
         await kube.create(TEAMRUNS.format(ns=namespace), gated("again", effects, "charged"))
         decision = await pending_decision(kube, namespace, "again")
-        operator.kill()
+        await operator.kill()
         async with as_user(cluster, "erin") as erin:
             await erin.patch(
                 f"{DECISIONS.format(ns=namespace)}/{decision['metadata']['name']}",
                 {"spec": {"decision": "Approved", "reviewer": "erin"}},
             )
-        operator.start()
+        await operator.start()
         final = await finished(kube, namespace, "again", 150)
     assert final["phase"] == "Succeeded" and final["attempt"] == 2
     assert [a["attempt"] for a in final["attempts"]] == [1, 2]

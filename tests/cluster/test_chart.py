@@ -1,5 +1,7 @@
-"""The Helm chart: lint, schema, CRD copies, and an install whose RBAC alone is enough for the
-operator to survive an eviction, with runner pods admitted under the restricted PSS."""
+"""The Helm chart: lint, schema, CRD copies, and installs whose RBAC alone is enough for the
+operator to survive an eviction and run an approval, with runner pods admitted under the
+restricted PSS. On the real node the operator is the chart's Deployment; elsewhere a local
+process with the chart's service account (tests/cluster/operators.py)."""
 
 from __future__ import annotations
 
@@ -18,8 +20,14 @@ import yaml
 from devcluster import KubeClient
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import Endpoint, SideEffects
-from tests.cluster.helpers import evict, wait_for
-from tests.cluster.operator_process import OperatorProcess
+from tests.cluster.helpers import delete_namespace, evict, wait_for
+from tests.cluster.operators import (
+    CHART,
+    KUBE_VERSION,
+    OperatorSettings,
+    helm,
+    operating,
+)
 from tests.cluster.test_operator_e2e import (
     TEAMRUNS,
     finished,
@@ -28,29 +36,11 @@ from tests.cluster.test_operator_e2e import (
 )
 
 pytestmark = pytest.mark.cluster
-CHART = Path(__file__).resolve().parents[2] / "charts" / "oma"
-KUBE_VERSION = "1.37.2"
-
-
-def _helm(
-    cluster: ClusterHandle, *args: str, check: bool = True
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [cluster.tool("helm"), *args],
-        capture_output=True,
-        text=True,
-        check=check,
-        env={
-            **os.environ,
-            "KUBECONFIG": str(cluster.kubeconfig),
-            "HELM_CACHE_HOME": "/tmp/oma-helm-cache",
-        },
-    )
 
 
 def test_lint_and_template(cluster: ClusterHandle) -> None:
-    assert "0 chart(s) failed" in _helm(cluster, "lint", str(CHART)).stdout
-    rendered = _helm(
+    assert "0 chart(s) failed" in helm(cluster, "lint", str(CHART)).stdout
+    rendered = helm(
         cluster, "template", "t", str(CHART), "-n", "oma", "--kube-version", KUBE_VERSION
     ).stdout
     kinds = [doc["kind"] for doc in yaml.safe_load_all(rendered) if doc]
@@ -89,12 +79,12 @@ def test_lint_and_template(cluster: ClusterHandle) -> None:
         (["deployments"], ["t-operator"], ["get"]),
         (["deployments/scale"], ["t-operator"], ["patch"]),
     ]
-    without = _helm(
+    without = helm(
         cluster, "template", "t", str(CHART), "--kube-version", KUBE_VERSION,
         "--set", "operator.uninstallHook=false",
     ).stdout  # fmt: skip
     assert "pre-delete" not in without
-    off = _helm(
+    off = helm(
         cluster,
         "template",
         "t",
@@ -109,7 +99,7 @@ def test_lint_and_template(cluster: ClusterHandle) -> None:
         "teamRuns.referencePolicy=false",
     ).stdout
     assert "AdmissionPolicy" not in off
-    wide = _helm(
+    wide = helm(
         cluster,
         "template",
         "t",
@@ -123,7 +113,7 @@ def test_lint_and_template(cluster: ClusterHandle) -> None:
 
 
 def test_a_typo_in_values_fails_the_schema(cluster: ClusterHandle) -> None:
-    result = _helm(
+    result = helm(
         cluster,
         "template",
         "t",
@@ -145,33 +135,6 @@ def test_chart_crds_are_the_generated_crds() -> None:
         assert (CHART / "crds" / path.name).read_text() == path.read_text(), (
             f"charts/oma/crds/{path.name} differs from crds/: copy it again"
         )
-
-
-async def _token_kubeconfig(
-    kube: KubeClient, cluster: ClusterHandle, namespace: str, account: str, target: Path
-) -> Path:
-    token = await kube.create(
-        f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
-        {
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": {"expirationSeconds": 3600},
-        },
-    )
-    admin = yaml.safe_load(await asyncio.to_thread(cluster.kubeconfig.read_text))
-    cluster_entry = admin["clusters"][0]
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "current-context": "sa",
-        "clusters": [cluster_entry],
-        "users": [{"name": account, "user": {"token": token["status"]["token"]}}],
-        "contexts": [
-            {"name": "sa", "context": {"cluster": cluster_entry["name"], "user": account}}
-        ],
-    }
-    await asyncio.to_thread(target.write_text, yaml.safe_dump(config))
-    return target
 
 
 @pytest.mark.timeout(300)
@@ -197,26 +160,6 @@ async def test_installed_chart_rbac_runs_the_eviction_resume(
             },
         },
     )
-    release = f"r{uuid.uuid4().hex[:6]}"
-    installed = await asyncio.to_thread(
-        _helm,
-        cluster,
-        "install",
-        release,
-        str(CHART),
-        "-n",
-        namespace,
-        "--set",
-        "operator.replicas=0",
-        "--set",
-        "approvals.reviewerPolicy=false",
-        "--wait=false",
-    )
-    assert "STATUS: deployed" in installed.stdout
-    await teamruns_admitted(kube)
-    kubeconfig = await _token_kubeconfig(
-        kube, cluster, namespace, f"{release}-operator", tmp_path / "operator.kubeconfig"
-    )
     await kube.create(
         f"/api/v1/namespaces/{namespace}/secrets",
         {
@@ -226,39 +169,37 @@ async def test_installed_chart_rbac_runs_the_eviction_resume(
             "data": {"url": base64.b64encode(e2e_redis.for_pods.encode()).decode()},
         },
     )
-    operator = OperatorProcess(
-        kubeconfig, namespace, tmp_path / "operator.log", OMA_RUNNER_SERVICE_ACCOUNT="oma-runner"
-    )
-    operator.start()
+    log = tmp_path / "operator.log"
+    as_chart = OperatorSettings(as_chart=True)
     try:
-        script: list[dict[str, Any]] = [
-            {"tool_calls": [{"id": "h1", "name": "ledger_append", "input": {"entry": "a"}}]},
-            {
-                "tool_calls": [{"id": "h2", "name": "ledger_append", "input": {"entry": "b"}}],
-                "delay": 4,
-            },
-            {"text": "done"},
-        ]
-        await kube.create(TEAMRUNS.format(ns=namespace), teamrun("chart", script, effects))
+        async with operating(cluster, kube, namespace, log, as_chart):
+            script: list[dict[str, Any]] = [
+                {"tool_calls": [{"id": "h1", "name": "ledger_append", "input": {"entry": "a"}}]},
+                {
+                    "tool_calls": [{"id": "h2", "name": "ledger_append", "input": {"entry": "b"}}],
+                    "delay": 4,
+                },
+                {"text": "done"},
+            ]
+            await kube.create(TEAMRUNS.format(ns=namespace), teamrun("chart", script, effects))
 
-        async def first() -> bool:
-            return await effects.ledger() == ["a"]
+            async def first() -> bool:
+                return await effects.ledger() == ["a"]
 
-        await wait_for(first, 90, "attempt 1's first entry")
-        pod = await kube.get(f"/api/v1/namespaces/{namespace}/pods/chart-a1")
-        assert pod["spec"]["serviceAccountName"] == "oma-runner"  # admitted: restricted PSS
-        await evict(kube, namespace, "chart-a1")
-        status = await finished(kube, namespace, "chart", 180)
+            await wait_for(first, 90, "attempt 1's first entry")
+            pod = await kube.get(f"/api/v1/namespaces/{namespace}/pods/chart-a1")
+            assert pod["spec"]["serviceAccountName"] == "oma-runner"  # admitted: restricted PSS
+            await evict(kube, namespace, "chart-a1")
+            status = await finished(kube, namespace, "chart", 180)
     finally:
-        operator.stop()
-        await asyncio.to_thread(_helm, cluster, "uninstall", release, "-n", namespace, check=False)
-    log = await asyncio.to_thread((tmp_path / "operator.log").read_text)
-    assert status["phase"] == "Succeeded" and status["attempt"] == 2, log[-3000:]
+        await delete_namespace(kube, namespace)
+    log_text = await asyncio.to_thread(log.read_text)
+    assert status["phase"] == "Succeeded" and status["attempt"] == 2, log_text[-3000:]
     assert await effects.ledger() == ["a", "b"]
     # A refused request shows as an httpx response line or a KubeError; a bare "403" would also
     # match a timestamp's milliseconds or a port.
-    refused = re.findall(r"HTTP/1\.1 403|answered 403|Forbidden", log)
-    assert refused == [], log[-3000:]
+    refused = re.findall(r"HTTP/1\.1 403|answered 403|Forbidden", log_text)
+    assert refused == [], log_text[-3000:]
 
 
 @pytest.mark.timeout(300)
@@ -278,20 +219,15 @@ async def test_installed_chart_policies_and_rbac_run_an_approval(
         "/api/v1/namespaces",
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
     )
-    release = f"r{uuid.uuid4().hex[:6]}"
-    await asyncio.to_thread(
-        _helm,
-        cluster,
-        "install",
-        release,
-        str(CHART),
-        "-n",
-        namespace,
-        "--set",
-        "operator.replicas=0",
-        "--wait=false",
+    await kube.create(
+        f"/api/v1/namespaces/{namespace}/secrets",
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "store"},
+            "data": {"url": base64.b64encode(e2e_redis.for_pods.encode()).decode()},
+        },
     )
-    await teamruns_admitted(kube)
     role = yaml.safe_load_all((CHART.parents[1] / "deploy" / "reviewer-role.yaml").read_text())
     for doc in role:
         doc["metadata"]["namespace"] = namespace
@@ -303,21 +239,17 @@ async def test_installed_chart_policies_and_rbac_run_an_approval(
         await kube.create(
             f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/{plural}", doc
         )
-    kubeconfig = await _token_kubeconfig(
-        kube, cluster, namespace, f"{release}-operator", tmp_path / "operator.kubeconfig"
+    log = tmp_path / "operator.log"
+    policies = (  # the chart's defaults, which a test's release otherwise turns off
+        "approvals.reviewerPolicy=true",
+        "approvals.creatorPolicy=true",
+        "teamRuns.referencePolicy=true",
     )
-    await kube.create(
-        f"/api/v1/namespaces/{namespace}/secrets",
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "store"},
-            "data": {"url": base64.b64encode(e2e_redis.for_pods.encode()).decode()},
-        },
-    )
-    operator = OperatorProcess(kubeconfig, namespace, tmp_path / "operator.log")
-    operator.start()
-    try:
+    settings = OperatorSettings(as_chart=True, chart_values=policies)
+    async with operating(cluster, kube, namespace, log, settings) as operator:
+        release = operator.release
+        assert release is not None
+        await teamruns_admitted(kube)
         script: list[dict[str, Any]] = [
             {"tool_calls": [{"id": "p1", "name": "ledger_append", "input": {"entry": "pay"}}]},
             {"text": "paid"},
@@ -348,20 +280,18 @@ async def test_installed_chart_policies_and_rbac_run_an_approval(
             capture_output=True,
         )
         status = await finished(kube, namespace, "gated", 150)
-    finally:
-        operator.stop()
-        await asyncio.to_thread(_helm, cluster, "uninstall", release, "-n", namespace, check=False)
-    log = await asyncio.to_thread((tmp_path / "operator.log").read_text)
-    assert status["phase"] == "Succeeded" and status["attempt"] == 2, log[-3000:]
+    log_text = await asyncio.to_thread(log.read_text)
+    assert status["phase"] == "Succeeded" and status["attempt"] == 2, log_text[-3000:]
     assert await effects.ledger() == ["pay"]
-    assert re.findall(r"HTTP/1\.1 403|answered 403|Forbidden", log) == [], log[-3000:]
+    assert re.findall(r"HTTP/1\.1 403|answered 403|Forbidden", log_text) == [], log_text[-3000:]
     remaining = await kube.get("/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies")
     assert not [p for p in remaining["items"] if p["metadata"]["name"].startswith(release)]
 
 
-def _render(cluster: ClusterHandle, *values: str) -> list[dict[str, Any]]:
+def _render(cluster: ClusterHandle, *values: str, json_values: str = "") -> list[dict[str, Any]]:
     sets = [arg for value in values for arg in ("--set", value)]
-    rendered = _helm(
+    sets += ["--set-json", json_values] if json_values else []
+    rendered = helm(
         cluster, "template", "t", str(CHART), "-n", "oma", "--kube-version", KUBE_VERSION, *sets
     ).stdout
     return [doc for doc in yaml.safe_load_all(rendered) if doc]
@@ -438,10 +368,40 @@ def test_bad_metrics_values_fail_with_a_message(
     cluster: ClusterHandle, values: list[str], message: str
 ) -> None:
     sets = [arg for value in values for arg in ("--set", value)]
-    result = _helm(
+    result = helm(
         cluster, "template", "t", str(CHART), "--kube-version", KUBE_VERSION, *sets, check=False
     )
     assert result.returncode != 0 and message in result.stderr, result.stderr
+
+
+def test_operator_env_is_added_and_the_charts_own_variables_are_refused(
+    cluster: ClusterHandle,
+) -> None:
+    env = '[{"name": "OMA_SECRET_TTL_SECONDS", "value": "5"}]'
+    (deployment,) = [
+        doc
+        for doc in _render(cluster, json_values=f"operator.env={env}")
+        if doc["kind"] == "Deployment" and doc["metadata"]["name"] == "t-operator"
+    ]
+    variables = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "OMA_SECRET_TTL_SECONDS", "value": "5"} in variables
+    assert [v["name"] for v in variables].count("OMA_SECRET_TTL_SECONDS") == 1
+    for name, hint in [
+        ("OMA_PROGRESS_SECONDS", "use operator.progressSeconds"),
+        ("OMA_RUNNER_IMAGE", "use image.repository/image.tag"),
+        ("POD_ID", "the chart sets it"),
+    ]:
+        refused = helm(
+            cluster, "template", "t", str(CHART), "--kube-version", KUBE_VERSION,
+            "--set-json", f'operator.env=[{{"name": "{name}", "value": "1"}}]', check=False,
+        )  # fmt: skip
+        assert refused.returncode != 0, name
+        assert f"operator.env may not set {name}: " in refused.stderr and hint in refused.stderr
+    unnamed = helm(
+        cluster, "template", "t", str(CHART), "--kube-version", KUBE_VERSION,
+        "--set-json", 'operator.env=[{"name": "NOT A NAME", "value": "1"}]', check=False,
+    )  # fmt: skip
+    assert unnamed.returncode != 0 and "/operator/env/0/name" in unnamed.stderr
 
 
 async def test_the_metrics_render_is_accepted_by_the_api_server(

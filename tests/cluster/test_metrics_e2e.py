@@ -4,8 +4,7 @@ approval. Every series in docs/metrics.md is asserted here or in the unit tests.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ from devcluster import KubeClient
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import SideEffects
 from tests.cluster.helpers import get_or_none, wait_for
-from tests.cluster.operator_process import OperatorProcess
+from tests.cluster.operators import Operator, OperatorSettings, operating
 from tests.cluster.test_operator_e2e import (
     TEAMRUNS,
     crds_installed,
@@ -25,7 +24,6 @@ from tests.cluster.test_operator_e2e import (
     redis_secret,
     teamrun,
 )
-from tests.servers.process import free_port
 
 __all__ = ["crds_installed", "redis_secret"]
 pytestmark = pytest.mark.cluster
@@ -33,22 +31,15 @@ DECISIONS = "/apis/oma.dev/v1alpha1/namespaces/{ns}/approvaldecisions"
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
-@dataclass
-class Operator:
-    metrics_port: int
-    runner_metrics_port: int
-    log: Path
-
-
 @pytest.fixture
-def operator(
-    cluster: ClusterHandle, namespace: str, crds_installed: None, tmp_path: Path
-) -> Iterator[Operator]:
-    handle = Operator(free_port(), free_port(), tmp_path / "operator.log")
-    args = ["--metrics-port", str(handle.metrics_port), "--metrics-address", "127.0.0.1"]
-    args += ["--runner-metrics-port", str(handle.runner_metrics_port)]
-    with OperatorProcess(cluster.kubeconfig, namespace, handle.log, *args):
-        yield handle
+async def operator(
+    cluster: ClusterHandle, kube: KubeClient, namespace: str, crds_installed: None, tmp_path: Path
+) -> AsyncIterator[Operator]:
+    """This test's operator with its /metrics and its runners' on (on the real node the
+    chart's Deployment with metrics.enabled and metrics.runners.enabled)."""
+    metered = OperatorSettings(metrics=True)
+    async with operating(cluster, kube, namespace, tmp_path / "operator.log", metered) as running:
+        yield running
 
 
 Address = Callable[[], Awaitable[str | None]]  # host:port, None while there is none yet
@@ -104,9 +95,8 @@ def value(samples: Samples, name: str, **labels: str) -> float | None:
     return samples.get(key(name, **labels))
 
 
-async def scrape_until(port: int | Address, what: str, expected: Samples) -> Samples:
+async def scrape_until(address: Address, what: str, expected: Samples) -> Samples:
     """Scrape until every expected sample has its value (series move as events arrive)."""
-    address = loopback(port) if isinstance(port, int) else port
 
     async def probe() -> Samples | None:
         samples = await scrape(address)
@@ -143,7 +133,7 @@ async def test_eviction_and_resume_are_counted_by_operator_and_runners(
         body["spec"]["runner"]["resources"] = {"limits": {"ephemeral-storage": "10Mi"}}
     await kube.create(TEAMRUNS.format(ns=namespace), body)
     during = await scrape_until(
-        operator.metrics_port,
+        operator.metrics_address,
         "the operator to count the run as Running",
         {key("oma_teamruns", phase="Running"): 1},
     )
@@ -177,7 +167,7 @@ async def test_eviction_and_resume_are_counted_by_operator_and_runners(
     assert await effects.ledger() == ["first"]  # replayed, not run again
 
     after = await scrape_until(
-        operator.metrics_port,
+        operator.metrics_address,
         "the operator to count both attempts and the finished run",
         {
             key("oma_teamruns", phase="Succeeded"): 1,
@@ -221,7 +211,7 @@ async def test_approval_wait_and_the_resume_after_it_are_measured(
 
     decision = await wait_for(pending, 90, "the ApprovalDecision")
     await scrape_until(
-        operator.metrics_port,
+        operator.metrics_address,
         "the run to be counted as awaiting approval",
         {
             key("oma_teamruns", phase="AwaitingApproval"): 1,
@@ -241,7 +231,7 @@ async def test_approval_wait_and_the_resume_after_it_are_measured(
     status = await finished(kube, namespace, "gated", 150)
     assert status["phase"] == "Succeeded" and status["attempt"] == 2, status
     after = await scrape_until(
-        operator.metrics_port,
+        operator.metrics_address,
         "the approval wait and the resume after it",
         {
             key("oma_approval_wait_seconds_count", decision="approved"): 1,

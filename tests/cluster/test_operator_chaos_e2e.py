@@ -16,8 +16,8 @@ import pytest
 from devcluster import KubeClient
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import SideEffects
-from tests.cluster.helpers import evict, get_or_none
-from tests.cluster.operator_process import OperatorProcess
+from tests.cluster.helpers import evict, get_or_none, runner_pods
+from tests.cluster.operators import OperatorSettings, operating
 from tests.cluster.test_operator_e2e import (
     TEAMRUNS,
     crds_installed,
@@ -105,12 +105,10 @@ async def test_operator_killed_at_random_moments_neither_duplicates_nor_loses_at
     rng = random.Random(seed)
     body = _churn_teamrun("chaos", "o", effects)
     log = tmp_path / "operator.log"
-    operator = OperatorProcess(
-        cluster.kubeconfig, namespace, log, "--metrics-port", "0", OMA_PROGRESS_SECONDS="1"
-    )
     kills = evictions = 0
     status: dict[str, Any] = {}
-    with operator:
+    settings = OperatorSettings(progress_seconds=1)
+    async with operating(cluster, kube, namespace, log, settings) as operator:
         await kube.create(TEAMRUNS.format(ns=namespace), body)
         deadline = time.monotonic() + 360
         while time.monotonic() < deadline:
@@ -118,13 +116,13 @@ async def test_operator_killed_at_random_moments_neither_duplicates_nor_loses_at
             status = await status_of(kube, namespace, "chaos")
             if status.get("phase") in ("Succeeded", "Failed"):
                 break
-            operator.kill()  # SIGKILL: no cleanup, at whatever the operator was doing
+            await operator.kill()  # SIGKILL: no cleanup, at whatever the operator was doing
             kills += 1
             if rng.random() < 0.5:  # sometimes the runner goes too while the operator is away
                 pod = f"chaos-a{status.get('attempt', 1)}"
                 evictions += await _evict(kube, namespace, pod)
             await asyncio.sleep(rng.uniform(0.0, 2.0))
-            operator.start()
+            await operator.start()
     context = (
         f"seed {seed} (rerun with OMA_CHAOS_SEED={seed}), {kills} kills, {evictions} evictions"
     )
@@ -132,7 +130,7 @@ async def test_operator_killed_at_random_moments_neither_duplicates_nor_loses_at
     assert kills >= 2, context
     attempts = [a["attempt"] for a in status["attempts"]]
     assert attempts == list(range(1, status["attempt"] + 1)), (context, attempts)  # once each
-    pods = await kube.get(f"/api/v1/namespaces/{namespace}/pods")
-    names = {p["metadata"]["name"] for p in pods["items"]}  # evicted pods are gone by now
+    # Evicted pods are gone by now.
+    names = {p["metadata"]["name"] for p in await runner_pods(kube, namespace)}
     assert names <= {f"chaos-a{n}" for n in attempts}, (context, names)  # no extra attempt
     assert await effects.ledger() == ENTRIES, context

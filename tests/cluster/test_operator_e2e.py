@@ -1,10 +1,12 @@
 """The operator on a real API server: a TeamRun runs to completion, and survives an eviction.
 
-The operator runs as its own process (``python -m oma_operator``) with the cluster's
-kubeconfig; runner pods run ``oma-runner`` (on the devcluster's node agent as local processes, or
-in the image ``OMA_E2E_RUNNER_IMAGE`` on an existing cluster); the store is a real Redis or
-PostgreSQL. Side effects go to per-test Redis lists (``effects``), which the tests read the same
-way wherever the pods ran (see ``tests/cluster/e2e_env.py``).
+The operator is the chart's Deployment from the built image on the local cluster's real node,
+and a local process (``python -m oma_operator``) with the cluster's kubeconfig on the node agent
+or an existing cluster (``tests/cluster/operators.py``). Runner pods run ``oma-runner``: real
+containers of the built image on the real node, local processes on the node agent, the image
+``OMA_E2E_RUNNER_IMAGE`` on an existing cluster. The store is a real Redis or PostgreSQL.
+Side effects go to per-test Redis lists (``effects``), which the tests read the same way
+wherever the pods ran (see ``tests/cluster/e2e_env.py``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import base64
 import json
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -35,10 +37,11 @@ from tests.cluster.helpers import (
     evict,
     get_or_none,
     run_tool,
+    runner_pods,
     tables,
     wait_for,
 )
-from tests.cluster.operator_process import OperatorProcess
+from tests.cluster.operators import operating
 
 pytestmark = pytest.mark.cluster
 TEAMRUNS = "/apis/oma.dev/v1alpha1/namespaces/{ns}/teamruns"
@@ -122,12 +125,12 @@ def crds_installed(cluster: ClusterHandle) -> None:
 
 
 @pytest.fixture
-def operator(
-    cluster: ClusterHandle, namespace: str, crds_installed: None, tmp_path: Path
-) -> Iterator[Path]:
-    log = tmp_path / "operator.log"
-    with OperatorProcess(cluster.kubeconfig, namespace, log):
-        yield log
+async def operator(
+    cluster: ClusterHandle, kube: KubeClient, namespace: str, crds_installed: None, tmp_path: Path
+) -> AsyncIterator[Path]:
+    """This test's operator (the chart's Deployment on the real node); its log."""
+    async with operating(cluster, kube, namespace, tmp_path / "operator.log") as running:
+        yield running.log
 
 
 @pytest.fixture
@@ -489,14 +492,15 @@ async def test_operator_restart_mid_run_loses_no_outcome(
         },
         {"text": "done"},
     ]
-    with OperatorProcess(cluster.kubeconfig, namespace, tmp_path / "operator.log") as operator:
+    log = tmp_path / "operator.log"
+    async with operating(cluster, kube, namespace, log) as operator:
         await kube.create(TEAMRUNS.format(ns=namespace), teamrun("restart", script, effects))
 
         async def first_recorded() -> bool:
             return await effects.ledger() == ["first"]
 
         await wait_for(first_recorded, 90, "the first ledger entry")
-        operator.kill()  # the operator dies; the eviction below happens while it is away
+        await operator.kill()  # the operator dies; the eviction below happens while it is away
         await evict(kube, namespace, "restart-a1")
 
         async def a1_ended() -> bool:
@@ -504,12 +508,11 @@ async def test_operator_restart_mid_run_loses_no_outcome(
             return pod is not None and pod["status"].get("phase") == "Failed"
 
         await wait_for(a1_ended, 60, "attempt 1 to end while the operator is down")
-        operator.start()
+        await operator.start()
         status = await finished(kube, namespace, "restart", 180)
     assert status["phase"] == "Succeeded" and status["attempt"] == 2
     assert [a["attempt"] for a in status["attempts"]] == [1, 2]  # recorded once each
-    pods = await kube.get(f"/api/v1/namespaces/{namespace}/pods")
-    names = {p["metadata"]["name"] for p in pods["items"]}
+    names = {p["metadata"]["name"] for p in await runner_pods(kube, namespace)}
     assert "restart-a2" in names and "restart-a3" not in names  # no duplicate attempt
     assert await effects.ledger() == ["first", "second"]
 

@@ -28,7 +28,7 @@ from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import SideEffects
 from tests.cluster.helpers import event_counts, evict, get_or_none, wait_for, wait_phase
 from tests.cluster.nodes import ExtraNode, add_node, partition, remove_node
-from tests.cluster.operator_process import OperatorProcess
+from tests.cluster.operators import operating
 from tests.cluster.test_operator_e2e import (
     TEAMRUNS,
     crds_installed,
@@ -322,18 +322,18 @@ async def test_a_pod_that_ended_without_its_finalizer_while_the_operator_was_dow
     ]
     log = tmp_path / "operator.log"
     path = f"/api/v1/namespaces/{namespace}/pods/down-a1"
-    with OperatorProcess(cluster.kubeconfig, namespace, log) as operator:
+    async with operating(cluster, kube, namespace, log) as operator:
         await kube.create(TEAMRUNS.format(ns=namespace), teamrun("down", script, effects))
 
         async def first_recorded() -> bool:
             return await effects.ledger() == ["first"]
 
         await wait_for(first_recorded, 90, "the first ledger entry")
-        operator.kill()
+        await operator.kill()
         await kube.patch(path, {"metadata": {"finalizers": None}})
         await wait_phase(kube, path, {"Succeeded"}, 60)
         assert (await status_of(kube, namespace, "down"))["phase"] == "Running"
-        operator.start()
+        await operator.start()
         status = await finished(kube, namespace, "down", 90)
     assert status["phase"] == "Succeeded", (status, log.read_text()[-3000:])
     assert status["attempt"] == 1 and [a["outcome"] for a in status["attempts"]] == ["succeeded"]

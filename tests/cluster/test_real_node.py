@@ -28,7 +28,7 @@ from tests.cluster.helpers import (
     wait_for,
     wait_phase,
 )
-from tests.cluster.test_chart import CHART, _helm
+from tests.cluster.operators import CHART, helm
 from tests.cluster.test_operator_e2e import create_admitted, finished, teamrun, teamruns_admitted
 
 pytestmark = [
@@ -180,7 +180,7 @@ async def test_the_chart_runs_the_operator_in_cluster_through_an_eviction_and_it
     except AssertionError as failed:
         raise AssertionError(f"{failed}\n{await _what_ran(cluster, namespace)}") from failed
     finally:
-        await asyncio.to_thread(_helm, cluster, "uninstall", release, "-n", namespace, check=False)
+        await asyncio.to_thread(helm, cluster, "uninstall", release, "-n", namespace, check=False)
         await delete_namespace(kube, namespace)
 
 
@@ -206,7 +206,7 @@ async def test_helm_uninstall_of_the_in_cluster_operator_lets_the_namespace_go(
             return running and FINALIZER in (body or {})["metadata"].get("finalizers", [])
 
         await wait_for(tracked, 120, "the runner pod, running and tracked by its finalizer")
-        await asyncio.to_thread(_helm, cluster, "uninstall", release, "-n", namespace)
+        await asyncio.to_thread(helm, cluster, "uninstall", release, "-n", namespace)
         await kube.delete(f"/api/v1/namespaces/{namespace}")
 
         async def namespace_gone() -> bool:
@@ -216,7 +216,7 @@ async def test_helm_uninstall_of_the_in_cluster_operator_lets_the_namespace_go(
     except AssertionError as failed:
         raise AssertionError(f"{failed}\n{await _what_ran(cluster, namespace)}") from failed
     finally:
-        await asyncio.to_thread(_helm, cluster, "uninstall", release, "-n", namespace, check=False)
+        await asyncio.to_thread(helm, cluster, "uninstall", release, "-n", namespace, check=False)
         await delete_namespace(kube, namespace)
 
 
@@ -233,7 +233,7 @@ async def _install_in_cluster(cluster: ClusterHandle, kube: KubeClient) -> tuple
     values = [f"image.repository={repository}", f"image.tag={tag}"]
     values += ["approvals.reviewerPolicy=false"]
     await asyncio.to_thread(
-        _helm, cluster, "install", release, str(CHART), "-n", namespace, "--wait=false",
+        helm, cluster, "install", release, str(CHART), "-n", namespace, "--wait=false",
         *[arg for value in values for arg in ("--set", value)],
     )  # fmt: skip
     await teamruns_admitted(kube)

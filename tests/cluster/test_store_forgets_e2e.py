@@ -17,8 +17,8 @@ from oma.checkpoint.keys import checkpoint_key
 from tests.cluster.approval_kit import gated, pending_decision
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import Endpoint, SideEffects, teamrun_store
-from tests.cluster.helpers import event_counts, evict, wait_for
-from tests.cluster.operator_process import OperatorProcess
+from tests.cluster.helpers import event_counts, evict, runner_pods, wait_for
+from tests.cluster.operators import OperatorSettings, operating
 from tests.cluster.test_operator_e2e import (
     TEAMRUNS,
     crds_installed,
@@ -196,9 +196,8 @@ async def test_a_store_url_no_store_speaks_ends_failed_with_the_stores_message_a
     await kube.delete(f"{TEAMRUNS.format(ns=namespace)}/web")
 
     async def gone() -> bool:
-        pods = await kube.get(f"/api/v1/namespaces/{namespace}/pods")
         teamruns = await kube.get(TEAMRUNS.format(ns=namespace))
-        return not pods["items"] and not teamruns["items"]
+        return not await runner_pods(kube, namespace) and not teamruns["items"]
 
     await wait_for(gone, 60, "the TeamRun and its pod to be deleted")
 
@@ -217,8 +216,8 @@ async def test_an_error_in_the_operators_own_loops_is_a_condition_and_an_event(
     ``Reconciled=False`` with the API's message and a Warning ``OperatorError``, not only a log
     line; once the Secret is back, ``Reconciled`` turns True and the run goes on."""
     log = tmp_path / "operator.log"
-    fast = {"OMA_SECRET_TTL_SECONDS": "1"}
-    with OperatorProcess(cluster.kubeconfig, namespace, log, **fast):
+    fast = OperatorSettings(env={"OMA_SECRET_TTL_SECONDS": "1"})
+    async with operating(cluster, kube, namespace, log, fast):
         await kube.create(TEAMRUNS.format(ns=namespace), gated("held", effects, "paid"))
         decision = await pending_decision(kube, namespace, "held")
         secret = await kube.get(SECRET.format(ns=namespace))

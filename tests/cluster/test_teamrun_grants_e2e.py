@@ -32,7 +32,7 @@ from tests.cluster.helpers import (
     event_counts,
     get_or_none,
 )
-from tests.cluster.operator_process import OperatorProcess
+from tests.cluster.operators import OperatorSettings, operating
 from tests.cluster.test_cli_decisions import oma
 from tests.cluster.test_operator_e2e import (
     TEAMRUNS,
@@ -193,7 +193,8 @@ async def test_equal_run_ids_in_two_namespaces_sharing_a_redis_never_meet(
         body["spec"]["runId"] = shared["runId"]
         body["spec"]["store"]["redis"]["namespace"] = shared["namespace"]
     log = tmp_path / "operator.log"
-    with OperatorProcess(cluster.kubeconfig, namespace, log, "--namespace", other_namespace):
+    both = OperatorSettings(other_namespaces=(other_namespace,))
+    async with operating(cluster, kube, namespace, log, both):
         await kube.create(TEAMRUNS.format(ns=namespace), a)
         decision_a = await pending_decision(kube, namespace, "pay")
         await kube.create(TEAMRUNS.format(ns=other_namespace), b)

@@ -6,7 +6,6 @@ server and controllers)."""
 from __future__ import annotations
 
 import asyncio
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +16,7 @@ from oma_operator.uninstall import stop_operator
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import SideEffects
 from tests.cluster.helpers import IMAGE, get_or_none, wait_for
-from tests.cluster.operator_process import OperatorProcess
-from tests.cluster.test_chart import CHART, _helm, _token_kubeconfig
+from tests.cluster.operators import OperatorSettings, helm, operator_for
 from tests.cluster.test_operator_e2e import TEAMRUNS, crds_installed, redis_secret, teamrun
 
 __all__ = ["crds_installed", "redis_secret"]
@@ -44,42 +42,25 @@ async def test_helm_uninstall_then_namespace_delete_completes_with_a_runner_pod_
     script: list[dict[str, Any]] = [
         {"tool_calls": [{"id": "w", "name": "wait", "input": {"seconds": 40}}]}
     ]
-    release = f"r{uuid.uuid4().hex[:6]}"
-    installed = await asyncio.to_thread(
-        _helm,
-        cluster,
-        "install",
-        release,
-        str(CHART),
-        "-n",
-        namespace,
-        "--set",
-        "operator.replicas=0",  # the operator runs as this test's process, as the chart's account
-        "--set",
-        "approvals.reviewerPolicy=false",
-        "--wait=false",
-    )
-    assert "STATUS: deployed" in installed.stdout
-    account = await _token_kubeconfig(
-        kube, cluster, namespace, f"{release}-operator", tmp_path / "operator.kubeconfig"
-    )
-    operator = OperatorProcess(
-        account, namespace, tmp_path / "operator.log", OMA_RUNNER_SERVICE_ACCOUNT="oma-runner"
+    # The chart's operator: on the real node its Deployment, elsewhere this test's process as
+    # the chart's account; stopped (SIGTERM) as `helm uninstall` stops the Deployment's pod.
+    operator = operator_for(
+        cluster, kube, namespace, tmp_path / "operator.log", OperatorSettings(as_chart=True)
     )
 
     async def tracked() -> bool:
         return FINALIZER in (await _finalizers(kube, namespace, "long-a1") or [])
 
-    with operator:
+    async with operator:
         await kube.create(TEAMRUNS.format(ns=namespace), teamrun("long", script, effects))
         await wait_for(tracked, 60, "the runner pod, tracked by its finalizer")
-    # Stopped as helm uninstall stops the Deployment's pod (SIGTERM): its cleanup, with the
-    # chart's RBAC, lets go of the pod.
+    # Its cleanup, with the chart's RBAC, let go of the pod.
     assert await _finalizers(kube, namespace, "long-a1") == []
-    with operator:  # a new operator takes the live pod back
+    async with operator:  # a new operator takes the live pod back
         await wait_for(tracked, 60, "the restarted operator to track the pod again")
     assert await _finalizers(kube, namespace, "long-a1") == []
-    await asyncio.to_thread(_helm, cluster, "uninstall", release, "-n", namespace)
+    assert operator.release is not None
+    await asyncio.to_thread(helm, cluster, "uninstall", operator.release, "-n", namespace)
     await kube.delete(f"/api/v1/namespaces/{namespace}")
 
     async def namespace_gone() -> bool:

@@ -27,3 +27,14 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- fail "metrics.runners.podMonitor.enabled needs metrics.runners.enabled" -}}
 {{- end -}}
 {{- end -}}
+
+{{/* operator.env may not set what the chart sets from its own values. */}}
+{{- define "oma.checkOperatorEnv" -}}
+{{- $own := dict "POD_ID" "" "OMA_RUNNER_IMAGE" "image.repository/image.tag" "OMA_PROGRESS_SECONDS" "operator.progressSeconds" "OMA_RUNNER_SERVICE_ACCOUNT" "runner.serviceAccountName" -}}
+{{- range .Values.operator.env -}}
+{{- if hasKey $own .name -}}
+{{- $use := get $own .name -}}
+{{- fail (printf "operator.env may not set %s: the chart sets it%s" .name (ternary "" (printf "; use %s" $use) (eq $use ""))) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
