@@ -112,6 +112,11 @@ async def _up(args: argparse.Namespace) -> int:
                 f"under {running.agent.pods_dir}",
                 flush=True,
             )
+        for port in args.expose:
+            print(
+                f"devcluster: pods reach the host's 127.0.0.1:{port} at {sandbox.HOST_IP}:{port}",
+                flush=True,
+            )
         kubectl = find_tool("kubectl")
         if kubectl is not None:
             print(f"devcluster: kubectl is {kubectl}", flush=True)
@@ -162,8 +167,19 @@ async def _status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _port(text: str) -> int:
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (1-65535)")
+    return int(text)
+
+
 def _choose_node(args: argparse.Namespace) -> None:
     if args.node_agent or args.no_agent:
+        if args.expose:
+            raise DevClusterError(
+                "--expose is for the real node's pods: the node agent's pods are processes on "
+                "the host and reach its loopback already"
+            )
         args.real_node = False
         return
     why_not = sandbox.real_node_possible()
@@ -182,7 +198,8 @@ def _up_in_sandbox(argv: list[str], args: argparse.Namespace) -> int:
     os.environ[HOST_PID_ENV] = str(os.getpid())  # what 'down' signals: it stops the sandbox
     port = args.port or free_ports(1)[0]
     inner = [sys.executable, "-m", "devcluster", *argv, "--real-node", "--port", str(port)]
-    return sandbox.main(["--forward", str(port), "--", *inner])
+    exposed = [arg for host_port in args.expose for arg in ("--expose", str(host_port))]
+    return sandbox.main(["--forward", str(port), *exposed, "--", *inner])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -207,6 +224,15 @@ def main(argv: list[str] | None = None) -> int:
         "--node-agent",
         action="store_true",
         help="the node agent (pods as local processes): the fallback without containerd",
+    )
+    up.add_argument(
+        "--expose",
+        type=_port,
+        action="append",
+        default=[],
+        metavar="PORT",
+        help=f"let the real node's pods reach a server on the host's 127.0.0.1:PORT at "
+        f"{sandbox.HOST_IP}:PORT (repeatable), e.g. a Redis the walk-through starts",
     )
     up.add_argument(
         "--max-pods",

@@ -28,7 +28,7 @@ import uuid
 from pathlib import Path
 
 from devcluster.errors import DevClusterError
-from devcluster.forward import forward_into
+from devcluster.forward import expose_to, forward_into
 
 HOST_IP = "10.200.0.1"
 HOST_PREFIX = 16
@@ -189,7 +189,9 @@ def _inside(argv: list[str]) -> int:
     return 128 - code if code < 0 else code
 
 
-def _outside(argv: list[str], forward_port: int | None = None) -> int:
+def _outside(
+    argv: list[str], forward_port: int | None = None, expose_ports: tuple[int, ...] = ()
+) -> int:
     reason = real_node_possible()
     if reason is not None:
         print(f"devcluster sandbox: {reason}", file=sys.stderr)
@@ -213,7 +215,12 @@ def _outside(argv: list[str], forward_port: int | None = None) -> int:
     ]
     inner = [sys.executable, "-m", "devcluster", "sandbox", "--inside", "--", *argv]
     proc = subprocess.Popen([*unshare, *inner], env=env)
-    listener = forward_into(proc.pid, forward_port) if forward_port else None
+    listeners = [forward_into(proc.pid, forward_port)] if forward_port else []
+    try:
+        listeners += [expose_to(proc.pid, HOST_IP, port) for port in expose_ports]
+    except OSError as exc:
+        print(f"devcluster sandbox: cannot expose a host port: {exc}", file=sys.stderr)
+        proc.kill()
 
     def forward(signum: int, _frame: object) -> None:
         # unshare does not pass signals on: the sandbox's init (its child) does, to COMMAND.
@@ -227,7 +234,7 @@ def _outside(argv: list[str], forward_port: int | None = None) -> int:
     try:
         code = proc.wait()
     finally:
-        if listener is not None:
+        for listener in listeners:
             listener.close()
         left = remove_cgroups(ident)
         if left:
@@ -245,22 +252,33 @@ def _children(pid: int) -> list[int]:
     return [int(child) for child in listed.split()]
 
 
+USAGE = (
+    "usage: python -m devcluster sandbox [--forward PORT] [--expose PORT]... -- COMMAND [ARGS...]"
+)
+
+
 def main(args: list[str]) -> int:
+    """``--forward PORT``: host 127.0.0.1:PORT leads to 127.0.0.1:PORT inside (the API server).
+    ``--expose PORT`` (repeatable): inside, HOST_IP:PORT leads to the host's 127.0.0.1:PORT (a
+    server on the host that pods use)."""
     inside = bool(args) and args[0] == "--inside"
     if inside:
         args = args[1:]
-    forward = None
-    if args[:1] == ["--forward"]:  # host 127.0.0.1:PORT -> inside 127.0.0.1:PORT
+    forward: int | None = None
+    exposed: list[int] = []
+    while args[:1] in (["--forward"], ["--expose"]):
+        flag = args[0]
         if len(args) < 2 or not args[1].isdigit() or not 0 < int(args[1]) < 65536:
-            print("devcluster sandbox: --forward needs a port (1-65535)", file=sys.stderr)
+            print(f"devcluster sandbox: {flag} needs a port (1-65535)", file=sys.stderr)
             return 2
-        forward, args = int(args[1]), args[2:]
+        if flag == "--forward":
+            forward = int(args[1])
+        else:
+            exposed.append(int(args[1]))
+        args = args[2:]
     if args[:1] == ["--"]:
         args = args[1:]
     if not args:
-        print(
-            "usage: python -m devcluster sandbox [--forward PORT] -- COMMAND [ARGS...]",
-            file=sys.stderr,
-        )
+        print(USAGE, file=sys.stderr)
         return 2
-    return _inside(args) if inside else _outside(args, forward)
+    return _inside(args) if inside else _outside(args, forward, tuple(exposed))

@@ -3,11 +3,14 @@ tunables and cgroups; the host sees none of it, before or after (docs/local-clus
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,7 @@ import yaml
 
 from devcluster.binaries import find_tool
 from devcluster.sandbox import CGROUP_FS, HOST_IP, KERNEL_DEFAULTS, real_node_possible, sandbox_id
+from tests.cluster.helpers import pod
 
 pytestmark = [
     pytest.mark.skipif(
@@ -74,17 +78,21 @@ def test_local_cluster_up_runs_a_real_node_that_kubectl_on_the_host_reaches(
     tmp_path: Path,
 ) -> None:
     """`hack/local-cluster up` from the host: a kubelet with containerd in a sandbox, its API
-    server forwarded to the host's loopback (the printed kubeconfig works here); `down` stops
+    server forwarded to the host's loopback (the printed kubeconfig works here); with
+    `--expose PORT` a pod reaches a server on the host's loopback at HOST_IP:PORT; `down` stops
     it all, and nothing of it is left on the host."""
     kubectl = find_tool("kubectl")
     assert kubectl is not None, "hack/k8s/ensure-binaries builds kubectl"
     env = {**os.environ, "OMA_DEVCLUSTER_DIR": str(tmp_path / "cluster")}
     log = tmp_path / "up.log"
     cgroup_root = ""
+    host_server = _host_http_server(b"served on the host's loopback\n")
+    port = host_server.server_address[1]
     with log.open("w") as out:
         up = subprocess.Popen(
-            [str(HACK / "local-cluster"), "up"], stdout=out, stderr=subprocess.STDOUT, env=env
-        )
+            [str(HACK / "local-cluster"), "up", "--expose", str(port)],
+            stdout=out, stderr=subprocess.STDOUT, env=env,
+        )  # fmt: skip
     try:
         deadline = time.monotonic() + 120
         while "export KUBECONFIG=" not in log.read_text():
@@ -101,6 +109,29 @@ def test_local_cluster_up_runs_a_real_node_that_kubectl_on_the_host_reaches(
         config = tmp_path / "cluster" / "nodes" / "devcluster-node" / "kubelet-config.yaml"
         cgroup_root = str(yaml.safe_load(config.read_text())["cgroupRoot"])
         assert list(CGROUP_FS.glob(f"*{cgroup_root}")), "the node's cgroups, while it runs"
+        assert f"pods reach the host's 127.0.0.1:{port} at {HOST_IP}:{port}" in log.read_text()
+        client = [str(kubectl), f"--kubeconfig={kubeconfig}", "-n", "default"]
+        fetch = f"wget -qO- http://{HOST_IP}:{port}/"
+        manifest = json.dumps(pod("reach-host", fetch))
+        applied = subprocess.run(
+            [*client, "apply", "-f", "-"], input=manifest, capture_output=True, text=True,
+            timeout=30,
+        )  # fmt: skip
+        assert applied.returncode == 0, applied.stderr
+        deadline = time.monotonic() + 90
+        while True:
+            phase = subprocess.run(
+                [*client, "get", "pod", "reach-host", "-o", "jsonpath={.status.phase}"],
+                capture_output=True, text=True, timeout=30,
+            ).stdout  # fmt: skip
+            if phase in ("Succeeded", "Failed") or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        logs = subprocess.run(
+            [*client, "logs", "reach-host"], capture_output=True, text=True, timeout=30
+        )
+        assert phase == "Succeeded", (phase, logs.stdout, logs.stderr)
+        assert logs.stdout == "served on the host's loopback\n"
         down = subprocess.run(
             [str(HACK / "local-cluster"), "down"], capture_output=True, text=True, env=env,
             timeout=90,
@@ -110,6 +141,43 @@ def test_local_cluster_up_runs_a_real_node_that_kubectl_on_the_host_reaches(
     finally:
         if up.poll() is None:
             up.kill()
+        host_server.shutdown()
     assert cgroup_root and list(CGROUP_FS.glob(f"*{cgroup_root}")) == [], "cgroups were left"
     host_addresses = subprocess.run(["ip", "-br", "addr"], capture_output=True, text=True)
     assert HOST_IP not in host_addresses.stdout
+
+
+def _host_http_server(body: bytes) -> ThreadingHTTPServer:
+    """An HTTP server on the host's loopback (a free port) answering ``body``, in a thread."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_expose_refuses_a_bad_port_and_the_node_agent(tmp_path: Path) -> None:
+    env = {**os.environ, "OMA_DEVCLUSTER_DIR": str(tmp_path / "cluster")}
+    for args, message in [
+        (["--expose", "0"], "'0' is not a port (1-65535)"),
+        (["--expose", "6379", "--node-agent"], "--expose is for the real node's pods"),
+    ]:
+        done = subprocess.run(
+            [str(HACK / "local-cluster"), "up", *args], capture_output=True, text=True, env=env,
+            timeout=120,
+        )  # fmt: skip
+        assert done.returncode != 0 and message in done.stderr, done.stderr
+    sandboxed = subprocess.run(
+        [sys.executable, "-m", "devcluster", "sandbox", "--expose", "x", "--", "true"],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(HACK)},
+    )  # fmt: skip
+    assert sandboxed.returncode == 2 and "--expose needs a port (1-65535)" in sandboxed.stderr
