@@ -189,7 +189,10 @@ class Amplification:
     snapshots: list[int]  # the snapshot written at each boundary, in bytes
 
 
-async def amplification(store: MemoryStore, turns: int) -> Amplification:
+async def amplification(store: MemoryStore | None, turns: int) -> Amplification:
+    """The run's bytes and time with ``store``; without one, checkpointing off (the baseline:
+    nothing written, the same run's time)."""
+
     async def note(args: NoteInput, ctx: ToolContext) -> str:
         return f"noted {args.note}"
 
@@ -203,15 +206,17 @@ async def amplification(store: MemoryStore, turns: int) -> Amplification:
         max_turns=turns + 1,
         tools=[define_tool("note", "Note.", NoteInput, note)],
     )
-    counting = CountingStore(store)
+    counting = None if store is None else CountingStore(store)
     started = time.perf_counter()
     result = await OpenMultiAgent().run_tasks(
         Team(name="amp", agents=[agent]),
         [{"title": "Long", "description": "Many turns."}],
-        checkpoint=CheckpointOptions(store=counting, run_id="amp"),
+        checkpoint=False if counting is None else CheckpointOptions(store=counting, run_id="amp"),
     )
     elapsed = time.perf_counter() - started
     assert result.success, result.status
+    if store is None or counting is None:
+        return Amplification(0, 0, elapsed, [])
     final = await store.get("__oma_checkpoint__/amp/latest")
     assert final is not None
     return Amplification(counting.written, len(final.value.encode()), elapsed, counting.snapshots)
@@ -321,6 +326,8 @@ async def main(quick: bool, parts: tuple[str, ...] = PARTS, names: tuple[str, ..
                     "(every boundary saves the whole snapshot):"
                 )
                 print(f"{'backend':9} {'written':>12} {'final':>10} {'ratio':>8} {'run s':>7}")
+                off = await amplification(None, turns)
+                print(f"{'off':9} {0:>12} {'-':>10} {'-':>8} {off.seconds:7.2f}  (baseline)")
                 measured: dict[str, Amplification] = {}
                 for name, make in stores.items():
                     store = await make()

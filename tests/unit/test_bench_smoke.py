@@ -71,7 +71,8 @@ def test_checkpoint_overhead_prints_its_journal_estimate() -> None:
         "checkpoint_overhead.py", "--parts", "amplification", "--backends", "memory,file"
     )
     assert "raw p50" not in output  # the save part was left out
-    rows = _rows(output, "backend")[:2]
+    off, *rows = _rows(output, "backend")[:3]
+    assert off[0] == "off" and off[-1] == "(baseline)" and float(off[-2]) > 0
     assert [row[0] for row in rows] == ["memory", "file"]
     written, final = int(rows[0][1]), int(rows[0][2])
     assert rows[1][1:3] == rows[0][1:3]  # the same bytes on both stores

@@ -59,7 +59,9 @@ async def run_task(context: RunContext, task: Task) -> None:
             run_id=context.identity.run_id,
             task_id=task.id,
             attempt=context.identity.attempt,
-            on_boundary=boundary,
+            # Without a checkpoint a boundary saves nothing: building its in-flight record (the
+            # whole conversation, at every step) would make a long run quadratic for nothing.
+            on_boundary=boundary if context.checkpoint is not None else None,
             approvals=_approval_support(context, task),
             guard=context.checkpoint.confirm_current if context.checkpoint else None,
             on_tool=_tool_events(context, task),
