@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from oma.checkpoint.snapshot import SNAPSHOT_MODELS, SNAPSHOT_VERSIONS, CheckpointSnapshot
 from oma.errors import CheckpointValidationError
+from oma.jsonutil import nesting_depth
 
 # pydantic cannot serialize values nested much deeper than ~255 levels, so a deeper snapshot
 # would load and then fail on its first save with an untyped error: refuse it on load instead.
@@ -42,7 +43,7 @@ def parse_snapshot(raw: Any, key: str) -> CheckpointSnapshot:
         raise CheckpointValidationError(
             key, [f"version: {version!r} is not one of 1, 2, 3, 4"], {"2.6.1"}
         )
-    nesting = _depth(raw)
+    nesting = nesting_depth(raw)
     if nesting > MAX_SNAPSHOT_DEPTH:
         raise CheckpointValidationError(
             key,
@@ -77,20 +78,3 @@ def _describe(error: ValidationError) -> tuple[list[str], set[str]]:
         path = ".".join(loc) or "(root)"
         problems.append(f"{path}: {message} [rule {rule}]")
     return problems, rules
-
-
-def _depth(value: Any) -> int:
-    """Nesting depth of JSON containers, without recursion (the input may be very deep)."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        item, level = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        deepest = max(deepest, level + 1)
-        stack.extend((child, level + 1) for child in children)
-    return deepest

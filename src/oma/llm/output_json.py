@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from oma.jsonutil import nesting_depth
+
 # Generous for any real tool schema, and well inside what a checkpoint can hold (the snapshot
 # limit is oma.checkpoint.validation.MAX_SNAPSHOT_DEPTH; tool input sits about 8 levels down).
 MAX_TOOL_INPUT_DEPTH = 64
@@ -35,25 +37,8 @@ def loads(text: str | bytes) -> Any:
         raise OutputJSONError(str(err)) from None
 
 
-def depth(value: Any) -> int:
-    """Nesting depth of containers (a scalar is 0, ``{}`` is 1), without recursion."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        item, level = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        deepest = max(deepest, level + 1)
-        stack.extend((child, level + 1) for child in children)
-    return deepest
-
-
 def check_tool_input_depth(value: dict[str, Any]) -> None:
-    nesting = depth(value)
+    nesting = nesting_depth(value)
     if nesting > MAX_TOOL_INPUT_DEPTH:
         raise OutputJSONError(
             f"tool input is nested {nesting} levels deep (at most {MAX_TOOL_INPUT_DEPTH})"
