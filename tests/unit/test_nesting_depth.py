@@ -26,7 +26,8 @@ def _walk(value: Any) -> int:
 
 
 def test_scalars_and_containers_count_as_json_nesting() -> None:
-    assert [nesting_depth(v) for v in ("x", 1, None, [], {}, [{}], {"a": [1, {"b": []}]})] == [
+    values: list[Any] = ["x", 1, None, [], {}, [{}], {"a": [1, {"b": []}]}]
+    assert [nesting_depth(v) for v in values] == [
         0, 0, 0, 1, 1, 2, 4,
     ]  # fmt: skip
 

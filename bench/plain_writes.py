@@ -1,0 +1,93 @@
+"""The baseline a store's write is measured against: the client library's own plain write of
+the same bytes, with none of oma's code in the path.
+
+- memory: a dict assignment;
+- file: write a temporary file, fsync it, rename it over the target, fsync the directory (the
+  durability ``FileStore`` promises, done with ``os`` alone);
+- redis: redis-py's ``SET``;
+- postgres: psycopg's upsert of the text into a two-column table (key, value).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import redis.asyncio as redis_asyncio
+
+Write = Callable[[str, str], Awaitable[None]]
+TABLE = "plain_write"
+CREATE = f"CREATE TABLE IF NOT EXISTS {TABLE} (key text PRIMARY KEY, value text NOT NULL)"
+UPSERT = (
+    f"INSERT INTO {TABLE} (key, value) VALUES (%s, %s) "
+    "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+)
+
+
+@dataclass
+class PlainWriter:
+    write: Write
+    close: Callable[[], Awaitable[None]]
+
+
+async def _nothing() -> None:
+    return None
+
+
+def memory_writer() -> PlainWriter:
+    held: dict[str, str] = {}
+
+    async def write(key: str, value: str) -> None:
+        held[key] = value
+
+    return PlainWriter(write, _nothing)
+
+
+def file_writer(directory: Path) -> PlainWriter:
+    def write_sync(key: str, value: str) -> None:
+        target = directory / f"plain-{key.replace('/', '_')}.json"
+        temporary = target.with_suffix(".tmp")
+        with temporary.open("w", encoding="utf-8") as out:
+            out.write(value)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, target)
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    async def write(key: str, value: str) -> None:
+        await asyncio.to_thread(write_sync, key, value)  # as FileStore does its file I/O
+
+    return PlainWriter(write, _nothing)
+
+
+async def redis_writer(url: str) -> PlainWriter:
+    client = redis_asyncio.Redis.from_url(url)
+
+    async def write(key: str, value: str) -> None:
+        await client.set(key, value)
+
+    async def close() -> None:
+        await client.aclose()
+
+    return PlainWriter(write, close)
+
+
+async def postgres_writer(dsn: str) -> PlainWriter:
+    connection = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+    await connection.execute(CREATE)
+
+    async def write(key: str, value: str) -> None:
+        await connection.execute(UPSERT, (key, value))
+
+    async def close() -> None:
+        await connection.close()
+
+    return PlainWriter(write, close)
