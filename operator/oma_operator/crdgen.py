@@ -132,7 +132,7 @@ def teamrun_crd() -> dict[str, Any]:
     return _crd(
         kind="TeamRun",
         plural="teamruns",
-        short=["tr"],
+        short=["omatr"],  # not "tr": that is Tekton's TaskRun
         spec=spec,
         rules=[
             {

@@ -592,9 +592,9 @@ async def test_kubectl_get_shows_phase_attempt_tasks_approvals_and_checkpoint(
 
     listings = {
         name: tables(await kubectl(cluster, namespace, "get", name))
-        for name in ("teamruns", "tr", "oma")
+        for name in ("teamruns", "omatr", "oma")
     }
-    for name in ("teamruns", "tr"):
+    for name in ("teamruns", "omatr"):
         (listed,) = listings[name]
         assert listed[0] == TEAMRUN_COLUMNS and len(listed) == 2, (name, listed)
         row = listed[1]

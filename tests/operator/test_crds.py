@@ -22,3 +22,27 @@ def test_committed_admission_policies_match_a_fresh_generation() -> None:
         assert path.read_text(encoding="utf-8") == text, (
             f"{path.name} is stale: run `python -m oma_operator.admission`"
         )
+
+
+# Short names other widely installed CRDs and built-in kinds already claim: kubectl resolves a
+# short name to one resource, silently (with Tekton installed, `kubectl get tr` listed TaskRuns).
+CLAIMED_SHORT_NAMES = {
+    "tr", "pr", "t", "p", "ct",  # Tekton: TaskRun, PipelineRun, Task, Pipeline, ClusterTask
+    "wf", "cwf", "wftmpl", "cwft",  # Argo Workflows
+    "app", "appproj",  # Argo CD
+    "po", "svc", "deploy", "rs", "ds", "sts", "cm", "ns", "no", "pv", "pvc", "sa", "ev",
+    "ep", "ing", "netpol", "pdb", "pc", "sc", "cj", "hpa", "quota", "limits", "crd", "csr",
+    "vs", "dr", "gw", "se",  # Istio
+    "ks", "hr",  # Flux: Kustomization, HelmRelease
+}  # fmt: skip
+
+
+def test_short_names_are_not_claimed_by_well_known_kinds() -> None:
+    import yaml
+
+    for name, text in render().items():
+        crd = yaml.safe_load(text)
+        short = set(crd["spec"]["names"].get("shortNames") or [])
+        assert not short & CLAIMED_SHORT_NAMES, (name, short & CLAIMED_SHORT_NAMES)
+    teamrun = yaml.safe_load(render()["teamruns.oma.dev.yaml"])
+    assert teamrun["spec"]["names"]["shortNames"] == ["omatr"]
