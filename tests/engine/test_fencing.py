@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -235,6 +236,15 @@ def _oma_run(spec: Path, events: Path, env: dict[str, str]) -> subprocess.Popen[
     )
 
 
+def _saves_after_t1(events: Path) -> int:
+    """Checkpoint saves the events show after tool call t1 ran (0 before it ran)."""
+    if not events.exists():
+        return 0
+    rows = [json.loads(line) for line in events.read_text().splitlines() if line.endswith("}")]
+    ran = [i for i, row in enumerate(rows) if row["type"] == "tool_call" and row["executed"]]
+    return sum(row["type"] == "checkpoint_saved" for row in rows[ran[0] + 1 :]) if ran else 0
+
+
 def _executed(events: Path) -> list[str]:
     if not events.exists():
         return []
@@ -265,15 +275,26 @@ def test_two_live_oma_run_processes_one_wins(backend: Any, tmp_path: Path) -> No
     }
     first = _oma_run(spec, tmp_path / "first.events", env)
     deadline = time.monotonic() + 60
-    while "t1" not in _executed(tmp_path / "first.events"):
+    while _saves_after_t1(tmp_path / "first.events") < 2:  # t1 committed, in the 3 s model turn
         assert first.poll() is None and time.monotonic() < deadline
         time.sleep(0.05)
-    second = _oma_run(spec, tmp_path / "second.events", env)
-    second_out, _ = second.communicate(timeout=120)
+    # The first process stalls (as a paused or partitioned attempt does) while the second takes
+    # the run over and finishes it; continued, the first must find itself fenced. Stopping it
+    # makes the order certain: a wall-clock race lost when the machine was busy.
+    os.kill(first.pid, signal.SIGSTOP)
+    try:
+        second = _oma_run(spec, tmp_path / "second.events", env)
+        second_out, _ = second.communicate(timeout=120)
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
     first_out, _ = first.communicate(timeout=120)
     assert second.returncode == 0, second_out
     assert first.returncode == 12 and "fenced" in first_out, first_out
-    assert _executed(tmp_path / "first.events") == ["t1"]  # nothing after the takeover
+    assert _executed(tmp_path / "first.events") == ["t1"], (
+        (tmp_path / "first.events").read_text(),
+        first_out,
+        second_out,
+    )  # nothing after the takeover
     assert _executed(tmp_path / "second.events") == ["t2"]
     assert "attempt 2" in second_out
     entries = [
