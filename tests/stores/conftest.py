@@ -16,12 +16,14 @@ from oma.store import (
     CompareAndSetStore,
     FileStore,
     InMemoryStore,
+    JournalStore,
     MemoryStore,
     PostgresStore,
     PrefixedStore,
     RedactingStore,
     RedisStore,
     supports_compare_and_set,
+    supports_journal,
     tenant_prefix,
 )
 from tests.servers.postgres_server import PostgresServer
@@ -143,4 +145,12 @@ def cas_store(store: MemoryStore) -> CompareAndSetStore:
     """The backend's store, for tests of ``compare_and_set``; skipped for stores without it."""
     if not supports_compare_and_set(store):
         pytest.skip(f"{type(store).__name__} offers no compare_and_set (by design)")
+    return store
+
+
+@pytest.fixture
+def journal_store(store: MemoryStore) -> JournalStore:
+    """The backend's store, for tests of journals; skipped for stores without them."""
+    if not supports_journal(store):
+        pytest.skip(f"{type(store).__name__} keeps no journals (by design)")
     return store

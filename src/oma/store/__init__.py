@@ -19,6 +19,7 @@ from oma.store.base import (
     supports_expiry,
 )
 from oma.store.file import FileStore
+from oma.store.journal import JournalEntry, JournalStore, supports_journal
 from oma.store.memory import InMemoryStore
 from oma.store.prefixed import PrefixedStore, memory_prefix, tenant_prefix
 from oma.store.redacting import ExpiringRedactingStore, RedactingStore
@@ -54,6 +55,8 @@ __all__ = [
     "ExpiringStore",
     "FileStore",
     "InMemoryStore",
+    "JournalEntry",
+    "JournalStore",
     "MemoryEntry",
     "MemoryStore",
     "Metadata",
@@ -69,5 +72,6 @@ __all__ = [
     "redact_url",
     "supports_compare_and_set",
     "supports_expiry",
+    "supports_journal",
     "tenant_prefix",
 ]

@@ -4,8 +4,8 @@ Off unless ``OMA_FAULT_KILL_AT`` or ``OMA_FAULT_LOG`` is set (``oma run`` and th
 runner read them through ``with_faults_from_env``); nothing else in oma uses this module.
 
 - ``OMA_FAULT_KILL_AT=<n>:before`` kills the process just before its n-th store write (set,
-  compare-and-set, set-with-expiry, delete, clear; counted from 1 per process), so the store
-  never sees it; ``<n>:after`` kills it just after the write returned.
+  compare-and-set, set-with-expiry, journal write, delete, clear; counted from 1 per process),
+  so the store never sees it; ``<n>:after`` kills it just after the write returned.
 - ``OMA_FAULT_LOG=<path>`` appends one JSON line per write (``{"n", "op", "key"}``), which is
   how a harness enumerates the boundaries of an uninterrupted run before killing at each.
 - ``OMA_FAULT_PAUSE_AT=<n>:before|after`` with ``OMA_FAULT_PAUSE_FILE=<path>`` holds the process
@@ -32,7 +32,7 @@ KILL_ENV = "OMA_FAULT_KILL_AT"
 LOG_ENV = "OMA_FAULT_LOG"
 PAUSE_ENV = "OMA_FAULT_PAUSE_AT"
 PAUSE_FILE_ENV = "OMA_FAULT_PAUSE_FILE"
-_WRAPPED_OPTIONAL = ("compare_and_set", "set_with_expiry")
+_WRAPPED_OPTIONAL = ("compare_and_set", "set_with_expiry", "journal_write")
 
 
 class FaultPlanError(ValueError):

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from oma.store.base import Entries, MemoryEntry, Metadata, copy_entry, copy_metadata
+from oma.store.journal import JournalEntry, JournalKeys, check_write
 
 
 class InMemoryStore:
@@ -12,6 +14,7 @@ class InMemoryStore:
 
     def __init__(self) -> None:
         self._entries: dict[str, MemoryEntry] = {}
+        self._journals: dict[str, JournalEntry] = {}
 
     async def get(self, key: str) -> MemoryEntry | None:
         entry = self._entries.get(key)
@@ -39,9 +42,53 @@ class InMemoryStore:
 
     async def delete(self, key: str) -> None:
         self._entries.pop(key, None)
+        self._journals.pop(key, None)
 
     async def clear(self) -> None:
         self._entries.clear()
+        self._journals.clear()
+
+    async def journal_get(self, key: str) -> JournalEntry | None:
+        journal = self._journals.get(key)
+        if journal is None:
+            return None
+        return journal.model_copy(
+            update={"records": list(journal.records), "metadata": copy_metadata(journal.metadata)}
+        )
+
+    async def journal_version(self, key: str) -> str | None:
+        journal = self._journals.get(key)
+        return journal.version if journal is not None else None
+
+    async def journal_write(
+        self,
+        key: str,
+        records: Sequence[str],
+        *,
+        version: str,
+        expected: str | None,
+        replace: bool,
+        force: bool = False,
+        metadata: Metadata | None = None,
+    ) -> bool:
+        check_write(records, replace=replace, force=force)
+        current = self._journals.get(key)
+        if not force and (current.version if current is not None else None) != expected:
+            return False
+        if not replace and current is None:
+            return False
+        kept = [] if replace or current is None else current.records
+        self._journals[key] = JournalEntry(
+            key=key,
+            records=[*kept, *records],
+            version=version,
+            metadata=copy_metadata(metadata),
+            created_at=current.created_at if current is not None else datetime.now(UTC),
+        )
+        return True
+
+    async def journal_keys(self) -> JournalKeys:
+        return list(self._journals)
 
     async def search(self, query: str) -> Entries:
         """Entries whose key or value contains ``query`` (case-insensitive); all when empty."""

@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import hashlib
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -41,8 +41,10 @@ from tenacity import (
 
 from oma import jsonutil
 from oma.errors import StoreConfigError, StoreError
+from oma.store import postgres_journal
 from oma.store import postgres_sql as q
 from oma.store.base import Entries, MemoryEntry, Metadata
+from oma.store.journal import JournalEntry, JournalKeys, check_write
 from oma.store.names import POSTGRES_IDENTIFIER
 from oma.store.postgres_connections import Connections
 from oma.store.postgres_migrations import migrate
@@ -103,7 +105,9 @@ class PostgresStore:
             )
         self.table, self.schema = table, schema
         self.qualified_name = f"{schema}.{table}" if schema else table
-        self._table = sql.Identifier(schema, table) if schema else sql.Identifier(table)
+        self._table = _identifier(schema, table)
+        self._journal = _identifier(schema, table + q.JOURNAL_SUFFIX)
+        self._journal_records = _identifier(schema, table + q.JOURNAL_RECORDS_SUFFIX)
         self._connect_timeout = connect_timeout
         self._command_timeout = command_timeout
         self._retry_for = retry_for
@@ -176,6 +180,61 @@ class PostgresStore:
         )
         return rowcount == 1
 
+    async def journal_get(self, key: str) -> JournalEntry | None:
+        await self.open()
+        statement = self._sql(q.JOURNAL_READ)
+        result: JournalEntry | None = await self._run(
+            lambda conn: postgres_journal.read(conn, statement, key), retry=True
+        )
+        return result
+
+    async def journal_version(self, key: str) -> str | None:
+        rows = await self._idempotent(q.JOURNAL_VERSION, {"key": key}, fetch=True)
+        return str(rows[0][0]) if rows else None
+
+    async def journal_write(
+        self,
+        key: str,
+        records: Sequence[str],
+        *,
+        version: str,
+        expected: str | None,
+        replace: bool,
+        force: bool = False,
+        metadata: Metadata | None = None,
+    ) -> bool:
+        check_write(records, replace=replace, force=force)
+        await self.open()
+
+        async def once(conn: psycopg.AsyncConnection[Any]) -> bool:
+            return await postgres_journal.write(
+                conn,
+                self._sql,
+                key,
+                records,
+                version=version,
+                expected=expected,
+                replace=replace,
+                force=force,
+                metadata=metadata,
+            )
+
+        try:
+            # Only a forced replacement may simply run twice; a compared write that lost its
+            # connection is settled by the version, which never repeats (as in RedisStore).
+            return await self._run(once, retry=force)
+        except StoreUnavailableError:
+            current = await self.journal_version(key)
+            if current == version:
+                return True
+            if current != expected:
+                return False
+            return await self._run(once, retry=False)
+
+    async def journal_keys(self) -> JournalKeys:
+        rows = await self._idempotent(q.JOURNAL_KEYS, {}, fetch=True)
+        return [str(row[0]) for row in rows]
+
     async def delete(self, key: str) -> None:
         await self._idempotent(q.DELETE_ONE, {"key": key})
 
@@ -199,7 +258,9 @@ class PostgresStore:
         await self.aclose()
 
     def _sql(self, template: sql.SQL) -> sql.Composed:
-        return template.format(table=self._table)
+        return template.format(
+            table=self._table, journal=self._journal, journal_records=self._journal_records
+        )
 
     async def _idempotent(
         self, template: sql.SQL, params: dict[str, Any], *, fetch: bool = False
@@ -333,6 +394,10 @@ def _conninfo_secrets(conninfo: str, kwargs: dict[str, Any]) -> tuple[str | None
     except psycopg.ProgrammingError:
         parsed = {}
     return (str(parsed.get("password") or "") or None, str(kwargs.get("password") or "") or None)
+
+
+def _identifier(schema: str | None, name: str) -> sql.Identifier:
+    return sql.Identifier(schema, name) if schema else sql.Identifier(name)
 
 
 def _encode(text: str) -> bytes:

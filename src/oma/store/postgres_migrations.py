@@ -46,7 +46,10 @@ async def migrate(
             for statement in migration.statements:
                 await conn.execute(
                     statement.format(
-                        table=table, position_index=sql.Identifier(f"{name}_position_idx")
+                        table=table,
+                        position_index=sql.Identifier(f"{name}_position_idx"),
+                        journal=_beside(schema, name + q.JOURNAL_SUFFIX),
+                        journal_records=_beside(schema, name + q.JOURNAL_RECORDS_SUFFIX),
                     )
                 )
             await conn.execute(
@@ -55,6 +58,10 @@ async def migrate(
             )
             applied_now.append(migration.version)
     return applied_now
+
+
+def _beside(schema: str | None, name: str) -> sql.Identifier:
+    return sql.Identifier(schema, name) if schema else sql.Identifier(name)
 
 
 _KNOWN = {migration.version for migration in q.MIGRATIONS}

@@ -1,6 +1,7 @@
 """SQL of ``PostgresStore``: the statements and the append-only list of schema migrations.
 
-Templates take ``{table}`` (the schema-qualified store table) and, for migrations,
+Templates take ``{table}`` (the schema-qualified store table), ``{journal}`` and
+``{journal_records}`` (its journals' tables, named after it) and, for migrations,
 ``{position_index}``; identifiers are quoted by ``psycopg.sql``, never pasted as text.
 
 Never edit or reorder a released migration: a database records the versions it has applied and
@@ -55,7 +56,40 @@ MIGRATIONS: tuple[Migration, ...] = (
         "index the insertion order that list() sorts by",
         (sql.SQL("CREATE UNIQUE INDEX {position_index} ON {table} (position)"),),
     ),
+    Migration(
+        3,
+        "create the journal tables",
+        (
+            # version is chosen by the writer and never repeats; a write compares it in one
+            # UPDATE under the row lock (as SWAP does), then adds or replaces the records.
+            sql.SQL(
+                """
+                CREATE TABLE {journal} (
+                    key        text PRIMARY KEY,
+                    version    text NOT NULL,
+                    records    integer NOT NULL,
+                    metadata   json,
+                    created_at timestamptz NOT NULL DEFAULT statement_timestamp(),
+                    updated_at timestamptz NOT NULL DEFAULT statement_timestamp()
+                )
+                """
+            ),
+            sql.SQL(
+                """
+                CREATE TABLE {journal_records} (
+                    key    text NOT NULL REFERENCES {journal} (key) ON DELETE CASCADE,
+                    seq    integer NOT NULL,
+                    record bytea NOT NULL,
+                    PRIMARY KEY (key, seq)
+                )
+                """
+            ),
+        ),
+    ),
 )
+# Suffixes of the journal tables' names: with the longest table name (48) they fit in 63 bytes.
+JOURNAL_SUFFIX = "_jhead"
+JOURNAL_RECORDS_SUFFIX = "_jrec"
 
 LOCK = sql.SQL("SELECT pg_advisory_xact_lock(%s)")
 CREATE_SCHEMA = sql.SQL("CREATE SCHEMA IF NOT EXISTS {schema}")
@@ -117,6 +151,62 @@ SWAP = sql.SQL(
     """
 )
 
-DELETE_ONE = sql.SQL("DELETE FROM {table} WHERE key = %(key)s")
+# One statement each, so the entry and the journal of a key go together (records cascade).
+DELETE_ONE = sql.SQL(
+    """
+    WITH journal AS (DELETE FROM {journal} WHERE key = %(key)s)
+    DELETE FROM {table} WHERE key = %(key)s
+    """
+)
 # DELETE, not TRUNCATE: TRUNCATE takes an exclusive lock that would stall concurrent readers.
-DELETE_ALL = sql.SQL("DELETE FROM {table}")
+DELETE_ALL = sql.SQL("WITH journal AS (DELETE FROM {journal}) DELETE FROM {table}")
+
+# Journals. A read is one statement: one snapshot of the head and its records.
+JOURNAL_READ = sql.SQL(
+    """
+    SELECT h.version, h.metadata::text, h.created_at, r.record
+    FROM {journal} h LEFT JOIN {journal_records} r ON r.key = h.key
+    WHERE h.key = %(key)s
+    ORDER BY r.seq
+    """
+)
+JOURNAL_VERSION = sql.SQL("SELECT version FROM {journal} WHERE key = %(key)s")
+JOURNAL_KEYS = sql.SQL("SELECT key FROM {journal} ORDER BY key")
+JOURNAL_CREATE = sql.SQL(
+    """
+    INSERT INTO {journal} (key, version, records, metadata)
+    VALUES (%(key)s, %(version)s, %(count)s, %(metadata)s::json)
+    ON CONFLICT (key) DO NOTHING
+    """
+)
+JOURNAL_FORCE = sql.SQL(
+    """
+    INSERT INTO {journal} (key, version, records, metadata)
+    VALUES (%(key)s, %(version)s, %(count)s, %(metadata)s::json)
+    ON CONFLICT (key) DO UPDATE SET
+        version = EXCLUDED.version,
+        records = EXCLUDED.records,
+        metadata = EXCLUDED.metadata,
+        updated_at = statement_timestamp()
+    """
+)
+# Returns the number of records before this write (where appended records start).
+JOURNAL_ADVANCE = sql.SQL(
+    """
+    UPDATE {journal} SET
+        version = %(version)s,
+        records = CASE WHEN %(replace)s THEN %(count)s ELSE records + %(count)s END,
+        metadata = %(metadata)s::json,
+        updated_at = statement_timestamp()
+    WHERE key = %(key)s AND version = %(expected)s
+    RETURNING records - %(count)s
+    """
+)
+JOURNAL_DROP_RECORDS = sql.SQL("DELETE FROM {journal_records} WHERE key = %(key)s")
+JOURNAL_ADD_RECORDS = sql.SQL(
+    """
+    INSERT INTO {journal_records} (key, seq, record)
+    SELECT %(key)s, %(start)s + t.ord - 1, t.record
+    FROM unnest(%(records)s::bytea[]) WITH ORDINALITY AS t (record, ord)
+    """
+)

@@ -6,11 +6,12 @@ one run's memory cannot delete another's. Both prefixes start with a reserved ke
 (``oma.store.reserved``): shared memory of a run that uses the whole store never reads, lists
 or deletes them.
 
-Compare-and-set and expiry exist on the part exactly when the store has them.
+Compare-and-set, expiry and journals exist on the part exactly when the store has them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -22,6 +23,7 @@ from oma.store.base import (
     supports_compare_and_set,
     supports_expiry,
 )
+from oma.store.journal import JournalEntry, supports_journal
 from oma.store.reserved import MEMORY_KEY_PREFIX, TENANT_KEY_PREFIX
 
 SCOPE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
@@ -57,6 +59,10 @@ class PrefixedStore:
         for entry in await self.inner.list():
             if entry.key.startswith(self.prefix):
                 await self.inner.delete(entry.key)
+        if supports_journal(self.inner):
+            for key in await self.inner.journal_keys():
+                if key.startswith(self.prefix):
+                    await self.inner.delete(key)
 
     async def aclose(self) -> None:
         closer = getattr(self.inner, "aclose", None)
@@ -83,7 +89,32 @@ class PrefixedStore:
                 await inner_expiry(self.prefix + key, value, expires_at_turn, metadata)
 
             return set_with_expiry
+        if name.startswith("journal_") and supports_journal(self.inner):
+            return getattr(_PrefixedJournal(self.inner, self.prefix), name)
         raise AttributeError(name)
+
+
+class _PrefixedJournal:
+    """The journal methods of a ``PrefixedStore`` over a store that has them."""
+
+    def __init__(self, inner: Any, prefix: str) -> None:
+        self.inner, self.prefix = inner, prefix
+
+    async def journal_get(self, key: str) -> JournalEntry | None:
+        entry: JournalEntry | None = await self.inner.journal_get(self.prefix + key)
+        return entry.model_copy(update={"key": key}) if entry is not None else None
+
+    async def journal_version(self, key: str) -> str | None:
+        version: str | None = await self.inner.journal_version(self.prefix + key)
+        return version
+
+    async def journal_write(self, key: str, records: Sequence[str], **options: Any) -> bool:
+        written: bool = await self.inner.journal_write(self.prefix + key, records, **options)
+        return written
+
+    async def journal_keys(self) -> list[str]:
+        keys: list[str] = await self.inner.journal_keys()
+        return [key[len(self.prefix) :] for key in keys if key.startswith(self.prefix)]
 
 
 def tenant_prefix(tenant: str) -> str:

@@ -37,6 +37,7 @@ from oma import jsonutil
 from oma.errors import StoreConfigError, StoreError
 from oma.store import redis_scripts
 from oma.store.base import Entries, MemoryEntry, Metadata
+from oma.store.journal import JournalEntry, JournalKeys, check_write
 from oma.store.names import REDIS_NAMESPACE
 from oma.store.remote import (
     StoreAuthError,
@@ -101,6 +102,8 @@ class RedisStore:
         self._write = self._client.register_script(redis_scripts.WRITE)
         self._delete = self._client.register_script(redis_scripts.DELETE)
         self._read = self._client.register_script(redis_scripts.READ)
+        self._journal_write = self._client.register_script(redis_scripts.JOURNAL_WRITE)
+        self._journal_read = self._client.register_script(redis_scripts.JOURNAL_READ)
 
     def __repr__(self) -> str:
         return f"RedisStore({self._where!r}, namespace={self.namespace!r})"
@@ -145,6 +148,70 @@ class RedisStore:
     async def clear(self) -> None:
         # One UNLINK of every key of the namespace: a single command, hence atomic.
         await self._idempotent(lambda: self._client.unlink(*self._keys))
+
+    async def journal_get(self, key: str) -> JournalEntry | None:
+        rows = await self._idempotent(lambda: self._journal_read(self._keys, [_encode(key)]))
+        if not rows:
+            return None
+        version, metadata, created, *records = rows
+        return JournalEntry(
+            key=key,
+            records=[_decode(record) for record in records],
+            version=_decode(version),
+            metadata=jsonutil.loads(metadata) if metadata is not None else None,
+            created_at=_EPOCH + timedelta(microseconds=int(created)),
+        )
+
+    async def journal_version(self, key: str) -> str | None:
+        raw = await self._idempotent(lambda: self._client.hget(self._keys[7], _encode(key)))
+        return _decode(raw) if raw is not None else None
+
+    async def journal_write(
+        self,
+        key: str,
+        records: Sequence[str],
+        *,
+        version: str,
+        expected: str | None,
+        replace: bool,
+        force: bool = False,
+        metadata: Metadata | None = None,
+    ) -> bool:
+        check_write(records, replace=replace, force=force)
+        mode = "f" if force else "r" if replace else "a"
+        args: list[bytes | str] = [
+            _encode(key),
+            version,
+            mode,
+            "0" if expected is None else "1",
+            expected or "",
+            jsonutil.dumps(metadata) if metadata is not None else "",
+            *(_encode(record) for record in records),
+        ]
+        if force:  # the same replacement twice is the same journal: retried like a set
+            return bool(await self._idempotent(lambda: self._journal_write(self._keys, args)))
+        try:
+            return bool(await self._translate(self._journal_write(self._keys, args)))
+        except StoreUnavailableError:
+            if not self._worked:
+                raise
+            # As for compare_and_set: versions never repeat, so the journal's version tells
+            # whether the lost write landed (ours), did not (still expected: send again), or
+            # lost to another writer.
+            async for attempt in self._retrying():
+                with attempt:
+                    current = await self.journal_version(key)
+                    if current == version:
+                        return True
+                    if current != expected:
+                        return False
+                    write = self._journal_write(self._keys, args)
+                    return bool(await self._translate(write))
+            raise AssertionError("unreachable: tenacity reraises the last error") from None
+
+    async def journal_keys(self) -> JournalKeys:
+        raw = await self._idempotent(lambda: self._client.hkeys(self._keys[7]))
+        return sorted(_decode(key) for key in raw)
 
     async def ping(self) -> None:
         """Check that the server answers and accepts the credentials (typed errors if not)."""

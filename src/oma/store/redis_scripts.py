@@ -11,11 +11,32 @@ namespace live in one Redis Cluster slot and a script may touch them all):
 ``{ns}:expiry``   hash  key -> expires_at_turn (absent: no expiry)
 ``{ns}:order``    zset  key scored by first-insertion sequence number
 ``{ns}:seq``      string, the last sequence number handed out
+
+Journals (``oma.store.journal``), beside the entries:
+
+``{ns}:jversion`` hash  key -> the journal's version
+``{ns}:jcount``   hash  key -> its number of records
+``{ns}:jrecords`` hash  "<i>:<key>" -> record i (0 is the base)
+``{ns}:jmeta``    hash  key -> metadata JSON (absent: no metadata)
+``{ns}:jcreated`` hash  key -> creation time, microseconds since the epoch (server clock)
 """
 
 from __future__ import annotations
 
-FIELDS = ("values", "digests", "metadata", "created", "expiry", "order", "seq")
+FIELDS = (
+    "values",
+    "digests",
+    "metadata",
+    "created",
+    "expiry",
+    "order",
+    "seq",
+    "jversion",
+    "jcount",
+    "jrecords",
+    "jmeta",
+    "jcreated",
+)
 
 # KEYS: the FIELDS keys, in order.
 # ARGV: key, value, digest, metadata JSON or "", expiry or "", mode, expected digest.
@@ -54,14 +75,75 @@ end
 return 1
 """
 
-# KEYS: the FIELDS keys, in order. ARGV: key.
+# KEYS: the FIELDS keys, in order. ARGV: key. Removes the entry and the journal of the key.
 DELETE = """
 local key = ARGV[1]
 for i = 1, 5 do
   redis.call('HDEL', KEYS[i], key)
 end
 redis.call('ZREM', KEYS[6], key)
+local count = tonumber(redis.call('HGET', KEYS[9], key) or '0')
+for i = 0, count - 1 do
+  redis.call('HDEL', KEYS[10], i .. ':' .. key)
+end
+redis.call('HDEL', KEYS[8], key)
+redis.call('HDEL', KEYS[9], key)
+redis.call('HDEL', KEYS[11], key)
+redis.call('HDEL', KEYS[12], key)
 return 1
+"""
+
+# KEYS: the FIELDS keys, in order.
+# ARGV: key, new version, mode, has-expected ("1"/"0"), expected version, metadata JSON or "",
+# then the records. mode "a": append; "r": replace; "f": replace without comparing.
+# Returns 1 when written, 0 when the comparison failed or an append found no journal.
+JOURNAL_WRITE = """
+local key = ARGV[1]
+local mode = ARGV[3]
+local current = redis.call('HGET', KEYS[8], key)
+if mode ~= 'f' then
+  if ARGV[4] == '0' then
+    if current then return 0 end
+  elseif current ~= ARGV[5] then
+    return 0
+  end
+end
+if mode == 'a' and not current then return 0 end
+local count = tonumber(redis.call('HGET', KEYS[9], key) or '0')
+if mode ~= 'a' then
+  for i = 0, count - 1 do
+    redis.call('HDEL', KEYS[10], i .. ':' .. key)
+  end
+  count = 0
+end
+for j = 7, #ARGV do
+  redis.call('HSET', KEYS[10], count .. ':' .. key, ARGV[j])
+  count = count + 1
+end
+redis.call('HSET', KEYS[9], key, count)
+redis.call('HSET', KEYS[8], key, ARGV[2])
+if ARGV[6] == '' then
+  redis.call('HDEL', KEYS[11], key)
+else
+  redis.call('HSET', KEYS[11], key, ARGV[6])
+end
+local now = redis.call('TIME')
+redis.call('HSETNX', KEYS[12], key, now[1] .. string.format('%06d', tonumber(now[2])))
+return 1
+"""
+
+# KEYS: the FIELDS keys, in order. ARGV: key.
+# Returns {} when there is no journal, else version, metadata (false = none), created, records.
+JOURNAL_READ = """
+local key = ARGV[1]
+local version = redis.call('HGET', KEYS[8], key)
+if not version then return {} end
+local out = {version, redis.call('HGET', KEYS[11], key), redis.call('HGET', KEYS[12], key)}
+local count = tonumber(redis.call('HGET', KEYS[9], key) or '0')
+for i = 0, count - 1 do
+  out[#out + 1] = redis.call('HGET', KEYS[10], i .. ':' .. key)
+end
+return out
 """
 
 # KEYS: the FIELDS keys, in order. ARGV: one key, or none for every key in insertion order.

@@ -1,0 +1,83 @@
+"""The journal capability: a key held as a base record plus appended records, versioned.
+
+A store that offers it keeps, beside its plain entries, any number of journals: per key a list
+of string records (the first is the base), a version string and metadata. A write either
+appends records or replaces the whole list, atomically, and only if the journal's version is
+still the one the writer expects (``expected=None``: no journal yet), so one round trip of a
+few bytes fences a writer, whatever the size of what it holds. Versions are chosen by writers
+and must never repeat (``new_version``), which is what makes a stale writer's expectation fail
+even after a delete and re-create.
+
+Journals are not entries: ``get`` and ``list`` do not see them; ``delete(key)`` and ``clear()``
+remove them with the entries. What the records mean is the writer's business (checkpoints
+keep a snapshot and its deltas, ``oma.checkpoint.journal``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol, TypeGuard, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict
+
+from oma.store.base import MemoryStore, Metadata
+
+
+class JournalEntry(BaseModel):
+    """One journal: ``records[0]`` is the base, the rest were appended in order."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+    records: list[str]
+    version: str
+    metadata: Metadata | None = None
+    created_at: datetime
+
+
+JournalKeys = list[str]  # an alias: a method named list hides the builtin in store classes
+
+
+@runtime_checkable
+class JournalStore(MemoryStore, Protocol):
+    async def journal_get(self, key: str) -> JournalEntry | None: ...
+
+    async def journal_version(self, key: str) -> str | None: ...
+
+    async def journal_write(
+        self,
+        key: str,
+        records: Sequence[str],
+        *,
+        version: str,
+        expected: str | None,
+        replace: bool,
+        force: bool = False,
+        metadata: Metadata | None = None,
+    ) -> bool:
+        """Append ``records`` (``replace=False``) or make them the whole journal, if its
+        version is ``expected``; then its version is ``version`` and its metadata
+        ``metadata``. ``force`` (replace only) skips the comparison. ``False`` when the
+        comparison failed (or an append found no journal); it never raises for that."""
+        ...
+
+    async def journal_keys(self) -> JournalKeys: ...
+
+
+def supports_journal(store: MemoryStore) -> TypeGuard[JournalStore]:
+    return callable(getattr(store, "journal_write", None))
+
+
+def new_version() -> str:
+    """A journal version no writer has used: 128 random bits."""
+    return uuid.uuid4().hex
+
+
+def check_write(records: Sequence[str], *, replace: bool, force: bool) -> None:
+    """The arguments every store refuses alike."""
+    if not records:
+        raise ValueError("a journal write needs at least one record")
+    if force and not replace:
+        raise ValueError("force applies to a replacing write only: appends are always compared")

@@ -1,0 +1,140 @@
+"""The journal capability, run against every backend that has it (``conftest.BACKENDS``)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from oma.store import JournalStore
+from oma.store.journal import new_version
+
+
+async def _create(store: JournalStore, key: str, base: str = "base") -> str:
+    version = new_version()
+    assert await store.journal_write(key, [base], version=version, expected=None, replace=True)
+    return version
+
+
+async def test_absent_journal_reads_none_and_is_no_entry(journal_store: JournalStore) -> None:
+    assert await journal_store.journal_get("k") is None
+    assert await journal_store.journal_version("k") is None
+    await _create(journal_store, "k")
+    assert await journal_store.get("k") is None  # journals are not entries
+    assert [e.key for e in await journal_store.list()] == []
+    assert await journal_store.journal_keys() == ["k"]
+
+
+async def test_appends_keep_order_and_replace_drops_them(journal_store: JournalStore) -> None:
+    first = await _create(journal_store, "k", "b0 ünïcødé \x00 \u2028")
+    second = new_version()
+    assert await journal_store.journal_write(
+        "k", ["r1", "r2"], version=second, expected=first, replace=False, metadata={"n": 1}
+    )
+    third = new_version()
+    assert await journal_store.journal_write(
+        "k", ["r3"], version=third, expected=second, replace=False
+    )
+    entry = await journal_store.journal_get("k")
+    assert entry is not None
+    assert (entry.records, entry.version, entry.metadata) == (
+        ["b0 ünïcødé \x00 \u2028", "r1", "r2", "r3"],
+        third,
+        None,
+    )
+    created = entry.created_at
+    fourth = new_version()
+    assert await journal_store.journal_write(
+        "k", ["b1"], version=fourth, expected=third, replace=True, metadata={"m": True}
+    )
+    entry = await journal_store.journal_get("k")
+    assert entry is not None
+    assert (entry.records, entry.version, entry.metadata) == (["b1"], fourth, {"m": True})
+    assert entry.created_at == created  # kept, like an entry's
+
+
+async def test_a_stale_or_absent_expectation_changes_nothing(journal_store: JournalStore) -> None:
+    version = await _create(journal_store, "k")
+    assert not await journal_store.journal_write(
+        "k", ["x"], version=new_version(), expected=None, replace=True
+    )
+    assert not await journal_store.journal_write(
+        "k", ["x"], version=new_version(), expected="stale", replace=False
+    )
+    assert not await journal_store.journal_write(
+        "k", ["x"], version=new_version(), expected="stale", replace=True
+    )
+    assert not await journal_store.journal_write(  # an append needs a journal to append to
+        "other", ["x"], version=new_version(), expected=None, replace=False
+    )
+    entry = await journal_store.journal_get("k")
+    assert entry is not None and (entry.records, entry.version) == (["base"], version)
+    assert await journal_store.journal_get("other") is None
+
+
+async def test_force_replaces_whatever_is_there(journal_store: JournalStore) -> None:
+    await _create(journal_store, "k")
+    version = new_version()
+    assert await journal_store.journal_write(
+        "k", ["new"], version=version, expected="anything", replace=True, force=True
+    )
+    assert await journal_store.journal_write(
+        "fresh", ["f"], version=new_version(), expected="x", replace=True, force=True
+    )
+    entry = await journal_store.journal_get("k")
+    assert entry is not None and (entry.records, entry.version) == (["new"], version)
+    with pytest.raises(ValueError, match="replacing write only"):
+        await journal_store.journal_write(
+            "k", ["x"], version=new_version(), expected=None, replace=False, force=True
+        )
+    with pytest.raises(ValueError, match="at least one record"):
+        await journal_store.journal_write(
+            "k", [], version=new_version(), expected=version, replace=False
+        )
+
+
+async def test_delete_and_clear_remove_journals_with_entries(journal_store: JournalStore) -> None:
+    old = await _create(journal_store, "k")
+    await journal_store.set("k", "entry")
+    await _create(journal_store, "j")
+    await journal_store.delete("k")
+    assert await journal_store.get("k") is None
+    assert await journal_store.journal_get("k") is None
+    # A writer that held the deleted journal's version cannot append to a re-created one.
+    await _create(journal_store, "k")
+    assert not await journal_store.journal_write(
+        "k", ["late"], version=new_version(), expected=old, replace=False
+    )
+    await journal_store.clear()
+    assert await journal_store.journal_keys() == []
+    assert await journal_store.journal_get("j") is None
+
+
+async def test_racing_appends_from_one_version_have_one_winner(
+    journal_store: JournalStore,
+) -> None:
+    version = await _create(journal_store, "k")
+    results = await asyncio.gather(
+        *(
+            journal_store.journal_write(
+                "k", [f"w{i}"], version=new_version(), expected=version, replace=False
+            )
+            for i in range(8)
+        )
+    )
+    assert sum(results) == 1
+    entry = await journal_store.journal_get("k")
+    assert entry is not None and len(entry.records) == 2
+
+
+async def test_many_records_round_trip(journal_store: JournalStore) -> None:
+    version = await _create(journal_store, "k", "x" * 200_000)
+    for n in range(40):
+        following = new_version()
+        assert await journal_store.journal_write(
+            "k", [f"r{n}"], version=following, expected=version, replace=False
+        )
+        version = following
+    entry = await journal_store.journal_get("k")
+    assert entry is not None
+    assert entry.records == ["x" * 200_000, *(f"r{n}" for n in range(40))]
