@@ -6,10 +6,10 @@ amplification of a long conversation.
 Starts its own redis-server and PostgreSQL as child processes (Debian packages, as the tests
 use) and stops them at the end. Prints, per backend and snapshot size (about 10 KB, 100 KB,
 1 MB): p50/p99 of ``Checkpoint.save`` (plain and fenced) and of a raw ``set`` of the same
-string to the same store in the same run, and their ratio. Then runs a 300-turn agent
-conversation on each backend and prints total bytes written / final snapshot size, and, from
-the size of the snapshot written at each of its boundaries, an estimate of what a journal would
-write instead (a full snapshot every K boundaries; the assumption is printed with the table).
+string to the same store in the same run, and their ratio. Then runs agent conversations of
+10, 300 and 1,000 turns (60 with ``--quick``) on each backend, in both checkpoint layouts
+(whole snapshots, and the journal where the store keeps one), and prints total bytes written /
+final snapshot size and the checkpoint cost per boundary against a run with checkpointing off.
 ``--parts amplification`` runs only that part, ``--backends memory,redis`` only those stores.
 """
 
@@ -23,7 +23,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -193,6 +193,21 @@ class CountingStore:
             self.snapshots.append(size)
         await self.inner.set(key, value, metadata)
 
+    async def compare_and_set(
+        self, key: str, expected: str | None, value: str, metadata: Metadata | None = None
+    ) -> bool:
+        size = len(value.encode())
+        self.written += size
+        if key.endswith("/latest"):
+            self.snapshots.append(size)
+        return bool(await self.inner.compare_and_set(key, expected, value, metadata))
+
+    async def journal_write(self, key: str, records: Sequence[str], **options: Any) -> bool:
+        size = sum(len(record.encode()) for record in records)
+        self.written += size
+        self.snapshots.append(size)
+        return bool(await self.inner.journal_write(key, records, **options))
+
 
 class NoteInput(BaseModel):
     note: str
@@ -206,9 +221,11 @@ class Amplification:
     snapshots: list[int]  # the snapshot written at each boundary, in bytes
 
 
-async def amplification(store: MemoryStore | None, turns: int) -> Amplification:
-    """The run's bytes and time with ``store``; without one, checkpointing off (the baseline:
-    nothing written, the same run's time)."""
+async def amplification(
+    store: MemoryStore | None, turns: int, layout: str = "snapshot"
+) -> Amplification:
+    """The run's bytes and time with ``store``, fenced as ``oma run`` saves, in ``layout``;
+    without a store, checkpointing off (the baseline: nothing written, the same run's time)."""
 
     async def note(args: NoteInput, ctx: ToolContext) -> str:
         return f"noted {args.note}"
@@ -228,50 +245,20 @@ async def amplification(store: MemoryStore | None, turns: int) -> Amplification:
     result = await OpenMultiAgent().run_tasks(
         Team(name="amp", agents=[agent]),
         [{"title": "Long", "description": "Many turns."}],
-        checkpoint=False if counting is None else CheckpointOptions(store=counting, run_id="amp"),
+        checkpoint=False
+        if counting is None
+        else CheckpointOptions(
+            store=counting, run_id="amp", fence=True, journal=layout == "journal"
+        ),
     )
     elapsed = time.perf_counter() - started
     assert result.success, result.status
     if store is None or counting is None:
         return Amplification(0, 0, elapsed, [])
-    final = await store.get("__oma_checkpoint__/amp/latest")
-    assert final is not None
-    return Amplification(counting.written, len(final.value.encode()), elapsed, counting.snapshots)
-
-
-JOURNAL_KS = (8, 16, 32, 64)
-JOURNAL_HEADER = 400  # bytes of a journal record besides what the snapshot grew by
-
-
-def journal_bytes(snapshots: list[int], k: int, others: int = 0) -> int:
-    """Bytes a run would write if ``.../latest`` were a full snapshot at the first boundary,
-    every ``k``-th and the last, and each boundary between appended a journal record of the
-    snapshot's growth since the previous boundary plus ``JOURNAL_HEADER`` bytes; ``others``
-    (writes to other keys) are counted as they are."""
-    total = others
-    last = len(snapshots) - 1
-    for index, size in enumerate(snapshots):
-        if index % k == 0 or index == last:
-            total += size
-        else:
-            total += max(0, size - snapshots[index - 1]) + JOURNAL_HEADER
-    return total
-
-
-def journal_table(measured: Amplification) -> list[str]:
-    """The estimate for each K in ``JOURNAL_KS``, from the boundaries of one measured run."""
-    others = measured.written - sum(measured.snapshots)
-    estimates = [journal_bytes(measured.snapshots, k, others) for k in JOURNAL_KS]
-    label = 38
-    return [
-        f"{'K (full snapshot every K boundaries)':{label}}"
-        + "".join(f"{k:>9}" for k in JOURNAL_KS),
-        f"{'bytes written':{label}}" + "".join(f"{b / 1e6:>6.1f} MB" for b in estimates),
-        f"{'× final snapshot':{label}}"
-        + "".join(f"{b / measured.final:>8.0f}×" for b in estimates),
-        f"{'less than today':{label}}"
-        + "".join(f"{measured.written / b:>8.1f}×" for b in estimates),
-    ]
+    final, stored = await Checkpoint(store, run_id="amp").load_stored()
+    assert final is not None and stored is not None and stored.layout == layout
+    size = len(final.to_json().encode())
+    return Amplification(counting.written, size, elapsed, counting.snapshots)
 
 
 StoreFactory = Callable[[], Awaitable[MemoryStore]]
@@ -334,7 +321,7 @@ PARTS = ("saves", "amplification")
 
 
 async def main(quick: bool, parts: tuple[str, ...] = PARTS, names: tuple[str, ...] = ()) -> None:
-    repeats, turns = (10, 60) if quick else (60, 300)
+    repeats, turn_counts = (10, (60,)) if quick else (60, (10, 300, 1000))
     print(
         f"# checkpoint overhead · {platform.node()} · {platform.processor() or platform.machine()}"
         f" · Python {platform.python_version()} · {'quick' if quick else 'full'} run"
@@ -362,41 +349,38 @@ async def main(quick: bool, parts: tuple[str, ...] = PARTS, names: tuple[str, ..
                     await _close(store)
                     await client.close()
             if "amplification" in parts:
-                print(
-                    f"\nwrite amplification over a {turns}-turn conversation "
-                    "(every boundary saves the whole snapshot):"
-                )
-                print(f"{'backend':9} {'written':>12} {'final':>10} {'ratio':>8} {'run s':>7}")
-                off = await amplification(None, turns)
-                print(f"{'off':9} {0:>12} {'-':>10} {'-':>8} {off.seconds:7.2f}  (baseline)")
-                measured: dict[str, Amplification] = {}
-                for name, make in stores.items():
-                    store = await make()
-                    run = measured[name] = await amplification(store, turns)
-                    print(
-                        f"{name:9} {run.written:>12} {run.final:>10} "
-                        f"{run.written / run.final:>7.1f}x {run.seconds:7.2f}"
-                    )
-                    await _close(store)
-                print_journal_estimate(measured)
+                for count in turn_counts:
+                    await print_amplification(stores, count, quick)
 
 
-def print_journal_estimate(measured: dict[str, Amplification]) -> None:
-    name, first = next(iter(measured.items()))
-    same = all(run.snapshots == first.snapshots for run in measured.values())
+async def print_amplification(stores: dict[str, Any], turns: int, quick: bool) -> None:
     print(
-        f"\njournal estimate, from the snapshot written at each of the {len(first.snapshots)} "
-        f"boundaries of the {name} run\n(those sizes are "
-        f"{'the same' if same else 'NOT the same'} on every backend measured):"
+        f"\nwrite amplification over a {turns}-turn conversation, fenced saves (as oma run):"
+        "\nsnapshot = the whole snapshot at every boundary; journal = a snapshot, then one delta"
+        "\nper boundary, compacted when the deltas outweigh it (docs/checkpoints.md); ms/bound ="
+        "\n(run s - off run s) / boundaries"
     )
     print(
-        "assumption: `latest` gets a full snapshot at the first boundary, every K-th and the "
-        "last;\nany other boundary appends a journal record = the snapshot's growth since the "
-        f"previous\nboundary + {JOURNAL_HEADER} bytes of header. Today: "
-        f"{first.written / 1e6:.1f} MB written, final snapshot {first.final} bytes.\n"
+        f"{'backend':9} {'layout':9} {'written':>12} {'final':>9} {'ratio':>8} "
+        f"{'run s':>7} {'bound.':>6} {'ms/bound':>8}"
     )
-    for line in journal_table(first):
-        print(line)
+    off = await amplification(None, turns)
+    print(f"{'off':9} {'-':9} {0:>12} {'-':>9} {'-':>8} {off.seconds:7.2f}  (baseline)")
+    for name, make in stores.items():
+        for layout in ("snapshot", "journal"):
+            if layout == "journal" and name == "file":
+                continue  # a file store keeps snapshots only
+            if layout == "snapshot" and turns > 300 and name != "memory" and not quick:
+                continue  # quadratic: gigabytes; the memory row shows the ratio
+            store = await make()
+            run = await amplification(store, turns, layout)
+            boundaries = len(run.snapshots)
+            per = (run.seconds - off.seconds) / boundaries * 1000 if boundaries else 0.0
+            print(
+                f"{name:9} {layout:9} {run.written:>12} {run.final:>9} "
+                f"{run.written / run.final:>7.1f}x {run.seconds:7.2f} {boundaries:>6} {per:8.3f}"
+            )
+            await _close(store)
 
 
 async def _close(store: MemoryStore) -> None:

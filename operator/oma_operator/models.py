@@ -362,6 +362,9 @@ def to_run_spec(spec: TeamRunSpec, namespace: str) -> dict[str, Any]:
         }
     store["redact"] = spec.store.redact
     store["tenant"] = namespace
+    # Runner pods keep whole snapshots for now: the journal layout (oma run's default) is not
+    # yet a TeamRun setting, nor covered by the cluster suites (docs/checkpoints.md).
+    store["layout"] = "snapshot"
     run: dict[str, Any] = {
         "mode": spec.mode,
         "agents": agents,

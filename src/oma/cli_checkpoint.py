@@ -20,8 +20,10 @@ from typing import Annotated, TypeVar
 import typer
 from rich.markup import escape
 
+from oma import jsonutil
 from oma.checkpoint.attempts import AttemptRecord, attempts_key, load_attempt_log
-from oma.checkpoint.keys import checkpoint_key
+from oma.checkpoint.journal import load_journal
+from oma.checkpoint.keys import checkpoint_key, is_checkpoint_key
 from oma.checkpoint.manager import Checkpoint
 from oma.checkpoint.summary import CheckpointSummary, summarize
 from oma.cli_store import (
@@ -34,6 +36,7 @@ from oma.cli_store import (
 )
 from oma.errors import CheckpointError, OmaError
 from oma.store.base import MemoryStore
+from oma.store.journal import supports_journal
 from oma.store.reserved import CHECKPOINT_KEY_PREFIX, TENANT_KEY_PREFIX
 
 T = TypeVar("T")
@@ -90,6 +93,17 @@ def list_runs(
                 )
             elif entry.key.startswith(TENANT_KEY_PREFIX):
                 tenants.add(entry.key.removeprefix(TENANT_KEY_PREFIX).split("/", 1)[0])
+        if not supports_journal(s):
+            return found
+        for key in await s.journal_keys():
+            journal = await s.journal_get(key) if is_checkpoint_key(key) else None
+            if journal is not None:
+                meta = journal.metadata or {}
+                found.append(
+                    {"runId": meta.get("runId"), "key": key, "savedAt": meta.get("createdAt")}
+                )
+            elif key.startswith(TENANT_KEY_PREFIX):
+                tenants.add(key.removeprefix(TENANT_KEY_PREFIX).split("/", 1)[0])
         return found
 
     listed = with_store(store, runs, tenant=tenant)
@@ -138,10 +152,15 @@ def export(
         Path | None, typer.Option("--output", "-o", help="Write to this file (default stdout).")
     ] = None,
 ) -> None:
-    """The stored snapshot exactly as stored (JSON), valid or not: for backups and bug reports."""
+    """The stored snapshot exactly as stored (JSON), valid or not: for backups and bug reports.
+    A checkpoint kept as a journal is exported as the snapshot it holds (deltas applied)."""
 
     async def raw(s: MemoryStore) -> str:
-        entry = await s.get(checkpoint_key(run_id))
+        key = checkpoint_key(run_id)
+        found = await load_journal(s, key) if supports_journal(s) else None
+        if found is not None:
+            return jsonutil.dumps(found[0])
+        entry = await s.get(key)
         if entry is None:
             raise CheckpointNotFound(f'no checkpoint for run "{run_id}"')
         return entry.value
@@ -183,7 +202,8 @@ def delete(
         typer.confirm(f"delete the checkpoint of run {run_id!r} ({key})?", abort=True)
 
     async def remove(s: MemoryStore) -> None:
-        if await s.get(key) is None and await s.get(attempts_key(key)) is None:
+        journal = await s.journal_version(key) if supports_journal(s) else None
+        if journal is None and await s.get(key) is None and await s.get(attempts_key(key)) is None:
             raise CheckpointNotFound(f'no checkpoint for run "{run_id}" (key {key})')
         await s.delete(key)
         await s.delete(attempts_key(key))

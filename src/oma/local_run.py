@@ -58,7 +58,13 @@ async def run_spec(
     try:
         team = build_team(spec, tools, name=run_id, store=store)
         coordinator = build_coordinator(spec, tools)
-        checkpoint = CheckpointOptions(store=store, run_id=run_id, fence=True, attempt_log=True)
+        checkpoint = CheckpointOptions(
+            store=store,
+            run_id=run_id,
+            fence=True,
+            attempt_log=True,
+            journal=spec.store is None or spec.store.layout == "journal",
+        )
         orchestrator = OpenMultiAgent(
             on_progress=on_progress,
             max_concurrency=spec.max_concurrency,

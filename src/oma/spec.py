@@ -136,6 +136,13 @@ class StoreSpec(SpecModel):
     redis: RedisStoreSpec | None = Field(default=None, description="A Redis server.")
     postgres: PostgresStoreSpec | None = Field(default=None, description="A PostgreSQL table.")
     redact: bool = Field(default=False, description="Scrub secret-shaped values before storing.")
+    layout: Literal["journal", "snapshot"] = Field(
+        default="journal",
+        description="How a new run keeps its checkpoint where the store can (Redis, PostgreSQL, "
+        "memory): journal (a snapshot, then one delta per boundary) or snapshot (the whole "
+        "snapshot at every boundary, what the TypeScript reference reads). A run resumed keeps "
+        "the layout it was found in; a file store always keeps snapshots.",
+    )
     tenant: str | None = Field(
         default=None,
         pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",

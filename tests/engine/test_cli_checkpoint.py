@@ -209,3 +209,47 @@ def test_show_and_delete_on_server_stores(
 def server_secret_absent(out: str, url: str) -> bool:
     password = url.split("://", 1)[1].split("@", 1)[0].split(":")[-1]
     return password not in out
+
+
+@pytest.mark.parametrize("backend", ["redis", "postgres"])
+def test_list_show_export_delete_find_a_run_kept_as_a_journal(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if backend == "redis":
+        server: RedisServer = request.getfixturevalue("redis_server")
+        url, store = server.url, {"redis": {"url": server.url}}
+    else:
+        pg: PostgresServer = request.getfixturevalue("postgres_server")
+        url, store = pg.dsn(), {"postgres": {"dsn": pg.dsn()}}
+    monkeypatch.setenv("OMA_LEDGER_PATH", str(tmp_path / "ledger.jsonl"))
+    script = [
+        {"tool_calls": [{"id": f"c{n}", "name": "ledger_append", "input": {"entry": f"e{n}"}}]}
+        for n in range(3)
+    ]
+    spec = tmp_path / "spec.json"
+    spec.write_text(
+        json.dumps(
+            {
+                "agents": [
+                    {
+                        "name": "clerk",
+                        "tools": ["ledger_append"],
+                        "model": {"provider": "scripted", "script": [*script, {"text": "ok"}]},
+                    }
+                ],
+                "tasks": [{"title": "T", "description": "t", "assignee": "clerk"}],
+                "store": store,  # layout: journal, the default
+            }
+        )
+    )
+    assert runner.invoke(app, ["run", str(spec), "--run-id", "jr"]).exit_code == 0
+    code, out = _cli("list", "--store", url)
+    assert code == 0 and "jr  saved" in out and "__oma_checkpoint__/jr/latest" in out
+    code, out = _cli("show", "--run-id", "jr", "--store", url)
+    assert code == 0 and "jr" in out
+    code, out = _cli("export", "--run-id", "jr", "--store", url)
+    exported = json.loads(out)
+    assert code == 0 and exported["version"] == 4 and exported["identity"]["runId"] == "jr"
+    assert _cli("delete", "--run-id", "jr", "--store", url, "--yes")[0] == 0
+    assert _cli("show", "--run-id", "jr", "--store", url)[0] == 1
+    assert "jr  saved" not in _cli("list", "--store", url)[1]

@@ -5,17 +5,21 @@ from __future__ import annotations
 from typing import Any
 
 from oma import jsonutil
+from oma.checkpoint.journal import StoredCheckpoint, load_journal
 from oma.checkpoint.keys import checkpoint_key
 from oma.checkpoint.snapshot import CheckpointSnapshot, CheckpointSnapshotV1
 from oma.checkpoint.validation import parse_snapshot
 from oma.errors import CheckpointDecodeError
 from oma.store.base import MemoryStore, supports_compare_and_set
+from oma.store.journal import supports_journal
 
 
 class Checkpoint:
     """Latest-only snapshots of one run: each save overwrites the previous one.
 
-    ``key`` wins over ``run_id``; with neither, the shared default key is used.
+    ``key`` wins over ``run_id``; with neither, the shared default key is used. Reads find
+    the checkpoint in either layout (a journal first, in a store that keeps journals: see
+    ``oma.checkpoint.journal``); ``save`` writes a whole snapshot.
     """
 
     def __init__(
@@ -37,15 +41,21 @@ class Checkpoint:
 
     async def load_latest(self) -> CheckpointSnapshot | None:
         """The stored snapshot, strictly validated; ``None`` when the key is absent."""
-        snapshot, _ = await self.load_latest_with_value()
+        snapshot, _ = await self.load_stored()
         return snapshot
 
-    async def load_latest_with_value(self) -> tuple[CheckpointSnapshot | None, str | None]:
-        """The snapshot and the exact stored string (the expected value of a fenced save)."""
+    async def load_stored(self) -> tuple[CheckpointSnapshot | None, StoredCheckpoint | None]:
+        """The snapshot and where it was found (what a fenced claim compares)."""
+        if supports_journal(self.store):
+            found = await load_journal(self.store, self.key)
+            if found is not None:
+                document, stored = found
+                return parse_snapshot(document, self.key), stored
         entry = await self.store.get(self.key)
         if entry is None:
             return None, None
-        return decode_snapshot(entry.value, self.key), entry.value
+        stored = StoredCheckpoint("snapshot", entry.value, 1, len(entry.value))
+        return decode_snapshot(entry.value, self.key), stored
 
     async def save_if(self, snapshot: CheckpointSnapshot, expected: str | None) -> str | None:
         """Write only if the stored string is still ``expected``; the written string, or

@@ -46,6 +46,7 @@ def activate(options: CheckpointOptions, team: Team, fallback_store: MemoryStore
             embed_shared_memory=not reuses,
             fence=options.fence,
             attempt_log=options.attempt_log,
+            journal=options.journal,
         ),
         checkpoint=checkpoint,
         reuses_shared_store=reuses,

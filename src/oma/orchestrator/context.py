@@ -6,7 +6,6 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from oma import jsonutil
 from oma.agent.result import AgentRunResult, RunIdentity
 from oma.approval.ledger import DurableApprovalLedger
 from oma.approval.models import ApprovalDecisionRecord, ApprovalRequest
@@ -140,7 +139,7 @@ class RunContext:
         """The JSON of ``build_snapshot()``'s snapshot (the same text), built incrementally."""
         if getattr(self.queue, "_plan_revisions", None):  # a v2 queue: rare, the model path
             snapshot = await self.build_snapshot(embed_shared_memory=embed_shared_memory)
-            return EncodedSnapshot(snapshot.to_json(), snapshot_metadata(snapshot))
+            return EncodedSnapshot(snapshot.to_wire(), snapshot_metadata(snapshot))
         shared = self.team.shared_memory
         # The only await comes first: everything after it is read in one step of the event loop,
         # so a task that starts or ends meanwhile is either wholly in this snapshot or not at all
@@ -178,7 +177,7 @@ class RunContext:
             "runId": self.identity.run_id,
             "createdAt": created_at,
         }
-        return EncodedSnapshot(jsonutil.dumps(wire), metadata)
+        return EncodedSnapshot(wire, metadata)
 
     async def build_snapshot(self, *, embed_shared_memory: bool) -> CheckpointSnapshotV4:
         shared = self.team.shared_memory

@@ -21,6 +21,12 @@ class CheckpointOptions:
     to ``__oma_checkpoint__/<runId>/attempts``, which ``oma checkpoint show`` prints. Off by
     default so a library run writes exactly what the reference writes; ``oma run`` and the
     Kubernetes runner turn it on.
+
+    ``journal``: in a store that keeps journals (Redis, PostgreSQL, in-memory), a new run keeps
+    its checkpoint as a journal (a snapshot, then one delta per boundary, compacted), so a
+    boundary writes what changed instead of the whole snapshot (``oma.checkpoint.journal``).
+    Off by default for the same reason (the reference reads only whole snapshots); ``oma run``
+    and the runner turn it on. A run resumed keeps the layout it was found in.
     """
 
     enabled: bool = True
@@ -29,6 +35,7 @@ class CheckpointOptions:
     key: str | None = None
     fence: bool = False
     attempt_log: bool = False
+    journal: bool = False
 
 
 CheckpointArg = bool | CheckpointOptions | None

@@ -149,7 +149,7 @@ class OpenMultiAgent:
             validate_run_metadata(metadata)
         activation = activate(options, team, self._fallback_store)
         for _ in range(CLAIM_ATTEMPTS):
-            snapshot, loaded = await activation.checkpoint.load_latest_with_value()
+            snapshot, loaded = await activation.checkpoint.load_stored()
             if snapshot is None:
                 return await self._fresh_from(team, source, options, run_id, metadata)
             context = await rebuild_context(

@@ -2,11 +2,15 @@
 
 Ordinary saves are best-effort: a failure is reported as an ``error`` event of kind
 ``checkpoint_save_failed`` and the run continues; the next boundary saves again. Strict saves
-(suspensions) raise instead. A fenced save is a compare-and-set from the string this attempt
-wrote last; when another attempt wrote in between, this attempt is superseded and every later
-save (and so every tool commit) raises ``CheckpointFencedError``; ``CheckpointLostError`` (a
-subclass) when the checkpoint is gone rather than replaced. Every save that completes emits
-``checkpoint_saved`` (``data["seconds"]``: building the snapshot and writing it), e.g. for metrics.
+(suspensions) raise instead. A run keeps its checkpoint in one layout
+(``oma.checkpoint.journal``): the journal when the options ask for it and the store has
+journals, or when the run was found in one; else whole snapshots. A fenced save is a
+compare-and-set from the string (or, in a journal, the version) this attempt wrote last; when
+another attempt wrote in between, this attempt is superseded and every later save (and so
+every tool commit) raises ``CheckpointFencedError``; ``CheckpointLostError`` (a subclass) when
+the checkpoint is gone rather than replaced. Every save that completes emits
+``checkpoint_saved`` (``data["seconds"]``: building the snapshot and writing it), e.g. for
+metrics.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import asyncio
 import time
 
 from oma.checkpoint.attempts import append_attempt, attempt_record
+from oma.checkpoint.journal import JournalWriter, StoredCheckpoint
 from oma.checkpoint.manager import Checkpoint
 from oma.checkpoint.snapshot import CheckpointSnapshotV4
 from oma.errors import CheckpointFencedError, CheckpointLostError
@@ -22,6 +27,7 @@ from oma.orchestrator.context import RunContext
 from oma.orchestrator.events import OrchestratorEvent
 from oma.orchestrator.snapshot_wire import EncodedSnapshot
 from oma.store.base import supports_compare_and_set
+from oma.store.journal import supports_journal
 
 VANISHED = "this attempt saved it earlier and nobody wrote a newer one"
 
@@ -34,11 +40,16 @@ class ActiveCheckpoint:
         embed_shared_memory: bool,
         fence: bool = False,
         attempt_log: bool = False,
+        journal: bool = False,
     ) -> None:
         self.checkpoint = checkpoint
         self.embed_shared_memory = embed_shared_memory
-        self.fenced_saves = fence and supports_compare_and_set(checkpoint.store)
+        store = checkpoint.store
+        self.fenced_saves = fence and supports_compare_and_set(store)
         self.fence_unavailable = fence and not self.fenced_saves
+        self.journal: JournalWriter | None = None
+        if journal and supports_journal(store):
+            self.journal = JournalWriter(store, checkpoint.key, fenced=self.fenced_saves)
         self.superseded = False
         self.expected: str | None = None  # what this attempt believes is stored
         self._unknown: str | None = None  # a failed write that may have landed anyway
@@ -57,6 +68,13 @@ class ActiveCheckpoint:
         reveal after the tool ran). A read that fails lets the tool run: the next save is
         still fenced, and idempotency keys cover the remaining window."""
         self.assert_current()
+        if self.journal is not None:
+            async with self._lock:
+                try:
+                    await self.journal.confirm()
+                finally:
+                    self.superseded = self.journal.superseded
+            return
         if not self.fenced_saves or self.expected is None:
             return
         async with self._lock:  # not while a save of ours is landing
@@ -76,14 +94,22 @@ class ActiveCheckpoint:
                 raise CheckpointLostError(self.checkpoint.key, None, VANISHED)
             raise CheckpointFencedError(self.checkpoint.key, None)
 
-    async def claim(self, context: RunContext, loaded: str | None) -> bool:
-        """Take over the run by rewriting what was loaded; ``False`` if it changed meanwhile."""
+    async def claim(self, context: RunContext, loaded: StoredCheckpoint | None) -> bool:
+        """Take over the run by rewriting what was loaded; ``False`` if it changed meanwhile.
+        The run stays in the layout it was found in."""
+        self._keep_layout(loaded)
         if not self.fenced_saves:
             return True
         async with self._lock:
             logged = await self._attempt_snapshot(context)
             encoded = await context.encode_snapshot(embed_shared_memory=self.embed_shared_memory)
-            written = await self.checkpoint.save_text_if(encoded.text, encoded.metadata, loaded)
+            if self.journal is not None:
+                if not await self.journal.claim(encoded.wire, encoded.metadata, loaded):
+                    return False
+                await self._log_attempt(context, logged)
+                return True
+            text = loaded.token if loaded is not None else None
+            written = await self.checkpoint.save_text_if(encoded.text, encoded.metadata, text)
             if written is None:
                 return False
             self.expected = written
@@ -100,7 +126,9 @@ class ActiveCheckpoint:
                 encoded = await context.encode_snapshot(
                     embed_shared_memory=self.embed_shared_memory
                 )
-                if self.fenced_saves:
+                if self.journal is not None:
+                    await self._journal_save(encoded, context.identity.attempt)
+                elif self.fenced_saves:
                     await self._fenced_save(encoded, context.identity.attempt)
                 else:
                     await self.checkpoint.save_text(encoded.text, encoded.metadata)
@@ -144,6 +172,22 @@ class ActiveCheckpoint:
             context.emit(
                 OrchestratorEvent(type="error", data={"kind": "attempt_log_failed", "error": exc})
             )
+
+    def _keep_layout(self, loaded: StoredCheckpoint | None) -> None:
+        if loaded is None:
+            return
+        store = self.checkpoint.store
+        if loaded.layout == "journal" and self.journal is None and supports_journal(store):
+            self.journal = JournalWriter(store, self.checkpoint.key, fenced=self.fenced_saves)
+        elif loaded.layout == "snapshot":
+            self.journal = None
+
+    async def _journal_save(self, encoded: EncodedSnapshot, attempt: int) -> None:
+        assert self.journal is not None
+        try:
+            await self.journal.save(encoded.wire, encoded.metadata, attempt)
+        finally:
+            self.superseded = self.journal.superseded
 
     async def _fenced_save(self, encoded: EncodedSnapshot, attempt: int) -> None:
         text, metadata = encoded.text, encoded.metadata

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic import TypeAdapter
 
+from oma import jsonutil
 from oma.agent.result import AgentRunResult
 from oma.checkpoint.runner_state import InFlightTask, in_flight_wire
 from oma.tasks.task import Task
@@ -43,12 +43,21 @@ _STATUS_LISTS = (
 )
 
 
-@dataclass(frozen=True)
 class EncodedSnapshot:
-    """A snapshot's JSON text and the store metadata written next to it."""
+    """A snapshot as the JSON document it encodes to (``wire``: plain dicts and lists, never
+    changed once made), its text (encoded on first use: a journal write may need only a
+    delta) and the store metadata written next to it."""
 
-    text: str
-    metadata: dict[str, Any]
+    def __init__(self, wire: dict[str, Any], metadata: dict[str, Any]) -> None:
+        self.wire = wire
+        self.metadata = metadata
+        self._text: str | None = None
+
+    @property
+    def text(self) -> str:
+        if self._text is None:
+            self._text = jsonutil.dumps(self.wire)
+        return self._text
 
 
 def free_form(value: dict[str, Any]) -> dict[str, Any]:

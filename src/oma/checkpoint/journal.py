@@ -1,0 +1,214 @@
+"""The journal layout of a checkpoint: a full snapshot plus the deltas of later boundaries.
+
+In a store with journals (``oma.store.journal``: Redis, PostgreSQL, in-memory) a run can keep
+its checkpoint as a journal under the checkpoint's key: record 0 is a whole v4 snapshot (the
+base), every later boundary appends one delta (``oma.checkpoint.delta``) of the snapshot
+against the one before, and when the deltas together outweigh the base a boundary writes a new
+base instead (compaction: the bytes written stay within a small multiple of the final
+snapshot). Readers apply the deltas to the base and get the same document the snapshot layout
+would have stored, validated by the same rules.
+
+Every write compares the journal's version (a few bytes) instead of the whole snapshot, so a
+fenced attempt checks that it is still the live writer in one small read (``confirm``). A write
+whose outcome is unknown (the store failed mid-call) is settled by the version at the next one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from oma import jsonutil
+from oma.checkpoint import delta
+from oma.errors import CheckpointDecodeError, CheckpointFencedError, CheckpointLostError
+from oma.store.journal import JournalStore, new_version
+
+# A new base once the deltas since the last one hold more than 4 times its bytes: the bases then
+# add up to at most 4/3 of the largest snapshot, whatever the number of boundaries, and a reader
+# reads at most 5 times the snapshot (measured in docs/performance.md: 2 gave 5.3x the final
+# snapshot over a 300-turn run, 1 gave 7.2x, 4 gives 4.2x).
+COMPACT_RATIO = 4.0
+VANISHED = "this attempt saved it earlier and nobody wrote a newer one"
+
+
+@dataclass(frozen=True)
+class StoredCheckpoint:
+    """What a load found: the layout, and what a claim compares (a journal's version, or the
+    snapshot's exact text)."""
+
+    layout: Literal["journal", "snapshot"]
+    token: str
+    records: int = 1
+    bytes: int = 0
+
+
+async def load_journal(store: JournalStore, key: str) -> tuple[Any, StoredCheckpoint] | None:
+    """The document a journal holds (base with every delta applied), or ``None``."""
+    entry = await store.journal_get(key)
+    if entry is None:
+        return None
+    try:
+        document = jsonutil.loads(entry.records[0])
+    except ValueError as exc:
+        raise CheckpointDecodeError(key, f"journal base: {exc}") from exc
+    if not isinstance(document, dict):
+        raise CheckpointDecodeError(key, "journal base is not a JSON object")
+    for number, record in enumerate(entry.records[1:], start=1):
+        try:
+            ops = jsonutil.loads(record)
+            if not isinstance(ops, list):
+                raise ValueError("a journal record is a JSON array of operations")
+            delta.apply(document, ops)
+        except ValueError as exc:
+            raise CheckpointDecodeError(key, f"journal record {number}: {exc}") from exc
+    size = sum(len(record) for record in entry.records)
+    return document, StoredCheckpoint("journal", entry.version, len(entry.records), size)
+
+
+@dataclass
+class _Written:
+    version: str
+    document: dict[str, Any]
+    base_bytes: int
+    tail_bytes: int
+
+
+class JournalWriter:
+    """One attempt's writes of a checkpoint journal. ``fenced``: every write compares the
+    version this attempt wrote last, and losing that comparison stops the attempt; otherwise
+    a lost comparison (another writer) makes this writer replace the journal (last one wins)."""
+
+    def __init__(self, store: JournalStore, key: str, *, fenced: bool) -> None:
+        self.store = store
+        self.key = key
+        self.fenced = fenced
+        self.superseded = False
+        self.current: _Written | None = None  # what this attempt believes is stored
+        self._unknown: _Written | None = None  # a failed write that may have landed anyway
+
+    async def claim(
+        self, wire: dict[str, Any], metadata: dict[str, Any], loaded: StoredCheckpoint | None
+    ) -> bool:
+        """Take the run over from what was loaded, writing a new base; ``False`` if it changed."""
+        expected = loaded.token if loaded is not None and loaded.layout == "journal" else None
+        return await self._write(wire, metadata, expected=expected, replace=True) is not None
+
+    async def save(
+        self, wire: dict[str, Any], metadata: dict[str, Any], attempt: int | None
+    ) -> None:
+        await self._settle()
+        current = self.current
+        if current is None:
+            await self._replace_or_stop(wire, metadata, None, attempt)
+            return
+        record = jsonutil.dumps(delta.diff(current.document, wire))
+        if current.tail_bytes + len(record) > max(current.base_bytes * COMPACT_RATIO, 1):
+            await self._replace_or_stop(wire, metadata, current.version, attempt)
+            return
+        written = await self._write(
+            wire, metadata, expected=current.version, replace=False, record=record
+        )
+        if written is None:
+            await self._lost(wire, metadata, attempt)
+
+    async def confirm(self) -> None:
+        """Before a tool runs: stop if a newer attempt wrote since this one's last write. A
+        read that fails lets the tool run (the next write is still compared)."""
+        if self.superseded:
+            raise CheckpointFencedError(self.key, None)
+        if not self.fenced or self.current is None:
+            return
+        try:
+            stored = await self.store.journal_version(self.key)
+        except Exception:
+            return
+        if stored == self.current.version:
+            return
+        if self._unknown is not None and stored == self._unknown.version:
+            self.current, self._unknown = self._unknown, None
+            return
+        self.superseded = True
+        if stored is None:
+            raise CheckpointLostError(self.key, None, VANISHED)
+        raise CheckpointFencedError(self.key, None)
+
+    async def _replace_or_stop(
+        self,
+        wire: dict[str, Any],
+        metadata: dict[str, Any],
+        expected: str | None,
+        attempt: int | None,
+    ) -> None:
+        if await self._write(wire, metadata, expected=expected, replace=True) is None:
+            await self._lost(wire, metadata, attempt)
+
+    async def _lost(
+        self, wire: dict[str, Any], metadata: dict[str, Any], attempt: int | None
+    ) -> None:
+        """The comparison failed: another writer (or a delete) came in between."""
+        if not self.fenced:
+            await self._write(wire, metadata, expected=None, replace=True, force=True)
+            return
+        self.superseded = True
+        vanished = False
+        if self.current is not None:
+            try:
+                vanished = await self.store.journal_version(self.key) is None
+            except Exception:
+                vanished = False  # unknown: fenced is the safe reading, it stops the attempt too
+        if vanished:
+            raise CheckpointLostError(self.key, attempt, VANISHED)
+        raise CheckpointFencedError(self.key, attempt)
+
+    async def _write(
+        self,
+        wire: dict[str, Any],
+        metadata: dict[str, Any],
+        *,
+        expected: str | None,
+        replace: bool,
+        force: bool = False,
+        record: str | None = None,
+    ) -> _Written | None:
+        version = new_version()
+        text = record if record is not None else jsonutil.dumps(wire)
+        current = self.current
+        if replace or current is None:
+            written = _Written(version, wire, len(text), 0)
+        else:
+            written = _Written(version, wire, current.base_bytes, current.tail_bytes + len(text))
+        try:
+            ok = await self.store.journal_write(
+                self.key,
+                [text],
+                version=version,
+                expected=expected,
+                replace=replace,
+                force=force,
+                metadata=metadata,
+            )
+        except Exception:
+            self._unknown = written
+            raise
+        if not ok:
+            return None
+        self.current, self._unknown = written, None
+        return written
+
+    async def _settle(self) -> None:
+        """After a write that failed: adopt it if it landed; else write from what is known."""
+        if self._unknown is None:
+            return
+        stored = await self.store.journal_version(self.key)
+        unknown, self._unknown = self._unknown, None
+        known = self.current.version if self.current is not None else None
+        if stored == unknown.version:
+            self.current = unknown
+        elif stored != known:
+            if not self.fenced:
+                self.current = None  # the next write replaces whatever is there
+                return
+            self.superseded = True
+            if stored is None:
+                raise CheckpointLostError(self.key, None, VANISHED)
+            raise CheckpointFencedError(self.key, None)

@@ -1,0 +1,232 @@
+"""Checkpoints kept as a journal (a snapshot, then one delta per boundary) on a real Redis.
+
+At every boundary the journal must hold exactly the snapshot the snapshot layout would have
+written; a run drained mid-way resumes from it without running a committed call again; a
+journal that does not fit its base is refused before anything runs; a stale writer is fenced
+by the version alone; a run keeps the layout it started in."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from oma import jsonutil
+from oma.checkpoint.journal import JournalWriter, load_journal
+from oma.checkpoint.keys import checkpoint_key
+from oma.errors import CheckpointDecodeError, CheckpointFencedError, CheckpointLostError
+from oma.local_run import run_spec
+from oma.spec import RunSpec
+from oma.store import RedisStore
+from oma.tools.builtin import builtin_tools
+from tests.servers.redis_server import RedisServer
+
+RUN = "journal-run"
+TURNS = 6
+
+
+def _script(prefix: str) -> list[dict[str, Any]]:
+    calls = [
+        {
+            "tool_calls": [
+                {
+                    "id": f"{prefix}-{n}",
+                    "name": "ledger_append",
+                    "input": {"entry": f"{prefix} {n}"},
+                }
+            ]
+        }
+        for n in range(TURNS)
+    ]
+    return [*calls, {"text": f"{prefix} done"}]
+
+
+def _spec(redis: RedisServer, namespace: str, layout: str = "journal") -> RunSpec:
+    return RunSpec.model_validate(
+        {
+            "agents": [
+                {
+                    "name": f"clerk-{p}",
+                    "tools": ["ledger_append"],
+                    "model": {"provider": "scripted", "script": _script(p)},
+                }
+                for p in "ab"
+            ],
+            "tasks": [
+                {"title": "A", "description": "a", "assignee": "clerk-a"},
+                {"title": "B", "description": "b", "assignee": "clerk-b", "dependsOn": ["A"]},
+            ],
+            "store": {"redis": {"url": redis.url, "namespace": namespace}, "layout": layout},
+        }
+    )
+
+
+@pytest.fixture
+def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv("OMA_LEDGER_PATH", str(path))
+    return path
+
+
+def _entries(ledger: Path) -> list[str]:
+    if not ledger.exists():
+        return []
+    return [json.loads(line)["entry"] for line in ledger.read_text().splitlines()]
+
+
+async def _run(spec: RunSpec, tmp_path: Path, drain: asyncio.Event | None = None) -> Any:
+    return await run_spec(
+        spec,
+        run_id=RUN,
+        tools=builtin_tools(),
+        default_store_path=tmp_path / "unused.json",
+        drain=drain,
+    )
+
+
+class _Watch:
+    """Wraps ``JournalWriter.save``: after each save, the journal read back must be exactly
+    the document the boundary built; optionally drains the run after ``drain_after`` saves."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, drain_after: int | None = None) -> None:
+        self.saves = 0
+        self.appends = 0
+        self.bases = 0
+        self.drain = asyncio.Event()
+        original = JournalWriter.save
+
+        async def save(
+            writer: JournalWriter,
+            wire: dict[str, Any],
+            metadata: dict[str, Any],
+            attempt: int | None,
+        ) -> None:
+            before = writer.current.base_bytes if writer.current is not None else None
+            await original(writer, wire, metadata, attempt)
+            found = await load_journal(writer.store, writer.key)
+            assert found is not None
+            assert jsonutil.dumps(found[0]) == jsonutil.dumps(wire)
+            self.saves += 1
+            assert writer.current is not None
+            if before is not None and writer.current.tail_bytes > 0:
+                self.appends += 1
+            else:
+                self.bases += 1
+            if drain_after is not None and self.saves == drain_after:
+                self.drain.set()
+
+        monkeypatch.setattr(JournalWriter, "save", save)
+
+
+async def test_every_boundary_reads_back_as_the_snapshot_it_built(
+    redis_server: RedisServer, tmp_path: Path, ledger: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    watch = _Watch(monkeypatch)
+    run = await _run(_spec(redis_server, "j-exact"), tmp_path)
+    assert run.result.status.code == "ok"
+    assert watch.saves > 4 * TURNS and watch.appends > watch.saves // 2 and watch.bases >= 2
+    store = RedisStore(redis_server.url, namespace="j-exact")
+    try:
+        assert await store.get(checkpoint_key(RUN)) is None  # no whole snapshot beside it
+        found = await load_journal(store, checkpoint_key(RUN))
+        assert found is not None and found[1].layout == "journal"
+    finally:
+        await store.aclose()
+
+
+async def test_a_drained_run_resumes_from_its_journal_without_repeating_a_call(
+    redis_server: RedisServer, tmp_path: Path, ledger: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    watch = _Watch(monkeypatch, drain_after=9)
+    spec = _spec(redis_server, "j-resume")
+    first = await _run(spec, tmp_path, drain=watch.drain)
+    assert first.result.status.code != "ok"
+    done_before = _entries(ledger)
+    assert 0 < len(done_before) < 2 * TURNS
+    second = await _run(spec, tmp_path)
+    assert second.resumed and second.result.status.code == "ok"
+    assert _entries(ledger) == [f"{p} {n}" for p in "ab" for n in range(TURNS)]
+
+
+async def test_a_record_that_does_not_fit_its_base_is_refused_before_anything_runs(
+    redis_server: RedisServer, tmp_path: Path, ledger: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    watch = _Watch(monkeypatch, drain_after=5)
+    spec = _spec(redis_server, "j-corrupt")
+    await _run(spec, tmp_path, drain=watch.drain)
+    done = _entries(ledger)
+    store = RedisStore(redis_server.url, namespace="j-corrupt")
+    try:
+        version = await store.journal_version(checkpoint_key(RUN))
+        forged = [["s", ["inFlightTasks", 7, "turns"], 0]]  # no such in-flight task
+        assert await store.journal_write(
+            checkpoint_key(RUN),
+            [json.dumps(forged)],
+            version="forged",
+            expected=version,
+            replace=False,
+        )
+    finally:
+        await store.aclose()
+    with pytest.raises(CheckpointDecodeError, match=r"journal record .* does not apply"):
+        await _run(spec, tmp_path)
+    assert _entries(ledger) == done
+
+
+async def test_a_stale_writer_is_fenced_by_the_version_alone(redis_server: RedisServer) -> None:
+    store = RedisStore(redis_server.url, namespace="j-fence")
+    key = checkpoint_key(RUN)
+    try:
+        first = JournalWriter(store, key, fenced=True)
+        pad = "x" * 500  # a base larger than a delta: the second save appends
+        await first.save({"pad": pad, "n": 1, "log": [{"a": 1}]}, {}, 1)
+        await first.save({"pad": pad, "n": 2, "log": [{"a": 1}, {"a": 2}]}, {}, 1)
+        found = await load_journal(store, key)
+        assert found is not None and found[1].records == 2
+        second = JournalWriter(store, key, fenced=True)
+        assert await second.claim({"n": 2, "log": [{"a": 1}, {"a": 2}]}, {}, found[1])
+        assert not await JournalWriter(store, key, fenced=True).claim({"n": 0}, {}, found[1])
+        with pytest.raises(CheckpointFencedError):
+            await first.confirm()
+        with pytest.raises(CheckpointFencedError):
+            await first.save({"n": 3}, {}, 1)
+        await second.save({"n": 3, "log": []}, {}, 2)
+        await store.delete(key)  # the store forgot it
+        with pytest.raises(CheckpointLostError):
+            await second.confirm()
+    finally:
+        await store.aclose()
+
+
+@pytest.mark.parametrize(("started", "resumed"), [("snapshot", "journal"), ("journal", "snapshot")])
+async def test_a_run_keeps_the_layout_it_started_in(
+    started: str,
+    resumed: str,
+    redis_server: RedisServer,
+    tmp_path: Path,
+    ledger: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    namespace = f"j-layout-{started}"
+    drain = asyncio.Event()
+    if started == "journal":
+        drain = _Watch(monkeypatch, drain_after=5).drain
+    else:
+        asyncio.get_running_loop().call_later(0.3, drain.set)
+    await _run(_spec(redis_server, namespace, started), tmp_path, drain=drain)
+    second = await _run(_spec(redis_server, namespace, resumed), tmp_path)
+    assert second.resumed and second.result.status.code == "ok"
+    store = RedisStore(redis_server.url, namespace=namespace)
+    try:
+        journal = await store.journal_get(checkpoint_key(RUN))
+        plain = await store.get(checkpoint_key(RUN))
+        assert (journal is not None, plain is not None) == (
+            started == "journal",
+            started == "snapshot",
+        )
+    finally:
+        await store.aclose()
+    assert _entries(ledger) == [f"{p} {n}" for p in "ab" for n in range(TURNS)]

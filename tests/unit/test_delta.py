@@ -1,0 +1,126 @@
+"""Journal deltas: ``apply(copy(old), diff(old, new))`` encodes to exactly ``new``'s text."""
+
+from __future__ import annotations
+
+import copy
+import random
+from typing import Any
+
+import orjson
+import pytest
+
+from oma.checkpoint.delta import apply, diff
+
+
+def _round_trip(old: dict[str, Any], new: dict[str, Any]) -> list[list[Any]]:
+    ops = diff(old, new)
+    wire = orjson.loads(orjson.dumps(ops))  # what a journal record holds
+    rebuilt = apply(orjson.loads(orjson.dumps(old)), wire)
+    assert orjson.dumps(rebuilt) == orjson.dumps(new)
+    return ops
+
+
+def _message(n: int) -> dict[str, Any]:
+    return {
+        "role": "assistant" if n % 2 else "user",
+        "content": [{"type": "text", "text": f"m{n}"}],
+    }
+
+
+def test_equal_documents_need_no_operation() -> None:
+    doc = {"a": [1, 2], "b": {"c": "d"}}
+    assert _round_trip(doc, copy.deepcopy(doc)) == []
+
+
+def test_a_message_appended_to_a_conversation_and_its_tail_is_written_once() -> None:
+    conversation = [_message(n) for n in range(10)]
+    old = {
+        "createdAt": "t1",
+        "inFlightTasks": [{"conv": conversation, "messages": conversation[1:]}],
+    }
+    grown = [*conversation, _message(10)]
+    new = {"createdAt": "t2", "inFlightTasks": [{"conv": grown, "messages": grown[1:]}]}
+    ops = _round_trip(old, new)
+    assert [op[0] for op in ops] == ["s", "x", "c"]
+    assert orjson.dumps(ops).count(b"m10") == 1
+
+
+def test_a_result_made_from_the_in_flight_conversation_is_copied_not_written() -> None:
+    conversation = [_message(n) for n in range(50)]
+    old = {
+        "completed": [],
+        "inFlightTasks": [{"conv": conversation, "messages": conversation[1:]}],
+    }
+    result = {
+        "taskId": "t",
+        "agentResult": {"output": "done", "messages": copy.deepcopy(conversation[1:])},
+    }
+    new = {"completed": [result], "inFlightTasks": []}
+    ops = _round_trip(old, new)
+    assert len(orjson.dumps(ops)) < 400, ops  # the 49 messages are one copy operation
+    assert ["t", ["inFlightTasks"], 0] in ops
+
+
+def test_key_order_changes_are_kept_exactly() -> None:
+    old = {"a": 1, "b": 2, "c": 3}
+    new = {"a": 1, "c": 3, "b": 2, "d": 4}
+    _round_trip(old, new)
+    _round_trip(new, old)
+
+
+def test_a_delta_that_does_not_belong_to_its_base_is_refused() -> None:
+    ops = diff({"a": [1]}, {"a": [1, 2]})
+    with pytest.raises(ValueError, match="does not apply"):
+        apply({"b": 1}, ops)
+    with pytest.raises(ValueError, match="does not apply"):
+        apply({"a": [1]}, [["c", ["a"], ["a"], 0, 5]])
+    with pytest.raises(ValueError, match="does not apply"):
+        apply({"a": [1]}, [["?", ["a"]]])
+
+
+def _random_value(rng: random.Random, depth: int) -> Any:
+    kind = rng.randrange(6 if depth > 0 else 3)
+    if kind == 0:
+        return rng.randrange(5)
+    if kind == 1:
+        return rng.choice(["x", "y", "", "z" * 3])
+    if kind == 2:
+        return rng.choice([None, True, 1.5])
+    if kind in (3, 4):
+        return [_random_value(rng, depth - 1) for _ in range(rng.randrange(4))]
+    return {rng.choice("abcde"): _random_value(rng, depth - 1) for _ in range(rng.randrange(4))}
+
+
+def _mutate(rng: random.Random, value: Any, depth: int) -> Any:
+    """A changed copy sharing unchanged parts by identity, as the snapshot encoder does."""
+    roll = rng.random()
+    if roll < 0.35:
+        return value
+    if isinstance(value, dict) and roll < 0.8:
+        out = {k: _mutate(rng, v, depth - 1) for k, v in value.items()}
+        if rng.random() < 0.2:
+            out[rng.choice("abcdef")] = _random_value(rng, depth)
+        if out and rng.random() < 0.15:
+            out.pop(rng.choice(list(out)))
+        return out
+    if isinstance(value, list) and roll < 0.8:
+        out_list = [_mutate(rng, v, depth - 1) for v in value]
+        if rng.random() < 0.4:
+            out_list.extend(rng.choice([value, out_list, [_random_value(rng, depth)]])[:3])
+        if out_list and rng.random() < 0.2:
+            del out_list[rng.randrange(len(out_list)) :]
+        return out_list
+    return _random_value(rng, max(depth, 0))
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_random_documents_round_trip(seed: int) -> None:
+    rng = random.Random(seed)
+    old = {k: _random_value(rng, 4) for k in "pqrs"}
+    new = old
+    for _ in range(5):  # a chain of deltas, as boundaries make them
+        changed = _mutate(rng, new, 5)
+        if not isinstance(changed, dict):
+            changed = {"p": changed}
+        _round_trip(new, changed)
+        new = changed
