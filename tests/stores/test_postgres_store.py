@@ -202,6 +202,8 @@ async def test_a_role_without_create_privilege_uses_a_migrated_table(
         "GRANT USAGE ON SCHEMA {schema} TO {role}",
         "GRANT SELECT ON {schema}.oma_store_migrations TO {role}",
         "GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.oma_store TO {role}",
+        "GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.oma_store_jhead TO {role}",
+        "GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.oma_store_jrec TO {role}",
     ]
     for grant in grants:
         await conn.execute(
@@ -211,6 +213,10 @@ async def test_a_role_without_create_privilege_uses_a_migrated_table(
     async with PostgresStore(app_dsn, schema=schema) as app:
         assert await app.compare_and_set("k", "from admin", "from app") is True
         await app.set("other", "v")
+        assert await app.journal_write("j", ["base"], version="v1", expected=None, replace=True)
+        await app.delete("other")
+        await app.delete("j")
+        assert await app.journal_get("j") is None and await app.get("other") is None
     store = PostgresStore(app_dsn, schema=schema, table="not_created_yet")
     with pytest.raises(StoreError, match="permission denied"):
         await store.open()
