@@ -9,11 +9,14 @@ from typing import Any
 import orjson
 import pytest
 
-from oma.checkpoint.delta import apply, diff
+from oma.checkpoint.delta import apply
+from oma.checkpoint.delta_diff import DeltaEncoder, diff
 
 
-def _round_trip(old: dict[str, Any], new: dict[str, Any]) -> list[list[Any]]:
-    ops = diff(old, new)
+def _round_trip(
+    old: dict[str, Any], new: dict[str, Any], encoder: DeltaEncoder | None = None
+) -> list[list[Any]]:
+    ops = (encoder or DeltaEncoder()).diff(old, new)
     wire = orjson.loads(orjson.dumps(ops))  # what a journal record holds
     rebuilt = apply(orjson.loads(orjson.dumps(old)), wire)
     assert orjson.dumps(rebuilt) == orjson.dumps(new)
@@ -45,6 +48,29 @@ def test_a_message_appended_to_a_conversation_and_its_tail_is_written_once() -> 
     assert orjson.dumps(ops).count(b"m10") == 1
 
 
+def test_a_value_written_by_the_previous_delta_is_copied_not_written_again() -> None:
+    encoder = DeltaEncoder()
+    record = {"toolName": "note", "input": {"note": "x" * 80}, "output": "noted " + "x" * 80}
+    first: dict[str, Any] = {"pending": [], "toolCalls": []}
+    second = {"pending": [{"commit": {"record": record}}], "toolCalls": []}
+    third = {"pending": [], "toolCalls": [copy.deepcopy(record)]}
+    _round_trip(first, second, encoder)
+    ops = _round_trip(second, third, encoder)
+    assert ["w", ["toolCalls", 0], ["pending", 0, "commit", "record"]] in ops
+    assert b"noted" not in orjson.dumps(ops)
+
+
+def test_a_value_written_twice_in_one_delta_is_written_once() -> None:
+    call = {"type": "tool_use", "id": "c1", "name": "note", "input": {"note": "y" * 80}}
+    old: dict[str, Any] = {"conversation": [], "pending": None}
+    new = {
+        "conversation": [{"role": "assistant", "content": [call]}],
+        "pending": [{"call": dict(call)}],
+    }
+    ops = _round_trip(old, new)
+    assert orjson.dumps(ops).count(b"y" * 80) == 1
+
+
 def test_a_result_made_from_the_in_flight_conversation_is_copied_not_written() -> None:
     conversation = [_message(n) for n in range(50)]
     old = {
@@ -58,6 +84,7 @@ def test_a_result_made_from_the_in_flight_conversation_is_copied_not_written() -
     new = {"completed": [result], "inFlightTasks": []}
     ops = _round_trip(old, new)
     assert len(orjson.dumps(ops)) < 400, ops  # the 49 messages are one copy operation
+    assert any(op[0] == "o" for op in ops)
     assert ["t", ["inFlightTasks"], 0] in ops
 
 
@@ -74,6 +101,10 @@ def test_a_delta_that_does_not_belong_to_its_base_is_refused() -> None:
         apply({"b": 1}, ops)
     with pytest.raises(ValueError, match="does not apply"):
         apply({"a": [1]}, [["c", ["a"], ["a"], 0, 5]])
+    with pytest.raises(ValueError, match="source does not exist"):
+        apply({"a": [1]}, [["w", ["a", 0], ["b"]]])
+    with pytest.raises(ValueError, match="does not apply"):
+        apply({"a": [1]}, [["s", ["a", True], 2]])  # JSON true is not an index
     with pytest.raises(ValueError, match="does not apply"):
         apply({"a": [1]}, [["?", ["a"]]])
 
@@ -83,7 +114,7 @@ def _random_value(rng: random.Random, depth: int) -> Any:
     if kind == 0:
         return rng.randrange(5)
     if kind == 1:
-        return rng.choice(["x", "y", "", "z" * 3])
+        return rng.choice(["x", "y", "", "z" * 3, "q" * 70])
     if kind == 2:
         return rng.choice([None, True, 1.5])
     if kind in (3, 4):
@@ -118,9 +149,37 @@ def test_random_documents_round_trip(seed: int) -> None:
     rng = random.Random(seed)
     old = {k: _random_value(rng, 4) for k in "pqrs"}
     new = old
-    for _ in range(5):  # a chain of deltas, as boundaries make them
+    encoder = DeltaEncoder()  # one writer's chain: copies from the previous delta too
+    for _ in range(6):  # a chain of deltas, as boundaries make them
         changed = _mutate(rng, new, 5)
         if not isinstance(changed, dict):
             changed = {"p": changed}
-        _round_trip(new, changed)
+        _round_trip(new, changed, encoder)
         new = changed
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_conversations_round_trip(seed: int) -> None:
+    """Snapshot-shaped chains: messages appended to a conversation and its tail, records
+    written twice, results made from a finished conversation."""
+    rng = random.Random(seed)
+    encoder = DeltaEncoder()
+    doc: dict[str, Any] = {"createdAt": "t0", "completed": [], "inFlight": []}
+    conversation: list[Any] = []
+    for step in range(60):
+        message = {"role": rng.choice(["user", "assistant"]), "text": "w" * rng.randrange(90)}
+        conversation = [*conversation, message]
+        record = {"tool": "note", "output": "o" * rng.randrange(100), "n": step}
+        in_flight = {
+            "conv": conversation,
+            "messages": conversation[1:],
+            "pending": [{"record": record}] if rng.random() < 0.5 else None,
+            "calls": [copy.deepcopy(record)] * rng.randrange(2),
+        }
+        new: dict[str, Any] = {**doc, "createdAt": f"t{step}", "inFlight": [in_flight]}
+        if rng.random() < 0.1:  # the task ends: its result is made from the conversation
+            result = {"messages": copy.deepcopy(conversation[1:]), "output": "done"}
+            new = {**new, "completed": [*doc["completed"], result], "inFlight": []}
+            conversation = []
+        _round_trip(doc, new, encoder)
+        doc = new

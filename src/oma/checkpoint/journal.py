@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from oma import jsonutil
 from oma.checkpoint import delta
+from oma.checkpoint.delta_diff import DeltaEncoder
 from oma.errors import CheckpointDecodeError, CheckpointFencedError, CheckpointLostError
 from oma.store.journal import JournalStore, new_version
 
@@ -85,6 +86,7 @@ class JournalWriter:
         self.superseded = False
         self.current: _Written | None = None  # what this attempt believes is stored
         self._unknown: _Written | None = None  # a failed write that may have landed anyway
+        self._deltas = DeltaEncoder()
 
     async def claim(
         self, wire: dict[str, Any], metadata: dict[str, Any], loaded: StoredCheckpoint | None
@@ -101,7 +103,7 @@ class JournalWriter:
         if current is None:
             await self._replace_or_stop(wire, metadata, None, attempt)
             return
-        record = jsonutil.dumps(delta.diff(current.document, wire))
+        record = jsonutil.dumps(self._deltas.diff(current.document, wire))
         if current.tail_bytes + len(record) > max(current.base_bytes * COMPACT_RATIO, 1):
             await self._replace_or_stop(wire, metadata, current.version, attempt)
             return

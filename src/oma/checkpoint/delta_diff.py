@@ -1,0 +1,387 @@
+"""Making deltas (``oma.checkpoint.delta``): the operations between two successive snapshots.
+
+The diff is cheap where a snapshot is: parts that are the same object as before (the snapshot
+encoder's caches) cost one identity check, a list that grew costs an identity comparison of its
+old items (C speed), and only what changed is encoded. What is already in the document is not
+written again but copied:
+
+- items appended in this delta at one place and again at another (a message appended to a
+  conversation and to its tail): ``c``;
+- a long run of items of a list of the previous snapshot (a task's result made from its
+  in-flight conversation): ``o``;
+- an object or list written by this delta or the previous one, equal to one being written (a
+  tool call's record, written when it is committed and again as the turn's ``toolCalls``
+  entry; its result, again inside the ``tool_result`` message): ``v`` and ``w``.
+
+``DeltaEncoder`` keeps, between two deltas, where the values it wrote last time are; a copy is
+only ever made from a value it finds at that place in the old document (by identity).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+
+from oma.checkpoint.delta import Op, Path
+
+_MIN_VALUE = 64  # encoded bytes below which a value is written out: a copy is about as long
+_MIN_RUN = 8  # items of an old list that a run must match to be copied from it
+_DEPTH = 4  # levels below a written value that are looked at for copies
+
+
+class DeltaEncoder:
+    """The deltas of one writer's successive documents (each document is never changed once
+    given: the next diff compares against it, and copies from it by identity)."""
+
+    def __init__(self) -> None:
+        self._recent: dict[bytes, tuple[Path, Any]] = {}
+
+    def diff(self, old: dict[str, Any], new: dict[str, Any]) -> list[Op]:
+        """Operations turning ``old`` into ``new`` (JSON objects of plain dicts and lists)."""
+        if not isinstance(old, dict) or not isinstance(new, dict):
+            raise TypeError("diff works on JSON objects at the root")
+        differ = _Differ(old, self._recent)
+        differ.dicts(old, new, [])
+        self._recent = differ.written
+        return differ.ops
+
+
+def diff(old: dict[str, Any], new: dict[str, Any]) -> list[Op]:
+    """One delta, without a previous one to copy from."""
+    return DeltaEncoder().diff(old, new)
+
+
+class _Differ:
+    def __init__(self, old_root: dict[str, Any], previous: dict[bytes, tuple[Path, Any]]) -> None:
+        self.old_root = old_root
+        self.previous = previous  # values the previous delta wrote, by encoding
+        self.ops: list[Op] = []
+        self.written: dict[bytes, tuple[Path, Any]] = {}  # values this delta writes whole
+        self.placed: dict[int, tuple[Path, int, Any]] = {}  # items appended, by identity
+        self._encoded: dict[int, bytes | None] = {}
+        self._parts: dict[int, bool] = {}
+        self._plans: dict[tuple[int, int], tuple[int, str]] = {}
+        self._sources: list[tuple[Path, list[Any]]] | None = None
+
+    # Walking both documents.
+
+    def dicts(self, old: dict[str, Any], new: dict[str, Any], path: Path) -> None:
+        old_keys, new_keys = list(old), list(new)
+        common = len(new_keys)
+        if old_keys != new_keys:
+            # Other keys or another order: keep the order exact by setting everything from the
+            # first differing key on (a key added or dropped at the end is the usual case).
+            common = 0
+            for a, b in zip(old_keys, new_keys, strict=False):
+                if a != b:
+                    break
+                common += 1
+        for key in new_keys[:common]:
+            if old[key] is not new[key]:
+                self.value(old[key], new[key], [*path, key])
+        for key in old_keys[common:]:
+            self.ops.append(["d", [*path, key]])
+        for key in new_keys[common:]:
+            self.emit(new[key], [*path, key])
+
+    def value(self, old: Any, new: Any, path: Path) -> None:
+        if old is new:
+            return
+        if isinstance(old, dict) and isinstance(new, dict):
+            self.dicts(old, new, path)
+        elif isinstance(old, list) and isinstance(new, list):
+            self.lists(old, new, path)
+        elif not _same(old, new):
+            self.emit(new, path)
+
+    def lists(self, old: list[Any], new: list[Any], path: Path) -> None:
+        n = len(old)
+        if len(new) >= n and all(map(operator.is_, old, new)):  # grew: the usual case
+            if len(new) > n:
+                self.extend(new, n, path)
+            return
+        common = 0
+        for a, b in zip(old, new, strict=False):
+            if not _same(a, b):
+                break
+            common += 1
+        if common == n:
+            self.extend(new, n, path)
+        elif len(new) < n and common == len(new):
+            self.ops.append(["t", path, len(new)])
+        elif _cheap_in_place(old, new, common, min(n, len(new))):
+            for index in range(common, min(n, len(new))):
+                self.value(old[index], new[index], [*path, index])
+            if len(new) < n:
+                self.ops.append(["t", path, len(new)])
+            elif len(new) > n:
+                self.extend(new, n, path)
+        else:
+            self.emit(new, path)
+
+    # Writing what is new.
+
+    def extend(self, new: list[Any], start: int, path: Path) -> None:
+        """Append ``new[start:]`` to the list at ``path`` (which holds ``new[:start]``)."""
+        index = start
+        pending: list[Any] = []
+
+        def flush() -> None:
+            if pending:
+                self.ops.append(["x", path, list(pending)])
+                pending.clear()
+
+        while index < len(new):
+            item = new[index]
+            run = self._copy_run(new, index, path)
+            if run is not None:
+                flush()
+                kind, source, first, length = run
+                self.ops.append([kind, path, source, first, first + length])
+                for offset in range(length):
+                    self._place(new[index + offset], path, index + offset)
+                index += length
+                continue
+            here = [*path, index]
+            if self._plan(item, _length(here))[1] != "whole":
+                flush()
+                self.emit(item, here)  # an index equal to the length appends
+            else:
+                pending.append(item)
+                self._remember(item, here)
+            self._place(item, path, index)
+            index += 1
+        flush()
+
+    def emit(self, value: Any, path: Path) -> None:
+        """Set ``path`` to ``value``, copying what of it the document already holds where
+        that takes fewer bytes than writing it."""
+        choice = self._plan(value, _length(path))[1]
+        if choice == "ref":
+            reference = self._reference(value)
+            assert reference is not None
+            self.ops.append([reference[0], path, reference[1]])
+        elif choice == "split" and isinstance(value, list):
+            self.ops.append(["s", path, []])
+            self.extend(value, 0, path)
+            return
+        elif choice == "split" and isinstance(value, dict):
+            self.ops.append(["s", path, {}])
+            for key, item in value.items():
+                self.emit(item, [*path, key])
+            return
+        else:
+            self.ops.append(["s", path, value])
+        self._remember(value, path)
+
+    def _plan(self, value: Any, path_bytes: int, depth: int = _DEPTH) -> tuple[int, str]:
+        """The cheapest way to write ``value`` at a path of ``path_bytes`` (estimated bytes):
+        whole, as a reference, or split into parts (some of which are copies)."""
+        key = (id(value), path_bytes)
+        planned = self._plans.get(key)
+        if planned is not None:
+            return planned
+        whole = self._size(value) + path_bytes + 8
+        best = (whole, "whole")
+        reference = self._reference(value)
+        if reference is not None:
+            best = min(best, (path_bytes + _length(reference[1]) + 8, "ref"))
+        if depth > 0 and isinstance(value, dict | list) and self._has_parts(value):
+            split = path_bytes + 10
+            if isinstance(value, dict):
+                for name, item in value.items():
+                    split += self._plan(item, path_bytes + len(name) + 3, depth - 1)[0]
+            else:
+                run = self._copy_run(value, 0, None)
+                covered = run[3] if run is not None else 0
+                if run is not None:
+                    split += path_bytes + _length(run[1]) + 16
+                for item in value[covered:]:
+                    split += min(
+                        self._size(item) + 1, self._plan(item, path_bytes + 4, depth - 1)[0]
+                    )
+            best = min(best, (split, "split"))
+        self._plans[key] = best
+        return best
+
+    def _size(self, value: Any) -> int:
+        encoded = self._encoding(value, minimum=0)
+        return len(encoded) if encoded is not None else 1 << 30
+
+    # What can be copied.
+
+    def _reference(self, value: Any) -> tuple[str, Path] | None:
+        """``("v", path)`` for a value this delta wrote, ``("w", path)`` for one the previous
+        delta wrote and that is still there in the old document."""
+        encoded = self._encoding(value)
+        if encoded is None:
+            return None
+        now = self.written.get(encoded)
+        if now is not None:
+            return "v", now[0]
+        before = self.previous.get(encoded)
+        if before is not None and _at(self.old_root, before[0]) is before[1]:
+            return "w", before[0]
+        return None
+
+    def _has_parts(self, value: Any, depth: int = _DEPTH) -> bool:
+        """Whether some part of ``value`` (not itself) can be copied."""
+        if not isinstance(value, dict | list) or depth <= 0:
+            return False
+        known = self._parts.get(id(value))
+        if known is None:
+            items = value.values() if isinstance(value, dict) else value
+            known = any(
+                self._reference(item) is not None or self._has_parts(item, depth - 1)
+                for item in items
+                if isinstance(item, dict | list)
+            ) or (isinstance(value, list) and self._copy_run(value, 0, None) is not None)
+            self._parts[id(value)] = known
+        return known
+
+    def _remember(self, value: Any, path: Path, depth: int = _DEPTH) -> None:
+        """Record where a value written whole (and its parts) now is."""
+        if not isinstance(value, dict | list) or depth <= 0:
+            return
+        encoded = self._encoding(value)
+        if encoded is not None:
+            self.written.setdefault(encoded, (path, value))
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in items:
+            if isinstance(item, dict | list):
+                self._remember(item, [*path, key], depth - 1)
+
+    def _encoding(self, value: Any, minimum: int = _MIN_VALUE) -> bytes | None:
+        """``value``'s JSON, for objects and lists of at least ``minimum`` bytes (the smaller
+        ones are never copied); scalars only with ``minimum=0``."""
+        if not isinstance(value, dict | list):
+            if minimum > 0:
+                return None
+            try:
+                return orjson.dumps(value)
+            except (TypeError, orjson.JSONEncodeError):
+                return None
+        key = id(value)
+        if key not in self._encoded:
+            try:
+                self._encoded[key] = orjson.dumps(value)
+            except (TypeError, orjson.JSONEncodeError):
+                self._encoded[key] = None  # not encodable as is: never assumed equal
+        encoded = self._encoded[key]
+        return encoded if encoded is not None and len(encoded) >= minimum else None
+
+    def _place(self, item: Any, path: Path, index: int) -> None:
+        if isinstance(item, dict):
+            self.placed[id(item)] = (path, index, item)
+
+    def _copy_run(
+        self, new: list[Any], index: int, path: Path | None
+    ) -> tuple[str, Path, int, int] | None:
+        """A run of items from ``new[index]`` already in the document: appended earlier in
+        this delta (one is enough: the same objects), or equal to ``_MIN_RUN`` or more items
+        of a list of the old document."""
+        if index >= len(new) or not isinstance(new[index], dict):
+            return None
+        first = new[index]
+        known = self.placed.get(id(first))
+        if known is not None and known[2] is first and known[0] != path:
+            source, start, _ = known
+            length = 1
+            while index + length < len(new):
+                again = self.placed.get(id(new[index + length]))
+                if again is None or again[0] != source or again[1] != start + length:
+                    break
+                length += 1
+            return "c", source, start, length
+        if len(new) - index < _MIN_RUN:
+            return None
+        for source, items in self._old_lists():
+            found = _find(items, first)
+            if found is None:
+                continue
+            length = 1
+            while index + length < len(new) and found + length < len(items):
+                if not _same(items[found + length], new[index + length]):
+                    break
+                length += 1
+            if length >= _MIN_RUN:
+                return "o", source, found, length
+        return None
+
+    def _old_lists(self) -> Iterator[tuple[Path, list[Any]]]:
+        """Long lists of objects in the old document, a few levels deep."""
+        if self._sources is None:
+            self._sources = []
+            for key, value in self.old_root.items():
+                self._sources.extend(_lists_of_objects(value, [key], depth=3))
+        yield from self._sources
+
+
+def _length(path: Path) -> int:
+    """About the bytes of ``path`` in JSON."""
+    return 2 + sum(len(step) + 3 if isinstance(step, str) else 3 for step in path)
+
+
+def _at(doc: Any, path: Path) -> Any:
+    node = doc
+    for step in path:
+        in_dict = isinstance(node, dict) and isinstance(step, str) and step in node
+        if not in_dict and not (isinstance(node, list) and type(step) is int):
+            return None
+        if not in_dict and not 0 <= int(step) < len(node):
+            return None
+        node = node[step]
+    return node
+
+
+def _find(items: list[Any], first: Any) -> int | None:
+    for position, item in enumerate(items):
+        if item is first:
+            return position
+    for position, item in enumerate(items):
+        if _same(item, first):
+            return position
+    return None
+
+
+def _same(a: Any, b: Any) -> bool:
+    """JSON equality: Python's ``==`` holds for ``True`` and ``1``, or ``1`` and ``1.0``, whose
+    JSON differs; the encoded text decides where ``==`` cannot."""
+    if a is b:
+        return True
+    if type(a) is not type(b) or a != b:
+        return False
+    if not isinstance(a, dict | list):
+        return True
+    try:
+        return orjson.dumps(a) == orjson.dumps(b)
+    except (TypeError, orjson.JSONEncodeError):
+        return False
+
+
+def _lists_of_objects(value: Any, path: Path, depth: int) -> Iterator[tuple[Path, list[Any]]]:
+    if depth < 0:
+        return
+    if isinstance(value, list):
+        if len(value) >= _MIN_RUN and isinstance(value[0], dict):
+            yield path, value
+        for index, item in enumerate(value):
+            if isinstance(item, dict | list):
+                yield from _lists_of_objects(item, [*path, index], depth - 1)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(item, dict | list):
+                yield from _lists_of_objects(item, [*path, key], depth - 1)
+
+
+def _cheap_in_place(old: list[Any], new: list[Any], start: int, stop: int) -> bool:
+    """Whether to patch items ``start:stop`` in place (objects and lists that changed inside,
+    a few at most) rather than set the list again."""
+    if stop - start > 8:
+        return False
+    return all(
+        isinstance(old[i], dict | list) and type(old[i]) is type(new[i]) for i in range(start, stop)
+    )
