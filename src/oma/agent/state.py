@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +39,30 @@ class PendingCall:
 
 
 @dataclass
+class _WireList:
+    """The wires of a list the runner only appends to, extended as it grows: a list that
+    shrank or whose first or last known item changed is built again."""
+
+    sources: list[object] = field(default_factory=list)
+    wires: list[dict[str, Any]] = field(default_factory=list)
+
+    def extended(
+        self, items: Sequence[Any], wire: Callable[[Any], dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        known = len(self.sources)
+        if known and (
+            len(items) < known
+            or items[0] is not self.sources[0]
+            or items[known - 1] is not self.sources[-1]
+        ):
+            self.sources, self.wires, known = [], [], 0
+        for item in items[known:]:
+            self.sources.append(item)
+            self.wires.append(wire(item))
+        return self.wires
+
+
+@dataclass
 class RunnerState:
     conversation: list[LLMMessage]
     messages: list[LLMMessage] = field(default_factory=list)
@@ -50,6 +75,11 @@ class RunnerState:
     # The wire of each message and record already persisted, by identity: both are appended,
     # never changed, so each is dumped once, not at every boundary of its conversation.
     _wires: dict[int, tuple[object, dict[str, Any]]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    # The wire lists of conversation, messages and records as last built, extended as the
+    # lists grow, so a boundary's cost does not grow with the conversation.
+    _lists: dict[str, _WireList] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
 
@@ -66,25 +96,15 @@ class RunnerState:
         """The in-flight record of this state; its wire is remembered with it (built from the
         wire of each message and record, so a boundary does not dump the conversation again)."""
         executing = self.phase == "executing_tools"
-        conversation = [self._wire(m) for m in self.conversation]
-        messages = [self._wire(m) for m in self.messages]
-        records = [self._wire(r) for r in self.records]
+        conversation = self._list("conversation", self.conversation)
+        messages = self._list("messages", self.messages)
+        records = self._list("records", self.records)
         live = len(conversation) + len(messages) + len(records)
         if len(self._wires) > live:  # drop what is no longer in the state
             kept = {id(item) for items in self._items() for item in items}
             self._wires = {key: value for key, value in self._wires.items() if key in kept}
-        state = InFlightTask(
-            task_id=task_id,
-            assignee=assignee,
-            phase=self.phase,
-            conversation_messages=conversation,
-            messages=messages,
-            token_usage=CheckpointUsage(
-                input_tokens=self.usage.input_tokens, output_tokens=self.usage.output_tokens
-            ),
-            tool_calls=list(self.records),
-            turns=self.turns,
-            pending_tool_calls=[
+        pending = (
+            [
                 PendingToolCall(
                     call=CheckpointToolUse.model_validate(p.call.model_dump(mode="json")),
                     commit=p.commit,
@@ -95,9 +115,30 @@ class RunnerState:
                 for p in self.pending
             ]
             if executing
-            else None,
-            final_output=self.final_output if self.phase == "completed" else None,
+            else None
         )
+        # Constructed, not validated: validating would copy every message of the conversation
+        # at every boundary. Its parts are validated models and the wires of messages made by
+        # the engine; the record's own rules are checked here.
+        state = InFlightTask.model_construct(
+            task_id=task_id,
+            assignee=assignee,
+            phase=self.phase,
+            conversation_messages=conversation,
+            messages=messages,
+            token_usage=CheckpointUsage(
+                input_tokens=self.usage.input_tokens, output_tokens=self.usage.output_tokens
+            ),
+            tool_calls=list(self.records),
+            turns=self.turns,
+            pending_tool_calls=pending,
+            pending_tool_result_text=None,
+            final_output=self.final_output if self.phase == "completed" else None,
+            loop_warned=None,
+            loop_detected=None,
+            budget_exceeded=None,
+        )
+        state.check_phase_fields()
         wire: dict[str, Any] = {
             "taskId": state.task_id,
             "assignee": state.assignee,
@@ -114,6 +155,14 @@ class RunnerState:
             wire["finalOutput"] = state.final_output
         remember_wire(state, wire)
         return state
+
+    def _list(
+        self, name: str, items: list[LLMMessage] | list[ToolCallRecord]
+    ) -> list[dict[str, Any]]:
+        cached = self._lists.get(name)
+        if cached is None:
+            cached = self._lists[name] = _WireList()
+        return list(cached.extended(items, self._wire))  # a copy: the cache grows on
 
     def _items(self) -> tuple[list[LLMMessage], list[LLMMessage], list[ToolCallRecord]]:
         return self.conversation, self.messages, self.records

@@ -122,6 +122,10 @@ class InFlightTask(WireModel):
 
     @model_validator(mode="after")
     def _phase_fields(self) -> InFlightTask:
+        return self.check_phase_fields()
+
+    def check_phase_fields(self) -> InFlightTask:
+        """Rule 2.6.3 (also for a record made with ``model_construct``); raises ``ValueError``."""
         executing = self.phase == "executing_tools"
         if executing and not self.pending_tool_calls:
             raise ValueError("rule 2.6.3: executing_tools needs non-empty pendingToolCalls")
