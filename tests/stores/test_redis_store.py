@@ -43,8 +43,38 @@ async def test_layout_is_one_hash_per_field_under_a_hash_tag(
         assert await client.hget(prefix + "metadata", "a") == b'{"m":1}'
         assert await client.hget(prefix + "expiry", "b") == b"4"
         assert await client.zrange(prefix + "order", 0, -1) == [b"a", b"b"]
+        await store.journal_write(
+            "j", ["base"], version="v1", expected=None, replace=True, metadata={"m": 2}
+        )
+        journal = {
+            k.decode() if isinstance(k, bytes) else k for k in await client.keys(prefix + "j*")
+        }
+        assert journal == {
+            prefix + f for f in ("jversion", "jcount", "jrecords", "jmeta", "jcreated")
+        }
+        assert await client.hget(prefix + "jrecords", "0:j") == b"base"
         await store.clear()
         assert await client.keys(f"{prefix}*") == []
+
+
+async def test_a_swap_from_the_value_just_written_reuses_its_digest_and_still_fences(
+    redis_server: RedisServer,
+) -> None:
+    namespace = unique_name("memo")
+    async with (
+        RedisStore(redis_server.url, namespace=namespace) as ours,
+        RedisStore(redis_server.url, namespace=namespace) as theirs,
+    ):
+        first, second = "v1" * 1000, "v2" * 1000
+        assert await ours.compare_and_set("k", None, first)
+        assert await ours.compare_and_set("k", first, second)  # digest of first: remembered
+        await theirs.set("k", "another writer")
+        assert not await ours.compare_and_set("k", second, "v3")  # stale: refused
+        entry = await ours.get("k")
+        assert entry is not None and entry.value == "another writer"
+        await theirs.delete("k")
+        await theirs.set("k", second)  # the same text again, written by someone else
+        assert await ours.compare_and_set("k", second, "v4")  # equal text: a match
 
 
 async def test_namespaces_are_isolated(redis_server: RedisServer) -> None:

@@ -37,6 +37,7 @@ from oma import jsonutil
 from oma.errors import StoreConfigError, StoreError
 from oma.store import redis_scripts
 from oma.store.base import Entries, MemoryEntry, Metadata
+from oma.store.digests import DigestMemo
 from oma.store.journal import JournalEntry, JournalKeys, check_write
 from oma.store.names import REDIS_NAMESPACE
 from oma.store.remote import (
@@ -99,6 +100,7 @@ class RedisStore:
             self._client = target
             self._owns_client = False
         self._keys = [f"{{{namespace}}}:{field}" for field in redis_scripts.FIELDS]
+        self._digests = DigestMemo()
         self._write = self._client.register_script(redis_scripts.WRITE)
         self._delete = self._client.register_script(redis_scripts.DELETE)
         self._read = self._client.register_script(redis_scripts.READ)
@@ -119,12 +121,14 @@ class RedisStore:
     async def set(self, key: str, value: str, metadata: Metadata | None = None) -> None:
         args = _write_args(key, value, metadata, None, "s", "")
         await self._idempotent(lambda: self._write(self._keys, args))
+        self._wrote(key, value, args)
 
     async def set_with_expiry(
         self, key: str, value: str, expires_at_turn: int, metadata: Metadata | None = None
     ) -> None:
         args = _write_args(key, value, metadata, expires_at_turn, "s", "")
         await self._idempotent(lambda: self._write(self._keys, args))
+        self._wrote(key, value, args)
 
     async def compare_and_set(
         self, key: str, expected: str | None, value: str, metadata: Metadata | None = None
@@ -132,22 +136,34 @@ class RedisStore:
         if expected is None:
             args = _write_args(key, value, metadata, None, "a", "")
         else:
-            args = _write_args(key, value, metadata, None, "c", _digest(_encode(expected)))
+            # A fenced save's expected value is its previous save: its digest is known.
+            expected_digest = self._digests.digest(key, expected).hex()
+            args = _write_args(key, value, metadata, None, "c", expected_digest)
         try:
-            return bool(await self._translate(self._write(self._keys, args)))
+            swapped = bool(await self._translate(self._write(self._keys, args)))
         except StoreUnavailableError:
             if not self._worked:
                 raise
             # Not simply re-sent: if the reply was lost the swap may have happened, and a
             # second run would report False to the writer that won. The key itself tells.
-            return await self._settle_swap(key, expected, value, args)
+            swapped = await self._settle_swap(key, expected, value, args)
+        if swapped:
+            self._wrote(key, value, args)
+        return swapped
 
     async def delete(self, key: str) -> None:
         await self._idempotent(lambda: self._delete(self._keys, [_encode(key)]))
+        self._digests.forget(key)
 
     async def clear(self) -> None:
         # One UNLINK of every key of the namespace: a single command, hence atomic.
         await self._idempotent(lambda: self._client.unlink(*self._keys))
+        self._digests.forget()
+
+    def _wrote(self, key: str, value: str, args: Sequence[bytes | str]) -> None:
+        digest = args[2]
+        assert isinstance(digest, str)
+        self._digests.record(key, value, bytes.fromhex(digest))
 
     async def journal_get(self, key: str) -> JournalEntry | None:
         rows = await self._idempotent(lambda: self._journal_read(self._keys, [_encode(key)]))
