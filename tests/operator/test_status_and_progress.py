@@ -9,6 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from oma.checkpoint.journal import JournalWriter
+from oma.checkpoint.keys import checkpoint_key
+from oma.errors import CheckpointValidationError
+from oma.store import InMemoryStore, JournalEntry
 from oma.store.urls import open_store
 from oma.timeutil import parse_iso
 from oma_operator import runtime
@@ -90,3 +94,40 @@ async def test_the_runs_approval_rows_are_read_by_id_from_its_checkpoint(tmp_pat
     (record,) = await run_records(store, "conf-c")
     assert record.request.id == "apr_ae114847e935829ae1d26b8c56b0b88f"
     assert record.decision is None
+
+
+class _CountingReads(InMemoryStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[str] = []
+
+    async def journal_get(self, key: str) -> JournalEntry | None:
+        self.reads.append(key)
+        return await super().journal_get(key)
+
+
+async def test_progress_of_a_journal_comes_from_its_head_not_its_records() -> None:
+    store = _CountingReads()
+    writer = JournalWriter(store, checkpoint_key("j"), fenced=True)
+    tasks = [{"id": "a", "status": "completed"}, {"id": "b", "status": "pending"}]
+    wire = {"createdAt": "2026-12-03T10:00:00.000Z", "queue": {"tasks": tasks, "completed": ["a"]}}
+    await writer.save(wire, {"createdAt": wire["createdAt"]}, 1)
+    progress = await read_progress(store, "j")
+    assert progress == {"lastCheckpointAt": "2026-12-03T10:00:00.000Z", "taskSummary": "1/2"}
+    assert store.reads == []
+    # A head whose numbers make no sense (written by someone else) is not believed: the
+    # journal itself is read, and here it is no snapshot at all.
+    head = await store.journal_head(checkpoint_key("j"))
+    assert head is not None
+    forged = {"createdAt": "x", "progress": {"tasks": 1, "completed": 5}}
+    assert await store.journal_write(
+        checkpoint_key("j"),
+        ["{}"],
+        version="v2",
+        expected=head.version,
+        replace=True,
+        metadata=forged,
+    )
+    with pytest.raises(CheckpointValidationError):
+        await read_progress(store, "j")
+    assert store.reads == [checkpoint_key("j")]

@@ -138,3 +138,17 @@ async def test_many_records_round_trip(journal_store: JournalStore) -> None:
     entry = await journal_store.journal_get("k")
     assert entry is not None
     assert entry.records == ["x" * 200_000, *(f"r{n}" for n in range(40))]
+
+
+async def test_the_head_is_the_journal_without_its_records(journal_store: JournalStore) -> None:
+    assert await journal_store.journal_head("k") is None
+    first = await _create(journal_store, "k", "x" * 10_000)
+    second = new_version()
+    assert await journal_store.journal_write(
+        "k", ["r1", "r2"], version=second, expected=first, replace=False, metadata={"p": [1, 2]}
+    )
+    head = await journal_store.journal_head("k")
+    entry = await journal_store.journal_get("k")
+    assert head is not None and entry is not None
+    assert (head.key, head.records, head.version, head.metadata) == ("k", 3, second, {"p": [1, 2]})
+    assert head.created_at == entry.created_at

@@ -88,6 +88,17 @@ class JournalWriter:
         self._unknown: _Written | None = None  # a failed write that may have landed anyway
         self._deltas = DeltaEncoder()
 
+    @staticmethod
+    def _with_progress(wire: dict[str, Any], metadata: dict[str, Any]) -> dict[str, Any]:
+        """The journal's metadata, with the tasks done and in all (what a progress poll reads
+        instead of the journal: ``journal_head``)."""
+        queue = wire.get("queue")
+        if not isinstance(queue, dict) or not isinstance(queue.get("tasks"), list):
+            return metadata
+        completed = queue.get("completed")
+        done = len(completed) if isinstance(completed, list) else 0
+        return {**metadata, "progress": {"tasks": len(queue["tasks"]), "completed": done}}
+
     async def claim(
         self, wire: dict[str, Any], metadata: dict[str, Any], loaded: StoredCheckpoint | None
     ) -> bool:
@@ -173,6 +184,7 @@ class JournalWriter:
         record: str | None = None,
     ) -> _Written | None:
         version = new_version()
+        metadata = self._with_progress(wire, metadata)
         text = record if record is not None else jsonutil.dumps(wire)
         current = self.current
         if replace or current is None:

@@ -19,7 +19,7 @@ from oma.store.base import (
     supports_expiry,
 )
 from oma.store.file import FileStore
-from oma.store.journal import JournalEntry, JournalStore, supports_journal
+from oma.store.journal import JournalEntry, JournalHead, JournalStore, supports_journal
 from oma.store.memory import InMemoryStore
 from oma.store.prefixed import PrefixedStore, memory_prefix, tenant_prefix
 from oma.store.redacting import ExpiringRedactingStore, RedactingStore
@@ -56,6 +56,7 @@ __all__ = [
     "FileStore",
     "InMemoryStore",
     "JournalEntry",
+    "JournalHead",
     "JournalStore",
     "MemoryEntry",
     "MemoryStore",

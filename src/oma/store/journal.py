@@ -40,11 +40,25 @@ class JournalEntry(BaseModel):
 JournalKeys = list[str]  # an alias: a method named list hides the builtin in store classes
 
 
+class JournalHead(BaseModel):
+    """A journal without its records: what a progress poll reads."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+    records: int
+    version: str
+    metadata: Metadata | None = None
+    created_at: datetime
+
+
 @runtime_checkable
 class JournalStore(MemoryStore, Protocol):
     async def journal_get(self, key: str) -> JournalEntry | None: ...
 
     async def journal_version(self, key: str) -> str | None: ...
+
+    async def journal_head(self, key: str) -> JournalHead | None: ...
 
     async def journal_write(
         self,

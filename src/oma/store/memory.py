@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from oma.store.base import Entries, MemoryEntry, Metadata, copy_entry, copy_metadata
-from oma.store.journal import JournalEntry, JournalKeys, check_write
+from oma.store.journal import JournalEntry, JournalHead, JournalKeys, check_write
 
 
 class InMemoryStore:
@@ -59,6 +59,18 @@ class InMemoryStore:
     async def journal_version(self, key: str) -> str | None:
         journal = self._journals.get(key)
         return journal.version if journal is not None else None
+
+    async def journal_head(self, key: str) -> JournalHead | None:
+        journal = self._journals.get(key)
+        if journal is None:
+            return None
+        return JournalHead(
+            key=key,
+            records=len(journal.records),
+            version=journal.version,
+            metadata=copy_metadata(journal.metadata),
+            created_at=journal.created_at,
+        )
 
     async def journal_write(
         self,

@@ -44,7 +44,7 @@ from oma.errors import StoreConfigError, StoreError
 from oma.store import postgres_journal
 from oma.store import postgres_sql as q
 from oma.store.base import Entries, MemoryEntry, Metadata
-from oma.store.journal import JournalEntry, JournalKeys, check_write
+from oma.store.journal import JournalEntry, JournalHead, JournalKeys, check_write
 from oma.store.names import POSTGRES_IDENTIFIER
 from oma.store.postgres_connections import Connections
 from oma.store.postgres_migrations import migrate
@@ -191,6 +191,19 @@ class PostgresStore:
     async def journal_version(self, key: str) -> str | None:
         rows = await self._idempotent(q.JOURNAL_VERSION, {"key": key}, fetch=True)
         return str(rows[0][0]) if rows else None
+
+    async def journal_head(self, key: str) -> JournalHead | None:
+        rows = await self._idempotent(q.JOURNAL_HEAD, {"key": key}, fetch=True)
+        if not rows:
+            return None
+        records, version, metadata, created_at = rows[0]
+        return JournalHead(
+            key=key,
+            records=records,
+            version=version,
+            metadata=jsonutil.loads(metadata) if metadata is not None else None,
+            created_at=created_at.astimezone(UTC),
+        )
 
     async def journal_write(
         self,

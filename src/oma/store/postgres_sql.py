@@ -171,6 +171,9 @@ JOURNAL_READ = sql.SQL(
     """
 )
 JOURNAL_VERSION = sql.SQL("SELECT version FROM {journal} WHERE key = %(key)s")
+JOURNAL_HEAD = sql.SQL(
+    "SELECT records, version, metadata::text, created_at FROM {journal} WHERE key = %(key)s"
+)
 JOURNAL_KEYS = sql.SQL("SELECT key FROM {journal} ORDER BY key")
 JOURNAL_CREATE = sql.SQL(
     """

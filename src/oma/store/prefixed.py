@@ -23,7 +23,7 @@ from oma.store.base import (
     supports_compare_and_set,
     supports_expiry,
 )
-from oma.store.journal import JournalEntry, supports_journal
+from oma.store.journal import JournalEntry, JournalHead, supports_journal
 from oma.store.reserved import MEMORY_KEY_PREFIX, TENANT_KEY_PREFIX
 
 SCOPE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
@@ -107,6 +107,10 @@ class _PrefixedJournal:
     async def journal_version(self, key: str) -> str | None:
         version: str | None = await self.inner.journal_version(self.prefix + key)
         return version
+
+    async def journal_head(self, key: str) -> JournalHead | None:
+        head: JournalHead | None = await self.inner.journal_head(self.prefix + key)
+        return head.model_copy(update={"key": key}) if head is not None else None
 
     async def journal_write(self, key: str, records: Sequence[str], **options: Any) -> bool:
         written: bool = await self.inner.journal_write(self.prefix + key, records, **options)

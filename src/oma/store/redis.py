@@ -38,7 +38,7 @@ from oma.errors import StoreConfigError, StoreError
 from oma.store import redis_scripts
 from oma.store.base import Entries, MemoryEntry, Metadata
 from oma.store.digests import DigestMemo
-from oma.store.journal import JournalEntry, JournalKeys, check_write
+from oma.store.journal import JournalEntry, JournalHead, JournalKeys, check_write
 from oma.store.names import REDIS_NAMESPACE
 from oma.store.remote import (
     StoreAuthError,
@@ -106,6 +106,7 @@ class RedisStore:
         self._read = self._client.register_script(redis_scripts.READ)
         self._journal_write = self._client.register_script(redis_scripts.JOURNAL_WRITE)
         self._journal_read = self._client.register_script(redis_scripts.JOURNAL_READ)
+        self._journal_head = self._client.register_script(redis_scripts.JOURNAL_HEAD)
 
     def __repr__(self) -> str:
         return f"RedisStore({self._where!r}, namespace={self.namespace!r})"
@@ -181,6 +182,19 @@ class RedisStore:
     async def journal_version(self, key: str) -> str | None:
         raw = await self._idempotent(lambda: self._client.hget(self._keys[7], _encode(key)))
         return _decode(raw) if raw is not None else None
+
+    async def journal_head(self, key: str) -> JournalHead | None:
+        rows = await self._idempotent(lambda: self._journal_head(self._keys, [_encode(key)]))
+        if not rows:
+            return None
+        version, metadata, created, count = rows
+        return JournalHead(
+            key=key,
+            records=int(count),
+            version=_decode(version),
+            metadata=jsonutil.loads(metadata) if metadata is not None else None,
+            created_at=_EPOCH + timedelta(microseconds=int(created)),
+        )
 
     async def journal_write(
         self,

@@ -168,3 +168,13 @@ for _, key in ipairs(keys) do
 end
 return out
 """
+
+# KEYS: the FIELDS keys, in order. ARGV: key.
+# Returns {} when there is no journal, else version, metadata (false = none), created, count.
+JOURNAL_HEAD = """
+local key = ARGV[1]
+local version = redis.call('HGET', KEYS[8], key)
+if not version then return {} end
+return {version, redis.call('HGET', KEYS[11], key), redis.call('HGET', KEYS[12], key),
+        redis.call('HGET', KEYS[9], key)}
+"""
