@@ -107,6 +107,13 @@ class TeamRunStore(SpecModel):
         description="Redact secret-shaped values before they reach the store (the run is then "
         "not fenced and cannot suspend for approvals).",
     )
+    layout: Literal["journal", "snapshot"] = Field(
+        default="journal",
+        description="How the run keeps its checkpoint: journal (a snapshot, then one delta per "
+        "durable boundary: the bytes written stay a small multiple of the snapshot) or snapshot "
+        "(the whole snapshot at every boundary, what the TypeScript reference reads). A run "
+        "keeps the layout it started with; a redacting store keeps snapshots.",
+    )
 
 
 class RetryPolicy(SpecModel):
@@ -362,9 +369,7 @@ def to_run_spec(spec: TeamRunSpec, namespace: str) -> dict[str, Any]:
         }
     store["redact"] = spec.store.redact
     store["tenant"] = namespace
-    # Runner pods keep whole snapshots for now: the journal layout (oma run's default) is not
-    # yet a TeamRun setting, nor covered by the cluster suites (docs/checkpoints.md).
-    store["layout"] = "snapshot"
+    store["layout"] = spec.store.layout
     run: dict[str, Any] = {
         "mode": spec.mode,
         "agents": agents,

@@ -13,7 +13,10 @@ import pytest
 
 from devcluster import KubeClient
 from devcluster.kube import ApiError
+from oma.checkpoint import Checkpoint
+from oma.checkpoint.journal import load_journal
 from oma.checkpoint.keys import checkpoint_key
+from oma.store.journal import new_version
 from tests.cluster.approval_kit import gated, pending_decision
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import Endpoint, SideEffects, teamrun_store
@@ -85,7 +88,7 @@ async def test_a_store_that_forgot_between_attempts_ends_checkpoint_lost_and_pay
     assert status["attempts"][0]["outcome"] == "disruption"
     store = teamrun_store(e2e_redis, body, namespace)
     try:
-        assert await store.get(checkpoint_key(body["spec"]["runId"])) is not None
+        assert await Checkpoint(store, run_id=body["spec"]["runId"]).load_latest() is not None
         await store.inner.clear()  # the store forgets: checkpoint, attempt log, everything
     finally:
         await store.aclose()
@@ -114,9 +117,9 @@ async def test_fenced_without_a_successor_ends_superseded_within_bounded_time(
     effects: SideEffects,
 ) -> None:
     """Another writer (a second TeamRun or an ``oma run`` on the same store and run id)
-    replaces the checkpoint mid-run: the attempt stops before its next tool, and since no newer
-    attempt of this TeamRun exists, the TeamRun ends Failed (Superseded), never Running
-    without a pod."""
+    replaces the checkpoint mid-run (a new journal base): the attempt stops before its next
+    tool, and since no newer attempt of this TeamRun exists, the TeamRun ends Failed
+    (Superseded), never Running without a pod."""
     script: list[dict[str, Any]] = [
         {"tool_calls": [_pay("first", "p1")]},
         {"tool_calls": [_pay("second", "p2")], "delay": 6},
@@ -128,11 +131,19 @@ async def test_fenced_without_a_successor_ends_superseded_within_bounded_time(
     key = checkpoint_key(body["spec"]["runId"])
     store = teamrun_store(e2e_redis, body, namespace)
     try:
-        entry = await store.get(key)
-        assert entry is not None
-        other = json.loads(entry.value)
+        found = await load_journal(store, key)  # TeamRuns keep journals by default
+        head = await store.journal_head(key)
+        assert found is not None and head is not None
+        other = found[0]
         other["createdAt"] = "2026-01-01T00:00:00.000Z"  # another writer's snapshot
-        await store.set(key, json.dumps(other), entry.metadata)
+        assert await store.journal_write(
+            key,
+            [json.dumps(other)],
+            version=new_version(),
+            expected=head.version,
+            replace=True,
+            metadata=head.metadata,
+        )
     finally:
         await store.aclose()
     status = await finished(kube, namespace, "taken", 90)

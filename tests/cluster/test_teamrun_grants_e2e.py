@@ -228,7 +228,7 @@ async def test_equal_run_ids_in_two_namespaces_sharing_a_redis_never_meet(
     assert sorted(await effects.ledger()) == ["a-pays-supplier", "b-pays-itself"]
     store = RedisStore(e2e_redis.for_tests, namespace=shared["namespace"])
     try:
-        keys = [entry.key for entry in await store.list()]
+        keys = [entry.key for entry in await store.list()] + await store.journal_keys()
     finally:
         await store.aclose()
     for tenant in (namespace, other_namespace):
