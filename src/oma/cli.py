@@ -68,26 +68,27 @@ def run(
 ) -> None:
     """Run a spec locally; run the same command again after an interruption to resume."""
     console = Console(highlight=False)
+    # Errors and the interruption notice go to stderr: stdout is the run's progress and summary.
+    errors = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
         code = run_command(spec, run_id, store, events, console, expect_checkpoint)
     except KeyboardInterrupt:
-        console.print(
+        errors.print(
             "interrupted: the checkpoint holds everything up to the last boundary; "
-            "run the same command again to resume",
-            soft_wrap=True,
+            "run the same command again to resume"
         )
         raise typer.Exit(Exit.INTERRUPTED) from None
     except CheckpointLostError as exc:
-        console.print(f"[red]checkpoint lost:[/] {escape(str(exc))}", soft_wrap=True)
+        errors.print(f"[red]checkpoint lost:[/] {escape(str(exc))}")
         raise typer.Exit(Exit.CHECKPOINT_LOST) from exc
     except CheckpointFencedError as exc:
-        console.print(f"[yellow]fenced:[/] {escape(str(exc))}", soft_wrap=True)
+        errors.print(f"[yellow]fenced:[/] {escape(str(exc))}")
         raise typer.Exit(Exit.FENCED) from exc
     except (StoreUnavailableError, LLMError) as exc:
-        console.print(f"[red]error:[/] {escape(str(exc))} (transient: run it again)")
+        errors.print(f"[red]error:[/] {escape(str(exc))} (transient: run it again)")
         raise typer.Exit(Exit.TRANSIENT) from exc
     except OmaError as exc:
-        console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
+        errors.print(f"[red]error:[/] {escape(str(exc))}")
         raise typer.Exit(Exit.PERMANENT) from exc
     raise typer.Exit(code)
 

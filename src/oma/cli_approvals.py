@@ -39,10 +39,14 @@ RunOption = Annotated[str | None, typer.Option("--run-id", help="Only this run's
 
 
 def _with_store(
-    url: str | None, action: Callable[[MemoryStore], Awaitable[T]], tenant: str | None
+    url: str | None,
+    action: Callable[[MemoryStore], Awaitable[T]],
+    tenant: str | None,
+    *,
+    read_only: bool = True,
 ) -> T:
     exit_codes = [(DurableApprovalError, EXIT_APPROVAL_ERROR)]
-    return with_store(url, action, exit_codes=exit_codes, tenant=tenant)
+    return with_store(url, action, exit_codes=exit_codes, tenant=tenant, read_only=read_only)
 
 
 async def _records(store: MemoryStore, run_id: str | None) -> list[ApprovalRecord]:
@@ -200,7 +204,7 @@ def _decide(
             reason=reason,
         )
 
-    decision = _with_store(store, decide, tenant)
+    decision = _with_store(store, decide, tenant, read_only=False)
     console.print(
         f"{_decided(decision)} {request_id} as {decision.reviewer.id} "
         f"(hash {decision.request_hash})"

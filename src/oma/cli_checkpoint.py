@@ -63,6 +63,7 @@ def _on_store(
     run_id: str,
     action: Callable[[MemoryStore], Awaitable[T]],
     tenant: str | None = None,
+    read_only: bool = True,
 ) -> T:
     default_file = Path(".oma") / f"{run_id}.json"
     fallback = f"file:{default_file}" if default_file.is_file() else None
@@ -71,6 +72,7 @@ def _on_store(
         action,
         fallback_url=fallback,
         tenant=tenant,
+        read_only=read_only,
         exit_codes=[(CheckpointNotFound, EXIT_NOT_FOUND), (CheckpointError, EXIT_UNREADABLE)],
     )
 
@@ -106,7 +108,7 @@ def list_runs(
                 tenants.add(key.removeprefix(TENANT_KEY_PREFIX).split("/", 1)[0])
         return found
 
-    listed = with_store(store, runs, tenant=tenant)
+    listed = with_store(store, runs, tenant=tenant, read_only=True)
     if tenants and not as_json:
         errors.print(f"tenants with keys of their own (see them with --tenant): {sorted(tenants)}")
     if as_json:
@@ -208,7 +210,7 @@ def delete(
         await s.delete(key)
         await s.delete(attempts_key(key))
 
-    _on_store(store, run_id, remove, tenant)
+    _on_store(store, run_id, remove, tenant, read_only=False)
     typer.echo(f"deleted the checkpoint of run {run_id} ({key}) and its attempt log")
 
 

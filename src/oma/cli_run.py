@@ -8,12 +8,14 @@ from pathlib import Path
 from typing import IO
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from oma.errors import OmaError
 from oma.local_run import LocalRun, run_spec
 from oma.orchestrator.events import OrchestratorEvent
-from oma.spec import RunSpec, load_run_spec
+from oma.spec import RunSpec, StoreSpec, load_run_spec
+from oma.store.remote import redact_url
 from oma.tools.builtin import builtin_tools
 
 
@@ -85,7 +87,8 @@ def run_command(
 
     def announce(resumed: bool) -> None:
         how = "resuming from its checkpoint" if resumed else "starting"
-        console.print(f"[bold]oma run[/] {chosen_id}: {how} (store {default_store})")
+        where = escape(describe_store(spec.store, default_store))
+        console.print(f"[bold]oma run[/] {chosen_id}: {how} (store {where})")
 
     try:
         outcome = asyncio.run(
@@ -104,6 +107,25 @@ def run_command(
             events_file.close()
     _summary(outcome, console)
     return outcome.exit_code
+
+
+def describe_store(store: StoreSpec | None, default_path: Path) -> str:
+    """Where the run keeps its state, as ``oma run`` announces it (passwords masked)."""
+    if store is None:
+        return str(default_path)
+    if store.file is not None:
+        return store.file.path
+    if store.memory is not None:
+        return "memory (nothing survives the process)"
+    if store.redis is not None:
+        redis = store.redis
+        url = redact_url(redis.url) if redis.url else f"${redis.url_env}"
+        return f"redis {url} namespace {redis.namespace}"
+    assert store.postgres is not None
+    pg = store.postgres
+    dsn = redact_url(pg.dsn) if pg.dsn else f"${pg.dsn_env}"
+    table = f"{pg.schema_name}.{pg.table}" if pg.schema_name else pg.table
+    return f"postgresql {dsn} table {table}"
 
 
 def _open_events(path: Path) -> IO[str]:

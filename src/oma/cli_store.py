@@ -51,16 +51,19 @@ def with_store(
     exit_codes: ExitCodes = (),
     fallback_url: str | None = None,
     tenant: str | None = None,
+    read_only: bool = False,
 ) -> T:
     """Run ``action`` on the store; an error becomes one line and an exit code.
 
     ``exit_codes`` maps error types to codes (first match wins); any other ``OmaError`` is bad
     input (2). ``fallback_url`` is used when neither ``--store`` nor ``$OMA_STORE_URL`` is set.
     With ``tenant``, ``action`` sees that tenant's part of the store (what a TeamRun of that
-    Kubernetes namespace sees).
+    Kubernetes namespace sees). ``read_only``: the command only reads, so nothing is created
+    or migrated on its behalf.
     """
     try:
-        return _run_on_store(url or os.environ.get(STORE_ENV) or fallback_url, action, tenant)
+        chosen = url or os.environ.get(STORE_ENV) or fallback_url
+        return _run_on_store(chosen, action, tenant, read_only)
     except OmaError as exc:
         code = next((c for kind, c in exit_codes if isinstance(exc, kind)), EXIT_BAD_INPUT)
         label = getattr(exc, "code", None)
@@ -70,14 +73,17 @@ def with_store(
 
 
 def _run_on_store(
-    url: str | None, action: Callable[[MemoryStore], Awaitable[T]], tenant: str | None
+    url: str | None,
+    action: Callable[[MemoryStore], Awaitable[T]],
+    tenant: str | None,
+    read_only: bool,
 ) -> T:
     if not url:
         raise OmaError(f"no store: pass --store URL or set {STORE_ENV}")
     if tenant is not None and not TENANT_NAME.fullmatch(tenant):
         raise OmaError(f"--tenant {tenant!r} is not a Kubernetes namespace name")
     try:
-        store: MemoryStore = open_store(url)
+        store: MemoryStore = open_store(url, read_only=read_only)
     except ValueError as exc:
         raise OmaError(str(exc)) from exc
     if tenant is not None:

@@ -253,3 +253,57 @@ def test_list_show_export_delete_find_a_run_kept_as_a_journal(
     assert _cli("delete", "--run-id", "jr", "--store", url, "--yes")[0] == 0
     assert _cli("show", "--run-id", "jr", "--store", url)[0] == 1
     assert "jr  saved" not in _cli("list", "--store", url)[1]
+
+
+def _with_query(url: str, query: str) -> str:
+    return f"{url}{'&' if '?' in url.split('@')[-1] else '?'}{query}"
+
+
+def test_store_options_in_the_url_and_readers_that_never_migrate(
+    postgres_server: PostgresServer,
+    redis_server: RedisServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OMA_LEDGER_PATH", str(tmp_path / "ledger.jsonl"))
+    monkeypatch.chdir(tmp_path)
+    schema = f"runs_{tmp_path.name[-8:].replace('-', '_')}"
+    stores = {
+        "postgres": (
+            {"postgres": {"dsn": postgres_server.dsn(), "schema": schema}},
+            f"schema={schema}",
+        ),
+        "redis": ({"redis": {"url": redis_server.url, "namespace": "team-q"}}, "namespace=team-q"),
+    }
+    # A reader pointed at a schema nothing was ever stored in creates nothing there.
+    fresh = _with_query(postgres_server.dsn(), f"schema={schema}")
+    code, out = _cli("show", "--run-id", "q", "--store", fresh)
+    assert code == 2 and "only reads (it never creates or migrates tables)" in out
+    assert _schema_exists(postgres_server, schema) is False
+    for name, (store, query) in stores.items():
+        spec = tmp_path / f"{name}.json"
+        script = [{"text": "ok"}]
+        agent = {"name": "a", "model": {"provider": "scripted", "script": script}}
+        spec.write_text(
+            json.dumps(
+                {"agents": [agent], "tasks": [{"title": "T", "description": "t"}], "store": store}
+            )
+        )
+        ran = runner.invoke(app, ["run", str(spec), "--run-id", "q"])
+        assert ran.exit_code == 0, ran.output
+        assert f"(store {name if name == 'redis' else 'postgresql'} " in ran.output
+        assert "(store .oma/" not in ran.output
+        url = postgres_server.dsn() if name == "postgres" else redis_server.url
+        code, out = _cli("show", "--run-id", "q", "--store", _with_query(url, query))
+        assert code == 0 and "run       q" in out, out
+        if name == "redis":  # the default namespace: not there
+            code, out = _cli("show", "--run-id", "q", "--store", url)
+            assert code == 1 and "no checkpoint" in out
+
+
+def _schema_exists(server: PostgresServer, schema: str) -> bool:
+    import psycopg
+
+    with psycopg.connect(server.dsn()) as conn:
+        row = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone()
+    return row is not None

@@ -37,6 +37,22 @@ async def test_network_stores_are_built_lazily() -> None:
     assert ":pw@" not in repr(pg)
 
 
+async def test_store_options_ride_in_the_url_query() -> None:
+    redis_store = open_store("redis://u:p?w#d@example.invalid:6379/0?namespace=team-a&ssl=false")
+    assert isinstance(redis_store, RedisStore) and redis_store.namespace == "team-a"
+    await redis_store.aclose()
+    pg = open_store("postgresql://u:p@example.invalid/db?sslmode=disable&schema=runs&table=t")
+    assert isinstance(pg, PostgresStore) and pg.qualified_name == "runs.t"
+    same = open_store("redis://example.invalid/0?namespace=n", namespace="n")
+    assert isinstance(same, RedisStore) and same.namespace == "n"
+    await same.aclose()
+    with pytest.raises(ValueError, match="sets namespace='a' but namespace='b' was also given"):
+        open_store("redis://:hunter2@example.invalid/0?namespace=a", namespace="b")
+    with pytest.raises(ValueError, match="namespace must be non-empty") as caught:
+        open_store("redis://:hunter2@example.invalid/0?namespace=a{b}")
+    assert "hunter2" not in str(caught.value)
+
+
 @pytest.mark.parametrize(
     "url", ["mysql://root:hunter2@db/x", "hunter2", "file://otherhost/x", "file://"]
 )

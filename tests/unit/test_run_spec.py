@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from oma.cli import app
+from oma.pod_contract import Exit
 from oma.spec import RunSpec
 from oma.tools import ToolContext, builtin_tools
 
@@ -171,9 +172,10 @@ def test_ctrl_c_says_how_to_resume_and_exits_130(tmp_path: Path) -> None:
     assert "starting" in child.stdout.readline()
     time.sleep(0.3)
     child.send_signal(signal.SIGINT)
-    out, _ = child.communicate(timeout=30)
+    out, err = child.communicate(timeout=30)
     assert child.returncode == 130
-    assert "run the same command again to resume" in out
+    assert "run the same command again to resume" in err  # stderr: stdout is the run's output
+    assert "resume" not in out
 
 
 @pytest.mark.parametrize(
@@ -265,3 +267,30 @@ def test_oma_run_shows_that_a_redacting_store_runs_unfenced(tmp_path: Path) -> N
     result = CliRunner().invoke(app, ["run", str(spec)])
     assert result.exit_code == 0, result.output
     assert "fencing_unavailable:" in result.output
+
+
+def test_oma_run_errors_go_to_stderr_with_their_exit_code(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    missing = subprocess.run(
+        [sys.executable, "-m", "oma", "run", str(tmp_path / "absent.yaml")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert missing.returncode == 2 and missing.stdout == ""
+    assert "cannot read run spec" in missing.stderr
+    spec = tmp_path / "unreachable.json"
+    store = {"redis": {"url": "redis://:hunter2@127.0.0.1:1/0", "namespace": "team-a"}}
+    spec.write_text(json.dumps(_spec(runId="gone", store=store)))
+    unreachable = subprocess.run(
+        [sys.executable, "-m", "oma", "run", str(spec)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert unreachable.returncode == Exit.TRANSIENT, unreachable  # transient: run it again
+    assert "is unreachable" in unreachable.stderr and "hunter2" not in unreachable.stderr
+    assert "error" not in unreachable.stdout

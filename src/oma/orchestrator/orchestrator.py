@@ -15,7 +15,12 @@ from oma.orchestrator.activation import Activation, activate
 from oma.orchestrator.approval_restore import continue_approvals
 from oma.orchestrator.context import RunContext
 from oma.orchestrator.coordinator import decompose, synthesize
-from oma.orchestrator.events import OrchestratorEvent, ProgressCallback
+from oma.orchestrator.events import (
+    OrchestratorEvent,
+    ProgressCallback,
+    ProgressDelivery,
+    delivers_progress,
+)
 from oma.orchestrator.executor import execute_queue
 from oma.orchestrator.gating import Gates
 from oma.orchestrator.identity import fresh_identity, resolve_requested_run_id
@@ -58,11 +63,12 @@ class OpenMultiAgent:
         self.gates = Gates(on_plan_ready, on_task_dispatch, on_approval, on_tool_call)
         self.drain = drain  # once set, every run stops at its next durable boundary
         self.default_checkpoint = checkpoint
-        self.on_progress = on_progress
+        self.on_progress = ProgressDelivery(on_progress) if on_progress is not None else None
         self.max_concurrency = max_concurrency
         # Used only when a run has neither an explicit store nor a team store.
         self._fallback_store = InMemoryStore()
 
+    @delivers_progress
     async def run_tasks(
         self,
         team: Team,
@@ -82,6 +88,7 @@ class OpenMultiAgent:
         await execute_queue(context)
         return build_result(context, queue_status(context))
 
+    @delivers_progress
     async def run_from_plan(
         self,
         team: Team,
@@ -99,6 +106,7 @@ class OpenMultiAgent:
         await execute_queue(context)
         return build_result(context, queue_status(context))
 
+    @delivers_progress
     async def run_team(
         self,
         team: Team,
@@ -131,6 +139,7 @@ class OpenMultiAgent:
         synthesis = await synthesize(lead, goal, context)
         return build_result(context, status, {"coordinator": synthesis})
 
+    @delivers_progress
     async def restore(
         self,
         team: Team,

@@ -47,7 +47,8 @@ from oma.store.base import Entries, MemoryEntry, Metadata
 from oma.store.journal import JournalEntry, JournalHead, JournalKeys, check_write
 from oma.store.names import POSTGRES_IDENTIFIER
 from oma.store.postgres_connections import Connections
-from oma.store.postgres_migrations import migrate
+from oma.store.postgres_migrations import migrate as run_migrations
+from oma.store.postgres_migrations import require_migrated
 from oma.store.remote import (
     StoreAuthError,
     StoreUnavailableError,
@@ -75,6 +76,9 @@ class PostgresStore:
     in stays the caller's: ``aclose()`` closes only connections this store made. (Close such a
     pool before the event loop ends: see the module docstring.)
 
+    ``migrate=False``: the table must already be at the latest schema (a ``StoreError`` says
+    so otherwise); nothing is created, migrated or locked (commands that only read use it).
+
     Bounds: ``connect_timeout`` per connection attempt, ``command_timeout`` per statement
     including getting its connection, ``retry_for`` seconds of retries for statements that can
     safely run twice. ``min_size`` connections are opened by ``open()``; at most ``max_size``
@@ -92,6 +96,7 @@ class PostgresStore:
         connect_timeout: float = 5.0,
         command_timeout: float = 30.0,
         retry_for: float = 10.0,
+        migrate: bool = True,
     ) -> None:
         for label, name in (("table", table), ("schema", schema)):
             if name is not None and not _IDENTIFIER.fullmatch(name):
@@ -130,6 +135,7 @@ class PostgresStore:
             self._pool = target
         self._ready = False
         self._ready_lock = asyncio.Lock()
+        self.migrates = migrate
 
     def __repr__(self) -> str:
         return f"PostgresStore({self._where!r}, table={self.qualified_name!r})"
@@ -139,10 +145,15 @@ class PostgresStore:
         async with self._ready_lock:
             if self._ready:
                 return
-            # Migrating waits for a concurrent migrator's lock: bounded like any statement.
-            await self._run(
-                lambda conn: migrate(conn, self._table, self.schema, self.table), retry=True
-            )
+            if not self.migrates:  # e.g. a command that only reads: it checks, never creates
+                await self._run(
+                    lambda conn: require_migrated(conn, self.schema, self.table), retry=True
+                )
+            else:  # migrating waits for a concurrent migrator's lock: bounded like a statement
+                await self._run(
+                    lambda conn: run_migrations(conn, self._table, self.schema, self.table),
+                    retry=True,
+                )
             if self._connections is not None:
                 await self._translate(self._connections.fill(self._min_size))
             self._ready = True

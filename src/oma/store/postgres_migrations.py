@@ -60,6 +60,24 @@ async def migrate(
     return applied_now
 
 
+async def require_migrated(
+    conn: psycopg.AsyncConnection[Any], schema: str | None, name: str
+) -> None:
+    """For a read-only user: the table is at the latest schema, or a ``StoreError`` says why
+    (nothing is created or locked)."""
+    store_table = f"{schema}.{name}" if schema else name
+    migrations = (
+        sql.Identifier(schema, q.MIGRATIONS_TABLE) if schema else sql.Identifier(q.MIGRATIONS_TABLE)
+    )
+    if not await _up_to_date(conn, migrations, store_table):
+        raise StoreError(
+            f"store table {store_table!r} is missing or not at oma's schema version "
+            f"{max(_KNOWN)}, and this command only reads (it never creates or migrates "
+            "tables): check --store (schema and table in its query, e.g. ?schema=runs), or "
+            "let a writer (oma run, the runner) open it first"
+        )
+
+
 def _beside(schema: str | None, name: str) -> sql.Identifier:
     return sql.Identifier(schema, name) if schema else sql.Identifier(name)
 
