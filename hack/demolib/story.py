@@ -50,7 +50,7 @@ from devcluster.sandbox import ENV_HOST_IP
 from oma.tools import records
 from oma.tools.records import RecordLocation
 
-EXAMPLE = REPO / "examples" / "teamrun-demo.yaml"
+EXAMPLE = REPO / "examples" / "kubernetes" / "teamrun-demo.yaml"
 Approver = Literal["kubectl", "oma"]
 
 
@@ -192,7 +192,7 @@ async def start_run(scene: Scene) -> None:
         raise DemoError(f"{shown(argv)} failed ({done.returncode}): {done.stderr.strip()[-800:]}")
 
     done = await wait_until(applied, 60, "the API server to take TeamRuns")
-    say(f"$ {shown(argv)} < examples/teamrun-demo.yaml   (+ OMA_LEDGER_URL for the pods)")
+    say(f"$ {shown(argv)} < examples/kubernetes/teamrun-demo.yaml  (+ OMA_LEDGER_URL for pods)")
     say(f"  {done.stdout.strip()}")
 
     async def mid_task() -> CheckpointView | None:

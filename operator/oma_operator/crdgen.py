@@ -35,7 +35,10 @@ def structural(model: type[BaseModel]) -> dict[str, Any]:
 
 def _convert(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     if "$ref" in node:
-        return _convert(defs[node["$ref"].split("/")[-1]], defs)
+        converted = _convert(defs[node["$ref"].split("/")[-1]], defs)
+        if "description" in node:  # the field's own words win over its type's docstring
+            converted["description"] = node["description"]
+        return converted
     options = node.get("anyOf") or node.get("oneOf")
     if options is not None:
         real = [o for o in options if o.get("type") != "null"]
@@ -150,6 +153,11 @@ def teamrun_crd() -> dict[str, Any]:
             ("Approvals", "integer", ".status.pendingApprovals"),
             ("Checkpoint", "date", ".status.lastCheckpointAt"),
             ("Age", "date", ".metadata.creationTimestamp"),
+            # kubectl get teamruns -o wide: which run, which pod, how it is doing.
+            ("Run ID", "string", ".status.runId", 1),
+            ("Disruptions", "integer", ".status.disruptions", 1),
+            ("Failures", "integer", ".status.failures", 1),
+            ("Message", "string", ".status.message", 1),
         ],
     )
 
@@ -334,7 +342,13 @@ def _crd(
     root: dict[str, Any] = {
         "type": "object",
         "required": ["spec"],
-        "properties": {"spec": spec, "status": status},
+        "properties": {
+            "spec": {"description": f"What the {kind} asks for (written by its user).", **spec},
+            "status": {
+                "description": f"What the operator observed of the {kind} (written by it only).",
+                **status,
+            },
+        },
     }
     if rules:
         root["x-kubernetes-validations"] = rules

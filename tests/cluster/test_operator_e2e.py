@@ -643,7 +643,7 @@ async def test_the_shipped_examples_succeed(
     """``kubectl apply -f examples/...`` as shipped: only the Secret it names is ours (pointing
     at the test's Redis or PostgreSQL); the image is the operator's default. The Redis example
     keeps its ledger in that Redis (``oma:ledger``), where it is read back."""
-    path = REPO / "examples" / example
+    path = REPO / "examples" / "kubernetes" / example
     body = yaml.safe_load(path.read_text())
     store = body["spec"]["store"]
     assert "image" not in (body["spec"].get("runner") or {})  # nothing to substitute there

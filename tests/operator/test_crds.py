@@ -46,3 +46,27 @@ def test_short_names_are_not_claimed_by_well_known_kinds() -> None:
         assert not short & CLAIMED_SHORT_NAMES, (name, short & CLAIMED_SHORT_NAMES)
     teamrun = yaml.safe_load(render()["teamruns.oma.dev.yaml"])
     assert teamrun["spec"]["names"]["shortNames"] == ["omatr"]
+
+
+def _undescribed(node: object, path: str) -> list[str]:
+    if not isinstance(node, dict):
+        return []
+    missing: list[str] = []
+    for name, sub in (node.get("properties") or {}).items():
+        if "description" not in sub:
+            missing.append(f"{path}.{name}")
+        missing += _undescribed(sub, f"{path}.{name}")
+    missing += _undescribed(node.get("items"), f"{path}[]")
+    if isinstance(node.get("additionalProperties"), dict):
+        missing += _undescribed(node["additionalProperties"], f"{path}{{}}")
+    return missing
+
+
+def test_kubectl_explain_has_a_description_for_every_field_and_wide_adds_columns() -> None:
+    import yaml
+
+    for name, text in render().items():
+        version = yaml.safe_load(text)["spec"]["versions"][0]
+        assert _undescribed(version["schema"]["openAPIV3Schema"], "") == [], name
+        wide = [c["name"] for c in version["additionalPrinterColumns"] if c.get("priority") == 1]
+        assert wide, f"{name}: kubectl get -o wide would add no column"

@@ -174,13 +174,36 @@ def test_to_run_spec_validates_as_the_engine_spec() -> None:
     assert run.mode == "team" and run.goal == "g" and run.run_id is None  # OMA_RUN_ID has it
 
 
-@pytest.mark.parametrize("name", ["teamrun.yaml", "teamrun-postgres.yaml"])
+@pytest.mark.parametrize("name", ["teamrun.yaml", "teamrun-postgres.yaml", "teamrun-demo.yaml"])
 def test_the_examples_are_valid_teamruns(name: str) -> None:
     from pathlib import Path
 
     import yaml
 
-    body = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / name).read_text())
+    body = yaml.safe_load(
+        (Path(__file__).resolve().parents[2] / "examples" / "kubernetes" / name).read_text()
+    )
     spec = TeamRunSpec.model_validate(body["spec"])
     RunSpec.model_validate(to_run_spec(spec, "ns"))
     assert body["kind"] == "TeamRun" and body["apiVersion"] == "oma.dev/v1alpha1"
+
+
+def test_examples_kubernetes_holds_only_kubernetes_objects_and_examples_only_run_specs() -> None:
+    """``kubectl apply -f examples/kubernetes/`` applies every file there; ``oma run`` takes
+    the specs beside it."""
+    from pathlib import Path
+
+    import yaml
+
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    manifests = sorted((examples / "kubernetes").glob("*.yaml"))
+    assert [p.name for p in manifests] == [
+        "teamrun-demo.yaml",
+        "teamrun-postgres.yaml",
+        "teamrun.yaml",
+    ]
+    for path in manifests:
+        for body in yaml.safe_load_all(path.read_text()):
+            assert body["apiVersion"] and body["kind"], path
+    for path in sorted(examples.glob("*.yaml")):
+        RunSpec.model_validate(yaml.safe_load(path.read_text()))
