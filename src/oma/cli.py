@@ -32,7 +32,8 @@ app = typer.Typer(
     name="oma",
     help="Durable multi-agent LLM runs: checkpoints, resume, approvals.",
     no_args_is_help=True,
-    add_completion=False,
+    # typer's --install-completion / --show-completion (bash, zsh, fish, PowerShell)
+    add_completion=True,
 )
 
 

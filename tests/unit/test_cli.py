@@ -137,3 +137,28 @@ def test_every_option_in_docs_cli_md_exists() -> None:
     named = {m for span in spans for m in re.findall(r"(?<![\w/-])--?[a-z][a-z-]*", span)}
     assert {"--display-name", "--hash", "--reviewer", "--events", "-o"} <= named
     assert named <= everywhere, f"docs/cli.md names unknown options {sorted(named - everywhere)}"
+
+
+def test_shell_completion_is_offered_and_completes_commands() -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    oma = [str(Path(sys.executable).parent / "oma")]  # the installed command, as a shell runs it
+    script = subprocess.run(
+        [*oma, "--show-completion", "bash"], capture_output=True, text=True, check=True
+    )
+    assert "_oma_completion" in script.stdout
+    for words, cword, expected in (
+        ("oma check", "1", "checkpoint"),
+        ("oma checkpoint sh", "2", "show"),
+    ):
+        env = {
+            **os.environ,
+            "_OMA_COMPLETE": "complete_bash",
+            "COMP_WORDS": words,
+            "COMP_CWORD": cword,
+        }
+        done = subprocess.run(oma, capture_output=True, text=True, env=env, check=True)
+        assert done.stdout.split() == [expected], done
