@@ -53,6 +53,7 @@ async def ensure_pod(
         runtime.DEFAULT_IMAGE,
         runtime.RUNNER_SERVICE_ACCOUNT,
         runtime.RUNNER_METRICS_PORT,
+        runtime.RUNNER_IMAGE_PULL_SECRETS,
     )
     pod = manifest["metadata"]["name"]
     try:

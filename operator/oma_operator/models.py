@@ -31,6 +31,13 @@ from oma.spec import (
 from oma.store.names import POSTGRES_IDENTIFIER, REDIS_NAMESPACE
 from oma.tasks.loading import TaskSpec
 from oma.tasks.plan import PlanArtifact
+from oma_operator.pod_extras import (
+    Annotations,
+    Labels,
+    ScratchVolume,
+    check_keys,
+    check_label_values,
+)
 
 GROUP, VERSION = "oma.dev", "v1alpha1"
 MAX_TEAMRUN_NAME = 52  # <name>-a<attempt> (a pod name, and its host name) fits 63 characters
@@ -231,6 +238,37 @@ class RunnerSettings(SpecModel):
         description="Time a runner gets after SIGTERM to reach its next durable boundary and "
         "save; make it longer than the slowest model call.",
     )
+    labels: Labels | None = Field(
+        default=None,
+        description="Extra labels of runner pods (e.g. cost allocation); keys under oma.dev/ "
+        "are the operator's.",
+    )
+    annotations: Annotations | None = Field(
+        default=None,
+        description="Extra annotations of runner pods (e.g. karpenter.sh/do-not-disrupt); keys "
+        "under oma.dev/ are the operator's.",
+    )
+    priority_class_name: str | None = Field(
+        default=None,
+        max_length=253,
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        description="PriorityClass of runner pods (it must exist).",
+    )
+    scratch: ScratchVolume | None = Field(
+        default=None,
+        description="A writable emptyDir at /scratch ($OMA_SCRATCH_DIR) for the runner's tools; "
+        "it is lost with the pod.",
+    )
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, labels: dict[str, str] | None) -> dict[str, str] | None:
+        return check_label_values(check_keys(labels, "label"))
+
+    @field_validator("annotations")
+    @classmethod
+    def _annotations(cls, annotations: dict[str, str] | None) -> dict[str, str] | None:
+        return check_keys(annotations, "annotation")
 
 
 class ReviewerSet(SpecModel):

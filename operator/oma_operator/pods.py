@@ -20,12 +20,14 @@ from oma.pod_contract import (
     RUN_ID_ENV,
     RUN_SPEC_ENV,
     RUN_SPEC_GZIP_ENV,
+    SCRATCH_DIR_ENV,
     STORE_URL_ENV,
     TERMINATION_LOG,
     TERMINATION_LOG_ENV,
     model_key_env,
 )
 from oma_operator.models import GROUP, VERSION, TeamRunSpec, to_run_spec
+from oma_operator.pod_extras import SCRATCH_PATH
 from oma_operator.watchdog import NODE_LOSS_GRACE_ANNOTATION, START_TIMEOUT_ANNOTATION
 
 FINALIZER = "oma.dev/outcome"
@@ -60,6 +62,7 @@ def runner_pod(
     default_image: str,
     service_account: str | None = None,
     metrics_port: int | None = None,
+    image_pull_secrets: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     meta = body["metadata"]
     name, run_id = meta["name"], run_id_of(body)
@@ -110,7 +113,10 @@ def runner_pod(
     if spec.runner.resources:
         container["resources"] = spec.runner.resources
     policy = spec.retry_policy
+    # The TeamRun's annotations and labels first: the operator's own win (and the CRD refuses
+    # keys under oma.dev/ anyway).
     annotations: dict[str, str] = {
+        **(spec.runner.annotations or {}),
         START_TIMEOUT_ANNOTATION: str(policy.start_timeout_seconds),
         NODE_LOSS_GRACE_ANNOTATION: str(policy.node_loss_grace_seconds),
     }
@@ -140,6 +146,18 @@ def runner_pod(
         pod_spec["nodeSelector"] = spec.runner.node_selector
     if spec.runner.tolerations:
         pod_spec["tolerations"] = spec.runner.tolerations
+    if spec.runner.priority_class_name:
+        pod_spec["priorityClassName"] = spec.runner.priority_class_name
+    if image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": name} for name in image_pull_secrets]
+    scratch = spec.runner.scratch
+    if scratch is not None:
+        empty_dir: dict[str, Any] = {"sizeLimit": scratch.size_limit}
+        if scratch.medium:
+            empty_dir["medium"] = scratch.medium
+        pod_spec["volumes"] = [{"name": "scratch", "emptyDir": empty_dir}]
+        container["volumeMounts"] = [{"name": "scratch", "mountPath": SCRATCH_PATH}]
+        env.append({"name": SCRATCH_DIR_ENV, "value": SCRATCH_PATH})
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -147,6 +165,7 @@ def runner_pod(
             "name": pod_name(name, attempt),
             "namespace": meta["namespace"],
             "labels": {
+                **(spec.runner.labels or {}),
                 LABEL_TEAMRUN: name,
                 LABEL_ATTEMPT: str(attempt),
                 LABEL_RUN_ID: _label_value(run_id),

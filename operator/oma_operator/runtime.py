@@ -9,6 +9,12 @@ from oma_operator.client import Kube
 DEFAULT_IMAGE = os.environ.get("OMA_RUNNER_IMAGE", "ghcr.io/oma/oma:latest")
 # A token-less service account for runner pods (the chart creates it in its namespace).
 RUNNER_SERVICE_ACCOUNT = os.environ.get("OMA_RUNNER_SERVICE_ACCOUNT") or None
+# Image pull secrets of runner pods (the chart's imagePullSecrets, comma-separated names).
+RUNNER_IMAGE_PULL_SECRETS = tuple(
+    name.strip()
+    for name in os.environ.get("OMA_RUNNER_IMAGE_PULL_SECRETS", "").split(",")
+    if name.strip()
+)
 # The port runner pods serve their metrics on (None: they serve none); set by ``main``.
 RUNNER_METRICS_PORT: int | None = None
 # The namespaces this operator watches (empty: every namespace); set by ``main``.

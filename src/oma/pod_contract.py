@@ -39,6 +39,7 @@ TERMINATION_LOG_ENV = "OMA_TERMINATION_LOG"
 STORE_URL_ENV = "OMA_STORE_URL"  # the store's URL or DSN, from the TeamRun's Secret
 METRICS_PORT_ENV = "OMA_METRICS_PORT"  # unset or 0: no metrics endpoint
 MODEL_KEY_ENV_PREFIX = "OMA_MODEL_KEY_"  # + the agent's name: its provider API key
+SCRATCH_DIR_ENV = "OMA_SCRATCH_DIR"  # set when the TeamRun asks for a scratch volume
 TERMINATION_LOG = "/dev/termination-log"
 
 RESERVED_ENV = frozenset(
@@ -53,6 +54,7 @@ RESERVED_ENV = frozenset(
         TERMINATION_LOG_ENV,
         STORE_URL_ENV,
         METRICS_PORT_ENV,
+        SCRATCH_DIR_ENV,
     }
 )
 RESERVED_ENV_PREFIXES = (MODEL_KEY_ENV_PREFIX, "OMA_RUN_", "OMA_STORE_")

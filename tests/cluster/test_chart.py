@@ -112,6 +112,53 @@ def test_lint_and_template(cluster: ClusterHandle) -> None:
     assert "kind: ClusterRole" in wide and "--all-namespaces" in wide
 
 
+def test_helm_template_works_without_a_cluster_with_the_built_helm(
+    cluster: ClusterHandle,
+) -> None:
+    """No --kube-version: the helm that hack/k8s/ensure-binaries builds knows its own version
+    and assumes this Kubernetes (an unstamped build assumed v1.20 and refused the chart)."""
+    assert "v3.22.0" in helm(cluster, "version", "--short").stdout
+    rendered = helm(cluster, "template", "t", str(CHART)).stdout
+    assert any(doc and doc["kind"] == "Deployment" for doc in yaml.safe_load_all(rendered))
+
+
+def test_operator_pod_knobs_render_and_bad_ones_fail_the_schema(cluster: ClusterHandle) -> None:
+    values = {
+        "imagePullSecrets": '[{"name": "regcred"}, {"name": "mirror"}]',
+        "operator.podLabels": '{"cost-center": "platform", "app.kubernetes.io/name": "hijack"}',
+        "operator.podAnnotations": '{"example.com/owner": "ops"}',
+        "operator.affinity": '{"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": '
+        '{"nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "In", '
+        '"values": ["system"]}]}]}}}',
+        "operator.priorityClassName": '"system-cluster-critical"',
+    }
+    args = [a for key, value in values.items() for a in ("--set-json", f"{key}={value}")]
+    rendered = helm(
+        cluster, "template", "t", str(CHART), "-n", "oma", "--kube-version", KUBE_VERSION, *args
+    ).stdout
+    (deployment,) = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "Deployment"]
+    template = deployment["spec"]["template"]
+    assert template["metadata"]["labels"]["cost-center"] == "platform"
+    assert template["metadata"]["labels"]["app.kubernetes.io/name"] == "oma"  # ours win
+    assert template["metadata"]["annotations"] == {"example.com/owner": "ops"}
+    pod = template["spec"]
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}, {"name": "mirror"}]
+    assert pod["priorityClassName"] == "system-cluster-critical"
+    assert pod["affinity"]["nodeAffinity"]
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["OMA_RUNNER_IMAGE_PULL_SECRETS"] == "regcred,mirror"  # for runner pods too
+    for key, bad, where in [
+        ("imagePullSecrets", '["regcred"]', "/imagePullSecrets/0"),
+        ("operator.priorityClassName", '"Not A Name"', "/operator/priorityClassName"),
+        ("operator.podLabels", '{"k": 1}', "/operator/podLabels/k"),
+    ]:
+        refused = helm(
+            cluster, "template", "t", str(CHART), "--kube-version", KUBE_VERSION,
+            "--set-json", f"{key}={bad}", check=False,
+        )  # fmt: skip
+        assert refused.returncode != 0 and where in refused.stderr, (key, refused.stderr)
+
+
 def test_a_typo_in_values_fails_the_schema(cluster: ClusterHandle) -> None:
     result = helm(
         cluster,
@@ -389,6 +436,7 @@ def test_operator_env_is_added_and_the_charts_own_variables_are_refused(
     for name, hint in [
         ("OMA_PROGRESS_SECONDS", "use operator.progressSeconds"),
         ("OMA_RUNNER_IMAGE", "use image.repository/image.tag"),
+        ("OMA_RUNNER_IMAGE_PULL_SECRETS", "use imagePullSecrets"),
         ("POD_ID", "the chart sets it"),
     ]:
         refused = helm(

@@ -314,6 +314,9 @@ async def test_eviction_mid_task_resumes_in_attempt_2(
         ),
         ({"mode": "team", "tasks": None}, "mode team needs a goal"),
         ({"retryPolicy": {"maxFailures": -1}}, "maxFailures"),
+        ({"runner": {"labels": {"oma.dev/teamrun": "other"}}}, "are the operator's"),
+        ({"runner": {"annotations": {"oma.dev/attempt": "9"}}}, "are the operator's"),
+        ({"runner": {"scratch": {"sizeLimit": "lots"}}}, "spec.runner.scratch.sizeLimit"),
     ],
 )
 async def test_invalid_teamruns_are_refused_by_the_api_server(

@@ -30,7 +30,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 
 {{/* operator.env may not set what the chart sets from its own values. */}}
 {{- define "oma.checkOperatorEnv" -}}
-{{- $own := dict "POD_ID" "" "OMA_RUNNER_IMAGE" "image.repository/image.tag" "OMA_PROGRESS_SECONDS" "operator.progressSeconds" "OMA_RUNNER_SERVICE_ACCOUNT" "runner.serviceAccountName" -}}
+{{- $own := dict "POD_ID" "" "OMA_RUNNER_IMAGE" "image.repository/image.tag" "OMA_PROGRESS_SECONDS" "operator.progressSeconds" "OMA_RUNNER_SERVICE_ACCOUNT" "runner.serviceAccountName" "OMA_RUNNER_IMAGE_PULL_SECRETS" "imagePullSecrets" -}}
 {{- range .Values.operator.env -}}
 {{- if hasKey $own .name -}}
 {{- $use := get $own .name -}}
