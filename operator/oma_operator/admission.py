@@ -292,7 +292,7 @@ def render_chart() -> str:
                 f"\n  name: {name}\n",
                 f'\n  name: {name}\n  labels: {{{{- include "oma.labels" . | nindent 4 }}}}\n',
             )
-        text = text.replace(RELEASE, "{{ .Release.Name }}")
+        text = text.replace(RELEASE, '{{ include "oma.clusterName" . }}')
         values = "teamRuns" if value == "referencePolicy" else "approvals"
         parts.append(f"{{{{- if .Values.{values}.{value} }}}}\n---\n{text}{{{{- end }}}}\n")
     return "".join(parts)

@@ -35,7 +35,6 @@ from tests.servers.process import free_port
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "oma"
 KUBE_VERSION = "1.37.2"  # what `helm template` is told (the test helm has no version ldflags)
-RUNNER_ACCOUNT = "oma-runner"  # the chart's runner.serviceAccountName
 CHART_METRICS_PORT = 8000  # the chart's metrics.port and metrics.runners.port
 # The suites install the admission policies they test from deploy/ (cluster-wide, once); a
 # release per test leaves its own off unless the test asks for them.
@@ -183,6 +182,11 @@ async def operating(
         await operator.close()
 
 
+def runner_account(release: str) -> str:
+    """The chart's runner ServiceAccount of a release (runner.serviceAccountName unset)."""
+    return f"{release}-runner"
+
+
 def _chart_install(
     release: str, namespace: str, values: list[str], env: Mapping[str, str]
 ) -> list[str]:
@@ -240,7 +244,7 @@ class ProcessOperator(Operator):
             kubeconfig = await token_kubeconfig(
                 self._kube, self._cluster, self._namespace, account, target
             )
-            self._env["OMA_RUNNER_SERVICE_ACCOUNT"] = RUNNER_ACCOUNT
+            self._env["OMA_RUNNER_SERVICE_ACCOUNT"] = runner_account(self._release)
         return OperatorProcess(kubeconfig, self._namespace, self.log, *self._args, **self._env)
 
     async def start(self) -> None:

@@ -27,6 +27,7 @@ from tests.cluster.operators import (
     OperatorSettings,
     helm,
     operating,
+    runner_account,
 )
 from tests.cluster.test_operator_e2e import (
     TEAMRUNS,
@@ -67,7 +68,13 @@ def test_lint_and_template(cluster: ClusterHandle) -> None:
     )
     docs = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(rendered) if d}
     names = {name for _, name in docs}
-    assert {"t-approval-decisions", "t-teamrun-creator", "t-teamrun-references"} <= names
+    # Cluster-scoped names carry the namespace: a release "t" elsewhere has its own.
+    assert {
+        "t-oma-approval-decisions",
+        "t-oma-teamrun-creator",
+        "t-oma-teamrun-references",
+    } <= names
+    assert ("ServiceAccount", "t-runner") in docs  # per release: two in one namespace coexist
     hook = docs["Job", "t-operator-stop"]
     assert hook["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
     (stopper,) = hook["spec"]["template"]["spec"]["containers"]
@@ -219,7 +226,7 @@ async def test_installed_chart_rbac_runs_the_eviction_resume(
     log = tmp_path / "operator.log"
     as_chart = OperatorSettings(as_chart=True)
     try:
-        async with operating(cluster, kube, namespace, log, as_chart):
+        async with operating(cluster, kube, namespace, log, as_chart) as operator:
             script: list[dict[str, Any]] = [
                 {"tool_calls": [{"id": "h1", "name": "ledger_append", "input": {"entry": "a"}}]},
                 {
@@ -235,7 +242,8 @@ async def test_installed_chart_rbac_runs_the_eviction_resume(
 
             await wait_for(first, 90, "attempt 1's first entry")
             pod = await kube.get(f"/api/v1/namespaces/{namespace}/pods/chart-a1")
-            assert pod["spec"]["serviceAccountName"] == "oma-runner"  # admitted: restricted PSS
+            assert operator.release is not None  # admitted under restricted PSS:
+            assert pod["spec"]["serviceAccountName"] == runner_account(operator.release)
             await evict(kube, namespace, "chart-a1")
             status = await finished(kube, namespace, "chart", 180)
     finally:
@@ -480,3 +488,42 @@ async def test_the_metrics_render_is_accepted_by_the_api_server(
     )
     assert result.returncode == 0, result.stderr
     assert "service/t-operator-metrics created (server dry run)" in result.stdout
+
+
+@pytest.mark.timeout(240)
+async def test_releases_of_one_name_in_two_namespaces_and_two_in_one_namespace(
+    cluster: ClusterHandle, kube: KubeClient, crds_installed: None
+) -> None:
+    """Every name the chart gives is its release's, or its release's and namespace's: the
+    installs do not collide (before, the second failed on a cluster-scoped policy name, or
+    on the runner ServiceAccount)."""
+    namespaces = [f"rel-{uuid.uuid4().hex[:8]}" for _ in range(2)]
+    releases = [("oma", namespaces[0]), ("oma", namespaces[1]), ("second", namespaces[0])]
+    for name in namespaces:
+        await kube.create(
+            "/api/v1/namespaces",
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
+        )
+    installed: list[tuple[str, str]] = []
+    try:
+        for release, namespace in releases:
+            done = await asyncio.to_thread(
+                helm, cluster, "install", release, str(CHART), "-n", namespace, "--skip-crds",
+                "--set", "operator.replicas=0", "--set", "operator.uninstallHook=false",
+                check=False,
+            )  # fmt: skip
+            assert done.returncode == 0, (release, namespace, done.stderr)
+            installed.append((release, namespace))
+        base = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
+        for release, namespace in releases:
+            policy = await kube.get(f"{base}/{release}-{namespace}-approval-decisions")
+            assert policy["metadata"]["labels"]["app.kubernetes.io/instance"] == release
+            account = f"/api/v1/namespaces/{namespace}/serviceaccounts/{release}-runner"
+            assert (await kube.get(account))["automountServiceAccountToken"] is False
+    finally:
+        for release, namespace in installed:
+            await asyncio.to_thread(
+                helm, cluster, "uninstall", release, "-n", namespace, "--wait", check=False
+            )
+        for name in namespaces:
+            await delete_namespace(kube, name)

@@ -14,6 +14,16 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{ .Release.Name }}-operator
 {{- end -}}
 
+{{/* Cluster-scoped objects (admission policies, the ClusterRole) carry the namespace too: a
+release of the same name in another namespace has its own. */}}
+{{- define "oma.clusterName" -}}
+{{ .Release.Name }}-{{ .Release.Namespace }}
+{{- end -}}
+
+{{- define "oma.runnerServiceAccount" -}}
+{{ .Values.runner.serviceAccountName | default (printf "%s-runner" .Release.Name) }}
+{{- end -}}
+
 
 {{- define "oma.checkMetrics" -}}
 {{- $m := .Values.metrics -}}
