@@ -31,11 +31,13 @@ from tests.cluster.operators import (
 )
 from tests.cluster.test_operator_e2e import (
     TEAMRUNS,
+    crds_installed,
     finished,
     teamrun,
     teamruns_admitted,
 )
 
+__all__ = ["crds_installed"]  # a fixture
 pytestmark = pytest.mark.cluster
 
 
