@@ -1,10 +1,19 @@
 # One image, two entrypoints: `oma-operator` (the Deployment) and `oma-runner` (runner pods).
-# Build it with hack/build-image: it prepares wheels/ (the build runs without network) and, when
-# no base image is available, makes one from Debian packages.
+# From a checkout: `docker build .` (or `podman build .`) builds the wheels in the first stage,
+# which needs PyPI. hack/build-image builds without network instead: its context holds the
+# wheels it prepared (wheels/) beside this file, and a base image made from Debian packages.
 ARG BASE=python:3.11-slim-bookworm
 
+FROM ${BASE} AS wheels
+COPY . /src
+# Prepared wheels (hack/build-image) are used as they are; a checkout is built into wheels.
+RUN if [ -d /src/wheels ]; then cp -r /src/wheels /wheels; \
+    else python3 -m venv /tmp/pip \
+      && /tmp/pip/bin/pip install --no-cache-dir -q --upgrade pip \
+      && /tmp/pip/bin/pip wheel --no-cache-dir -q --wheel-dir /wheels /src; fi
+
 FROM ${BASE} AS build
-COPY wheels/ /wheels/
+COPY --from=wheels /wheels/ /wheels/
 RUN python3 -m venv /opt/oma \
  && /opt/oma/bin/pip install --no-cache-dir --no-index --find-links /wheels oma \
  && /opt/oma/bin/python -m compileall -q /opt/oma
