@@ -7,7 +7,11 @@ ARG BASE=python:3.11-slim-bookworm
 FROM ${BASE} AS wheels
 COPY . /src
 # Prepared wheels (hack/build-image) are used as they are; a checkout is built into wheels.
-RUN if [ -d /src/wheels ]; then cp -r /src/wheels /wheels; \
+# Behind a TLS-intercepting proxy, hand pip its CA as a build secret:
+#   docker build --secret id=pip-ca,src=/path/to/ca.pem .
+RUN --mount=type=secret,id=pip-ca \
+    if [ -f /run/secrets/pip-ca ]; then export PIP_CERT=/run/secrets/pip-ca; fi; \
+    if [ -d /src/wheels ]; then cp -r /src/wheels /wheels; \
     else python3 -m venv /tmp/pip \
       && /tmp/pip/bin/pip install --no-cache-dir -q --upgrade pip \
       && /tmp/pip/bin/pip wheel --no-cache-dir -q --wheel-dir /wheels /src; fi
