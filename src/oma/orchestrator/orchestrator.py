@@ -11,7 +11,7 @@ from oma.approval.gates import ToolCallGate
 from oma.approval.ledger import DurableApprovalLedger
 from oma.checkpoint.snapshot import CheckpointSnapshotV4, RunMode
 from oma.errors import CheckpointFencedError
-from oma.orchestrator.activation import Activation, activate
+from oma.orchestrator.activation import Activation, CheckpointConfigError, activate
 from oma.orchestrator.approval_restore import continue_approvals
 from oma.orchestrator.context import RunContext
 from oma.orchestrator.coordinator import decompose, synthesize
@@ -152,7 +152,12 @@ class OpenMultiAgent:
     ) -> TeamRunResult:
         """Resume the run in the checkpoint; with none, run ``source`` fresh (or do nothing)."""
         options = self._options(checkpoint, default=True)
-        assert options is not None  # restore always checkpoints
+        if options is None:
+            raise CheckpointConfigError(
+                "restore() needs checkpointing: it was turned off (checkpoint=False, "
+                "CheckpointOptions(enabled=False) or a disabled default). Pass checkpoint=True "
+                "or CheckpointOptions(...) naming the store to resume from."
+            )
         requested = resolve_requested_run_id(run_id, options.run_id)
         if metadata is not None:
             validate_run_metadata(metadata)
