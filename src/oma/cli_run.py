@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 from pathlib import Path
 from typing import IO
 
@@ -14,6 +15,7 @@ from rich.table import Table
 from oma.errors import OmaError
 from oma.local_run import LocalRun, run_spec
 from oma.orchestrator.events import OrchestratorEvent
+from oma.pod_contract import Exit
 from oma.spec import RunSpec, StoreSpec, load_run_spec
 from oma.store.remote import redact_url
 from oma.tools.builtin import builtin_tools
@@ -90,9 +92,15 @@ def run_command(
         where = escape(describe_store(spec.store, default_store))
         console.print(f"[bold]oma run[/] {chosen_id}: {how} (store {where})")
 
-    try:
-        outcome = asyncio.run(
-            run_spec(
+    drain = asyncio.Event()
+
+    async def run() -> LocalRun:
+        # SIGTERM (a service manager, a container stop) drains like an operator's eviction:
+        # the run stops at its next durable boundary with everything saved, exit 11.
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, drain.set)
+        try:
+            return await run_spec(
                 spec,
                 run_id=chosen_id,
                 tools=builtin_tools(),
@@ -100,11 +108,21 @@ def run_command(
                 on_progress=Progress(console, events_file),
                 on_start=announce,
                 expect_checkpoint=expect_checkpoint,
+                drain=drain,
             )
-        )
+        finally:
+            loop.remove_signal_handler(signal.SIGTERM)
+
+    try:
+        outcome = asyncio.run(run())
     finally:
         if events_file is not None:
             events_file.close()
+    if drain.is_set() and outcome.exit_code == Exit.DRAINED:
+        Console(stderr=True, highlight=False, soft_wrap=True).print(
+            "stopped at a durable boundary after SIGTERM: the checkpoint holds everything so "
+            "far; run the same command again to resume"
+        )
     _summary(outcome, console)
     return outcome.exit_code
 

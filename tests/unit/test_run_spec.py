@@ -294,3 +294,43 @@ def test_oma_run_errors_go_to_stderr_with_their_exit_code(tmp_path: Path) -> Non
     assert unreachable.returncode == Exit.TRANSIENT, unreachable  # transient: run it again
     assert "is unreachable" in unreachable.stderr and "hunter2" not in unreachable.stderr
     assert "error" not in unreachable.stdout
+
+
+def test_sigterm_drains_at_a_durable_boundary_and_a_rerun_resumes(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = [
+        {
+            "tool_calls": [{"id": "c1", "name": "ledger_append", "input": {"entry": "paid"}}],
+            "delay": 1.5,
+        },
+        {"text": "done"},
+    ]
+    agent = {
+        **AGENT,
+        "tools": ["ledger_append"],
+        "model": {"provider": "scripted", "script": script},
+    }
+    spec = tmp_path / "term.json"
+    spec.write_text(json.dumps(_spec(runId="term", agents=[agent])))
+    env = {**os.environ, "OMA_LEDGER_PATH": str(tmp_path / "ledger.jsonl")}
+    command = [sys.executable, "-m", "oma", "run", str(spec)]
+    child = subprocess.Popen(
+        command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    assert child.stdout is not None
+    assert "starting" in child.stdout.readline()
+    time.sleep(0.3)  # inside the model call's delay
+    child.send_signal(signal.SIGTERM)
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == Exit.DRAINED, (out, err)
+    assert "stopped at a durable boundary after SIGTERM" in err
+    again = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert again.returncode == 0, again
+    assert "resuming" in again.stdout
+    ledger = (tmp_path / "ledger.jsonl").read_text().splitlines()
+    assert [json.loads(line)["entry"] for line in ledger] == ["paid"]
