@@ -25,13 +25,12 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import httpx
 import typer
-import yaml
 
 from oma_operator.decision_view import ContentMismatch, verified_content, view
 
@@ -67,8 +66,10 @@ class Checks:
 @dataclass(frozen=True)
 class Target:
     name: str
-    namespace: str
-    kubeconfig: Path
+    namespace: str | None  # None: the context's
+    kubeconfig: str | None  # None: $KUBECONFIG (files merged), else ~/.kube/config
+    context: str | None = None  # None: the current context
+    impersonate: str | None = None  # --as: act as this user (needs RBAC to impersonate)
 
 
 NamespaceOption = Annotated[
@@ -78,8 +79,22 @@ NamespaceOption = Annotated[
     ),
 ]
 KubeconfigOption = Annotated[
-    Path | None,
-    typer.Option(help="Kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)."),
+    str | None,
+    typer.Option(
+        help="Kubeconfig file, or several joined with ':' as in $KUBECONFIG (default: "
+        "$KUBECONFIG, else ~/.kube/config)."
+    ),
+]
+ContextOption = Annotated[
+    str | None, typer.Option("--context", help="Kubeconfig context (default: the current one).")
+]
+AsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--as",
+        help="Act as this user (Kubernetes impersonation, as kubectl --as): the decision is "
+        "theirs, and your RBAC must allow impersonating them.",
+    ),
 ]
 ReasonOption = Annotated[
     str | None, typer.Option(help="Why (stored in spec.reason, at most 4096 characters).")
@@ -107,30 +122,32 @@ def register(app: typer.Typer) -> None:
         name: NameArgument,
         namespace: NamespaceOption = None,
         kubeconfig: KubeconfigOption = None,
+        context: ContextOption = None,
+        impersonate: AsOption = None,
         reason: ReasonOption = None,
         as_json: JsonOption = False,
         yes: YesOption = False,
         summary_only: SummaryOnlyOption = False,
     ) -> None:
         """Approve an ApprovalDecision as your current Kubernetes user."""
-        _command(
-            "Approved", name, namespace, kubeconfig, reason, as_json, Checks(yes, summary_only)
-        )
+        where = Target(name, namespace, kubeconfig, context, impersonate)
+        _command("Approved", where, reason, as_json, Checks(yes, summary_only))
 
     @app.command()
     def reject(
         name: NameArgument,
         namespace: NamespaceOption = None,
         kubeconfig: KubeconfigOption = None,
+        context: ContextOption = None,
+        impersonate: AsOption = None,
         reason: ReasonOption = None,
         as_json: JsonOption = False,
         yes: YesOption = False,
         summary_only: SummaryOnlyOption = False,
     ) -> None:
         """Reject an ApprovalDecision as your current Kubernetes user."""
-        _command(
-            "Rejected", name, namespace, kubeconfig, reason, as_json, Checks(yes, summary_only)
-        )
+        where = Target(name, namespace, kubeconfig, context, impersonate)
+        _command("Rejected", where, reason, as_json, Checks(yes, summary_only))
 
     @app.command()
     def resolve(
@@ -145,6 +162,8 @@ def register(app: typer.Typer) -> None:
         ] = None,
         namespace: NamespaceOption = None,
         kubeconfig: KubeconfigOption = None,
+        context: ContextOption = None,
+        impersonate: AsOption = None,
         reason: ReasonOption = None,
         as_json: JsonOption = False,
         yes: YesOption = False,
@@ -154,22 +173,19 @@ def register(app: typer.Typer) -> None:
         verdict, resolution = _OUTCOMES[outcome]
         settle = {"resolution": resolution} | ({"result": result} if result is not None else {})
         checks = Checks(yes, summary_only)
-        _command(verdict, name, namespace, kubeconfig, reason, as_json, checks, settle)
+        where = Target(name, namespace, kubeconfig, context, impersonate)
+        _command(verdict, where, reason, as_json, checks, settle)
 
 
 def _command(
     verdict: Verdict,
-    name: str,
-    namespace: str | None,
-    kubeconfig: Path | None,
+    target: Target,
     reason: str | None,
     as_json: bool,
     checks: Checks,
     settle: dict[str, str] | None = None,
 ) -> None:
     try:
-        path = kubeconfig or default_kubeconfig()
-        target = Target(name, namespace or context_namespace(path), path)
         ask = not checks.yes and not as_json and sys.stdin.isatty()
         show = None if as_json else _asking(verdict) if ask else _show
         result = asyncio.run(
@@ -187,36 +203,6 @@ def _command(
         typer.echo(f"{verdict.lower()}{settled} by {result['reviewer']}")
 
 
-def default_kubeconfig() -> Path:
-    first = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
-    return Path(first) if first else Path.home() / ".kube" / "config"
-
-
-def context_namespace(path: Path) -> str:
-    """The current context's namespace, else ``default`` (as kubectl picks it)."""
-    config = _read_kubeconfig(path)
-    current = config.get("current-context")
-    for entry in config.get("contexts") or []:
-        if isinstance(entry, dict) and entry.get("name") == current:
-            namespace = (entry.get("context") or {}).get("namespace")
-            return str(namespace) if namespace else "default"
-    return "default"
-
-
-def _read_kubeconfig(path: Path) -> dict[str, Any]:
-    try:
-        config = yaml.safe_load(path.expanduser().read_text())
-    except FileNotFoundError:
-        raise DecisionRefused(
-            f"no kubeconfig at {path} (set KUBECONFIG or use --kubeconfig)", EXIT_NO_CLUSTER
-        ) from None
-    except (OSError, yaml.YAMLError) as exc:
-        raise DecisionRefused(f"cannot read kubeconfig {path}: {exc}", EXIT_NO_CLUSTER) from exc
-    if not isinstance(config, dict):
-        raise DecisionRefused(f"kubeconfig {path} is not a kubeconfig", EXIT_NO_CLUSTER)
-    return config
-
-
 async def decide(
     target: Target,
     verdict: Verdict,
@@ -232,7 +218,9 @@ async def decide(
     # Imported here, not at the top: every `oma` invocation loads this plugin to register it.
     from oma_operator.client import KubeError
 
-    kube = _connect(target.kubeconfig)
+    kube = await _connect(target)
+    target = replace(target, namespace=target.namespace or kube.namespace)
+    assert target.namespace is not None
     try:
         user = await kube.self_subject_review()
         reviewer = user.get("username")
@@ -276,22 +264,40 @@ async def decide(
         raise DecisionRefused(str(exc), code) from exc
     except httpx.TransportError as exc:
         raise DecisionRefused(
-            f"cannot reach the cluster at {kube.http.base_url}: {exc or type(exc).__name__}",
+            f"cannot reach the cluster at {kube.server}: {exc or type(exc).__name__}",
             EXIT_NO_CLUSTER,
         ) from exc
     finally:
         await kube.aclose()
 
 
-def _connect(path: Path) -> Kube:
-    from oma_operator.client import Kube
+async def _connect(target: Target) -> Kube:
+    from oma_operator.client import SA_DIR, Kube
 
-    _read_kubeconfig(path)  # a missing or unreadable file gets its own clear message
+    _require_credentials(target.kubeconfig, SA_DIR)
     try:
-        return Kube.from_kubeconfig(path)
-    except (OSError, KeyError, StopIteration, TypeError, ValueError) as exc:
+        return await Kube.connect(
+            kubeconfig=target.kubeconfig, context=target.context, impersonate=target.impersonate
+        )
+    except (OSError, KeyError, TypeError, ValueError) as exc:
+        where = target.kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
         detail = f"missing entry {exc}" if isinstance(exc, KeyError) else str(exc) or "incomplete"
-        raise DecisionRefused(f"cannot use kubeconfig {path}: {detail}", EXIT_NO_CLUSTER) from exc
+        context = f" (context {target.context})" if target.context else ""
+        raise DecisionRefused(
+            f"cannot use kubeconfig {where}{context}: {detail} (set KUBECONFIG, or pass "
+            "--kubeconfig and --context)",
+            EXIT_NO_CLUSTER,
+        ) from exc
+
+
+def _require_credentials(kubeconfig: str | None, account: Path) -> None:
+    """One clear line when there is nothing to connect with (before kr8s says less)."""
+    listed = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+    paths = [Path(p).expanduser() for p in listed.split(os.pathsep) if p]
+    if not any(p.is_file() for p in paths) and not (account / "token").is_file():
+        raise DecisionRefused(
+            f"no kubeconfig at {listed} (set KUBECONFIG or use --kubeconfig)", EXIT_NO_CLUSTER
+        )
 
 
 def _ensure_pending(decision: dict[str, Any]) -> None:

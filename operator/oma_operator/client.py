@@ -1,37 +1,38 @@
-"""The only module that talks to the Kubernetes API (httpx; kubeconfig or in-cluster account)."""
+"""The only module that talks to the Kubernetes API, through kr8s (a maintained async client).
+
+kr8s finds the credentials as kubectl does: ``$KUBECONFIG`` (several files merged) or
+``~/.kube/config``, the current or a given context, tokens, client certificates and exec
+credential plugins (EKS, GKE, AKS); in a pod, its service account, whose projected token is
+re-read when the API server refuses the old one. Requests go out as raw JSON through
+``call_api``; this module keeps what the operator needs on top: a bound on requests in flight,
+impersonation, and typed errors.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import os
-import ssl
-import tempfile
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import httpx
-import yaml
+import kr8s
+import kr8s.asyncio
 
 from oma.errors import OmaError
+from oma_operator.kubeconfig import merged
 from oma_operator.models import GROUP, VERSION
 
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 MAX_IN_FLIGHT = 32
-# Keep as many connections alive as may be in use, so bursts reuse them (no new TLS handshakes).
-LIMITS = httpx.Limits(max_connections=MAX_IN_FLIGHT, max_keepalive_connections=MAX_IN_FLIGHT)
+TIMEOUT_SECONDS = 30  # per request; kr8s sets none
 
 
-def in_cluster_server(environ: Mapping[str, str], account: Path) -> str | None:
-    """The API server's address inside a pod, as client-go finds it: the service address the
-    kubelet puts in the environment, not a DNS name (which needs cluster DNS and its domain).
-    None outside a pod (no such variable or no service account token)."""
-    host = environ.get("KUBERNETES_SERVICE_HOST")
-    if not host or not (account / "token").exists():
-        return None
-    port = environ.get("KUBERNETES_SERVICE_PORT", "443")
-    return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+def _kubeconfig(given: str | None) -> dict[str, Any] | None:
+    listed = given or os.environ.get("KUBECONFIG") or "~/.kube/config"
+    paths = [Path(p).expanduser() for p in listed.split(os.pathsep) if p]
+    return merged(paths) if any(p.is_file() for p in paths) else None
 
 
 class KubeError(OmaError):
@@ -43,79 +44,108 @@ class KubeError(OmaError):
 
 
 class Kube:
-    def __init__(self, client: httpx.AsyncClient) -> None:
-        self.http = client
+    def __init__(
+        self,
+        api: kr8s.asyncio.Api,
+        *,
+        impersonate: str | None = None,
+        context: str | None = None,
+        namespace: str | None = None,
+    ) -> None:
+        self.api = api
+        self._context = context
+        self._namespace = namespace
+        self._headers = {"Impersonate-User": impersonate} if impersonate else {}
         # httpcore assigns queued requests to connections at a cost that grows with the queue
         # (encode/httpcore#1035): hundreds of concurrent requests spent half the operator's CPU
         # there. Requests beyond this many wait here instead, cheaply.
         self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
 
     @classmethod
-    def from_environment(cls) -> Kube:
-        server = in_cluster_server(os.environ, SA_DIR)
-        if server is not None:
-            context = ssl.create_default_context(cafile=str(SA_DIR / "ca.crt"))
-            token = (SA_DIR / "token").read_text().strip()
-            return cls(
-                httpx.AsyncClient(
-                    base_url=server,
-                    verify=context,
-                    headers={"Authorization": f"Bearer {token}"},
-                    timeout=30,
-                    limits=LIMITS,
-                )
-            )
-        return cls.from_kubeconfig(Path(os.environ.get("KUBECONFIG", "~/.kube/config")))
-
-    @classmethod
-    def from_kubeconfig(cls, path: Path) -> Kube:
-        config = yaml.safe_load(path.expanduser().read_text())
-        context_name = config.get("current-context")
-        context = next(c["context"] for c in config["contexts"] if c["name"] == context_name)
-        cluster = next(c["cluster"] for c in config["clusters"] if c["name"] == context["cluster"])
-        user = next(u["user"] for u in config["users"] if u["name"] == context["user"])
-        temporary: list[str] = []  # inline -data written out for ssl; removed once loaded
-        try:
-            # Without a CA in the kubeconfig, the server's certificate is publicly trusted.
-            ca = any(k in cluster for k in ("certificate-authority", "certificate-authority-data"))
-            ssl_context = ssl.create_default_context(
-                cafile=_file(cluster, "certificate-authority", temporary) if ca else None
-            )
-            if "client-certificate" in user or "client-certificate-data" in user:
-                ssl_context.load_cert_chain(
-                    _file(user, "client-certificate", temporary),
-                    _file(user, "client-key", temporary),
-                )
-        finally:
-            for name in temporary:
-                Path(name).unlink(missing_ok=True)
-        headers = {}
-        if "token" in user:
-            headers["Authorization"] = f"Bearer {user['token']}"
-        return cls(
-            httpx.AsyncClient(
-                base_url=cluster["server"],
-                verify=ssl_context,
-                headers=headers,
-                timeout=30,
-                limits=LIMITS,
-            )
+    async def connect(
+        cls,
+        *,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        impersonate: str | None = None,
+        serviceaccount: str | None = None,
+    ) -> Kube:
+        """A client for the cluster the kubeconfig (or, in a pod, the service account) names;
+        ``kubeconfig`` may list several files as ``$KUBECONFIG`` does, ``context`` pick one of
+        its contexts, ``impersonate`` act as another user (``Impersonate-User``, which the
+        caller's RBAC must allow). Raises ``ValueError`` when no credentials are found."""
+        # The files merged as kubectl merges them (kubeconfig.py); none: the service account.
+        document = _kubeconfig(kubeconfig)
+        # Not kr8s.api(): that one also asks the server for its version (a request per
+        # connect) and shares instances between callers, whose aclose would close ours.
+        api = kr8s.asyncio.Api(
+            kubeconfig=document,
+            context=context,
+            serviceaccount=serviceaccount,
+            bypass_factory=True,
         )
+        await api.auth.reauthenticate()
+        api.timeout = TIMEOUT_SECONDS
+        own: str | None = None
+        if not api.auth.active_context:  # the service account's (kr8s does not read it)
+            path = Path(serviceaccount or SA_DIR) / "namespace"
+            own = path.read_text().strip() if path.is_file() else None
+        return cls(api, impersonate=impersonate, context=context, namespace=own)
+
+    @property
+    def server(self) -> str:
+        return str(self.api.auth.server)
+
+    @property
+    def namespace(self) -> str:
+        """The namespace of the context in use (or the service account's), else ``default``,
+        as kubectl picks it (kr8s takes the current context's even for another context)."""
+        auth = self.api.auth
+        if self._namespace:
+            return self._namespace
+        if self._context and getattr(auth, "kubeconfig", None) is not None:
+            chosen = auth.kubeconfig.get_context(self._context).get("namespace")
+            return str(chosen) if chosen else "default"
+        return str(auth.namespace)
 
     async def aclose(self) -> None:
-        await self.http.aclose()
+        session = getattr(self.api, "_session", None)
+        if session is not None and not session.is_closed:
+            await session.aclose()
+        # kr8s writes a kubeconfig's inline key, certificate and CA (*-data) to temporary files
+        # and leaves them: remove them with the client, a private key most of all.
+        auth = self.api.auth
+        user, cluster = getattr(auth, "_user", {}) or {}, getattr(auth, "_cluster", {}) or {}
+        for inline, path in (
+            ("client-key-data" in user, auth.client_key_file),
+            ("client-certificate-data" in user, auth.client_cert_file),
+            ("certificate-authority-data" in cluster, auth.server_ca_file),
+        ):
+            if inline and path:
+                Path(str(path)).unlink(missing_ok=True)  # noqa: ASYNC240 - a local temp file
 
     async def _call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-        async with self._in_flight:
-            response = await self.http.request(method, path, **kwargs)
-        if response.status_code >= 400:
+        base, _, last = path.rpartition("/")
+        headers = {**self._headers, **kwargs.pop("headers", {})}
+        try:
+            async with (
+                self._in_flight,
+                self.api.call_api(
+                    method, version="", base=base, url=last, headers=headers, **kwargs
+                ) as response,
+            ):
+                body: dict[str, Any] = response.json() if response.content else {}
+                return body
+        except (kr8s.ServerError, httpx.HTTPStatusError) as exc:
+            # kr8s re-authenticated and tried again on 401/403 before this.
+            failed: httpx.Response | None = exc.response
+            if failed is None:
+                raise KubeError(0, str(exc)) from None
             try:
-                message = response.json().get("message", response.text)
+                message = failed.json().get("message", failed.text)
             except ValueError:
-                message = response.text
-            raise KubeError(response.status_code, message)
-        body: dict[str, Any] = response.json() if response.content else {}
-        return body
+                message = failed.text
+            raise KubeError(failed.status_code, message) from None
 
     # -- pods ----------------------------------------------------------------------------------
     async def create_pod(self, namespace: str, pod: dict[str, Any]) -> dict[str, Any]:
@@ -318,17 +348,3 @@ class Kube:
         )
         user: dict[str, Any] = (body.get("status") or {}).get("userInfo") or {}
         return user
-
-
-def _file(section: dict[str, Any], field: str, temporary: list[str]) -> str:
-    """A kubeconfig file reference, or its inline ``-data`` written to a private temp file
-    (its name appended to ``temporary`` for the caller to remove)."""
-    if field in section:
-        return str(section[field])
-    data = base64.b64decode(section[f"{field}-data"])
-    handle = tempfile.NamedTemporaryFile(prefix="oma-kube-", delete=False)  # noqa: SIM115
-    temporary.append(handle.name)
-    with handle:
-        os.chmod(handle.name, 0o600)  # before the key material is in it
-        handle.write(data)
-    return handle.name

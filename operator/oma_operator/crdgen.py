@@ -154,7 +154,7 @@ def teamrun_crd() -> dict[str, Any]:
             ("Checkpoint", "date", ".status.lastCheckpointAt"),
             ("Age", "date", ".metadata.creationTimestamp"),
             # kubectl get teamruns -o wide: which run, which pod, how it is doing.
-            ("Run ID", "string", ".status.runId", 1),
+            ("Run", "string", ".status.runId", 1),
             ("Disruptions", "integer", ".status.disruptions", 1),
             ("Failures", "integer", ".status.failures", 1),
             ("Message", "string", ".status.message", 1),

@@ -1,37 +1,37 @@
-"""How kopf's own connection reaches the API server: in a pod the same way as client.py.
+"""How kopf's own connection reaches the API server: with the credentials of our client.
 
-kopf's built-in service-account login dials ``https://kubernetes.default.svc``, which fails where
-pods have no cluster DNS or another cluster domain, while our client (like client-go) uses the
-service address in the pod's environment. One address for both. Outside a pod, the kubeconfig.
-kopf calls this again when the API server answers 401, so a rotated projected token is re-read.
+kr8s (``client.py``) finds them as kubectl does: in a pod the service account (through the
+service address in the pod's environment, not ``kubernetes.default.svc``, which needs cluster
+DNS and its domain); elsewhere the kubeconfig with its context, tokens, client certificates and
+exec credential plugins. kopf calls this again when the API server answers 401, and each call
+authenticates again: a rotated projected token is re-read, an exec plugin run again.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import kopf
 
-from oma_operator.client import SA_DIR, in_cluster_server
-
-
-def service_account_login(environ: Mapping[str, str], account: Path) -> kopf.ConnectionInfo | None:
-    server = in_cluster_server(environ, account)
-    if server is None:
-        return None
-    namespace = account / "namespace"
-    ca = account / "ca.crt"
-    return kopf.ConnectionInfo(
-        server=server,
-        ca_path=str(ca) if ca.exists() else None,
-        token=(account / "token").read_text().strip() or None,
-        default_namespace=namespace.read_text().strip() if namespace.exists() else None,
-    )
+from oma_operator import runtime
 
 
 @kopf.on.login()
-def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-    return service_account_login(os.environ, SA_DIR) or kopf.login_with_kubeconfig(**kwargs)
+async def login(**_: Any) -> kopf.ConnectionInfo:
+    return await connection_info()
+
+
+async def connection_info() -> kopf.ConnectionInfo:
+    """Our client's credentials, authenticated again (what kopf's own connection uses)."""
+    kube = await runtime.connect()
+    auth = kube.api.auth
+    await auth.reauthenticate()
+    return kopf.ConnectionInfo(
+        server=auth.server,
+        ca_path=str(auth.server_ca_file) if auth.server_ca_file else None,
+        insecure=bool(getattr(auth, "_insecure_skip_tls_verify", False)),
+        token=auth.token or None,
+        certificate_path=str(auth.client_cert_file) if auth.client_cert_file else None,
+        private_key_path=str(auth.client_key_file) if auth.client_key_file else None,
+        default_namespace=kube.namespace,
+    )

@@ -6,6 +6,8 @@ import argparse
 import asyncio
 import logging
 import os
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 import kopf
 
@@ -13,6 +15,7 @@ from oma_operator import handlers, login, runtime  # noqa: F401 (importing regis
 from oma_operator.metrics import serve
 from oma_operator.uninstall import stop_operator
 
+T = TypeVar("T")
 DEFAULT_METRICS_PORT = 8000  # 8080 is the chart's liveness port
 
 
@@ -74,18 +77,30 @@ def main() -> None:
         if not args.namespace or len(args.namespace) != 1:
             parser.error("--stop-deployment needs exactly one --namespace (the Deployment's)")
         stop = stop_operator(args.namespace[0], args.stop_deployment, args.stop_timeout)
-        raise SystemExit(asyncio.run(stop))
+        raise SystemExit(asyncio.run(_connected(stop)))
     runtime.RUNNER_METRICS_PORT = args.runner_metrics_port or None
     runtime.NAMESPACES = [] if args.all_namespaces else list(args.namespace or [])
     serve(args.metrics_port, args.metrics_address)
     asyncio.run(
-        kopf.operator(
-            standalone=True,
-            clusterwide=bool(args.all_namespaces),
-            namespaces=args.namespace or [],
-            liveness_endpoint=args.liveness,
+        _connected(
+            kopf.operator(
+                standalone=True,
+                clusterwide=bool(args.all_namespaces),
+                namespaces=args.namespace or [],
+                liveness_endpoint=args.liveness,
+            )
         )
     )
+
+
+async def _connected(work: Coroutine[Any, Any, T]) -> T:
+    """``work`` with the API client connected first, closed after."""
+    try:
+        await runtime.connect()
+        return await work
+    finally:
+        work.close()  # never awaited if the connection failed: no "never awaited" warning
+        await runtime.close()
 
 
 if __name__ == "__main__":

@@ -41,10 +41,23 @@ SECRET_TTL_SECONDS = _seconds("OMA_SECRET_TTL_SECONDS", 60.0)
 _kube: Kube | None = None
 
 
-def kube() -> Kube:
+async def connect() -> Kube:
+    """Connect the one API client (idempotent): every entrypoint does before any call."""
     global _kube
     if _kube is None:
-        _kube = Kube.from_environment()
+        try:
+            _kube = await Kube.connect()
+        except ValueError as exc:  # kr8s: no kubeconfig and no service account
+            raise SystemExit(
+                f"oma-operator: no Kubernetes credentials: {exc}. Run it in a pod with a service "
+                "account, or point KUBECONFIG at a kubeconfig."
+            ) from None
+    return _kube
+
+
+def kube() -> Kube:
+    if _kube is None:
+        raise RuntimeError("the API client is not connected: await runtime.connect() first")
     return _kube
 
 

@@ -465,3 +465,120 @@ async def test_an_uncertain_call_on_kubernetes_is_recorded_as_done_and_not_repea
         "Rejected",
         "Done",
     )
+
+
+PLUGIN = """#!{python}
+# An exec credential plugin (as EKS, GKE and AKS kubeconfigs use one): prints the user's
+# credentials as an ExecCredential and notes that it ran.
+import json, pathlib
+pathlib.Path({ran!r}).write_text("ran")
+print(json.dumps({{
+    "apiVersion": "client.authentication.k8s.io/v1",
+    "kind": "ExecCredential",
+    "status": {{"clientCertificateData": {cert!r}, "clientKeyData": {key!r}}},
+}}))
+"""
+
+
+@pytest.mark.timeout(120)
+async def test_approve_with_an_exec_plugin_two_kubeconfig_files_and_a_chosen_context(
+    cluster: ClusterHandle,
+    kube: KubeClient,
+    namespace: str,
+    admission_policies: None,
+    tmp_path: Path,
+) -> None:
+    """kubectl's ways of finding credentials: ``$KUBECONFIG`` naming two files (clusters and
+    users in one, contexts in the other), a context that is not the current one, and a user
+    whose credentials come from an exec plugin."""
+    import base64
+
+    await grant_reviewers(kube, namespace, "erin")
+    name, _ = await _decision(kube, namespace)
+    minted = yaml.safe_load(cluster.mint_kubeconfig("erin").read_text())
+    user = minted["users"][0]["user"]
+    cert, key = (
+        base64.b64decode(user[f"client-{part}-data"]).decode() for part in ("certificate", "key")
+    )
+    ran = tmp_path / "plugin-ran"
+    plugin = tmp_path / "credential-plugin"
+    plugin.write_text(PLUGIN.format(python=sys.executable, ran=str(ran), cert=cert, key=key))
+    plugin.chmod(0o755)
+    cluster_entry = minted["clusters"][0]
+    first = tmp_path / "clusters-and-users.kubeconfig"
+    first.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [cluster_entry],
+                "users": [
+                    {
+                        "name": "erin-exec",
+                        "user": {
+                            "exec": {
+                                "apiVersion": "client.authentication.k8s.io/v1",
+                                "command": str(plugin),
+                                "interactiveMode": "Never",
+                            }
+                        },
+                    },
+                    {"name": "nobody", "user": {"token": "not-a-token"}},
+                ],
+            }
+        )
+    )
+    second = tmp_path / "contexts.kubeconfig"
+    second.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "wrong",
+                "contexts": [
+                    {
+                        "name": "wrong",
+                        "context": {"cluster": cluster_entry["name"], "user": "nobody"},
+                    },
+                    {
+                        "name": "exec",
+                        "context": {
+                            "cluster": cluster_entry["name"],
+                            "user": "erin-exec",
+                            "namespace": namespace,
+                        },
+                    },
+                ],
+            }
+        )
+    )
+    env = {**os.environ, "KUBECONFIG": f"{first}{os.pathsep}{second}"}
+    wrong = await asyncio.to_thread(
+        subprocess.run, [_oma(), "approve", name, "--yes"], capture_output=True, text=True,
+        env=env, timeout=60, check=False,
+    )  # fmt: skip
+    assert wrong.returncode != 0 and not ran.exists()  # the current context: no plugin, refused
+    done = await asyncio.to_thread(
+        subprocess.run, [_oma(), "approve", name, "--context", "exec", "--yes"],
+        capture_output=True, text=True, env=env, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "approved by erin" and ran.exists()
+    assert (await _spec(kube, namespace, name))["reviewer"] == "erin"
+
+
+@pytest.mark.timeout(120)
+async def test_approve_as_another_user_through_impersonation(
+    cluster: ClusterHandle, kube: KubeClient, namespace: str, admission_policies: None
+) -> None:
+    """``--as`` (kubectl's impersonation): the API server takes the caller for that user, so
+    the decision is theirs; a caller without the right to impersonate is refused."""
+    await grant_reviewers(kube, namespace, "frank")
+    name, _ = await _decision(kube, namespace)
+    refused = await oma(cluster.mint_kubeconfig("mallory"), "approve", name, "-n", namespace,
+                        "--as", "frank", "--yes")  # fmt: skip
+    assert refused.returncode == 1 and "cannot impersonate" in refused.stderr, refused.stderr
+    done = await oma(cluster.kubeconfig, "approve", name, "-n", namespace, "--as", "frank", "--yes")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "approved by frank"
+    assert (await _spec(kube, namespace, name))["reviewer"] == "frank"

@@ -527,6 +527,7 @@ async def kubectl(cluster: ClusterHandle, namespace: str, *args: str) -> str:
 
 
 TEAMRUN_COLUMNS = ["NAME", "PHASE", "ATTEMPT", "TASKS", "APPROVALS", "CHECKPOINT", "AGE"]
+TEAMRUN_WIDE = [*TEAMRUN_COLUMNS, "RUN", "DISRUPTIONS", "FAILURES", "MESSAGE"]  # -o wide
 DECISION_COLUMNS = ["NAME", "TEAMRUN", "SCOPE", "DECISION", "REVIEWER", "AGE"]
 DECISION_WIDE = [*DECISION_COLUMNS, "REQUESTED", "VERIFIED", "REQUEST"]  # kubectl get -o wide
 AGE = re.compile(r"\d+[smhd]\S*")  # kubectl's ages: 5s, 2m3s, 4h, 3d
@@ -536,7 +537,7 @@ def test_the_expected_columns_are_the_shipped_crds_columns() -> None:
     """What the e2e below expects of ``kubectl get`` (and ``-o wide``, which adds the columns
     of priority 1) is what crds/ defines (NAME comes first)."""
     for crd, expected, wide in (
-        ("teamruns.oma.dev.yaml", TEAMRUN_COLUMNS, TEAMRUN_COLUMNS),
+        ("teamruns.oma.dev.yaml", TEAMRUN_COLUMNS, TEAMRUN_WIDE),
         ("approvaldecisions.oma.dev.yaml", DECISION_COLUMNS, DECISION_WIDE),
     ):
         body = yaml.safe_load((REPO / "crds" / crd).read_text())
@@ -609,6 +610,10 @@ async def test_kubectl_get_shows_phase_attempt_tasks_approvals_and_checkpoint(
     runs, decisions = by_kind["teamrun.oma.dev"], by_kind["approvaldecision.oma.dev"]
     assert runs[0] == TEAMRUN_COLUMNS and len(runs) == 2
     assert runs[1][:5] == ["teamrun.oma.dev/shown", "Succeeded", "2", "1/1", "0"], runs
+    (wide,) = tables(await kubectl(cluster, namespace, "get", "teamruns", "-o", "wide"))
+    assert wide[0] == TEAMRUN_WIDE and len(wide) == 2, wide
+    status = await status_of(kube, namespace, "shown")
+    assert wide[1][7:10] == [status["runId"], "0", "0"], wide  # run id, disruptions, failures
     assert AGE.fullmatch(runs[1][5]) and AGE.fullmatch(runs[1][6]), runs
     assert decisions[0] == DECISION_COLUMNS and len(decisions) == 2
     assert decisions[1][:5] == [

@@ -1,5 +1,6 @@
-"""The operator's entry points: kopf's connection in a pod (the service address from the
-environment, like our own client) and the flags of the chart's uninstall hook."""
+"""The operator's entry points: its client and kopf's connection in a pod (the service account
+and the service address from the environment, a token re-read when refused) and outside one
+(the kubeconfig), and the flags of the chart's uninstall hook."""
 
 from __future__ import annotations
 
@@ -7,36 +8,55 @@ from pathlib import Path
 
 import pytest
 
-from oma_operator.client import in_cluster_server
-from oma_operator.login import service_account_login
+from oma_operator import runtime
+from oma_operator.client import Kube
+from oma_operator.login import connection_info
 
 
 @pytest.fixture
-def account(tmp_path: Path) -> Path:
-    (tmp_path / "token").write_text("the-token\n")
-    (tmp_path / "namespace").write_text("team-a\n")
-    (tmp_path / "ca.crt").write_text("not read here")
-    return tmp_path
+def account(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "serviceaccount"
+    folder.mkdir()
+    (folder / "token").write_text("the-token")
+    (folder / "namespace").write_text("team-a")
+    (folder / "ca.crt").write_bytes(Path("/etc/ssl/certs/ca-certificates.crt").read_bytes())
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))  # as in a pod
+    return folder
 
 
-def test_in_a_pod_kopf_dials_the_service_address_not_a_dns_name(account: Path) -> None:
-    env = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "6443"}
-    info = service_account_login(env, account)
-    assert info is not None
-    assert info.server == "https://10.96.0.1:6443"
-    assert info.token == "the-token" and info.default_namespace == "team-a"
-    assert info.ca_path == str(account / "ca.crt")
+async def test_in_a_pod_the_service_address_and_account_are_used(
+    account: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "6443")
+    kube = await Kube.connect(serviceaccount=str(account))
+    assert kube.server == "https://10.96.0.1:6443"  # not kubernetes.default.svc
+    assert kube.namespace == "team-a"
+    monkeypatch.setattr(runtime, "_kube", kube)
+    info = await connection_info()
+    assert info.server == "https://10.96.0.1:6443" and info.token == "the-token"
+    assert info.ca_path == str(account / "ca.crt") and info.default_namespace == "team-a"
+    (account / "token").write_text("rotated")  # a projected token, renewed by the kubelet
+    assert (await connection_info()).token == "rotated"  # kopf logs in again after a 401
+    await kube.aclose()
 
 
-def test_an_ipv6_service_address_is_bracketed(account: Path) -> None:
-    env = {"KUBERNETES_SERVICE_HOST": "fd00::1"}
-    assert in_cluster_server(env, account) == "https://[fd00::1]:443"
+async def test_an_ipv6_service_address_is_bracketed(
+    account: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "fd00::1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    kube = await Kube.connect(serviceaccount=str(account))
+    assert kube.server == "https://[fd00::1]:443"
+    await kube.aclose()
 
 
-def test_outside_a_pod_there_is_no_in_cluster_login(tmp_path: Path, account: Path) -> None:
-    # No service variable (a laptop), or a variable but no token (a pod without one).
-    assert service_account_login({}, account) is None
-    assert service_account_login({"KUBERNETES_SERVICE_HOST": "10.96.0.1"}, tmp_path / "x") is None
+async def test_without_a_kubeconfig_or_an_account_there_are_no_credentials(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
+    with pytest.raises(ValueError, match="credentials"):
+        await Kube.connect(serviceaccount=str(tmp_path / "no-account"))
 
 
 def test_stop_deployment_needs_exactly_one_namespace(
