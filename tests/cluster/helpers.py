@@ -178,3 +178,59 @@ async def delete_namespace(kube: KubeClient, name: str) -> None:
     except ApiError as exc:
         if exc.status not in (404, 409):
             raise
+
+
+EXEC_PLUGIN = """#!{python}
+# An exec credential plugin (as EKS, GKE and AKS kubeconfigs use one): prints the credentials
+# as an ExecCredential and counts its runs.
+import json, pathlib
+ran = pathlib.Path({ran!r})
+ran.write_text(str(int(ran.read_text() or 0) + 1) if ran.exists() else "1")
+print(json.dumps({{
+    "apiVersion": "client.authentication.k8s.io/v1",
+    "kind": "ExecCredential",
+    "status": {status},
+}}))
+"""
+
+
+def exec_kubeconfig(source: Path, folder: Path) -> tuple[str, Path]:
+    """``source``'s cluster and user as kubectl users on managed clusters have them: two files
+    (clusters and users; contexts, the current one in the second file) and a user whose
+    credentials an exec plugin prints. Returns the ``$KUBECONFIG`` value (both files) and the
+    file the plugin counts its runs in."""
+    import base64
+    import sys
+
+    import yaml
+
+    config = yaml.safe_load(source.read_text())
+    current = next(c for c in config["contexts"] if c["name"] == config["current-context"])
+    cluster = next(c for c in config["clusters"] if c["name"] == current["context"]["cluster"])
+    user = next(u for u in config["users"] if u["name"] == current["context"]["user"])["user"]
+    if "token" in user:
+        status = {"token": user["token"]}
+    else:
+        status = {
+            "clientCertificateData": base64.b64decode(user["client-certificate-data"]).decode(),
+            "clientKeyData": base64.b64decode(user["client-key-data"]).decode(),
+        }
+    folder.mkdir(parents=True, exist_ok=True)
+    ran, plugin = folder / "plugin-runs", folder / "credential-plugin"
+    plugin.write_text(EXEC_PLUGIN.format(python=sys.executable, ran=str(ran), status=status))
+    plugin.chmod(0o755)
+    users = folder / "clusters-and-users.kubeconfig"
+    exec_user = {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": str(plugin)}}
+    users.write_text(
+        yaml.safe_dump(
+            {"clusters": [cluster], "users": [{"name": "via-plugin", "user": exec_user}]}
+        )
+    )
+    contexts = folder / "contexts.kubeconfig"
+    context = {"cluster": cluster["name"], "user": "via-plugin"}
+    contexts.write_text(
+        yaml.safe_dump(
+            {"current-context": "plugin", "contexts": [{"name": "plugin", "context": context}]}
+        )
+    )
+    return f"{users}{os.pathsep}{contexts}", ran

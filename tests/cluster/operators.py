@@ -29,7 +29,7 @@ from devcluster import KubeClient
 from devcluster.kube import JSON, ApiError
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import REAL_NODE_IMAGE
-from tests.cluster.helpers import RUNNER_PODS, wait_for
+from tests.cluster.helpers import RUNNER_PODS, exec_kubeconfig, wait_for
 from tests.cluster.operator_process import OperatorProcess
 from tests.servers.process import free_port
 
@@ -103,6 +103,9 @@ class OperatorSettings:
     # A local process runs as the chart's operator account (the chart installed with
     # operator.replicas=0), with the chart's runner account; on the real node it always does.
     as_chart: bool = False
+    # A local process (on the real node too) whose kubeconfig is two files and an exec
+    # credential plugin (helpers.exec_kubeconfig), as on EKS, GKE or AKS.
+    exec_credentials: bool = False
 
 
 class Operator(ABC):
@@ -160,7 +163,7 @@ def operator_for(
     log: Path,
     settings: OperatorSettings = OperatorSettings(),
 ) -> Operator:
-    if cluster.real_node:
+    if cluster.real_node and not settings.exec_credentials:
         return DeploymentOperator(cluster, kube, namespace, log, settings)
     return ProcessOperator(cluster, kube, namespace, log, settings)
 
@@ -224,6 +227,7 @@ class ProcessOperator(Operator):
             self._args += ["--runner-metrics-port", str(self._runner_metrics_port)]
         self._args += ["--metrics-port", str(self._metrics_port)]
         self._process: OperatorProcess | None = None
+        self.plugin_runs: Path | None = None  # with exec_credentials: the plugin counts here
 
     @property
     def release(self) -> str | None:
@@ -245,6 +249,9 @@ class ProcessOperator(Operator):
                 self._kube, self._cluster, self._namespace, account, target
             )
             self._env["OMA_RUNNER_SERVICE_ACCOUNT"] = runner_account(self._release)
+        if self._settings.exec_credentials:
+            listed, self.plugin_runs = exec_kubeconfig(kubeconfig, self.log.with_suffix(".exec"))
+            kubeconfig = Path(listed)  # $KUBECONFIG as given: two files joined with ':'
         return OperatorProcess(kubeconfig, self._namespace, self.log, *self._args, **self._env)
 
     async def start(self) -> None:

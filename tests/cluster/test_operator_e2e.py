@@ -41,7 +41,7 @@ from tests.cluster.helpers import (
     tables,
     wait_for,
 )
-from tests.cluster.operators import operating
+from tests.cluster.operators import OperatorSettings, ProcessOperator, operating
 
 pytestmark = pytest.mark.cluster
 TEAMRUNS = "/apis/oma.dev/v1alpha1/namespaces/{ns}/teamruns"
@@ -210,6 +210,35 @@ async def assert_started_after_backoff(
 
 async def operator_log(path: Path) -> str:
     return (await asyncio.to_thread(path.read_text))[-3000:]
+
+
+@pytest.mark.timeout(180)
+async def test_an_operator_outside_the_cluster_with_an_exec_plugin_kubeconfig_runs_a_teamrun(
+    cluster: ClusterHandle,
+    kube: KubeClient,
+    namespace: str,
+    crds_installed: None,
+    redis_secret: str,
+    effects: SideEffects,
+    tmp_path: Path,
+) -> None:
+    """The operator as a process on a laptop or CI machine with a managed cluster's kubeconfig:
+    ``$KUBECONFIG`` naming two files (the current context in the second) and a user whose
+    credentials an exec credential plugin prints."""
+    settings = OperatorSettings(exec_credentials=True)
+    log = tmp_path / "operator.log"
+    async with operating(cluster, kube, namespace, log, settings) as operator:
+        assert isinstance(operator, ProcessOperator) and operator.plugin_runs is not None
+        script: list[dict[str, Any]] = [{"tool_calls": [_ledger("x1", "paid")]}, {"text": "done"}]
+        await kube.create(TEAMRUNS.format(ns=namespace), teamrun("exec", script, effects))
+        status = await finished(kube, namespace, "exec", 120)
+        assert status["phase"] == "Succeeded", (status, await operator_log(log))
+        assert int(operator.plugin_runs.read_text()) >= 2  # our client and kopf's each ran it
+    assert await effects.ledger() == ["paid"]
+
+
+def _ledger(call_id: str, entry: str) -> dict[str, Any]:
+    return {"id": call_id, "name": "ledger_append", "input": {"entry": entry}}
 
 
 @pytest.mark.timeout(180)
