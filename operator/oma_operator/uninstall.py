@@ -28,6 +28,7 @@ async def stop_operator(namespace: str, deployment: str, wait_seconds: float) ->
     runner pods are released here either way. 2, and nothing scaled, when the Deployment has
     no matchLabels."""
     try:
+        await runtime.connect()
         body = await runtime.kube().get_deployment(namespace, deployment)
         labels = body["spec"]["selector"].get("matchLabels") or {}
         if not labels:  # an empty selector would wait for every pod of the namespace
