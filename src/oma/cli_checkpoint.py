@@ -98,7 +98,7 @@ def list_runs(
         if not supports_journal(s):
             return found
         for key in await s.journal_keys():
-            journal = await s.journal_get(key) if is_checkpoint_key(key) else None
+            journal = await s.journal_head(key) if is_checkpoint_key(key) else None
             if journal is not None:
                 meta = journal.metadata or {}
                 found.append(
