@@ -248,6 +248,8 @@ class PostgresStore:
             # connection is settled by the version, which never repeats (as in RedisStore).
             return await self._run(once, retry=force)
         except StoreUnavailableError:
+            if force:  # already retried for retry_for seconds: the store is down, say so
+                raise
             current = await self.journal_version(key)
             if current == version:
                 return True
