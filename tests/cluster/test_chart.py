@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from devcluster import KubeClient
+from devcluster.kube import ApiError
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import Endpoint, SideEffects
 from tests.cluster.helpers import delete_namespace, evict, wait_for
@@ -200,6 +201,7 @@ async def test_installed_chart_rbac_runs_the_eviction_resume(
     e2e_redis: Endpoint,
     effects: SideEffects,
     tmp_path: Path,
+    crds_installed: None,
 ) -> None:
     namespace = f"oma-{uuid.uuid4().hex[:8]}"
     await kube.create(
@@ -266,6 +268,7 @@ async def test_installed_chart_policies_and_rbac_run_an_approval(
     e2e_redis: Endpoint,
     effects: SideEffects,
     tmp_path: Path,
+    crds_installed: None,
 ) -> None:
     """With the chart's admission policies on (the default), the operator's own account
     publishes ApprovalDecisions (its Role holds the 'publish' verb), a reviewer bound by
@@ -307,6 +310,19 @@ async def test_installed_chart_policies_and_rbac_run_an_approval(
         release = operator.release
         assert release is not None
         await teamruns_admitted(kube)
+
+        async def creator_recorded() -> bool:
+            # A dry run passes admission before a policy created a moment ago applies to it.
+            probe = teamrun("probe", [])
+            try:
+                made = await kube.create(f"{TEAMRUNS.format(ns=namespace)}?dryRun=All", probe)
+            except ApiError as exc:
+                if exc.status == 503:  # the policy's schema is not published to it yet
+                    return False
+                raise
+            return "oma.dev/created-by" in (made["metadata"].get("annotations") or {})
+
+        await wait_for(creator_recorded, 60, "the chart's creator policy to apply")
         script: list[dict[str, Any]] = [
             {"tool_calls": [{"id": "p1", "name": "ledger_append", "input": {"entry": "pay"}}]},
             {"text": "paid"},
