@@ -1,0 +1,214 @@
+"""Concurrency limits (pure): how many TeamRuns may run at once, and which queued ones start.
+
+A TeamRun holds a slot while its phase is ``Running`` (an attempt's pod exists or is about to, a
+disruption or crash backoff between two attempts included). It holds none while ``Queued``,
+``AwaitingApproval`` (a person may take days) or final. A run counts once against its namespace
+and once against each model provider its agents (and coordinator) use: provider rate limits are
+what people hit, and they span namespaces.
+
+Queued runs start first in, first out (a new run by its creation, a run resumed after approvals
+by ``status.queuedAt``), best effort: a run
+blocked by one provider does not hold back a younger one that needs another provider.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, get_args
+
+from oma.spec import ModelSpec
+from oma.timeutil import format_iso, parse_iso
+
+PROVIDERS: tuple[str, ...] = get_args(ModelSpec.model_fields["provider"].annotation)
+NAMESPACE_VARIABLE = "OMA_MAX_RUNNING_PER_NAMESPACE"
+PROVIDER_VARIABLE = "OMA_MAX_RUNNING_PER_PROVIDER"
+HOLDING_PHASES = frozenset({"Running"})
+FINAL_PHASES = frozenset({"Succeeded", "Failed", "Rejected"})
+
+
+class LimitsError(ValueError):
+    """A limit setting that cannot be used; the message says which and how to write it."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """``per_namespace`` None: no limit; ``per_provider`` lists only limited providers."""
+
+    per_namespace: int | None = None
+    per_provider: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def active(self) -> bool:
+        return self.per_namespace is not None or bool(self.per_provider)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] = os.environ) -> Limits:
+        return cls(
+            per_namespace=_namespace_limit(env.get(NAMESPACE_VARIABLE, "").strip()),
+            per_provider=_provider_limits(env.get(PROVIDER_VARIABLE, "").strip()),
+        )
+
+    def describe(self) -> str:
+        parts = [f"{self.per_namespace} per namespace"] if self.per_namespace else []
+        parts += [f"{n} using {p}" for p, n in sorted(self.per_provider.items())]
+        return ", ".join(parts) or "none"
+
+
+def _namespace_limit(text: str) -> int | None:
+    if not text:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise LimitsError(
+            f"{NAMESPACE_VARIABLE}={text!r} is not a whole number (0 or unset: no limit)"
+        ) from None
+    if value < 0:
+        raise LimitsError(f"{NAMESPACE_VARIABLE}={text!r} is negative (0 or unset: no limit)")
+    return value or None
+
+
+def _provider_limits(text: str) -> dict[str, int]:
+    """``anthropic=20,openai=10``: each provider named at most once, each limit at least 1."""
+    limits: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        provider, sep, number = (piece.strip() for piece in item.partition("="))
+        where = f"{PROVIDER_VARIABLE}: {item!r}"
+        if not sep or provider not in PROVIDERS:
+            raise LimitsError(
+                f"{where} is not PROVIDER=N with PROVIDER one of {', '.join(PROVIDERS)} "
+                "(e.g. anthropic=20,openai=10)"
+            )
+        if provider in limits:
+            raise LimitsError(f"{where}: {provider} is limited twice")
+        try:
+            value = int(number)
+        except ValueError:
+            raise LimitsError(f"{where}: {number!r} is not a whole number") from None
+        if value < 1:
+            raise LimitsError(
+                f"{where}: the limit must be at least 1 (leave a provider out to not limit it)"
+            )
+        limits[provider] = value
+    return limits
+
+
+@dataclass(frozen=True)
+class Slot:
+    """What admission needs of one TeamRun, as the TeamRun watch last showed it."""
+
+    uid: str
+    namespace: str
+    name: str
+    providers: frozenset[str]
+    phase: str | None
+    attempt: int
+    queued_at: str  # RFC 3339 in UTC: sorts as text
+
+    @property
+    def holding(self) -> bool:
+        return self.phase in HOLDING_PHASES
+
+    @property
+    def order(self) -> tuple[str, str, str]:
+        return (self.queued_at, self.namespace, self.name)
+
+
+def slot_of(teamrun: Mapping[str, Any]) -> Slot:
+    """A TeamRun's slot view from its raw object (no validation: a run whose spec is invalid
+    is refused before it can queue; unknown providers are counted under their name)."""
+    meta, status = teamrun.get("metadata") or {}, teamrun.get("status") or {}
+    spec = teamrun.get("spec") or {}
+    agents = list((spec.get("team") or {}).get("agents") or [])
+    if isinstance(spec.get("coordinator"), Mapping):
+        agents.append(spec["coordinator"])
+    providers = {
+        agent["model"]["provider"]
+        for agent in agents
+        if isinstance(agent, Mapping)
+        and isinstance(agent.get("model"), Mapping)
+        and isinstance(agent["model"].get("provider"), str)
+    }
+    attempt = int(status.get("attempt") or 0)
+    return Slot(
+        uid=str(meta.get("uid", "")),
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        providers=frozenset(providers),
+        phase=status.get("phase"),
+        attempt=attempt,
+        # A new run's place is its creation; a run resumed after approvals queues anew.
+        queued_at=_instant(status.get("queuedAt") if attempt else meta.get("creationTimestamp")),
+    )
+
+
+def _instant(value: Any) -> str:
+    """One text form for queuedAt (milliseconds) and creationTimestamp (seconds), so they sort."""
+    moment = parse_iso(str(value or ""))
+    return format_iso(moment) if moment is not None else ""
+
+
+@dataclass
+class Usage:
+    """Slots held, by namespace and by provider."""
+
+    namespaces: Counter[str] = field(default_factory=Counter)
+    providers: Counter[str] = field(default_factory=Counter)
+
+    @classmethod
+    def of(cls, holders: Iterable[Slot]) -> Usage:
+        usage = cls()
+        for slot in holders:
+            usage.take(slot)
+        return usage
+
+    def take(self, slot: Slot) -> None:
+        self.namespaces[slot.namespace] += 1
+        self.providers.update(slot.providers)
+
+    def blocked(self, slot: Slot, limits: Limits) -> str | None:
+        """Why ``slot`` cannot start now (for its status message), or None."""
+        held = self.namespaces[slot.namespace]
+        if limits.per_namespace is not None and held >= limits.per_namespace:
+            return (
+                f"namespace {slot.namespace} has {held} TeamRuns running, its limit is "
+                f"{limits.per_namespace}"
+            )
+        for provider in sorted(slot.providers):
+            limit = limits.per_provider.get(provider)
+            if limit is not None and self.providers[provider] >= limit:
+                return (
+                    f"{self.providers[provider]} TeamRuns using {provider} are running, "
+                    f"the limit is {limit}"
+                )
+        return None
+
+
+def admit(queued: Iterable[Slot], holders: Iterable[Slot], limits: Limits) -> list[Slot]:
+    """The queued runs that start now, oldest first, each counted before the next is weighed."""
+    usage = Usage.of(holders)
+    started = []
+    for slot in sorted(queued, key=lambda s: s.order):
+        if usage.blocked(slot, limits) is None:
+            usage.take(slot)
+            started.append(slot)
+    return started
+
+
+def verdict(
+    candidate: Slot, queued: Iterable[Slot], holders: Iterable[Slot], limits: Limits
+) -> str | None:
+    """None if ``candidate`` may start now, else why it waits. Runs queued before it are weighed
+    first, so a new run does not overtake them for a freed slot."""
+    usage = Usage.of(holders)
+    for slot in sorted(queued, key=lambda s: s.order):
+        if slot.uid == candidate.uid:
+            continue
+        if slot.order >= candidate.order:
+            break
+        if usage.blocked(slot, limits) is None:
+            usage.take(slot)
+    return usage.blocked(candidate, limits)
