@@ -24,8 +24,16 @@ from oma_operator.models import TeamRunSpec
 from oma_operator.outcomes import Outcome
 from oma_operator.pods import FINALIZER, attempt_of, run_id_of, runner_pod
 from oma_operator.progress import read_progress
+from oma_operator.run_queue import RUN_QUEUE
 from oma_operator.specs import spec_of
-from oma_operator.status import after_attempt, backoff_left, condition, merge_conditions, started
+from oma_operator.status import (
+    after_attempt,
+    backoff_left,
+    condition,
+    merge_conditions,
+    queued,
+    started,
+)
 from oma_operator.stores import STORES
 
 log = logging.getLogger(__name__)
@@ -238,37 +246,32 @@ async def give_up(pod: dict[str, Any], outcome: Outcome) -> None:
 
 
 async def resume_after_approvals(teamrun: dict[str, Any], spec: TeamRunSpec) -> None:
-    """Start the next attempt after approvals, exactly once (optimistic concurrency)."""
+    """Start the next attempt after approvals, exactly once (optimistic concurrency), or queue
+    it when a concurrency limit leaves no slot."""
     meta, status = teamrun["metadata"], dict(teamrun.get("status") or {})
     if status.get("phase") != "AwaitingApproval":
         return
     attempt = int(status.get("attempt") or 1) + 1
     generation = int(meta.get("generation", 1))
-    update = {
-        **started(status, attempt, run_id_of(teamrun), generation),
-        "pendingApprovals": 0,
-        "conditions": merge_conditions(
-            status.get("conditions") or [],
-            [
-                condition(
-                    "AwaitingApproval", False, "Decided", "every request is decided", generation
-                ),
-                condition(
-                    "Progressing",
-                    True,
-                    "AttemptStarted",
-                    f"attempt {attempt} is running",
-                    generation,
-                ),
-            ],
-        ),
-    }
+    decided = condition(
+        "AwaitingApproval", False, "Decided", "every request is decided", generation
+    )
+    waits = RUN_QUEUE.reserve(teamrun, attempt)
+    if waits is not None:
+        update = queued(status, run_id_of(teamrun), waits, generation)
+    else:
+        update = started(status, attempt, run_id_of(teamrun), generation)
+    update["pendingApprovals"] = 0
+    update["conditions"] = merge_conditions(update["conditions"], [decided])
     try:
         await runtime.kube().patch_teamrun_status(
             meta["namespace"], meta["name"], update, resource_version=meta["resourceVersion"]
         )
     except KubeError as exc:
+        if waits is None:
+            RUN_QUEUE.release(meta["uid"])
         if exc.status == 409:
             return  # someone else (another event, a restarted operator) resumed it
         raise
-    await ensure_pod(teamrun, spec, attempt, resume_of(status, attempt))
+    if waits is None:
+        await ensure_pod(teamrun, spec, attempt, resume_of(status, attempt))

@@ -284,7 +284,9 @@ def _status_schema() -> dict[str, Any]:
         "type": "object",
         "required": ["type", "status"],
         "properties": {
-            "type": field("string", "Progressing, Succeeded, Failed or AwaitingApproval."),
+            "type": field(
+                "string", "Progressing, Succeeded, Failed, AwaitingApproval, Queued or PodCreated."
+            ),
             "status": field("string", "True, False or Unknown."),
             "reason": field("string", "Why, in one CamelCase word."),
             "message": field("string", "Why, for a person."),
@@ -297,7 +299,14 @@ def _status_schema() -> dict[str, Any]:
         "properties": {
             "runId": field("string", "The run id the checkpoints are stored under."),
             "attempt": field("integer", "The current (or last) attempt; each has its own pod."),
-            "phase": field("string", "Running, AwaitingApproval, Succeeded, Failed or Rejected."),
+            "phase": field(
+                "string",
+                "Queued (waiting for a slot under the operator's concurrency limits), Running, "
+                "AwaitingApproval, Succeeded, Failed or Rejected.",
+            ),
+            "queuedAt": field(
+                "string", "Since when a Queued run waits for a slot (first in, first out)."
+            ),
             "observedGeneration": field("integer", "The spec generation last acted on."),
             "conditions": {
                 "type": "array",

@@ -15,19 +15,23 @@ from oma_operator.attempts import (
     ensure_pod,
     record_outcome,
     resume_after_approvals,
+    resume_of,
     retry_pod_creation,
     store_progress,
 )
+from oma_operator.concurrency import Slot, slot_of
 from oma_operator.deadlines import TIMERS
 from oma_operator.metrics import METRICS, pod_ended_at
 from oma_operator.models import GROUP, VERSION
 from oma_operator.outcomes import classify
-from oma_operator.pods import FINALIZER, LABEL_TEAMRUN, attempt_of, run_id_of
+from oma_operator.pods import FINALIZER, LABEL_TEAMRUN, attempt_of
 from oma_operator.progress import changed
+from oma_operator.queued_runs import queue_run, start_attempt, start_queued
 from oma_operator.release import release_runner_pods
 from oma_operator.reviewers import missing_creator
+from oma_operator.run_queue import INDEX_KEY, RUN_QUEUE
 from oma_operator.specs import TeamRunSpecError, spec_of
-from oma_operator.status import backoff_left, condition, merge_conditions, started
+from oma_operator.status import backoff_left, condition, merge_conditions
 from oma_operator.stores import STORES
 from oma_operator.ticker import TICKER
 from oma_operator.untracked import pod_gone, untracked_pod
@@ -44,7 +48,7 @@ log = logging.getLogger(__name__)
 
 
 @kopf.on.startup()
-async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+async def configure(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
     settings.persistence.finalizer = "oma.dev/operator"
     settings.posting.level = 20  # INFO and up become Kubernetes Events
     settings.watching.server_timeout = 60
@@ -55,11 +59,14 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     TICKER.every(APPROVAL_POLL_SECONDS, "AwaitingApproval", approvals_pending, "approvals")
     TICKER.every(runtime.PROGRESS_SECONDS, "Running", progress, "progress")
     TICKER.every(POD_RETRY_SECONDS, "Running", retry_pod_creation, "pod-retry")
+    RUN_QUEUE.attach(kwargs["teamrun_slots"])  # kopf hands every handler its indices by name
+    RUN_QUEUE.start(start_queued)
 
 
 @kopf.on.cleanup()
 async def close(**_: Any) -> None:
     await TICKER.close()
+    await RUN_QUEUE.close()
     await TIMERS.close()
     await release_runner_pods(runtime.NAMESPACES)
     await STORES.close()
@@ -77,8 +84,6 @@ async def teamrun_present(body: kopf.Body, **_: Any) -> None:
     status = dict(body.get("status") or {})
     if status.get("phase") in FINAL_PHASES or status.get("phase") == "AwaitingApproval":
         return
-    meta = body["metadata"]
-    generation = int(meta.get("generation", 1))
     try:
         spec = spec_of(body)
     except TeamRunSpecError as exc:
@@ -88,14 +93,29 @@ async def teamrun_present(body: kopf.Body, **_: Any) -> None:
     if unknown_creator is not None:
         await _refuse(dict(body), "CreatorUnknown", unknown_creator, unknown_creator)
         return
-    if not status.get("attempt"):
-        await runtime.kube().patch_teamrun_status(
-            meta["namespace"], meta["name"], started(status, 1, run_id_of(dict(body)), generation)
-        )
+    if not status.get("attempt") or status.get("phase") == "Queued":
+        await _start_or_queue(dict(body))
+        return
     wait = backoff_left(status, datetime.now(UTC))
     if wait > 0:  # an operator restarted during a crash backoff waits out the rest of it
         raise kopf.TemporaryError(f"waiting out the backoff ({wait:.0f}s left)", delay=wait)
     await ensure_pod(dict(body), spec, int(status.get("attempt") or 1))
+
+
+async def _start_or_queue(teamrun: dict[str, Any]) -> None:
+    """A new run, or a queued one seen again (a restarted operator): its first (or next)
+    attempt starts if a slot is free, else it waits as ``Queued``."""
+    status = dict(teamrun.get("status") or {})
+    attempt = int(status.get("attempt") or 0) + 1
+    waits = RUN_QUEUE.reserve(teamrun, attempt)
+    if waits is not None:
+        if status.get("phase") != "Queued":
+            await queue_run(teamrun, waits)
+        return
+    written = await start_attempt(teamrun, attempt)
+    if written is None:  # started meanwhile by the queue (or another event): nothing to do
+        return
+    await ensure_pod(written, spec_of(written), attempt, resume_of(status, attempt))
 
 
 async def _refuse(teamrun: dict[str, Any], reason: str, message: str, detail: str) -> None:
@@ -185,10 +205,18 @@ async def decision_set(body: kopf.Body, **_: Any) -> None:
         await resume_after_approvals(teamrun, spec)
 
 
+@kopf.index(GROUP, VERSION, "teamruns")
+def teamrun_slots(body: kopf.Body, **_: Any) -> dict[str, Slot]:
+    """Every TeamRun's slot view (``run_queue``): kopf starts no handler before it is full."""
+    return {INDEX_KEY: slot_of(body)}
+
+
 @kopf.on.event(GROUP, VERSION, "teamruns")
 async def teamrun_event(body: kopf.Body, event: kopf.RawEvent, **_: Any) -> None:
     METRICS.teamrun_seen(body, event.get("type"))
     TICKER.seen(dict(body), event.get("type"))
+    if RUN_QUEUE.active:
+        RUN_QUEUE.kick()  # a run may have ended or been deleted: a queued one may start
 
 
 @kopf.on.event(GROUP, VERSION, "approvaldecisions")

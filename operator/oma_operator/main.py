@@ -13,6 +13,7 @@ import kopf
 
 from oma_operator import handlers, login, runtime  # noqa: F401 (importing registers handlers)
 from oma_operator.metrics import serve
+from oma_operator.run_queue import RUN_QUEUE, limits_from_env
 from oma_operator.uninstall import stop_operator
 
 T = TypeVar("T")
@@ -78,6 +79,7 @@ def main() -> None:
             parser.error("--stop-deployment needs exactly one --namespace (the Deployment's)")
         stop = stop_operator(args.namespace[0], args.stop_deployment, args.stop_timeout)
         raise SystemExit(asyncio.run(_connected(stop)))
+    RUN_QUEUE.configure(limits_from_env())
     runtime.RUNNER_METRICS_PORT = args.runner_metrics_port or None
     runtime.NAMESPACES = [] if args.all_namespaces else list(args.namespace or [])
     serve(args.metrics_port, args.metrics_address)

@@ -22,7 +22,7 @@ from oma.timeutil import parse_iso
 from oma_operator.outcomes import TERMINAL
 
 log = logging.getLogger(__name__)
-PHASES = ("Pending", "Running", "AwaitingApproval", "Succeeded", "Failed", "Rejected")
+PHASES = ("Pending", "Queued", "Running", "AwaitingApproval", "Succeeded", "Failed", "Rejected")
 # What may precede a new attempt: an automatic retry, or a suspension resumed after approvals.
 RESUMED_AFTER = ("disruption", "oom", "crash", "suspended")
 DECISIONS = ("approved", "rejected")

@@ -65,6 +65,36 @@ def started(status: dict[str, Any], attempt: int, run_id: str, generation: int) 
     }
 
 
+def queued(status: dict[str, Any], run_id: str, why: str, generation: int) -> dict[str, Any]:
+    """The status of a run that waits for a slot (``why``: the limit it is held back by); the
+    next attempt to start is ``attempt + 1``."""
+    message = f"waiting for a slot: {why}"
+    return {
+        "runId": run_id,
+        "phase": "Queued",
+        "queuedAt": now_iso(),
+        "observedGeneration": generation,
+        "message": message[:1024],
+        "conditions": merge_conditions(
+            status.get("conditions") or [],
+            [
+                condition("Queued", True, "ConcurrencyLimit", message, generation),
+                condition("Progressing", False, "Queued", message, generation),
+            ],
+        ),
+    }
+
+
+def admitted(status: dict[str, Any], attempt: int, run_id: str, generation: int) -> dict[str, Any]:
+    """``started`` for a run that had been queued: it leaves the queue."""
+    update = started(status, attempt, run_id, generation)
+    note = condition("Queued", False, "Admitted", f"attempt {attempt} got a slot", generation)
+    update["conditions"] = merge_conditions(update["conditions"], [note])
+    update["queuedAt"] = None  # merge patch: remove
+    update["message"] = f"attempt {attempt} got a slot and is running"
+    return update
+
+
 def after_attempt(
     status: dict[str, Any],
     decision: Decision,

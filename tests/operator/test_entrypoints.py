@@ -70,3 +70,20 @@ def test_stop_deployment_needs_exactly_one_namespace(
             main()
         assert exited.value.code == 2
         assert "--stop-deployment needs exactly one --namespace" in capsys.readouterr().err
+
+
+def test_a_bad_concurrency_limit_stops_the_operator_before_it_starts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from oma_operator import main as entry
+
+    started: list[str] = []
+    monkeypatch.setattr(entry, "serve", lambda *_: started.append("metrics"))
+    monkeypatch.setenv("OMA_MAX_RUNNING_PER_PROVIDER", "openai=10,openai=5")
+    monkeypatch.setattr("sys.argv", ["oma-operator", "--namespace", "team-a"])
+    with pytest.raises(SystemExit) as exited:
+        entry.main()
+    assert str(exited.value) == (
+        "oma-operator: OMA_MAX_RUNNING_PER_PROVIDER: 'openai=5': openai is limited twice"
+    )
+    assert started == []  # nothing served, no watch started
