@@ -103,6 +103,9 @@ class OperatorSettings:
     # A local process runs as the chart's operator account (the chart installed with
     # operator.replicas=0), with the chart's runner account; on the real node it always does.
     as_chart: bool = False
+    # Concurrency limits (the chart's concurrency.*; OMA_MAX_RUNNING_* for a local process).
+    per_namespace: int | None = None
+    per_provider: Mapping[str, int] = field(default_factory=dict)
     # A local process (on the real node too) whose kubeconfig is two files and an exec
     # credential plugin (helpers.exec_kubeconfig), as on EKS, GKE or AKS.
     exec_credentials: bool = False
@@ -220,6 +223,11 @@ class ProcessOperator(Operator):
         self._env = dict(settings.env)
         if settings.progress_seconds is not None:
             self._env["OMA_PROGRESS_SECONDS"] = str(settings.progress_seconds)
+        if settings.per_namespace is not None:
+            self._env["OMA_MAX_RUNNING_PER_NAMESPACE"] = str(settings.per_namespace)
+        if settings.per_provider:
+            limits = ",".join(f"{p}={n}" for p, n in settings.per_provider.items())
+            self._env["OMA_MAX_RUNNING_PER_PROVIDER"] = limits
         self._metrics_port = self._runner_metrics_port = 0
         if settings.metrics:
             self._metrics_port, self._runner_metrics_port = free_port(), free_port()
@@ -317,6 +325,11 @@ class DeploymentOperator(Operator):
             values += ["metrics.enabled=true", "metrics.runners.enabled=true"]
         if self._settings.other_namespaces:
             values.append("operator.watchAllNamespaces=true")
+        if self._settings.per_namespace is not None:
+            values.append(f"concurrency.perNamespace={self._settings.per_namespace}")
+        values += [
+            f"concurrency.perProvider.{p}={n}" for p, n in self._settings.per_provider.items()
+        ]
         return [*values, *self._settings.chart_values]
 
     async def start(self) -> None:

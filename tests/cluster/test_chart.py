@@ -169,6 +169,44 @@ def test_operator_pod_knobs_render_and_bad_ones_fail_the_schema(cluster: Cluster
         assert refused.returncode != 0 and where in refused.stderr, (key, refused.stderr)
 
 
+def test_concurrency_limits_render_as_the_operators_env_and_bad_ones_fail_the_schema(
+    cluster: ClusterHandle, tmp_path: Path
+) -> None:
+    def operator_env(*args: str) -> dict[str, str | None]:
+        rendered = helm(
+            cluster, "template", "t", str(CHART), "--kube-version", KUBE_VERSION, *args
+        ).stdout
+        (deployment,) = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "Deployment"]
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        return {e["name"]: e.get("value") for e in container["env"]}
+
+    unset = operator_env()
+    assert "OMA_MAX_RUNNING_PER_NAMESPACE" not in unset
+    assert "OMA_MAX_RUNNING_PER_PROVIDER" not in unset
+    # A values file: YAML numbers reach the template as floats; a million must stay a whole number.
+    values = tmp_path / "values.yaml"
+    values.write_text(
+        "concurrency:\n  perNamespace: 1000000\n  perProvider: {openai: 10, anthropic: 20}\n"
+    )
+    env = operator_env("-f", str(values))
+    assert env["OMA_MAX_RUNNING_PER_NAMESPACE"] == "1000000"
+    assert env["OMA_MAX_RUNNING_PER_PROVIDER"] == "anthropic=20,openai=10"
+    assert operator_env("--set", "concurrency.perNamespace=3")["OMA_MAX_RUNNING_PER_NAMESPACE"] == (
+        "3"
+    )
+    for value, where in [
+        ("concurrency.perNamespace=-1", "/concurrency/perNamespace"),
+        ("concurrency.perProvider.gemini=1", "additional properties 'gemini' not allowed"),
+        ("concurrency.perProvider.openai=0", "/concurrency/perProvider/openai"),
+        ("concurrency.perNamespace=two", "/concurrency/perNamespace"),
+    ]:
+        refused = helm(
+            cluster, "template", "t", str(CHART), "--kube-version", KUBE_VERSION,
+            "--set", value, check=False,
+        )  # fmt: skip
+        assert refused.returncode != 0 and where in refused.stderr, (value, refused.stderr)
+
+
 def test_a_typo_in_values_fails_the_schema(cluster: ClusterHandle) -> None:
     result = helm(
         cluster,
@@ -463,6 +501,8 @@ def test_operator_env_is_added_and_the_charts_own_variables_are_refused(
         ("OMA_PROGRESS_SECONDS", "use operator.progressSeconds"),
         ("OMA_RUNNER_IMAGE", "use image.repository/image.tag"),
         ("OMA_RUNNER_IMAGE_PULL_SECRETS", "use imagePullSecrets"),
+        ("OMA_MAX_RUNNING_PER_NAMESPACE", "use concurrency.perNamespace"),
+        ("OMA_MAX_RUNNING_PER_PROVIDER", "use concurrency.perProvider"),
         ("POD_ID", "the chart sets it"),
     ]:
         refused = helm(

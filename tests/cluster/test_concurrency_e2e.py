@@ -1,0 +1,109 @@
+"""Concurrency limits on a real API server: runs over the limit wait as ``Queued`` (visible in
+``kubectl get``), start first in first out as slots free, and a restarted operator keeps the
+limit (it counts the running ones before it starts another).
+
+Each run writes ``<name>:start`` and, a turn and an 8 s wait later, ``<name>:end`` to one shared
+ledger: with a limit of 1 the ledger can only hold whole pairs, one run after another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devcluster import KubeClient
+from tests.cluster.conftest import ClusterHandle
+from tests.cluster.e2e_env import SideEffects
+from tests.cluster.helpers import runner_pods, tables, wait_for
+from tests.cluster.operators import OperatorSettings, operating
+from tests.cluster.test_operator_e2e import (
+    TEAMRUN_WIDE,
+    TEAMRUNS,
+    crds_installed,
+    finished,
+    kubectl,
+    operator_log,
+    redis_secret,
+    status_of,
+    teamrun,
+)
+
+__all__ = ["crds_installed", "redis_secret"]
+pytestmark = pytest.mark.cluster
+NAMES = ("first", "second", "third")
+
+
+def paired_run(name: str, effects: SideEffects) -> dict[str, Any]:
+    def ledger(call: str, entry: str) -> dict[str, Any]:
+        return {"id": call, "name": "ledger_append", "input": {"entry": entry}}
+
+    script: list[dict[str, Any]] = [
+        {"tool_calls": [ledger("s", f"{name}:start")]},
+        {"tool_calls": [{"id": "w", "name": "wait", "input": {"seconds": 8}}]},
+        {"tool_calls": [ledger("e", f"{name}:end")]},
+        {"text": "done"},
+    ]
+    return teamrun(name, script, effects)
+
+
+@pytest.mark.timeout(300)
+async def test_a_namespace_limit_queues_runs_and_survives_an_operator_restart(
+    cluster: ClusterHandle,
+    kube: KubeClient,
+    namespace: str,
+    crds_installed: None,
+    redis_secret: str,
+    effects: SideEffects,
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "operator.log"
+    settings = OperatorSettings(per_namespace=1)
+    async with operating(cluster, kube, namespace, log, settings) as operator:
+        for name in NAMES:  # a second apart: creation times have whole seconds
+            await kube.create(TEAMRUNS.format(ns=namespace), paired_run(name, effects))
+            await asyncio.sleep(1.1)
+
+        async def two_waiting() -> dict[str, dict[str, Any]] | None:
+            seen = {name: await status_of(kube, namespace, name) for name in NAMES}
+            phases = sorted(str(s.get("phase")) for s in seen.values())
+            return seen if phases == ["Queued", "Queued", "Running"] else None
+
+        seen = await wait_for(two_waiting, 90, "one run Running and two Queued")
+        waiting = [name for name in NAMES if seen[name]["phase"] == "Queued"]
+        for name in waiting:
+            status = seen[name]
+            assert status["message"] == (
+                f"waiting for a slot: namespace {namespace} has 1 TeamRuns running, its limit is 1"
+            )
+            assert "attempt" not in status and status["queuedAt"]
+            queued = {c["type"]: c for c in status["conditions"]}["Queued"]
+            assert (queued["status"], queued["reason"]) == ("True", "ConcurrencyLimit")
+        [header, *rows] = tables(await kubectl(cluster, namespace, "get", "omatr", "-o", "wide"))[0]
+        assert header == TEAMRUN_WIDE
+        shown = {row[0]: row for row in rows}
+        for name in waiting:
+            assert shown[name][1] == "Queued" and shown[name][-1].startswith("waiting for a slot")
+
+        # The operator dies while one run runs and two wait; the next one must count the
+        # running run (and what it started meanwhile) before it starts another.
+        await operator.kill()
+        await operator.start()
+        finals = {name: await finished(kube, namespace, name, 180) for name in NAMES}
+    for name, status in finals.items():
+        assert status["phase"] == "Succeeded", (name, status, await operator_log(log))
+        assert status["attempt"] == 1 and len(status["attempts"]) == 1
+    for name in waiting:
+        queued = {c["type"]: c for c in finals[name]["conditions"]}["Queued"]
+        assert (queued["status"], queued["reason"]) == ("False", "Admitted")
+        assert "queuedAt" not in finals[name]
+    ledger = await effects.ledger()
+    order = [entry.split(":")[0] for entry in ledger[::2]]
+    assert sorted(order) == sorted(NAMES)
+    assert ledger == [f"{n}:{part}" for n in order for part in ("start", "end")], ledger
+    # First in, first out: the two queued runs started in the order they were created.
+    assert order[1:] == [name for name in NAMES if name in waiting], order
+    pods = sorted(p["metadata"]["name"] for p in await runner_pods(kube, namespace))
+    assert pods == sorted(f"{name}-a1" for name in NAMES)  # one attempt each, nothing doubled
