@@ -242,7 +242,7 @@ async def give_up(pod: dict[str, Any], outcome: Outcome) -> None:
 
     now = datetime.now(UTC)
     await record_outcome(namespace, name, attempt, outcome, meta["name"], now, on_recorded=delete)
-    await runtime.kube().remove_finalizer(namespace, meta["name"], FINALIZER)
+    await runtime.kube().remove_finalizer(namespace, meta["name"], FINALIZER, pod)
 
 
 async def resume_after_approvals(teamrun: dict[str, Any], spec: TeamRunSpec) -> None:

@@ -174,7 +174,29 @@ class Kube:
             if exc.status != 404:
                 raise
 
-    async def remove_finalizer(self, namespace: str, name: str, finalizer: str) -> None:
+    async def remove_finalizer(
+        self, namespace: str, name: str, finalizer: str, seen: dict[str, Any] | None = None
+    ) -> None:
+        """Remove ``finalizer`` from the pod; a pod without it or gone is fine. With ``seen``
+        (the pod as an event showed it) one JSON patch does it, its ``test`` op making sure the
+        finalizer is still where it was seen; a pod that changed since is read again."""
+        where = list((seen or {}).get("metadata", {}).get("finalizers") or [])
+        if finalizer in where:
+            at = f"/metadata/finalizers/{where.index(finalizer)}"
+            ops = [{"op": "test", "path": at, "value": finalizer}, {"op": "remove", "path": at}]
+            try:
+                await self._call(
+                    "PATCH",
+                    f"/api/v1/namespaces/{namespace}/pods/{name}",
+                    json=ops,
+                    headers={"Content-Type": "application/json-patch+json"},
+                )
+                return
+            except KubeError as exc:
+                if exc.status == 404:
+                    return
+                if exc.status not in (409, 422):  # 422: the test op failed (the list moved)
+                    raise
         pod = await self.get_pod(namespace, name)
         if pod is None or finalizer not in pod["metadata"].get("finalizers", []):
             return

@@ -168,7 +168,7 @@ async def runner_pod_changed(body: kopf.Body, event: kopf.RawEvent, **_: Any) ->
         ref = {"metadata": {"namespace": namespace, "name": name}}
         await trouble.report(ref, f"recording how pod {meta['name']} ended", exc)
         raise
-    await runtime.kube().remove_finalizer(namespace, meta["name"], FINALIZER)
+    await runtime.kube().remove_finalizer(namespace, meta["name"], FINALIZER, pod)
     _remember(meta["uid"])
 
 

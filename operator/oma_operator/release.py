@@ -39,7 +39,9 @@ async def release_runner_pods(namespaces: list[str]) -> int:
             if FINALIZER not in (meta.get("finalizers") or []):
                 continue
             try:
-                await runtime.kube().remove_finalizer(meta["namespace"], meta["name"], FINALIZER)
+                await runtime.kube().remove_finalizer(
+                    meta["namespace"], meta["name"], FINALIZER, pod
+                )
                 released += 1
             except (KubeError, httpx.HTTPError) as exc:
                 log.warning("cannot release pod %s/%s: %s", meta["namespace"], meta["name"], exc)

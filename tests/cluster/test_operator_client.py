@@ -1,0 +1,98 @@
+"""The operator's API client against a real API server, where a mistake would be silent: a
+finalizer removal from a pod that changed since the operator saw it must remove exactly the
+operator's finalizer, not another controller's."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from devcluster import KubeClient
+from oma_operator.client import Kube
+from tests.cluster.conftest import ClusterHandle
+
+pytestmark = pytest.mark.cluster
+OURS = "oma.dev/outcome"
+THEIRS = "example.com/backup"
+
+
+@pytest.fixture
+async def operator_client(cluster: ClusterHandle) -> AsyncIterator[Kube]:
+    client = await Kube.connect(kubeconfig=str(cluster.kubeconfig))
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+async def parked_pod(kube: KubeClient, namespace: str, name: str, finalizers: list[str]) -> Any:
+    """A pod bound to a node that does not exist: nothing runs it, its finalizers stay."""
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "finalizers": finalizers},
+        "spec": {"nodeName": "nowhere", "containers": [{"name": "c", "image": "none"}]},
+    }
+    return await kube.create(f"/api/v1/namespaces/{namespace}/pods", body)
+
+
+async def finalizers_of(kube: KubeClient, namespace: str, name: str) -> list[str]:
+    pod = await kube.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
+    return list(pod["metadata"].get("finalizers") or [])
+
+
+async def release(kube: KubeClient, namespace: str, name: str) -> None:
+    await kube.patch(
+        f"/api/v1/namespaces/{namespace}/pods/{name}", {"metadata": {"finalizers": None}}
+    )
+
+
+@pytest.mark.timeout(60)
+async def test_remove_finalizer_from_the_pod_as_seen_and_as_it_changed_since(
+    kube: KubeClient, namespace: str, operator_client: Kube, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    requests: list[str] = []
+    send = operator_client._call
+
+    async def counted(method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        requests.append(method)
+        return await send(method, path, **kwargs)
+
+    monkeypatch.setattr(operator_client, "_call", counted)
+    # As seen: one request, a patch; the other controller's finalizer stays.
+    seen = await parked_pod(kube, namespace, "current", [THEIRS, OURS])
+    await operator_client.remove_finalizer(namespace, "current", OURS, seen)
+    assert await finalizers_of(kube, namespace, "current") == [THEIRS]
+    assert requests == ["PATCH"]
+
+    # Changed since: another finalizer was put before ours, so ours moved. The patch's test op
+    # fails on the position it saw, and the pod is read again: still only ours goes.
+    stale = await parked_pod(kube, namespace, "moved", [OURS])
+    await kube.patch(
+        f"/api/v1/namespaces/{namespace}/pods/moved", {"metadata": {"finalizers": [THEIRS, OURS]}}
+    )
+    requests.clear()
+    await operator_client.remove_finalizer(namespace, "moved", OURS, stale)
+    assert await finalizers_of(kube, namespace, "moved") == [THEIRS]
+    assert requests == ["PATCH", "GET", "PATCH"]  # refused, read again, removed
+
+    # Seen with ours, but someone removed it meanwhile and another took its place.
+    gone = await parked_pod(kube, namespace, "replaced", [OURS])
+    await kube.patch(
+        f"/api/v1/namespaces/{namespace}/pods/replaced", {"metadata": {"finalizers": [THEIRS]}}
+    )
+    await operator_client.remove_finalizer(namespace, "replaced", OURS, gone)
+    assert await finalizers_of(kube, namespace, "replaced") == [THEIRS]
+
+    # Without a seen pod (the old way, a GET first), and for a pod that is gone: nothing raised.
+    await parked_pod(kube, namespace, "unseen", [OURS, THEIRS])
+    await operator_client.remove_finalizer(namespace, "unseen", OURS)
+    assert await finalizers_of(kube, namespace, "unseen") == [THEIRS]
+    await operator_client.remove_finalizer(namespace, "absent", OURS, {"metadata": {}})
+    await operator_client.remove_finalizer(
+        namespace, "absent", OURS, {"metadata": {"finalizers": [OURS]}}
+    )
+    for name in ("current", "moved", "replaced", "unseen"):
+        await release(kube, namespace, name)
