@@ -35,8 +35,10 @@ from oma_operator.status import (
     started,
 )
 from oma_operator.stores import STORES
+from oma_operator.watched import WATCHED
 
 log = logging.getLogger(__name__)
+RECORD_TRIES = 5  # conflicting writes in a row (kopf's own, progress) before giving up for now
 _recording: defaultdict[tuple[str, str], asyncio.Lock] = defaultdict(asyncio.Lock)
 POD_CREATED = "PodCreated"  # condition: False while the current attempt's pod is refused
 
@@ -178,24 +180,42 @@ async def record_outcome(
             await on_recorded()
 
     async with _recording[(namespace, name)]:
-        teamrun = await runtime.kube().get_teamrun(namespace, name)
-        if teamrun is None:
-            await recorded()
-            return
-        status = dict(teamrun.get("status") or {})
-        if any(a.get("attempt") == attempt for a in status.get("attempts") or []):
-            await recorded()
-            return  # recorded before (another watcher, or before an operator restart)
-        spec = spec_of(teamrun)
-        decision = decide(outcome, status, spec.retry_policy, attempt)
-        generation = int(teamrun["metadata"].get("generation", 1))
-        record = attempt_record(attempt, outcome, pod, now_iso())
-        next_attempt = attempt + 1 if decision.action == "next_attempt" else None
-        update = after_attempt(status, decision, record, generation, next_attempt, outcome.report)
-        update |= await store_progress(teamrun, spec)
-        if (outcome.report and outcome.report.checkpointed) or update.get("lastCheckpointAt"):
-            update["checkpointSaved"] = True  # from now on, an attempt must find a checkpoint
-        await runtime.kube().patch_teamrun_status(namespace, name, update)
+        # The watch's copy first, its resourceVersion a precondition: read only if it changed.
+        teamrun = WATCHED.get(namespace, name) or await runtime.kube().get_teamrun(namespace, name)
+        for _ in range(RECORD_TRIES):
+            if teamrun is None:
+                await recorded()
+                return
+            status = dict(teamrun.get("status") or {})
+            if any(a.get("attempt") == attempt for a in status.get("attempts") or []):
+                await recorded()
+                return  # recorded before (another watcher, or before an operator restart)
+            spec = spec_of(teamrun)
+            decision = decide(outcome, status, spec.retry_policy, attempt)
+            generation = int(teamrun["metadata"].get("generation", 1))
+            record = attempt_record(attempt, outcome, pod, now_iso())
+            next_attempt = attempt + 1 if decision.action == "next_attempt" else None
+            update = after_attempt(
+                status, decision, record, generation, next_attempt, outcome.report
+            )
+            update |= await store_progress(teamrun, spec)
+            if (outcome.report and outcome.report.checkpointed) or update.get("lastCheckpointAt"):
+                update["checkpointSaved"] = True  # from now on, an attempt must find a checkpoint
+            try:
+                await runtime.kube().patch_teamrun_status(
+                    namespace, name, update, resource_version=teamrun["metadata"]["resourceVersion"]
+                )
+                break
+            except KubeError as exc:
+                if exc.status != 409:
+                    raise
+            teamrun = await runtime.kube().get_teamrun(namespace, name)
+        else:
+            raise KubeError(
+                409,
+                f"TeamRun {namespace}/{name} kept changing while {pod}'s end was "
+                "being recorded; the pod keeps its finalizer until it is",
+            )
         teamrun = {**teamrun, "status": {**status, **update}}  # what the next pod is built from
         await recorded()
     METRICS.attempt_ended(outcome.kind)

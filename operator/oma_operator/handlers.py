@@ -35,6 +35,7 @@ from oma_operator.status import backoff_left, condition, merge_conditions
 from oma_operator.stores import STORES
 from oma_operator.ticker import TICKER
 from oma_operator.untracked import pod_gone, untracked_pod
+from oma_operator.watched import WATCHED
 
 FINAL_PHASES = {"Succeeded", "Failed", "Rejected"}
 # Pods whose outcome this process recorded or found recorded, and let go of (bounded): their
@@ -60,6 +61,7 @@ async def configure(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
     TICKER.every(runtime.PROGRESS_SECONDS, "Running", progress, "progress")
     TICKER.every(POD_RETRY_SECONDS, "Running", retry_pod_creation, "pod-retry")
     RUN_QUEUE.attach(kwargs["teamrun_slots"])  # kopf hands every handler its indices by name
+    WATCHED.attach(kwargs["teamrun_bodies"])
     RUN_QUEUE.start(start_queued)
 
 
@@ -209,6 +211,12 @@ async def decision_set(body: kopf.Body, **_: Any) -> None:
 def teamrun_slots(body: kopf.Body, **_: Any) -> dict[str, Slot]:
     """Every TeamRun's slot view (``run_queue``): kopf starts no handler before it is full."""
     return {INDEX_KEY: slot_of(body)}
+
+
+@kopf.index(GROUP, VERSION, "teamruns")
+def teamrun_bodies(body: kopf.Body, **_: Any) -> dict[tuple[str, str], dict[str, Any]]:
+    """Every TeamRun as last seen (``watched``), for writes conditioned on what was seen."""
+    return {(body["metadata"]["namespace"], body["metadata"]["name"]): dict(body)}
 
 
 @kopf.on.event(GROUP, VERSION, "teamruns")

@@ -16,6 +16,7 @@ from oma_operator.pods import run_id_of
 from oma_operator.run_queue import RUN_QUEUE
 from oma_operator.specs import spec_of
 from oma_operator.status import admitted, queued, started
+from oma_operator.watched import WATCHED
 
 
 async def start_attempt(teamrun: dict[str, Any], attempt: int) -> dict[str, Any] | None:
@@ -43,6 +44,9 @@ async def start_attempt(teamrun: dict[str, Any], attempt: int) -> dict[str, Any]
                 namespace, name, update, resource_version=teamrun["metadata"]["resourceVersion"]
             )
         except KubeError as exc:
+            if exc.status == 404:  # deleted meanwhile
+                RUN_QUEUE.release(uid)
+                return None
             if exc.status != 409:
                 RUN_QUEUE.release(uid)
                 raise
@@ -56,8 +60,10 @@ async def start_attempt(teamrun: dict[str, Any], attempt: int) -> dict[str, Any]
 
 
 async def start_queued(slot: Slot) -> None:
-    """The queue's start of a run it reserved a slot for (``RunQueue`` loop)."""
-    teamrun = await runtime.kube().get_teamrun(slot.namespace, slot.name)
+    """The queue's start of a run it reserved a slot for (``RunQueue`` loop), from the watch's
+    copy of it (``start_attempt`` reads it again if it changed since)."""
+    seen = WATCHED.get(slot.namespace, slot.name)
+    teamrun = seen or await runtime.kube().get_teamrun(slot.namespace, slot.name)
     if teamrun is None or teamrun["metadata"].get("uid") != slot.uid:
         RUN_QUEUE.release(slot.uid)
         return

@@ -266,3 +266,14 @@ def test_the_charts_schema_accepts_a_limit_for_every_provider_and_no_other() -> 
     per_provider = schema["properties"]["concurrency"]["properties"]["perProvider"]
     assert set(per_provider["properties"]) == set(PROVIDERS)
     assert per_provider["additionalProperties"] is False
+
+
+def test_the_watched_copy_is_the_last_body_the_index_holds_and_none_without_one() -> None:
+    from oma_operator.watched import WatchedTeamRuns
+
+    watched = WatchedTeamRuns()
+    assert watched.get("team-a", "r1") is None  # no index yet (before kopf's startup)
+    body = teamrun("r1", phase="Queued")
+    watched.attach({("team-a", "r1"): [body]})
+    assert watched.get("team-a", "r1") is body
+    assert watched.get("team-a", "r2") is None and watched.get("team-b", "r1") is None
