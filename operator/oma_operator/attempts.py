@@ -39,6 +39,7 @@ from oma_operator.watched import WATCHED
 
 log = logging.getLogger(__name__)
 RECORD_TRIES = 5  # conflicting writes in a row (kopf's own, progress) before giving up for now
+_backoffs: set[asyncio.Task[None]] = set()  # next attempts waiting out a backoff
 _recording: defaultdict[tuple[str, str], asyncio.Lock] = defaultdict(asyncio.Lock)
 POD_CREATED = "PodCreated"  # condition: False while the current attempt's pod is refused
 
@@ -230,8 +231,31 @@ async def record_outcome(
         if refreshed is not None and await sync_approvals(runtime.kube(), refreshed, spec):
             await resume_after_approvals(refreshed, spec)
     if next_attempt is not None:
-        await asyncio.sleep(decision.delay_seconds)
-        await ensure_pod(teamrun, spec, next_attempt, Resume(outcome.kind, ended))
+        resume = Resume(outcome.kind, ended)
+
+        async def start() -> None:
+            await ensure_pod(teamrun, spec, next_attempt, resume)
+
+        if decision.delay_seconds <= 0:
+            await start()
+        else:  # waited out apart: a watch worker is not held for minutes (kopf caps them)
+            _after_backoff(decision.delay_seconds, start, f"{namespace}/{name}")
+
+
+def _after_backoff(seconds: float, start: Callable[[], Awaitable[None]], run: str) -> None:
+    """Start the next attempt after its backoff, in a task of its own. A restarted operator
+    that finds the run before its pod exists waits out what is left (``nextAttemptAfter``)."""
+
+    async def wait_then_start() -> None:
+        await asyncio.sleep(seconds)
+        try:
+            await start()
+        except Exception:
+            log.exception("%s: starting the next attempt after its backoff failed", run)
+
+    task = asyncio.create_task(wait_then_start(), name=f"backoff {run}")
+    _backoffs.add(task)
+    task.add_done_callback(_backoffs.discard)
 
 
 async def store_progress(teamrun: dict[str, Any], spec: TeamRunSpec) -> dict[str, Any]:

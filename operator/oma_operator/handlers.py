@@ -38,6 +38,7 @@ from oma_operator.untracked import pod_gone, untracked_pod
 from oma_operator.watched import WATCHED
 
 FINAL_PHASES = {"Succeeded", "Failed", "Rejected"}
+WATCH_WORKERS = 500  # objects handled at once, per watched resource
 # Pods whose outcome this process recorded or found recorded, and let go of (bounded): their
 # late events cost no API reads. A restarted operator reads each pod's TeamRun once, which is
 # harmless (recording is idempotent).
@@ -56,6 +57,13 @@ async def configure(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
     # No cluster-wide discovery of namespaces and CRDs: a namespaced operator then needs no
     # cluster-scope RBAC at all (the chart's Role is enough).
     settings.scanning.disabled = True
+    # kopf runs one worker per object with events, unbounded by default: 3,000 TeamRuns created
+    # at once meant 3,000 handlers at once, and the memory of that peak is never given back
+    # (docs/performance.md). Bounded, a burst is worked through a few hundred objects at a
+    # time; idle workers leave soon so that their places go to objects that wait. No handler
+    # sleeps for long in a worker (backoffs are waited out apart: attempts._after_backoff).
+    settings.queueing.worker_limit = WATCH_WORKERS
+    settings.queueing.idle_timeout = 0.5
     TICKER.on_error, TICKER.on_success = trouble.report, trouble.cleared
     TICKER.every(APPROVAL_POLL_SECONDS, "AwaitingApproval", approvals_pending, "approvals")
     TICKER.every(runtime.PROGRESS_SECONDS, "Running", progress, "progress")
@@ -214,9 +222,13 @@ def teamrun_slots(body: kopf.Body, **_: Any) -> dict[str, Slot]:
 
 
 @kopf.index(GROUP, VERSION, "teamruns")
-def teamrun_bodies(body: kopf.Body, **_: Any) -> dict[tuple[str, str], dict[str, Any]]:
-    """Every TeamRun as last seen (``watched``), for writes conditioned on what was seen."""
-    return {(body["metadata"]["namespace"], body["metadata"]["name"]): dict(body)}
+def teamrun_bodies(body: kopf.Body, **_: Any) -> dict[tuple[str, str], dict[str, Any]] | None:
+    """Every unfinished TeamRun as last seen (``watched``), for writes conditioned on what was
+    seen; finished ones are left out (nothing writes them again but a late outcome)."""
+    if (body.get("status") or {}).get("phase") in FINAL_PHASES:
+        return None
+    meta = {k: v for k, v in body["metadata"].items() if k != "managedFields"}  # most of its size
+    return {(meta["namespace"], meta["name"]): {**body, "metadata": meta}}
 
 
 @kopf.on.event(GROUP, VERSION, "teamruns")

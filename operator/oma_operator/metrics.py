@@ -99,17 +99,25 @@ class OperatorMetrics:
         for source in TOOL_CALL_SOURCES:
             self.tool_calls.labels(source)
         self._phases: dict[str, str] = {}  # TeamRun uid -> phase
+        self._counts: Tally[str] = Tally()  # TeamRuns by phase
         self._decided: set[str] = set()  # uids of ApprovalDecisions known to be decided
 
     def teamrun_seen(self, body: Mapping[str, Any], event_type: str | None) -> None:
+        # Counted as phases change, not recounted per event: thousands of TeamRuns, each event.
         uid = str(body.get("metadata", {}).get("uid", ""))
+        before = self._phases.get(uid)
         if event_type == "DELETED":
             self._phases.pop(uid, None)
+            now = None
         else:
-            self._phases[uid] = str((body.get("status") or {}).get("phase") or "Pending")
-        counts = Tally(self._phases.values())
-        for phase in {*PHASES, *counts}:
-            self.teamruns.labels(phase).set(counts.get(phase, 0))
+            now = str((body.get("status") or {}).get("phase") or "Pending")
+            self._phases[uid] = now
+        if before == now:
+            return
+        for phase, change in ((before, -1), (now, 1)):
+            if phase is not None:
+                self._counts[phase] += change
+                self.teamruns.labels(phase).set(self._counts[phase])
 
     def attempt_ended(self, kind: str) -> None:
         self.attempts.labels(kind).inc()

@@ -21,6 +21,7 @@ class Ticker:
     def __init__(self, concurrency: int = 8) -> None:
         self._runs: dict[tuple[str, str], dict[str, Any]] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self._phases: set[str] = set()  # the phases some work visits
         self._concurrency = concurrency
         # Set by the operator: how a TeamRun hears of its periodic work failing, then working.
         self.on_error: OnError | None = None
@@ -30,7 +31,9 @@ class Ticker:
         """Feed every TeamRun watch event (the initial listing included)."""
         meta = body.get("metadata") or {}
         key = (str(meta.get("namespace")), str(meta.get("name")))
-        if event_type == "DELETED" or meta.get("deletionTimestamp"):
+        phase = (body.get("status") or {}).get("phase")
+        # Only runs in a phase some work visits are kept: thousands of finished ones are not.
+        if event_type == "DELETED" or meta.get("deletionTimestamp") or phase not in self._phases:
             self._runs.pop(key, None)
         else:
             self._runs[key] = body
@@ -39,6 +42,7 @@ class Ticker:
         return [b for b in self._runs.values() if (b.get("status") or {}).get("phase") == phase]
 
     def every(self, seconds: float, phase: str, work: Work, name: str) -> None:
+        self._phases.add(phase)
         task = asyncio.create_task(self._loop(seconds, phase, work, name), name=name)
         self._tasks.append(task)
 

@@ -1,4 +1,5 @@
-"""TeamRuns as the operator's watch last showed them (kopf's index ``handlers.teamrun_bodies``).
+"""Unfinished TeamRuns as the operator's watch last showed them (``handlers.teamrun_bodies``,
+a kopf index).
 
 A write that must start from the current object (recording an attempt's end, starting a queued
 run) starts from this copy with its ``resourceVersion`` as a precondition, and reads the object

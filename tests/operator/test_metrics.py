@@ -73,6 +73,15 @@ def test_teamruns_by_phase_follow_the_watch(
     metrics.teamrun_seen(_teamrun("c", "Running"), "DELETED")
     assert value(registry, "oma_teamruns", phase="Running") == 0
     assert value(registry, "oma_teamruns", phase="Succeeded") == 1
+    # Repeated events (kopf's own patches) count once; a deletion of one never seen changes none.
+    for _ in range(3):
+        metrics.teamrun_seen(_teamrun("d", "Queued"), "MODIFIED")
+    metrics.teamrun_seen(_teamrun("zz", "Running"), "DELETED")
+    assert value(registry, "oma_teamruns", phase="Queued") == 1
+    metrics.teamrun_seen(_teamrun("d", "Running"), "MODIFIED")
+    assert value(registry, "oma_teamruns", phase="Queued") == 0
+    assert value(registry, "oma_teamruns", phase="Running") == 1
+    assert value(registry, "oma_teamruns", phase="Pending") == 1
 
 
 def test_attempts_by_outcome(metrics: OperatorMetrics, registry: CollectorRegistry) -> None:
