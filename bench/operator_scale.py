@@ -1,12 +1,15 @@
 """Operator scale: many concurrent short TeamRuns on one operator, until all have Succeeded.
 
-    .venv/bin/python bench/operator_scale.py [--quick] [--runs N] [--max-pods N]
+    .venv/bin/python bench/operator_scale.py [--quick] [--runs N] [--max-pods N] [--limit N]
 
 Creates ``--runs`` TeamRuns at once (scripted model, two turns: an ``echo`` tool call, then the
 answer) on the local control plane, with the operator as a child process and a real
 ``redis-server`` as the store, and waits until every one has Succeeded. The node agent binds at
 most ``--max-pods`` unfinished pods at a time (like a kubelet's ``--max-pods``, default 110):
-the rest stay Pending until a runner finishes, as on a full node.
+the rest stay Pending until a runner finishes, as on a full node. ``--limit N`` sets the
+operator's concurrency limit per namespace (``OMA_MAX_RUNNING_PER_NAMESPACE``): the runs over it
+wait as ``Queued``; the benchmark counts, from its own watch, the most runs ``Running`` at once
+and says whether the limit held.
 
 Prints the time to drain them all, per-run latency (created → Succeeded), the operator's CPU
 seconds and peak RSS (``/proc/<pid>/stat`` utime+stime, ``/proc/<pid>/status`` VmHWM), the
@@ -66,10 +69,18 @@ class Runs:
     pod_running: dict[str, float] = field(default_factory=dict)
     pod_ended: dict[str, float] = field(default_factory=dict)
     all_final: asyncio.Event = field(default_factory=asyncio.Event)
+    counts: Counter[str] = field(default_factory=Counter)  # runs by phase, as the watch shows
+    most: Counter[str] = field(default_factory=Counter)  # the most at once, by phase
 
     def on_teamrun(self, kind: str, obj: JSON) -> None:
         name = obj["metadata"]["name"]
         phase = (obj.get("status") or {}).get("phase") or "Pending"
+        before = self.phases.get(name)
+        if before != phase:
+            if before is not None:
+                self.counts[before] -= 1
+            self.counts[phase] += 1
+            self.most[phase] = max(self.most[phase], self.counts[phase])
         self.phases[name] = phase
         if phase in FINAL and name not in self.finished:
             self.finished[name] = time.monotonic()
@@ -154,7 +165,8 @@ async def bench(args: argparse.Namespace, workdir: Path) -> None:
     total: int = args.runs
     runs = Runs(expected=total)
     peaks = Peaks()
-    async with stack(workdir, max_pods=args.max_pods) as s:
+    limits = {"OMA_MAX_RUNNING_PER_NAMESPACE": str(args.limit)} if args.limit else {}
+    async with stack(workdir, max_pods=args.max_pods, operator_env=limits) as s:
         if args.operator_nice:  # e.g. -10: what the operator does when it gets the CPU it needs
             os.setpriority(os.PRIO_PROCESS, s.operator.pid, args.operator_nice)
         watcher = asyncio.create_task(watch_forever(s.kube, s.teamruns(), runs.on_teamrun))
@@ -203,6 +215,7 @@ async def bench(args: argparse.Namespace, workdir: Path) -> None:
     print(
         f"### {total} concurrent TeamRuns (2 scripted turns each), one operator, "
         f"node max-pods {args.max_pods}, operator nice {args.operator_nice}"
+        + (f", concurrency limit {args.limit} per namespace" if args.limit else "")
     )
     print()
     print(
@@ -247,6 +260,15 @@ async def bench(args: argparse.Namespace, workdir: Path) -> None:
         f"**{'met' if met else 'MISSED'}** ({succeeded}/{total} Succeeded; peak "
         f"{peak_mib:.0f} MiB = {peak_mb:.0f} MB)"
     )
+    running, waiting = runs.most["Running"], runs.most["Queued"]
+    if args.limit:
+        held = 0 < running <= args.limit
+        print(
+            f"- concurrency limit {args.limit}: at most **{running} Running** at once "
+            f"(**{'held' if held else 'BROKEN'}**), at most {waiting} Queued"
+        )
+    else:
+        print(f"- no concurrency limit: at most {running} Running at once")
     print(
         f"- pods: at most {peaks.active_pods} running at once, {peaks.pending_pods} held Pending"
         f" at the peak; Redis: {(redis_after - redis_before) / total:.0f} commands per run "
@@ -279,6 +301,9 @@ def main() -> None:
         type=int,
         default=0,
         help="nice value for the operator process (negative needs root): its CPU share",
+    )
+    parser.add_argument(
+        "--limit", type=int, default=0, help="TeamRuns running at once per namespace (0: none)"
     )
     parser.add_argument("--timeout", type=float, default=1800, help="give up after, s")
     parser.add_argument("--settle", type=float, default=5, help="count requests for, s after")

@@ -26,7 +26,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -240,11 +240,16 @@ def in_sandbox_or_reexec(wanted: bool) -> bool:
 
 @contextlib.asynccontextmanager
 async def stack(
-    workdir: Path, *, max_pods: int | None = 110, real_node: bool = False
+    workdir: Path,
+    *,
+    max_pods: int | None = 110,
+    real_node: bool = False,
+    operator_env: Mapping[str, str] | None = None,
 ) -> AsyncIterator[Stack]:
     """Start everything the operator benchmarks need; stop it all on exit, error or not.
     ``real_node``: runner pods are containers of ``localhost/oma:dev`` under a kubelet (inside
-    the sandbox), instead of local processes of the node agent."""
+    the sandbox), instead of local processes of the node agent. ``operator_env``: more of the
+    operator's settings (e.g. its concurrency limits)."""
     venv_bin = str(Path(sys.executable).parent)
     if not os.environ.get("PATH", "").startswith(venv_bin + os.pathsep):
         # The node agent hands its PATH to pods: they must find this virtualenv's oma-runner.
@@ -301,6 +306,7 @@ async def stack(
                 "KUBECONFIG": str(operator_config),
                 "OMA_RUNNER_IMAGE": OMA_IMAGE if real_node else "oma-runner:bench",
                 "OMA_METRICS_PORT": "0",  # no fixed port: other runs may share this machine
+                **(operator_env or {}),
             }
             operator = _start_operator(namespace, env, operator_log)
             sync_exit.callback(_stop_operator, operator)
