@@ -10,22 +10,26 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import OrderedDict
 
 from oma.store.base import MemoryStore
 from oma.store.prefixed import PrefixedStore, tenant_prefix
+from oma.store.redis import RedisStore
 from oma.store.urls import open_store
 from oma_operator import runtime
 from oma_operator.client import Kube
 from oma_operator.models import TeamRunSpec
 
 SECRET_TTL_SECONDS = runtime.SECRET_TTL_SECONDS
+NAMESPACES_KEPT = 1024  # Redis key namespaces whose store objects are kept
 
 
 class StoreCache:
     def __init__(self, secret_ttl: float = SECRET_TTL_SECONDS) -> None:
         self._secret_ttl = secret_ttl
         self._secrets: dict[tuple[str, str, str], tuple[float, str]] = {}
-        self._stores: dict[tuple[str, ...], MemoryStore] = {}
+        self._stores: dict[tuple[str, ...], MemoryStore] = {}  # the ones that own a client
+        self._namespaces: OrderedDict[tuple[str, str], RedisStore] = OrderedDict()
         self._lock = asyncio.Lock()
 
     async def store_of(self, kube: Kube, namespace: str, spec: TeamRunSpec) -> MemoryStore:
@@ -43,16 +47,32 @@ class StoreCache:
             dsn = await self._secret(kube, namespace, pg.dsn_secret_ref.name, pg.dsn_secret_ref.key)
             key = ("postgres", dsn, pg.table, pg.schema_name or "")
         async with self._lock:
-            store = self._stores.get(key)
-            if store is None:
-                if key[0] == "redis":
-                    store = open_store(key[1], namespace=key[2])
-                else:
-                    store = open_store(key[1], table=key[2], schema=key[3] or None)
+            if key[0] == "redis":
+                store = self._redis_store(key[1], key[2])
+            else:
+                store = self._stores.get(key) or open_store(
+                    key[1], table=key[2], schema=key[3] or None
+                )
                 self._stores[key] = store
             return PrefixedStore(store, tenant_prefix(namespace))
 
+    def _redis_store(self, url: str, namespace: str) -> MemoryStore:
+        """One client (connection pool) per server URL, shared by every key namespace on it:
+        TeamRuns that each keep their checkpoints under a namespace of their own do not each
+        hold a pool. Stores of the namespaces seen last are kept (they hold no connection)."""
+        server = self._stores.get(("redis", url))
+        if not isinstance(server, RedisStore):
+            server = open_store(url, namespace=namespace)
+            assert isinstance(server, RedisStore)
+            self._stores[("redis", url)] = server
+        store = self._namespaces.pop((url, namespace), None) or server.in_namespace(namespace)
+        self._namespaces[(url, namespace)] = store  # now the most recent
+        while len(self._namespaces) > NAMESPACES_KEPT:
+            self._namespaces.popitem(last=False)
+        return store
+
     async def close(self) -> None:
+        self._namespaces.clear()
         stores, self._stores = list(self._stores.values()), {}
         for store in stores:
             closer = getattr(store, "aclose", None)

@@ -111,6 +111,13 @@ class RedisStore:
     def __repr__(self) -> str:
         return f"RedisStore({self._where!r}, namespace={self.namespace!r})"
 
+    def in_namespace(self, namespace: str) -> RedisStore:
+        """The same server and client (one connection pool), another key namespace: the new
+        store does not own the client, so closing it leaves this one working."""
+        other = RedisStore(self._client, namespace=namespace, retry_for=self._retry_for)
+        other._secrets, other._where = self._secrets, self._where
+        return other
+
     async def get(self, key: str) -> MemoryEntry | None:
         rows = await self._idempotent(lambda: self._read(self._keys, [_encode(key)]))
         entries = _decode_entries(rows)
