@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import copy
 import random
+import weakref
 from typing import Any
 
 import orjson
 import pytest
 
+from oma.agent.state import RunnerState
 from oma.checkpoint.delta import apply
-from oma.checkpoint.delta_diff import DeltaEncoder, diff
+from oma.checkpoint.delta_diff import AppendedList, DeltaEncoder, diff
+from oma.llm.types import LLMMessage, TextBlock
 
 
 def _round_trip(
@@ -28,6 +31,10 @@ def _message(n: int) -> dict[str, Any]:
         "role": "assistant" if n % 2 else "user",
         "content": [{"type": "text", "text": f"m{n}"}],
     }
+
+
+def _said(text: str) -> LLMMessage:
+    return LLMMessage(role="user", content=[TextBlock(text=text)])
 
 
 def test_equal_documents_need_no_operation() -> None:
@@ -183,3 +190,46 @@ def test_random_conversations_round_trip(seed: int) -> None:
             conversation = []
         _round_trip(doc, new, encoder)
         doc = new
+
+
+def test_a_list_marked_as_grown_from_the_old_one_costs_only_its_new_items() -> None:
+    conversation = [_message(n) for n in range(20)]
+    old_list = AppendedList(conversation)
+    grown = AppendedList([*conversation, _message(20)], old_list)
+    assert grown.extends(old_list)
+    ops = _round_trip({"conv": old_list}, {"conv": grown})
+    assert ops == [["x", ["conv"], [_message(20)]]]
+
+
+def test_a_grown_mark_naming_another_list_is_not_trusted() -> None:
+    """The mark is honoured only for the very list the old document holds: a list that names
+    another one (or one no longer alive) is compared item by item, so a changed item shows."""
+    conversation = [_message(n) for n in range(5)]
+    elsewhere = AppendedList(conversation)
+    old_list = list(conversation)
+    changed = AppendedList([_message(0), *conversation[1:], _message(5)], elsewhere)
+    changed[0] = {"role": "user", "content": [{"type": "text", "text": "rewritten"}]}
+    assert not changed.extends(old_list)
+    ops = _round_trip({"conv": old_list}, {"conv": changed})
+    assert b"rewritten" in orjson.dumps(ops)
+
+
+def test_a_grown_list_does_not_keep_the_list_it_grew_from_alive() -> None:
+    previous = AppendedList([_message(0)])
+    held = weakref.ref(previous)
+    grown = AppendedList([*previous, _message(1)], previous)
+    del previous
+    assert held() is None  # no chain of every list a long run handed out
+    assert len(grown) == 2
+
+
+def test_a_runner_state_marks_each_boundary_s_lists_as_grown_from_the_last() -> None:
+    state = RunnerState(conversation=[_said("go")])
+    first = state.to_checkpoint("t", "w").conversation_messages
+    state.conversation.append(_said("more"))
+    second = state.to_checkpoint("t", "w").conversation_messages
+    assert isinstance(second, AppendedList) and second.extends(first)
+    assert isinstance(first, list) and len(first) == 1  # a copy: the cache grows on
+    state.conversation[:] = [_said("another conversation")]
+    third = state.to_checkpoint("t", "w").conversation_messages
+    assert isinstance(third, AppendedList) and not third.extends(second)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from oma.approval.models import ApprovalDecisionRecord, ApprovalRequest
+from oma.checkpoint.delta_diff import AppendedList
 from oma.checkpoint.runner_state import (
     InFlightTask,
     PendingToolCall,
@@ -45,21 +46,23 @@ class _WireList:
 
     sources: list[object] = field(default_factory=list)
     wires: list[dict[str, Any]] = field(default_factory=list)
+    handed: AppendedList | None = None  # the copy handed out last, while ``wires`` only grew
 
-    def extended(
-        self, items: Sequence[Any], wire: Callable[[Any], dict[str, Any]]
-    ) -> list[dict[str, Any]]:
+    def extended(self, items: Sequence[Any], wire: Callable[[Any], dict[str, Any]]) -> AppendedList:
+        """A copy of the wires of ``items`` (the cache grows on), marked as the last copy
+        extended when nothing but appends happened since."""
         known = len(self.sources)
         if known and (
             len(items) < known
             or items[0] is not self.sources[0]
             or items[known - 1] is not self.sources[-1]
         ):
-            self.sources, self.wires, known = [], [], 0
+            self.sources, self.wires, self.handed, known = [], [], None, 0
         for item in items[known:]:
             self.sources.append(item)
             self.wires.append(wire(item))
-        return self.wires
+        self.handed = AppendedList(self.wires, self.handed)
+        return self.handed
 
 
 @dataclass
@@ -162,7 +165,7 @@ class RunnerState:
         cached = self._lists.get(name)
         if cached is None:
             cached = self._lists[name] = _WireList()
-        return list(cached.extended(items, self._wire))  # a copy: the cache grows on
+        return cached.extended(items, self._wire)
 
     def _items(self) -> tuple[list[LLMMessage], list[LLMMessage], list[ToolCallRecord]]:
         return self.conversation, self.messages, self.records

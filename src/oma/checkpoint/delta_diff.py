@@ -20,6 +20,7 @@ only ever made from a value it finds at that place in the old document (by ident
 from __future__ import annotations
 
 import operator
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,6 +31,22 @@ from oma.checkpoint.delta import Op, Path
 _MIN_VALUE = 64  # encoded bytes below which a value is written out: a copy is about as long
 _MIN_RUN = 8  # items of an old list that a run must match to be copied from it
 _DEPTH = 4  # levels below a written value that are looked at for copies
+
+
+class AppendedList(list[Any]):
+    """A list its producer made by appending to ``previous``, a list it handed out before:
+    the items of ``previous`` are the first items of this one, the same objects. A diff against
+    that list then costs what was appended, not an identity check of every item (a
+    conversation of thousands of messages at every boundary). Held weakly: no chain of lists."""
+
+    __slots__ = ("__weakref__", "_previous")
+
+    def __init__(self, items: list[Any], previous: list[Any] | None = None) -> None:
+        super().__init__(items)
+        self._previous = None if previous is None else weakref.ref(previous)
+
+    def extends(self, old: list[Any]) -> bool:
+        return self._previous is not None and self._previous() is old and len(self) >= len(old)
 
 
 class DeltaEncoder:
@@ -99,7 +116,8 @@ class _Differ:
 
     def lists(self, old: list[Any], new: list[Any], path: Path) -> None:
         n = len(old)
-        if len(new) >= n and all(map(operator.is_, old, new)):  # grew: the usual case
+        grew = type(new) is AppendedList and new.extends(old)
+        if grew or (len(new) >= n and all(map(operator.is_, old, new))):  # the usual case
             if len(new) > n:
                 self.extend(new, n, path)
             return
