@@ -61,6 +61,7 @@ from oma.store.remote import (
 
 T = TypeVar("T")
 Row = tuple[str, bytes, str | None, datetime, int | None]
+_FIRST_WAIT = 0.05  # seconds before the first retry, doubled at each next one (up to 1 s)
 _IDENTIFIER = re.compile(POSTGRES_IDENTIFIER)
 # libpq reports a refused login with these; sqlstate is not always set for connect failures.
 _AUTH_MARKERS = ("password authentication failed", "no password supplied", "pg_hba.conf")
@@ -311,12 +312,16 @@ class PostgresStore:
         seconds once the store has opened). Otherwise only getting a connection is retried
         (nothing was sent yet).
         """
+        try:
+            return await self._once(work, retry=retry)  # the usual case: no retry loop to set up
+        except _Retryable:
+            await asyncio.sleep(_FIRST_WAIT)
         # Before the store has worked once, a failure is most likely a wrong DSN or a server
         # that is not there: say so quickly. Afterwards it is most likely a restart: ride it out.
-        stop = stop_after_delay(self._retry_for) if self._ready else stop_after_attempt(3)
+        stop = stop_after_delay(self._retry_for) if self._ready else stop_after_attempt(2)
         retrying = AsyncRetrying(
-            stop=stop | stop_after_attempt(50),
-            wait=wait_exponential(multiplier=0.05, max=1.0),
+            stop=stop | stop_after_attempt(49),
+            wait=wait_exponential(multiplier=_FIRST_WAIT, max=1.0),
             retry=retry_if_exception_type(_Retryable),
             reraise=True,
         )

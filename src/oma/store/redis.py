@@ -7,6 +7,7 @@ the client hashes ``expected`` locally and sends 64 hex characters, never the ex
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
 from collections.abc import Awaitable, Callable, Sequence
@@ -52,6 +53,7 @@ from oma.store.remote import (
 
 T = TypeVar("T")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_FIRST_WAIT = 0.05  # seconds before the first retry, doubled at each next one (up to 1 s)
 _ENTRY_WIDTH = 5  # key, value, metadata, created, expiry (see redis_scripts.READ)
 
 
@@ -273,7 +275,11 @@ class RedisStore:
         """Run a call whose repetition is harmless, retrying on a dropped connection: three
         tries until the server answered once (a wrong URL fails fast), then for ``retry_for``
         seconds (a server restart)."""
-        async for attempt in self._retrying():
+        try:
+            return await self._translate(call())  # the usual case: no retry loop to set up
+        except StoreUnavailableError:
+            await asyncio.sleep(_FIRST_WAIT)
+        async for attempt in self._retrying(tried=1):
             with attempt:
                 return await self._translate(call())
         raise AssertionError("unreachable: tenacity reraises the last error")
@@ -295,10 +301,14 @@ class RedisStore:
                 return bool(await self._translate(self._write(self._keys, args)))
         raise AssertionError("unreachable: tenacity reraises the last error")
 
-    def _retrying(self) -> AsyncRetrying:
+    def _retrying(self, tried: int = 0) -> AsyncRetrying:
+        """Retries of a call tried ``tried`` times already: three tries in all until the server
+        answered once, then for ``retry_for`` seconds."""
         return AsyncRetrying(
-            stop=stop_after_delay(self._retry_for) if self._worked else stop_after_attempt(3),
-            wait=wait_exponential(multiplier=0.05, max=1.0),
+            stop=stop_after_delay(self._retry_for)
+            if self._worked
+            else stop_after_attempt(3 - tried),
+            wait=wait_exponential(multiplier=_FIRST_WAIT, max=1.0),
             retry=retry_if_exception_type(StoreUnavailableError),
             reraise=True,
         )
