@@ -18,6 +18,13 @@ for _path in (str(ROOT / "src"), str(ROOT)):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
+from plain_writes import (  # noqa: E402
+    PlainWriter,
+    file_writer,
+    memory_writer,
+    postgres_writer,
+    redis_writer,
+)
 from tests.servers.postgres_server import PostgresServer, postgres_bin_dir  # noqa: E402
 from tests.servers.redis_server import RedisServer, redis_binary  # noqa: E402
 
@@ -27,6 +34,7 @@ from oma.store.reserved import CHECKPOINT_KEY_PREFIX  # noqa: E402
 
 BACKENDS = ("memory", "file", "redis", "postgres")
 StoreFactory = Callable[[], Awaitable[MemoryStore]]
+PlainFactory = Callable[[], Awaitable[PlainWriter]]
 
 
 def header(title: str, quick: bool) -> str:
@@ -56,6 +64,16 @@ async def backends(workdir: Path, wanted: Sequence[str]) -> AsyncIterator[dict[s
     Redis and PostgreSQL are started as child processes (the Debian packages the tests use) and
     stopped on exit; a backend whose server binary is missing is left out.
     """
+    async with backend_pairs(workdir, wanted) as pairs:
+        yield {name: stores for name, (stores, _) in pairs.items()}
+
+
+@asynccontextmanager
+async def backend_pairs(
+    workdir: Path, wanted: Sequence[str]
+) -> AsyncIterator[dict[str, tuple[StoreFactory, PlainFactory]]]:
+    """As ``backends``, each with the client library's plain writer and reader of the same
+    server (``plain_writes``: the baseline a store is measured against)."""
     redis_path = redis_binary() if "redis" in wanted else None
     pg_dir = postgres_bin_dir() if "postgres" in wanted else None
     redis_server = RedisServer(redis_path).start() if redis_path else None
@@ -78,11 +96,25 @@ async def backends(workdir: Path, wanted: Sequence[str]) -> AsyncIterator[dict[s
         await store.open()
         return store
 
-    available: dict[str, StoreFactory] = {"memory": memory, "file": file}
+    async def plain_memory() -> PlainWriter:
+        return memory_writer()
+
+    async def plain_file() -> PlainWriter:
+        return file_writer(workdir)
+
+    async def plain_redis() -> PlainWriter:
+        assert redis_server is not None
+        return await redis_writer(redis_server.url)
+
+    async def plain_postgres() -> PlainWriter:
+        assert pg_server is not None
+        return await postgres_writer(pg_server.dsn())
+
+    available = {"memory": (memory, plain_memory), "file": (file, plain_file)}
     if redis_server is not None:
-        available["redis"] = redis
+        available["redis"] = (redis, plain_redis)
     if pg_server is not None:
-        available["postgres"] = postgres
+        available["postgres"] = (postgres, plain_postgres)
     try:
         yield {name: available[name] for name in wanted if name in available}
     finally:

@@ -1,11 +1,14 @@
-"""The baseline a store's write is measured against: the client library's own plain write of
-the same bytes, with none of oma's code in the path.
+"""The baseline a store's write (and read) is measured against: the client library's own plain
+write (read) of the same bytes, with none of oma's code in the path.
 
 - memory: a dict assignment;
 - file: write a temporary file, fsync it, rename it over the target, fsync the directory (the
   durability ``FileStore`` promises, done with ``os`` alone);
 - redis: redis-py's ``SET``;
 - postgres: psycopg's upsert of the text into a two-column table (key, value).
+
+Reads are the same calls' counterparts: a dict lookup, reading the file, ``GET``, a ``SELECT``
+of the value by key.
 """
 
 from __future__ import annotations
@@ -20,8 +23,10 @@ import psycopg
 import redis.asyncio as redis_asyncio
 
 Write = Callable[[str, str], Awaitable[None]]
+Read = Callable[[str], Awaitable[str | None]]
 TABLE = "plain_write"
 CREATE = f"CREATE TABLE IF NOT EXISTS {TABLE} (key text PRIMARY KEY, value text NOT NULL)"
+SELECT = f"SELECT value FROM {TABLE} WHERE key = %s"
 UPSERT = (
     f"INSERT INTO {TABLE} (key, value) VALUES (%s, %s) "
     "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
@@ -32,6 +37,7 @@ UPSERT = (
 class PlainWriter:
     write: Write
     close: Callable[[], Awaitable[None]]
+    read: Read
 
 
 async def _nothing() -> None:
@@ -44,12 +50,18 @@ def memory_writer() -> PlainWriter:
     async def write(key: str, value: str) -> None:
         held[key] = value
 
-    return PlainWriter(write, _nothing)
+    async def read(key: str) -> str | None:
+        return held.get(key)
+
+    return PlainWriter(write, _nothing, read)
 
 
 def file_writer(directory: Path) -> PlainWriter:
+    def target_of(key: str) -> Path:
+        return directory / f"plain-{key.replace('/', '_')}.json"
+
     def write_sync(key: str, value: str) -> None:
-        target = directory / f"plain-{key.replace('/', '_')}.json"
+        target = target_of(key)
         temporary = target.with_suffix(".tmp")
         with temporary.open("w", encoding="utf-8") as out:
             out.write(value)
@@ -65,7 +77,11 @@ def file_writer(directory: Path) -> PlainWriter:
     async def write(key: str, value: str) -> None:
         await asyncio.to_thread(write_sync, key, value)  # as FileStore does its file I/O
 
-    return PlainWriter(write, _nothing)
+    async def read(key: str) -> str | None:
+        target = target_of(key)
+        return await asyncio.to_thread(target.read_text, "utf-8") if target.exists() else None
+
+    return PlainWriter(write, _nothing, read)
 
 
 async def redis_writer(url: str) -> PlainWriter:
@@ -74,10 +90,14 @@ async def redis_writer(url: str) -> PlainWriter:
     async def write(key: str, value: str) -> None:
         await client.set(key, value)
 
+    async def read(key: str) -> str | None:
+        raw = await client.get(key)
+        return raw.decode() if raw is not None else None
+
     async def close() -> None:
         await client.aclose()
 
-    return PlainWriter(write, close)
+    return PlainWriter(write, close, read)
 
 
 async def postgres_writer(dsn: str) -> PlainWriter:
@@ -87,7 +107,11 @@ async def postgres_writer(dsn: str) -> PlainWriter:
     async def write(key: str, value: str) -> None:
         await connection.execute(UPSERT, (key, value))
 
+    async def read(key: str) -> str | None:
+        row = await (await connection.execute(SELECT, (key,))).fetchone()
+        return str(row[0]) if row is not None else None
+
     async def close() -> None:
         await connection.close()
 
-    return PlainWriter(write, close)
+    return PlainWriter(write, close, read)

@@ -19,10 +19,13 @@ import gc
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchlib import BACKENDS, backends, close_store, header, parse_backends, percentile
+import orjson
+from benchlib import BACKENDS, backend_pairs, close_store, header, parse_backends, percentile
+from plain_writes import PlainWriter
 
 from oma import jsonutil
 from oma.checkpoint import Checkpoint, parse_snapshot
@@ -180,67 +183,103 @@ async def restore_once(store: MemoryStore) -> tuple[float, int]:
     return (model.called_at - started) * 1000, model.messages
 
 
-async def measure(store: MemoryStore, snapshot: CheckpointSnapshot, repeats: int) -> list[str]:
+@dataclass(frozen=True)
+class Row:
+    client: list[float]  # the client library's plain read of the text + orjson.loads
+    read: list[float]  # our store's get
+    parse: list[float]  # decode + strict validation
+    load: list[float]  # Checkpoint.load_latest: read, decode, validation
+    restore: list[float]  # OpenMultiAgent.restore() until the model is called
+    size: int
+
+
+def _ms(since: float) -> float:
+    return (time.perf_counter() - since) * 1000
+
+
+async def measure(
+    store: MemoryStore, plain: PlainWriter, snapshot: CheckpointSnapshot, repeats: int
+) -> Row:
     checkpoint = Checkpoint(store, run_id=RUN_ID)
     await checkpoint.save(snapshot)
     entry = await store.get(checkpoint.key)
     assert entry is not None
     text = entry.value
-    reads: list[float] = []
-    parses: list[float] = []
-    restores: list[float] = []
+    await plain.write("plain-restore", text)
+    row = Row([], [], [], [], [], len(text))
     expected_messages = len(snapshot.in_flight_tasks[0].conversation_messages)  # type: ignore[union-attr]
     for _ in range(repeats):
         # Each attempt restores in a fresh runner process: collect the previous repeat's
         # garbage (cycles of a finished run) outside the timing, as a new process has none.
         gc.collect()
         started = time.perf_counter()
+        raw = await plain.read("plain-restore")
+        assert raw is not None
+        orjson.loads(raw)
+        row.client.append(_ms(started))
+        del raw
+        gc.collect()
+        started = time.perf_counter()
         await store.get(checkpoint.key)
-        reads.append((time.perf_counter() - started) * 1000)
+        row.read.append(_ms(started))
         started = time.perf_counter()
         parse_snapshot(jsonutil.loads(text), checkpoint.key)
-        parses.append((time.perf_counter() - started) * 1000)
+        row.parse.append(_ms(started))
+        gc.collect()
+        started = time.perf_counter()
+        loaded = await checkpoint.load_latest()
+        row.load.append(_ms(started))
+        assert loaded is not None
+        del loaded
+        gc.collect()
         elapsed, messages = await restore_once(store)
         assert messages == expected_messages, (messages, expected_messages)
-        restores.append(elapsed)
+        row.restore.append(elapsed)
         stored = await store.get(checkpoint.key)
         assert stored is not None and stored.value == text  # nothing was written meanwhile
-    return [
-        f"{statistics.median(reads):8.2f} {percentile(reads, 0.99):8.2f}",
-        f"{statistics.median(parses):8.2f} {percentile(parses, 0.99):8.2f}",
-        f"{statistics.median(restores):8.2f} {percentile(restores, 0.99):8.2f}",
-        f"{len(text):>10}",
-    ]
+    return row
+
+
+def _pair(samples: list[float]) -> str:
+    return f"{statistics.median(samples):7.2f} {percentile(samples, 0.99):7.2f}"
 
 
 async def main(args: argparse.Namespace) -> None:
     print(header("restore cost", args.quick))
     print(
-        "times in ms, p50 and p99 of each; read = store.get of the snapshot; parse = JSON decode"
-        " + strict validation;\nrestore = OpenMultiAgent.restore() until the resumed task's"
-        " model is called (includes read and parse)\n"
+        "times in ms, p50 and p99 of each; client = the client library's plain read of the same"
+        " text + orjson.loads\n(the baseline); read = our store's get; parse = JSON decode +"
+        " strict validation; load =\nCheckpoint.load_latest (read, decode, validation); restore"
+        " = OpenMultiAgent.restore() until the\nresumed task's model is called; x = p50 / client"
+        " p50\n"
     )
     print(
-        f"{'backend':9} {'size':>6} {'n':>3} {'read p50':>8} {'p99':>8} {'parse p50':>9} "
-        f"{'p99':>8} {'restore p50':>11} {'p99':>8} {'bytes':>10}"
+        f"{'backend':9} {'size':>6} {'n':>3} {'client':>7} {'p99':>7} {'read':>7} {'p99':>7} "
+        f"{'parse':>7} {'p99':>7} {'load':>7} {'p99':>7} {'restore':>7} {'p99':>7} "
+        f"{'load x':>6} {'rest. x':>7} {'bytes':>9}"
     )
     with tempfile.TemporaryDirectory(prefix="oma-bench-") as tmp:
-        async with backends(Path(tmp), args.backends) as stores:
-            for name, make in stores.items():
+        async with backend_pairs(Path(tmp), args.backends) as pairs:
+            for name, (make, make_plain) in pairs.items():
+                plain = await make_plain()
                 for size_name in args.sizes:
                     # Built per measurement and dropped after: a live heap holding every size
                     # at once would make each garbage collection, and so the p99, slower.
                     snapshot = parse_snapshot(snapshot_of_size(SIZES[size_name]), "bench")
                     repeats = args.repeats[size_name]
                     store = await make()
-                    read, parse, restore, size = await measure(store, snapshot, repeats)
+                    row = await measure(store, plain, snapshot, repeats)
+                    base = statistics.median(row.client)
                     print(
-                        f"{name:9} {size_name:>6} {repeats:>3} {read} {parse} "
-                        f"{restore.split()[0]:>11} {restore.split()[1]:>8} {size}"
+                        f"{name:9} {size_name:>6} {repeats:>3} {_pair(row.client)} "
+                        f"{_pair(row.read)} {_pair(row.parse)} {_pair(row.load)} "
+                        f"{_pair(row.restore)} {statistics.median(row.load) / base:5.1f}x "
+                        f"{statistics.median(row.restore) / base:6.1f}x {row.size:>9}"
                     )
                     await close_store(store)
                     del snapshot
                     gc.collect()
+                await plain.close()
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
