@@ -2,6 +2,7 @@
 amplification of a long conversation.
 
     .venv/bin/python bench/checkpoint_overhead.py [--quick] [--parts P,...] [--backends B,...]
+        [--langgraph]
 
 Starts its own redis-server and PostgreSQL as child processes (Debian packages, as the tests
 use) and stops them at the end. Prints, per backend and snapshot size (about 10 KB, 100 KB,
@@ -11,6 +12,12 @@ string to the same store in the same run, and their ratio. Then runs agent conve
 (whole snapshots, and the journal where the store keeps one), and prints total bytes written /
 final snapshot size and the checkpoint cost per boundary against a run with checkpointing off.
 ``--parts amplification`` runs only that part, ``--backends memory,redis`` only those stores.
+
+``--langgraph`` also runs LangGraph's checkpointing on the same conversations, with its default
+channels and with its ``DeltaChannel``, in memory and on the same PostgreSQL, and prints those
+rows under oma's: ``bench/langgraph/amplification.py``, in a virtual environment of its own
+made on first use from ``bench/langgraph/requirements.txt`` (pip, so the network) under
+``~/.cache/oma/bench-venvs/``.
 """
 
 from __future__ import annotations
@@ -32,6 +39,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "src")]
 
+from bench.langgraph_side import (  # noqa: E402
+    LangGraphSide,
+    ServerUrls,
+    ensure_langgraph_venv,
+    langgraph_side,
+    print_langgraph,
+    redis_note,
+)
 from bench.plain_writes import (  # noqa: E402
     PlainWriter,
     file_writer,
@@ -266,9 +281,9 @@ Backends = dict[str, tuple[StoreFactory, Callable[[], Awaitable[PlainWriter]]]]
 
 
 @asynccontextmanager
-async def backends(workdir: Path) -> AsyncIterator[Backends]:
+async def backends(workdir: Path) -> AsyncIterator[tuple[Backends, ServerUrls]]:
     """Per backend: a fresh store of ours, and the client library's plain writer to the same
-    server (the baseline)."""
+    server (the baseline); and the URLs of the servers started."""
     redis_path, pg_dir = redis_binary(), postgres_bin_dir()
     redis_server = RedisServer(redis_path).start() if redis_path else None
     pg_server = PostgresServer(pg_dir).start() if pg_dir else None
@@ -305,12 +320,15 @@ async def backends(workdir: Path) -> AsyncIterator[Backends]:
         return await postgres_writer(pg_server.dsn())
 
     made: Backends = {"memory": (memory, plain_memory), "file": (file, plain_file)}
+    urls: ServerUrls = {}
     if redis_server:
         made["redis"] = (redis, plain_redis)
+        urls["redis"] = redis_server.url
     if pg_server:
         made["postgres"] = (postgres, plain_postgres)
+        urls["postgres"] = pg_server.dsn()
     try:
-        yield made
+        yield made, urls
     finally:
         for server in (redis_server, pg_server):
             if server is not None:
@@ -320,7 +338,12 @@ async def backends(workdir: Path) -> AsyncIterator[Backends]:
 PARTS = ("saves", "amplification")
 
 
-async def main(quick: bool, parts: tuple[str, ...] = PARTS, names: tuple[str, ...] = ()) -> None:
+async def main(
+    quick: bool,
+    parts: tuple[str, ...] = PARTS,
+    names: tuple[str, ...] = (),
+    langgraph_python: Path | None = None,
+) -> None:
     repeats, turn_counts = (10, (60,)) if quick else (60, (10, 300, 1000))
     print(
         f"# checkpoint overhead · {platform.node()} · {platform.processor() or platform.machine()}"
@@ -328,7 +351,7 @@ async def main(quick: bool, parts: tuple[str, ...] = PARTS, names: tuple[str, ..
         f" · parts {','.join(parts)}"
     )
     with tempfile.TemporaryDirectory(prefix="oma-bench-") as tmp:
-        async with backends(Path(tmp)) as available:
+        async with backends(Path(tmp)) as (available, urls):
             chosen = {n: pair for n, pair in available.items() if not names or n in names}
             stores = {n: make for n, (make, _) in chosen.items()}
             if "saves" in parts:
@@ -349,11 +372,17 @@ async def main(quick: bool, parts: tuple[str, ...] = PARTS, names: tuple[str, ..
                     await _close(store)
                     await client.close()
             if "amplification" in parts:
+                langgraph = langgraph_side(langgraph_python, names, urls)
                 for count in turn_counts:
-                    await print_amplification(stores, count, quick)
+                    await print_amplification(stores, count, quick, langgraph)
+                if langgraph is not None:
+                    print(f"\n{await redis_note(urls.get('redis'))}")
 
 
-async def print_amplification(stores: dict[str, Any], turns: int, quick: bool) -> None:
+async def print_amplification(
+    stores: dict[str, Any], turns: int, quick: bool, langgraph: LangGraphSide | None = None
+) -> None:
+    width = 9 if langgraph is None else 11  # room for LangGraph's backend names
     print(
         f"\nwrite amplification over a {turns}-turn conversation, fenced saves (as oma run):"
         "\nsnapshot = the whole snapshot at every boundary; journal = a snapshot, then one delta"
@@ -361,11 +390,11 @@ async def print_amplification(stores: dict[str, Any], turns: int, quick: bool) -
         "\n(run s - off run s) / boundaries"
     )
     print(
-        f"{'backend':9} {'layout':9} {'written':>12} {'final':>9} {'ratio':>8} "
+        f"{'backend':{width}} {'layout':9} {'written':>12} {'final':>9} {'ratio':>8} "
         f"{'run s':>7} {'bound.':>6} {'ms/bound':>8}"
     )
     off = await amplification(None, turns)
-    print(f"{'off':9} {'-':9} {0:>12} {'-':>9} {'-':>8} {off.seconds:7.2f}  (baseline)")
+    print(f"{'off':{width}} {'-':9} {0:>12} {'-':>9} {'-':>8} {off.seconds:7.2f}  (baseline)")
     for name, make in stores.items():
         for layout in ("snapshot", "journal"):
             if layout == "journal" and name == "file":
@@ -377,10 +406,12 @@ async def print_amplification(stores: dict[str, Any], turns: int, quick: bool) -
             boundaries = len(run.snapshots)
             per = (run.seconds - off.seconds) / boundaries * 1000 if boundaries else 0.0
             print(
-                f"{name:9} {layout:9} {run.written:>12} {run.final:>9} "
+                f"{name:{width}} {layout:9} {run.written:>12} {run.final:>9} "
                 f"{run.written / run.final:>7.1f}x {run.seconds:7.2f} {boundaries:>6} {per:8.3f}"
             )
             await _close(store)
+    if langgraph is not None:
+        await print_langgraph(langgraph, turns)
 
 
 async def _close(store: MemoryStore) -> None:
@@ -408,8 +439,15 @@ if __name__ == "__main__":
         default=(),
         help="comma-separated, of memory,file,redis,postgres (default: all available)",
     )
+    parser.add_argument(
+        "--langgraph",
+        action="store_true",
+        help="also LangGraph's rows in the amplification part (makes a venv on first use)",
+    )
     args = parser.parse_args()
     unknown = set(args.parts) - set(PARTS)
     if unknown:
         parser.error(f"unknown parts: {','.join(sorted(unknown))}")
-    asyncio.run(main(args.quick, args.parts, args.backends))
+    wants_langgraph = args.langgraph and "amplification" in args.parts
+    python = ensure_langgraph_venv() if wants_langgraph else None
+    asyncio.run(main(args.quick, args.parts, args.backends, python))
