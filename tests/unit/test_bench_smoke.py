@@ -55,7 +55,7 @@ def test_engine_overhead_prints_its_table() -> None:
 
 def test_restore_cost_prints_its_table() -> None:
     output = _bench("restore_cost.py")
-    assert "restore p50" in output
+    assert "client = the client library's plain read of the same text + orjson.loads" in output
     rows = _rows(output, "backend")
     assert [(row[0], " ".join(row[1:3])) for row in rows] == [
         ("memory", "100 KB"),
@@ -63,7 +63,9 @@ def test_restore_cost_prints_its_table() -> None:
         ("file", "100 KB"),
         ("file", "1 MB"),
     ]
-    assert all(len(row) == 11 for row in rows)
+    assert all(len(row) == 17 for row in rows)
+    # load x and restore x: each p50 against the baseline's p50, measured in the same run
+    assert all(row[14].endswith("x") and row[15].endswith("x") for row in rows)
 
 
 def test_checkpoint_overhead_measures_saves_against_the_clients_plain_write() -> None:
