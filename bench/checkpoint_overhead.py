@@ -58,7 +58,12 @@ from pydantic import BaseModel  # noqa: E402
 from tests.servers.postgres_server import PostgresServer, postgres_bin_dir  # noqa: E402
 from tests.servers.redis_server import RedisServer, redis_binary  # noqa: E402
 
-from oma.checkpoint import Checkpoint, CheckpointSnapshotV4, parse_snapshot  # noqa: E402
+from oma.checkpoint import (  # noqa: E402
+    Checkpoint,
+    CheckpointSnapshotV4,
+    parse_snapshot,
+    snapshot_metadata,
+)
 from oma.llm.scripted import ScriptedAdapter  # noqa: E402
 from oma.orchestrator import CheckpointOptions, OpenMultiAgent  # noqa: E402
 from oma.store import FileStore, InMemoryStore, MemoryStore, PostgresStore, RedisStore  # noqa: E402
@@ -167,6 +172,12 @@ async def measure_size(
     plain_write = await timed(lambda: client.write("bench/plain", text), count)
     raw = await timed(lambda: store.set("bench/raw", text), count)
     plain = await timed(lambda: checkpoint.save(snapshot), count)
+
+    async def encode() -> None:
+        snapshot.to_json()
+        snapshot_metadata(snapshot)
+
+    encoding = statistics.median(await timed(encode, count))
     stored = await store.get(checkpoint.key)
     state: dict[str, str | None] = {"expected": stored.value if stored else None}
 
@@ -185,7 +196,8 @@ async def measure_size(
         f"{p50_client:7.2f} {percentile(plain_write, 0.99):7.2f}  "
         f"{statistics.median(raw):7.2f} {percentile(raw, 0.99):7.2f}  "
         f"{statistics.median(plain):7.2f} {percentile(plain, 0.99):7.2f}  {fenced_cell}  "
-        f"{statistics.median(plain) / p50_client:6.2f}x"
+        f"{statistics.median(plain) / p50_client:6.2f}x {encoding:7.2f} "
+        f"{(encoding + p50_client) / p50_client:6.2f}x"
     )
 
 
@@ -358,12 +370,14 @@ async def main(
                 print(
                     "times in ms; client = the client library's plain write of the same string "
                     "(the baseline),\nset = our store's set of it, save = Checkpoint.save of the "
-                    "model; ratio = p50 save / p50 client\n"
+                    "model; ratio = p50 save / p50 client;\nfloor = (p50 encode + p50 client) / "
+                    "p50 client, encode = the model's JSON and metadata alone:\nwhat a save "
+                    "would cost with a store that wrote as cheaply as the client\n"
                 )
                 print(
                     f"{'backend':9} {'size':>6} {'bytes':>9} {'client':>7} {'p99':>7}  "
                     f"{'set p50':>7} {'p99':>7}  {'save p50':>7} {'p99':>7}  "
-                    f"{'fenced':>7} {'p99':>7}  {'ratio':>7}"
+                    f"{'fenced':>7} {'p99':>7}  {'ratio':>7} {'encode':>7} {'floor':>7}"
                 )
                 for name, (make, make_client) in chosen.items():
                     store, client = await make(), await make_client()

@@ -77,10 +77,12 @@ def test_checkpoint_overhead_measures_saves_against_the_clients_plain_write() ->
         (backend, size) for backend in ("memory", "file") for size in ("10 KB", "100 KB", "1 MB")
     ]
     for row in rows:
-        assert len(row) == 13, row
+        assert len(row) == 15, row
         client, save, ratio = float(row[4]), float(row[8]), float(row[12].rstrip("x"))
+        encode, floor = float(row[13]), float(row[14].rstrip("x"))
         if client >= 0.05:  # the memory baseline rounds to 0.00 ms
             assert abs(save / client - ratio) <= 0.01 + 0.05 * ratio, row
+            assert abs((encode + client) / client - floor) <= 0.01 + 0.05 * floor, row
 
 
 def test_checkpoint_overhead_measures_both_layouts_amplification() -> None:
