@@ -21,6 +21,7 @@ from oma_operator.attempts import (
 )
 from oma_operator.concurrency import Slot, slot_of
 from oma_operator.deadlines import TIMERS
+from oma_operator.later import LATER
 from oma_operator.metrics import METRICS, pod_ended_at
 from oma_operator.models import GROUP, VERSION
 from oma_operator.outcomes import classify
@@ -76,6 +77,7 @@ async def configure(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
 @kopf.on.cleanup()
 async def close(**_: Any) -> None:
     await TICKER.close()
+    await LATER.close()
     await RUN_QUEUE.close()
     await TIMERS.close()
     await release_runner_pods(runtime.NAMESPACES)
@@ -83,33 +85,56 @@ async def close(**_: Any) -> None:
     await runtime.close()
 
 
-@kopf.on.create(GROUP, VERSION, "teamruns")
-@kopf.on.resume(GROUP, VERSION, "teamruns")
-async def teamrun_present(body: kopf.Body, **_: Any) -> None:
-    """Make sure the current attempt has its runner pod (idempotent across restarts).
+async def teamrun_present(body: dict[str, Any]) -> float:
+    """Make sure the current attempt has its runner pod (idempotent across restarts); the
+    seconds left of a crash backoff when that attempt may not start yet (else 0).
 
     Status is written through the client only, and before the pod exists, so a pod outcome
     recorded concurrently can never be overwritten by a stale view of the TeamRun.
     """
     status = dict(body.get("status") or {})
     if status.get("phase") in FINAL_PHASES or status.get("phase") == "AwaitingApproval":
-        return
+        return 0.0
     try:
         spec = spec_of(body)
     except TeamRunSpecError as exc:
-        await _refuse(dict(body), "InvalidSpec", str(exc), exc.problems)
-        return
-    unknown_creator = missing_creator(spec.approvals, dict(body))
+        await _refuse(body, "InvalidSpec", str(exc), exc.problems)
+        return 0.0
+    unknown_creator = missing_creator(spec.approvals, body)
     if unknown_creator is not None:
-        await _refuse(dict(body), "CreatorUnknown", unknown_creator, unknown_creator)
-        return
+        await _refuse(body, "CreatorUnknown", unknown_creator, unknown_creator)
+        return 0.0
     if not status.get("attempt") or status.get("phase") == "Queued":
-        await _start_or_queue(dict(body))
-        return
+        await _start_or_queue(body)
+        return 0.0
     wait = backoff_left(status, datetime.now(UTC))
     if wait > 0:  # an operator restarted during a crash backoff waits out the rest of it
-        raise kopf.TemporaryError(f"waiting out the backoff ({wait:.0f}s left)", delay=wait)
-    await ensure_pod(dict(body), spec, int(status.get("attempt") or 1))
+        return wait
+    await ensure_pod(body, spec, int(status.get("attempt") or 1))
+    return 0.0
+
+
+async def _make_present(body: dict[str, Any]) -> None:
+    """``teamrun_present``, then again later if it failed or must wait (``later``)."""
+    meta = body["metadata"]
+    key = (meta["namespace"], meta["name"])
+    try:
+        wait = await teamrun_present(body)
+    except Exception as exc:
+        delay = LATER.failed(key)
+        LATER.after(delay, key, lambda: _present_again(key), "starting the run")
+        await trouble.report(body, "starting the run", exc)
+        return
+    LATER.succeeded(key)
+    if wait > 0:
+        LATER.after(wait, key, lambda: _present_again(key), "the rest of a crash backoff")
+    await trouble.cleared(body)
+
+
+async def _present_again(key: tuple[str, str]) -> None:
+    body = WATCHED.get(*key)  # as the watch shows it now; None once finished or deleted
+    if body is not None:
+        await _make_present(body)
 
 
 async def _start_or_queue(teamrun: dict[str, Any]) -> None:
@@ -233,8 +258,17 @@ def teamrun_bodies(body: kopf.Body, **_: Any) -> dict[tuple[str, str], dict[str,
 
 @kopf.on.event(GROUP, VERSION, "teamruns")
 async def teamrun_event(body: kopf.Body, event: kopf.RawEvent, **_: Any) -> None:
-    METRICS.teamrun_seen(body, event.get("type"))
-    TICKER.seen(dict(body), event.get("type"))
+    kind = event.get("type")
+    METRICS.teamrun_seen(body, kind)
+    TICKER.seen(dict(body), kind)
+    if kind in (None, "ADDED"):
+        # Created, or listed when the watch starts (this operator's start): the run needs its
+        # current attempt. Not kopf's create and resume handlers, which cost a patch per
+        # TeamRun (a copy of its spec in an annotation): the watch event is enough.
+        await _make_present(dict(body))
+    elif kind == "DELETED":
+        meta = body["metadata"]
+        LATER.cancel((meta["namespace"], meta["name"]))
     if RUN_QUEUE.active:
         RUN_QUEUE.kick()  # a run may have ended or been deleted: a queued one may start
 

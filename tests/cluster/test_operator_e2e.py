@@ -469,6 +469,55 @@ async def test_a_crash_is_retried_after_the_backoff_and_the_retry_succeeds(
 
 
 @pytest.mark.timeout(240)
+async def test_an_operator_restarted_during_a_backoff_waits_out_the_rest_then_starts_once(
+    cluster: ClusterHandle,
+    kube: KubeClient,
+    namespace: str,
+    crds_installed: None,
+    e2e_redis: Endpoint,
+    effects: SideEffects,
+    tmp_path: Path,
+) -> None:
+    """Attempt 1 crashes (its store is unreachable); the operator dies during the backoff and a
+    new one finds the run with its next attempt not started: it waits out what is left of the
+    backoff, then starts attempt 2 once. The TeamRun carries no copy of its spec written by the
+    operator (kopf's ``last-handled-configuration``: a patch per TeamRun, not made)."""
+    backoff = 20
+    await _store_secret(kube, namespace, "store", "url", "redis://127.0.0.1:9/0")
+    script: list[dict[str, Any]] = [
+        {"tool_calls": [{"id": "b1", "name": "ledger_append", "input": {"entry": "once"}}]},
+        {"text": "done"},
+    ]
+    body = teamrun("backoff", script, effects)
+    body["spec"]["retryPolicy"] = {"backoffSeconds": backoff, "maxFailures": 1}
+    async with operating(cluster, kube, namespace, tmp_path / "operator.log") as operator:
+        await kube.create(TEAMRUNS.format(ns=namespace), body)
+
+        async def attempt_1_ended() -> dict[str, Any] | None:
+            attempts = (await status_of(kube, namespace, "backoff")).get("attempts") or []
+            return attempts[0] if attempts else None
+
+        first = await wait_for(attempt_1_ended, 90, "attempt 1 to crash")
+        await operator.kill()
+        await kube.patch(
+            f"/api/v1/namespaces/{namespace}/secrets/store",
+            {"data": {"url": base64.b64encode(e2e_redis.for_pods.encode()).decode()}},
+        )
+        assert await get_or_none(kube, f"/api/v1/namespaces/{namespace}/pods/backoff-a2") is None
+        await operator.start()
+        status = await finished(kube, namespace, "backoff", 150)
+    assert status["phase"] == "Succeeded", status
+    assert (first["outcome"], status["attempt"]) == ("crash", 2)
+    await assert_started_after_backoff(kube, namespace, "backoff-a2", first, backoff)
+    names = {p["metadata"]["name"] for p in await runner_pods(kube, namespace)}
+    assert "backoff-a3" not in names
+    assert await effects.ledger() == ["once"]
+    stored = await kube.get(f"{TEAMRUNS.format(ns=namespace)}/backoff")
+    annotations = stored["metadata"].get("annotations") or {}
+    assert not [key for key in annotations if key.startswith("kopf.zalando.org/")], annotations
+
+
+@pytest.mark.timeout(240)
 async def test_kubelet_eviction_resumes_from_the_last_checkpoint(
     cluster: ClusterHandle,
     kube: KubeClient,

@@ -1,0 +1,73 @@
+"""Work on a TeamRun done again later (``oma_operator.later``): retries of a failed start and
+the rest of a crash backoff, one pending call per run."""
+
+from __future__ import annotations
+
+import asyncio
+
+from oma_operator.later import MAX_RETRY_SECONDS, Later
+
+RUN = ("ns", "run")
+
+
+def test_retry_delays_double_from_one_second_up_to_a_minute() -> None:
+    later = Later()
+    delays = [later.failed(RUN) for _ in range(9)]
+    assert delays == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0, 60.0]
+    assert max(later.failed(RUN) for _ in range(100)) == MAX_RETRY_SECONDS
+    later.succeeded(RUN)
+    assert later.failed(RUN) == 1.0  # a success starts the count again
+    assert later.failed(("ns", "other")) == 1.0  # counted per run
+
+
+async def test_a_newer_call_replaces_the_pending_one_of_the_same_run() -> None:
+    later = Later()
+    made: list[str] = []
+    done = asyncio.Event()
+
+    async def call(name: str) -> None:
+        made.append(name)
+        done.set()
+
+    later.after(0.05, RUN, lambda: call("first"), "test")
+    later.after(0.0, RUN, lambda: call("second"), "test")
+    await asyncio.wait_for(done.wait(), 5)
+    await asyncio.sleep(0.1)  # past the first call's time: it must not come
+    assert made == ["second"]
+    assert not later.pending(RUN)
+
+
+async def test_a_call_that_fails_again_can_schedule_its_own_retry() -> None:
+    later = Later()
+    tries: list[int] = []
+    done = asyncio.Event()
+
+    async def attempt() -> None:
+        tries.append(len(tries) + 1)
+        if len(tries) < 3:
+            later.after(0.0, RUN, attempt, "retry")  # from inside the pending call itself
+            raise RuntimeError("the API refused")  # logged, not raised into the loop
+        done.set()
+
+    later.after(0.0, RUN, attempt, "retry")
+    await asyncio.wait_for(done.wait(), 5)
+    assert tries == [1, 2, 3]
+
+
+async def test_cancel_and_close_drop_pending_calls() -> None:
+    later = Later()
+    made: list[tuple[str, str]] = []
+
+    async def call(key: tuple[str, str]) -> None:
+        made.append(key)
+
+    later.after(0.05, RUN, lambda: call(RUN), "test")
+    other = ("ns", "other")
+    later.after(0.05, other, lambda: call(other), "test")
+    later.failed(RUN)
+    later.cancel(RUN)  # the TeamRun was deleted
+    assert not later.pending(RUN) and later.pending(other)
+    assert later.failed(RUN) == 1.0  # its failures were forgotten too
+    await later.close()
+    await asyncio.sleep(0.1)
+    assert made == [] and not later.pending(other)
