@@ -19,6 +19,7 @@ from oma_operator import events, runtime
 from oma_operator.approvals import sync_approvals
 from oma_operator.client import KubeError
 from oma_operator.decisions import attempt_record, decide
+from oma_operator.later import LATER, Key
 from oma_operator.metrics import METRICS, Resume
 from oma_operator.models import TeamRunSpec
 from oma_operator.outcomes import Outcome
@@ -39,7 +40,6 @@ from oma_operator.watched import WATCHED
 
 log = logging.getLogger(__name__)
 RECORD_TRIES = 5  # conflicting writes in a row (kopf's own, progress) before giving up for now
-_backoffs: set[asyncio.Task[None]] = set()  # next attempts waiting out a backoff
 _recording: defaultdict[tuple[str, str], asyncio.Lock] = defaultdict(asyncio.Lock)
 POD_CREATED = "PodCreated"  # condition: False while the current attempt's pod is refused
 
@@ -239,23 +239,14 @@ async def record_outcome(
         if decision.delay_seconds <= 0:
             await start()
         else:  # waited out apart: a watch worker is not held for minutes (kopf caps them)
-            _after_backoff(decision.delay_seconds, start, f"{namespace}/{name}")
+            _after_backoff(decision.delay_seconds, start, (namespace, name))
 
 
-def _after_backoff(seconds: float, start: Callable[[], Awaitable[None]], run: str) -> None:
-    """Start the next attempt after its backoff, in a task of its own. A restarted operator
-    that finds the run before its pod exists waits out what is left (``nextAttemptAfter``)."""
-
-    async def wait_then_start() -> None:
-        await asyncio.sleep(seconds)
-        try:
-            await start()
-        except Exception:
-            log.exception("%s: starting the next attempt after its backoff failed", run)
-
-    task = asyncio.create_task(wait_then_start(), name=f"backoff {run}")
-    _backoffs.add(task)
-    task.add_done_callback(_backoffs.discard)
+def _after_backoff(seconds: float, start: Callable[[], Awaitable[None]], key: Key) -> None:
+    """Start the next attempt after its backoff, in a task of its own (``later``: dropped if
+    the TeamRun is deleted meanwhile). A restarted operator that finds the run before its pod
+    exists waits out what is left (``nextAttemptAfter``)."""
+    LATER.after(seconds, key, start, "starting the next attempt after its backoff")
 
 
 async def store_progress(teamrun: dict[str, Any], spec: TeamRunSpec) -> dict[str, Any]:
