@@ -25,7 +25,7 @@ from oma.checkpoint.attempts import AttemptRecord, attempts_key, load_attempt_lo
 from oma.checkpoint.journal import load_journal
 from oma.checkpoint.keys import checkpoint_key, is_checkpoint_key
 from oma.checkpoint.manager import Checkpoint
-from oma.checkpoint.summary import CheckpointSummary, summarize
+from oma.checkpoint.summary import CheckpointSummary, RunEndLine, summarize
 from oma.cli_store import (
     EXIT_BAD_INPUT,
     JsonOption,
@@ -222,6 +222,8 @@ def render(summary: CheckpointSummary) -> list[str]:
         f" {summary.mode}, saved {summary.saved_at})",
         f"key       {summary.key}",
     ]
+    if summary.last_attempt is not None:
+        lines.append(f"status    {_end_text(summary.last_attempt)}")
     if summary.goal:
         lines.append(f"goal      {summary.goal}")
     counts = ", ".join(f"{n} {status}" for status, n in summary.task_counts.items())
@@ -244,6 +246,11 @@ def render(summary: CheckpointSummary) -> list[str]:
             f"{task.committed_tool_calls} of {len(task.tool_calls)} tool calls committed"
         )
         lines += [f"    {c.id}  {c.tool}  {_STATE_TEXT[c.state]}" for c in task.tool_calls]
+        if task.earlier_tool_calls:
+            lines.append(
+                f"    earlier turns: {len(task.earlier_tool_calls)} tool calls done "
+                f"({_tally(task.earlier_tool_calls)}): in the conversation, never run again"
+            )
     if summary.approvals:
         lines.append("approvals")
     for approval in summary.approvals:
@@ -263,4 +270,42 @@ def _attempt_line(record: AttemptRecord) -> str:
             f"resumed with {done}, {record.in_flight_tasks} in flight, "
             f"{record.committed_tool_calls} committed tool calls"
         )
-    return f"#{record.attempt}  {record.started_at}  on {record.host}: {how}"
+    line = f"#{record.attempt}  {record.started_at}  on {record.host}: {how}"
+    if record.outcome is None:
+        return f"{line}; no end recorded"
+    calls = (
+        f" ({record.executed_tool_calls} tool calls executed, "
+        f"{record.replayed_tool_calls} replayed)"
+        if record.executed_tool_calls is not None
+        else ""
+    )
+    return f"{line}; ended {record.ended_at}: {_outcome(record.outcome, record.message)}{calls}"
+
+
+def _end_text(end: RunEndLine) -> str:
+    if end.outcome is None:
+        return (
+            f"attempt {end.attempt} has no recorded end: it was killed outright, "
+            "or it is still running"
+        )
+    return f"{_outcome(end.outcome, end.message)}  (attempt {end.attempt}, ended {end.ended_at})"
+
+
+_OUTCOME_TEXT = {
+    "ok": "succeeded",
+    "cancelled": "drained (stopped at a durable boundary on a signal; resumable)",
+    "fenced": "fenced (a newer attempt took the run over)",
+}
+
+
+def _outcome(outcome: str, message: str | None) -> str:
+    text = _OUTCOME_TEXT.get(outcome, outcome)
+    return f"{text}: {message}" if message else text
+
+
+def _tally(tools: list[str]) -> str:
+    """``note x8, search x4``: each tool once, in order of first use, with its count."""
+    counts: dict[str, int] = {}
+    for tool in tools:
+        counts[tool] = counts.get(tool, 0) + 1
+    return ", ".join(f"{tool} x{n}" for tool, n in counts.items())

@@ -9,15 +9,17 @@ run refuses to start over: ``CheckpointLostError``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+import contextlib
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from oma.assemble import build_coordinator, build_team, gates_for, open_store
-from oma.checkpoint.attempts import load_attempt_log
+from oma.checkpoint.attempts import AttemptEnd, end_attempt, load_attempt_log
 from oma.checkpoint.manager import Checkpoint
-from oma.errors import CheckpointLostError
-from oma.orchestrator.events import ProgressCallback
+from oma.errors import CheckpointFencedError, CheckpointLostError
+from oma.orchestrator.events import OrchestratorEvent, ProgressCallback
+from oma.orchestrator.identity import restored_identity
 from oma.orchestrator.options import CheckpointOptions
 from oma.orchestrator.orchestrator import OpenMultiAgent
 from oma.orchestrator.results import TeamRunResult
@@ -55,6 +57,7 @@ async def run_spec(
     operator from an earlier attempt; or the store's attempt log says so) never starts fresh
     without it: that raises ``CheckpointLostError`` before anything runs."""
     store = open_store(spec.store, default_store_path)
+    tally = _Tally(on_progress)
     try:
         team = build_team(spec, tools, name=run_id, store=store)
         coordinator = build_coordinator(spec, tools)
@@ -66,7 +69,7 @@ async def run_spec(
             journal=spec.store is None or spec.store.layout == "journal",
         )
         orchestrator = OpenMultiAgent(
-            on_progress=on_progress,
+            on_progress=tally.see,
             max_concurrency=spec.max_concurrency,
             drain=drain,
             **gates_for(spec.approvals),
@@ -75,28 +78,45 @@ async def run_spec(
         # idempotency keys of tool calls) too.
         seed = f"{spec.store.tenant}/{run_id}" if spec.store and spec.store.tenant else None
         saved = Checkpoint(store, run_id=run_id)
-        resumed = await saved.load_latest() is not None
-        if not resumed:
+        found = await saved.load_latest()
+        resumed = found is not None
+        if found is None:
             await _refuse_if_lost(saved, expect_checkpoint)
         if on_start is not None:
             on_start(resumed)
-        if resumed:
-            result = await orchestrator.restore(
-                team, checkpoint=checkpoint, coordinator=coordinator
-            )
-        elif spec.mode == "team":
-            assert spec.goal is not None
-            result = await orchestrator.run_team(
-                team, spec.goal, coordinator=coordinator, checkpoint=checkpoint, task_id_seed=seed
-            )
-        elif spec.mode == "plan":
-            assert spec.plan is not None
-            result = await orchestrator.run_from_plan(team, spec.plan, checkpoint=checkpoint)
-        else:
-            assert spec.tasks is not None
-            result = await orchestrator.run_tasks(
-                team, spec.tasks, checkpoint=checkpoint, task_id_seed=seed
-            )
+        attempt = restored_identity(found, run_id).attempt if found is not None else 1
+        try:
+            if resumed:
+                result = await orchestrator.restore(
+                    team, checkpoint=checkpoint, coordinator=coordinator
+                )
+            elif spec.mode == "team":
+                assert spec.goal is not None
+                result = await orchestrator.run_team(
+                    team,
+                    spec.goal,
+                    coordinator=coordinator,
+                    checkpoint=checkpoint,
+                    task_id_seed=seed,
+                )
+            elif spec.mode == "plan":
+                assert spec.plan is not None
+                result = await orchestrator.run_from_plan(team, spec.plan, checkpoint=checkpoint)
+            else:
+                assert spec.tasks is not None
+                result = await orchestrator.run_tasks(
+                    team, spec.tasks, checkpoint=checkpoint, task_id_seed=seed
+                )
+        except CheckpointLostError:
+            raise  # the store lost the run: nothing of it is written again
+        except CheckpointFencedError as exc:
+            await tally.record(saved, exc.attempt or attempt, "fenced", str(exc))
+            raise
+        except Exception as exc:
+            code = getattr(exc, "code", type(exc).__name__)
+            await tally.record(saved, attempt, "failed", f"{code}: {exc}")
+            raise
+        await tally.record(saved, result.identity.attempt, result.status.code, _closing(result))
         return LocalRun(result=result, resumed=resumed)
     finally:
         # Connections and pools end with the run, not with the event loop (a pool still open
@@ -104,6 +124,41 @@ async def run_spec(
         closer = getattr(store, "aclose", None)
         if callable(closer):
             await closer()
+
+
+def _closing(result: TeamRunResult) -> str | None:
+    """The run's status message, with each failed task's error: what ``oma checkpoint show``
+    says of the attempt (the checkpoint itself keeps a failed task pending, to run again)."""
+    failed = [f"{task.title}: {task.result}" for task in result.tasks if task.status == "failed"]
+    parts = [part for part in (result.status.message, *failed) if part]
+    return " ".join(parts) or None
+
+
+class _Tally:
+    """The attempt's tool calls (executed, replayed: from the engine's ``tool_call`` events),
+    passing every event on; and the record of how the attempt ended, in the attempt log."""
+
+    def __init__(self, on_progress: ProgressCallback | None) -> None:
+        self.on_progress = on_progress
+        self.executed = 0
+        self.replayed = 0
+
+    def see(self, event: OrchestratorEvent) -> Awaitable[None] | None:
+        if event.type == "tool_call":
+            if event.data.get("executed"):
+                self.executed += 1
+            else:
+                self.replayed += 1
+        return self.on_progress(event) if self.on_progress is not None else None
+
+    async def record(
+        self, checkpoint: Checkpoint, attempt: int, outcome: str, message: str | None
+    ) -> None:
+        """Best effort, like the start record: a store that fails here fails the next run's
+        reads anyway, and this attempt's result stands."""
+        end = AttemptEnd(outcome, message, self.executed, self.replayed)
+        with contextlib.suppress(Exception):
+            await end_attempt(checkpoint.store, checkpoint.key, attempt, end)
 
 
 async def _refuse_if_lost(checkpoint: Checkpoint, expected: bool) -> None:

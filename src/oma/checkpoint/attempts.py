@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from pydantic import Field, ValidationError
@@ -27,12 +29,15 @@ from oma.timeutil import now_iso
 from oma.wire import WireModel
 
 MAX_ATTEMPT_RECORDS = 100
+MAX_END_MESSAGE = 1024  # characters of an attempt's closing message kept in its record
 _APPEND_TRIES = 5
 _LATEST_SUFFIX = "/latest"
 
 
 class AttemptRecord(WireModel):
-    """Where an attempt started and how much of the run was already done at that moment."""
+    """Where an attempt started and how much of the run was already done at that moment; once
+    it ended (``end_attempt``), when and how, and the tool calls it ran and replayed. An
+    attempt killed outright has no end."""
 
     attempt: Annotated[int, Field(ge=1)]
     trace_id: str
@@ -42,6 +47,22 @@ class AttemptRecord(WireModel):
     total_tasks: Annotated[int, Field(ge=0)]
     in_flight_tasks: Annotated[int, Field(ge=0)]
     committed_tool_calls: Annotated[int, Field(ge=0)]
+    ended_at: str | None = None
+    # The run's status code ("ok", "error", "skipped", "suspended", "rejected", "cancelled": it
+    # drained on a signal), or how the attempt stopped: "fenced" (a newer attempt took the run
+    # over), "failed" (an error ended it).
+    outcome: str | None = None
+    message: str | None = None
+    executed_tool_calls: Annotated[int, Field(ge=0)] | None = None
+    replayed_tool_calls: Annotated[int, Field(ge=0)] | None = None
+
+
+@dataclass(frozen=True)
+class AttemptEnd:
+    outcome: str
+    message: str | None
+    executed_tool_calls: int
+    replayed_tool_calls: int
 
 
 class AttemptLog(WireModel):
@@ -88,25 +109,70 @@ async def load_attempt_log(store: MemoryStore, checkpoint_key: str) -> AttemptLo
 
 async def append_attempt(store: MemoryStore, checkpoint_key: str, record: AttemptRecord) -> None:
     """Add ``record`` (replacing an earlier record of the same attempt number)."""
+
+    def add(log: AttemptLog) -> bool:
+        kept = [item for item in log.attempts if item.attempt != record.attempt]
+        log.attempts = sorted([*kept, record], key=lambda item: item.attempt)[-MAX_ATTEMPT_RECORDS:]
+        return True
+
+    await _change_log(store, checkpoint_key, add)
+
+
+async def end_attempt(
+    store: MemoryStore, checkpoint_key: str, attempt: int, end: AttemptEnd
+) -> bool:
+    """Record how ``attempt`` ended in its record; ``False`` when the log has no record of it
+    (the attempt never saved: there is no checkpoint of its own to account for)."""
+
+    def finish(log: AttemptLog) -> bool:
+        for index, record in enumerate(log.attempts):
+            if record.attempt == attempt:
+                message = end.message[:MAX_END_MESSAGE] if end.message else None
+                log.attempts[index] = record.model_copy(
+                    update={
+                        "ended_at": now_iso(),
+                        "outcome": end.outcome,
+                        "message": message,
+                        "executed_tool_calls": end.executed_tool_calls,
+                        "replayed_tool_calls": end.replayed_tool_calls,
+                    }
+                )
+                return True
+        return False
+
+    return await _change_log(store, checkpoint_key, finish, create=False)
+
+
+async def _change_log(
+    store: MemoryStore,
+    checkpoint_key: str,
+    change: Callable[[AttemptLog], bool],
+    *,
+    create: bool = True,
+) -> bool:
+    """Read, ``change`` (``False``: nothing to write) and write the log back, compared with
+    what was read where the store can compare (another attempt may be appending)."""
     key = attempts_key(checkpoint_key)
     run_id = _run_id_of(checkpoint_key)
     for _ in range(_APPEND_TRIES):
         entry = await store.get(key)
+        if entry is None and not create:
+            return False
         log = (
             AttemptLog(version=1, run_id=run_id, attempts=[])
             if entry is None
             else _decode(entry.value, key)
         )
-        kept = [item for item in log.attempts if item.attempt != record.attempt]
-        log.attempts = sorted([*kept, record], key=lambda item: item.attempt)[-MAX_ATTEMPT_RECORDS:]
+        if not change(log):
+            return False
         value = jsonutil.dumps(log.to_wire())
         metadata = {"namespace": "checkpoint-attempts", "runId": run_id}
         if not supports_compare_and_set(store):
             await store.set(key, value, metadata)
-            return
+            return True
         if await store.compare_and_set(key, entry.value if entry else None, value, metadata):
-            return
-    raise RuntimeError(f"attempt log {key!r} kept changing during {_APPEND_TRIES} append tries")
+            return True
+    raise RuntimeError(f"attempt log {key!r} kept changing during {_APPEND_TRIES} tries")
 
 
 def _run_id_of(checkpoint_key: str) -> str:

@@ -58,7 +58,8 @@ class InFlightLine(_Report):
     phase: str
     turns: int
     committed_tool_calls: int
-    tool_calls: list[ToolCallLine]
+    tool_calls: list[ToolCallLine]  # of the turn in progress
+    earlier_tool_calls: list[str]  # the tools of the calls done in its earlier turns, in order
 
 
 class ApprovalLine(_Report):
@@ -67,6 +68,16 @@ class ApprovalLine(_Report):
     boundary: str
     state: Literal["pending", "approved", "rejected"]
     reviewer: str | None = None
+
+
+class RunEndLine(_Report):
+    """How the latest attempt ended, from the attempt log (``outcome`` ``None``: no end was
+    recorded: the attempt was killed outright, or it is still running)."""
+
+    attempt: int
+    outcome: str | None
+    message: str | None
+    ended_at: str | None
 
 
 class CheckpointSummary(_Report):
@@ -82,6 +93,7 @@ class CheckpointSummary(_Report):
     in_flight: list[InFlightLine]
     approvals: list[ApprovalLine]
     attempts: list[AttemptRecord] | None
+    last_attempt: RunEndLine | None
     shared_memory_entries: int | None
 
 
@@ -117,9 +129,19 @@ def summarize(
         in_flight=in_flight,
         approvals=_approvals(snapshot) if isinstance(snapshot, CheckpointSnapshotV4) else [],
         attempts=attempt_log.attempts if attempt_log is not None else None,
+        last_attempt=_last_attempt(attempt_log),
         shared_memory_entries=(
             len(snapshot.shared_memory.entries) if snapshot.shared_memory is not None else None
         ),
+    )
+
+
+def _last_attempt(attempt_log: AttemptLog | None) -> RunEndLine | None:
+    if attempt_log is None or not attempt_log.attempts:
+        return None
+    last = max(attempt_log.attempts, key=lambda record: record.attempt)
+    return RunEndLine(
+        attempt=last.attempt, outcome=last.outcome, message=last.message, ended_at=last.ended_at
     )
 
 
@@ -132,6 +154,7 @@ def _in_flight(task: InFlightTask) -> InFlightLine:
         turns=task.turns,
         committed_tool_calls=sum(1 for call in calls if call.state == "committed"),
         tool_calls=calls,
+        earlier_tool_calls=[record.tool_name for record in task.tool_calls],
     )
 
 

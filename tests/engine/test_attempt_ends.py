@@ -1,0 +1,186 @@
+"""How each attempt of an ``oma run`` (and a runner pod) ended, in the run's attempt log and in
+``oma checkpoint show``: the outcome and its error, the tool calls it ran and replayed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+from typer.testing import CliRunner
+
+from oma.checkpoint.attempts import load_attempt_log
+from oma.cli import app
+from oma.errors import CheckpointFencedError
+from oma.local_run import run_spec
+from oma.spec import RunSpec
+from oma.store import FileStore
+from oma.tools import AnyTool, ToolContext, define_tool
+from tests.engine.crashing import SimulatedCrash
+
+KEY = "__oma_checkpoint__/{}/latest"
+
+
+class EffectInput(BaseModel):
+    label: str
+
+
+def _spec(script: list[dict[str, Any]]) -> RunSpec:
+    return RunSpec.model_validate(
+        {
+            "mode": "tasks",
+            "agents": [
+                {
+                    "name": "w",
+                    "tools": ["effect"],
+                    "model": {"provider": "scripted", "script": script},
+                }
+            ],
+            "tasks": [{"title": "Pay", "description": "Pay.", "assignee": "w"}],
+        }
+    )
+
+
+def _effect(ran: list[str], after: Any = None) -> AnyTool:
+    """Records each call it runs; ``after(call_id)`` runs when it returns (a hook of the test)."""
+
+    async def execute(args: EffectInput, ctx: ToolContext) -> str:
+        ran.append(ctx.tool_call_id)
+        if after is not None:
+            await after(ctx.tool_call_id)
+        return f"done:{args.label}"
+
+    return define_tool("effect", "An effect.", EffectInput, execute)
+
+
+async def _show(run_id: str, store: Path, *json_flag: str) -> str:
+    """``oma checkpoint show`` (the CLI runs its own event loop: off this test's loop)."""
+    args = ["checkpoint", "show", "--run-id", run_id, "--store", f"file://{store}", *json_flag]
+    result = await asyncio.to_thread(CliRunner().invoke, app, args)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+THREE_CALLS: list[dict[str, Any]] = [
+    {
+        "tool_calls": [
+            {"id": f"e{n}", "name": "effect", "input": {"label": f"n{n}"}} for n in (1, 2, 3)
+        ]
+    },
+    {"text": "paid"},
+]
+
+
+async def test_a_resumed_attempt_counts_the_calls_it_replayed(tmp_path: Path) -> None:
+    """Attempt 1 dies (a simulated SIGKILL inside the third call) once the first two calls of
+    the turn are committed: it has no end. Attempt 2 replays those two and runs the third; its
+    end says so (its start record, taken when it claimed the run, cannot know it yet)."""
+    store, ran = tmp_path / "store.json", []
+
+    async def die_in_the_third(call_id: str) -> None:
+        if call_id != "e3":
+            return
+        for _ in range(500):  # until the other two calls' commits are durable
+            text = store.read_text() if store.exists() else ""
+            if '\\"tool_use_id\\":\\"e1\\"' in text and '\\"tool_use_id\\":\\"e2\\"' in text:
+                raise SimulatedCrash("killed inside e3, after e1 and e2 committed")
+            await asyncio.sleep(0.01)
+        raise AssertionError("e1 and e2 were never committed")
+
+    with pytest.raises(SimulatedCrash):
+        await run_spec(
+            _spec(THREE_CALLS),
+            run_id="resumed",
+            tools={"effect": _effect(ran, die_in_the_third)},
+            default_store_path=store,
+        )
+    assert sorted(ran) == ["e1", "e2", "e3"]
+    second = await run_spec(
+        _spec(THREE_CALLS),
+        run_id="resumed",
+        tools={"effect": _effect(ran)},
+        default_store_path=store,
+    )
+    assert second.result.success and sorted(ran[3:]) == ["e3"]  # e1, e2 replayed, not run
+
+    log = await load_attempt_log(FileStore(store), KEY.format("resumed"))
+    assert log is not None
+    ends = [(a.outcome, a.executed_tool_calls, a.replayed_tool_calls) for a in log.attempts]
+    assert ends == [(None, None, None), ("ok", 1, 2)]
+    out = await _show("resumed", store)
+    assert "status    succeeded  (attempt 2, ended " in out
+    assert out.count("; no end recorded") == 1  # attempt 1
+    assert ": succeeded (1 tool calls executed, 2 replayed)" in out
+    document = json.loads(await _show("resumed", store, "--json"))
+    assert document["lastAttempt"]["attempt"] == 2 and document["lastAttempt"]["outcome"] == "ok"
+    assert document["attempts"][1]["replayedToolCalls"] == 2
+
+
+async def test_a_failed_run_says_which_task_failed_and_why(tmp_path: Path) -> None:
+    """The checkpoint keeps a failed task pending (to run again); the attempt's end carries the
+    error that the checkpoint alone cannot show."""
+    store, ran = tmp_path / "store.json", []
+    script = [{"tool_calls": [{"id": "e1", "name": "effect", "input": {"label": "x"}}]}]
+    failed = await run_spec(
+        _spec(script), run_id="failing", tools={"effect": _effect(ran)}, default_store_path=store
+    )
+    assert failed.result.status.code == "error"
+    out = await _show("failing", store)
+    status = next(line for line in out.splitlines() if line.startswith("status"))
+    assert status.startswith("status    error: 1 task(s) failed. Pay: scripted model: script")
+    assert "turn 2 was requested  (attempt 1, ended " in status
+    assert (
+        ": error: 1 task(s) failed. Pay: " in out and "(1 tool calls executed, 0 replayed)" in out
+    )
+    assert (
+        "earlier turns: 1 tool calls done (effect x1): in the conversation, never run again" in out
+    )
+    document = json.loads(await _show("failing", store, "--json"))
+    (in_flight,) = document["inFlight"]
+    assert in_flight["earlierToolCalls"] == ["effect"]
+    assert document["lastAttempt"]["outcome"] == "error"
+
+
+async def test_an_attempt_that_lost_the_run_to_a_newer_one_ends_fenced(tmp_path: Path) -> None:
+    """Attempt 1 is held inside a tool call while attempt 2 takes the run over and finishes;
+    released, attempt 1's next save is refused, and its record says it was fenced."""
+    store, ran = tmp_path / "store.json", []
+    release, holding = asyncio.Event(), asyncio.Event()
+
+    async def hold_first(call_id: str) -> None:
+        if len(ran) == 1:  # attempt 1's call, not attempt 2's run of it again
+            holding.set()
+            await release.wait()
+
+    script = [
+        {"tool_calls": [{"id": "e1", "name": "effect", "input": {"label": "x"}}]},
+        {"text": "paid"},
+    ]
+    spec = _spec(script)
+    first = asyncio.create_task(
+        run_spec(
+            spec,
+            run_id="taken",
+            tools={"effect": _effect(ran, hold_first)},
+            default_store_path=store,
+        )
+    )
+    await asyncio.wait_for(holding.wait(), 10)
+    second = await run_spec(
+        spec, run_id="taken", tools={"effect": _effect(ran)}, default_store_path=store
+    )
+    assert second.result.success
+    release.set()
+    try:
+        await asyncio.wait_for(first, 10)
+    except CheckpointFencedError:
+        pass
+    else:
+        raise AssertionError("attempt 1 went on after attempt 2 took the run over")
+    log = await load_attempt_log(FileStore(store), KEY.format("taken"))
+    assert log is not None
+    assert [(a.attempt, a.outcome) for a in log.attempts] == [(1, "fenced"), (2, "ok")]
+    assert "fenced (a newer attempt took the run over)" in await _show("taken", store)
