@@ -78,7 +78,7 @@ async def test_a_resumed_attempt_counts_the_calls_it_replayed(tmp_path: Path) ->
     """Attempt 1 dies (a simulated SIGKILL inside the third call) once the first two calls of
     the turn are committed: it has no end. Attempt 2 replays those two and runs the third; its
     end says so (its start record, taken when it claimed the run, cannot know it yet)."""
-    store, ran = tmp_path / "store.json", []
+    store, ran = tmp_path / "store.json", list[str]()
 
     async def die_in_the_third(call_id: str) -> None:
         if call_id != "e3":
@@ -122,8 +122,10 @@ async def test_a_resumed_attempt_counts_the_calls_it_replayed(tmp_path: Path) ->
 async def test_a_failed_run_says_which_task_failed_and_why(tmp_path: Path) -> None:
     """The checkpoint keeps a failed task pending (to run again); the attempt's end carries the
     error that the checkpoint alone cannot show."""
-    store, ran = tmp_path / "store.json", []
-    script = [{"tool_calls": [{"id": "e1", "name": "effect", "input": {"label": "x"}}]}]
+    store, ran = tmp_path / "store.json", list[str]()
+    script: list[dict[str, Any]] = [
+        {"tool_calls": [{"id": "e1", "name": "effect", "input": {"label": "x"}}]}
+    ]
     failed = await run_spec(
         _spec(script), run_id="failing", tools={"effect": _effect(ran)}, default_store_path=store
     )
@@ -147,7 +149,7 @@ async def test_a_failed_run_says_which_task_failed_and_why(tmp_path: Path) -> No
 async def test_an_attempt_that_lost_the_run_to_a_newer_one_ends_fenced(tmp_path: Path) -> None:
     """Attempt 1 is held inside a tool call while attempt 2 takes the run over and finishes;
     released, attempt 1's next save is refused, and its record says it was fenced."""
-    store, ran = tmp_path / "store.json", []
+    store, ran = tmp_path / "store.json", list[str]()
     release, holding = asyncio.Event(), asyncio.Event()
 
     async def hold_first(call_id: str) -> None:
@@ -155,7 +157,7 @@ async def test_an_attempt_that_lost_the_run_to_a_newer_one_ends_fenced(tmp_path:
             holding.set()
             await release.wait()
 
-    script = [
+    script: list[dict[str, Any]] = [
         {"tool_calls": [{"id": "e1", "name": "effect", "input": {"label": "x"}}]},
         {"text": "paid"},
     ]
