@@ -65,6 +65,7 @@ async def ensure_pod(
         runtime.RUNNER_SERVICE_ACCOUNT,
         runtime.RUNNER_METRICS_PORT,
         runtime.RUNNER_IMAGE_PULL_SECRETS,
+        runtime.LOG_FORMAT,
     )
     pod = manifest["metadata"]["name"]
     try:

@@ -11,12 +11,14 @@ from typing import Any, TypeVar
 
 import kopf
 
+from oma.pod_contract import LOG_FORMATS
 from oma_operator import handlers, login, runtime  # noqa: F401 (importing registers handlers)
 from oma_operator.metrics import serve
 from oma_operator.run_queue import RUN_QUEUE, limits_from_env
 from oma_operator.uninstall import stop_operator
 
 T = TypeVar("T")
+LOG_LEVELS = ("debug", "info", "warning")
 DEFAULT_METRICS_PORT = 8000  # 8080 is the chart's liveness port
 
 
@@ -72,8 +74,24 @@ def main() -> None:
         default=90.0,
         help="seconds --stop-deployment waits for the pods (default 90)",
     )
+    parser.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default=os.environ.get("OMA_LOG_FORMAT", "plain"),
+        help="plain: one line per event, prefixed with [namespace/name] when about an object; "
+        "json: one JSON object per line, the object under 'object'. Runner pods log in the same "
+        "format unless their TeamRun sets OMA_LOG_FORMAT (env OMA_LOG_FORMAT, default plain)",
+    )
+    parser.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        default=os.environ.get("OMA_LOG_LEVEL", "info"),
+        help="debug adds every API request and kopf's own details (env OMA_LOG_LEVEL, "
+        "default info)",
+    )
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    configure_logging(args.log_format, args.log_level)
+    runtime.LOG_FORMAT = args.log_format
     if args.stop_deployment:
         if not args.namespace or len(args.namespace) != 1:
             parser.error("--stop-deployment needs exactly one --namespace (the Deployment's)")
@@ -93,6 +111,19 @@ def main() -> None:
             )
         )
     )
+
+
+def configure_logging(log_format: str, level: str) -> None:
+    """kopf's formatters (they know which object a line is about), at ``level``; HTTP requests
+    (httpx logs each one at INFO) only at debug."""
+    kopf.configure(
+        debug=level == "debug",
+        quiet=level == "warning",
+        log_format=kopf.LogFormat.JSON if log_format == "json" else kopf.LogFormat.FULL,
+        log_prefix=log_format != "json",
+        log_refkey="object",
+    )
+    logging.getLogger("httpx").setLevel(logging.DEBUG if level == "debug" else logging.WARNING)
 
 
 async def _connected(work: Coroutine[Any, Any, T]) -> T:

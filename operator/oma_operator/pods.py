@@ -15,13 +15,16 @@ from typing import Any
 from oma.pod_contract import (
     ATTEMPT_ENV,
     EXPECT_CHECKPOINT_ENV,
+    LOG_FORMAT_ENV,
     METRICS_PORT_ENV,
+    NAMESPACE_ENV,
     POD_NAME_ENV,
     RUN_ID_ENV,
     RUN_SPEC_ENV,
     RUN_SPEC_GZIP_ENV,
     SCRATCH_DIR_ENV,
     STORE_URL_ENV,
+    TEAMRUN_NAME_ENV,
     TERMINATION_LOG,
     TERMINATION_LOG_ENV,
     model_key_env,
@@ -63,12 +66,17 @@ def runner_pod(
     service_account: str | None = None,
     metrics_port: int | None = None,
     image_pull_secrets: tuple[str, ...] = (),
+    log_format: str = "plain",
 ) -> dict[str, Any]:
     meta = body["metadata"]
     name, run_id = meta["name"], run_id_of(body)
-    # The TeamRun's own variables first: for a name set twice the last one wins, and the
-    # contract's are the operator's (the CRD also refuses them in spec.runner.env).
-    env: list[dict[str, Any]] = [
+    # The operator's log format first, then the TeamRun's own variables (which may set
+    # another format for this run): for a name set twice the last one wins, and the contract's
+    # are the operator's (the CRD also refuses them in spec.runner.env).
+    env: list[dict[str, Any]] = (
+        [{"name": LOG_FORMAT_ENV, "value": log_format}] if log_format != "plain" else []
+    )
+    env += [
         e.model_dump(mode="json", by_alias=True, exclude_none=True) for e in spec.runner.env or []
     ]
     env += [
@@ -76,6 +84,8 @@ def runner_pod(
         {"name": RUN_ID_ENV, "value": run_id},
         {"name": ATTEMPT_ENV, "value": str(attempt)},
         {"name": POD_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": NAMESPACE_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        {"name": TEAMRUN_NAME_ENV, "value": name},
         {"name": TERMINATION_LOG_ENV, "value": TERMINATION_LOG},
         _secret_env(
             STORE_URL_ENV,

@@ -17,6 +17,7 @@ RUNNER_IMAGE_PULL_SECRETS = tuple(
 )
 # The port runner pods serve their metrics on (None: they serve none); set by ``main``.
 RUNNER_METRICS_PORT: int | None = None
+LOG_FORMAT = "plain"  # the operator's (``--log-format``), and so its runner pods'
 # The namespaces this operator watches (empty: every namespace); set by ``main``.
 NAMESPACES: list[str] = []
 # Set when the operator lets go of its runner pods on the way out: nothing tracks them again.

@@ -15,11 +15,16 @@ from oma.errors import OmaError
 from oma.pod_contract import (
     ATTEMPT_ENV,
     EXPECT_CHECKPOINT_ENV,
+    LOG_FORMAT_ENV,
+    LOG_FORMATS,
     METRICS_PORT_ENV,
+    NAMESPACE_ENV,
+    POD_NAME_ENV,
     RUN_ID_ENV,
     RUN_SPEC_ENV,
     RUN_SPEC_FILE_ENV,
     RUN_SPEC_GZIP_ENV,
+    TEAMRUN_NAME_ENV,
     TERMINATION_LOG,
     TERMINATION_LOG_ENV,
 )
@@ -41,6 +46,10 @@ class RunnerConfig:
     termination_log: Path
     metrics_port: int | None = None
     expect_checkpoint: bool = False
+    log_format: str = "plain"
+    pod: str | None = None
+    namespace: str | None = None
+    teamrun: str | None = None
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> RunnerConfig:
@@ -75,6 +84,11 @@ class RunnerConfig:
             attempt = int(env.get(ATTEMPT_ENV, "1"))
         except ValueError as exc:
             raise RunnerConfigError(f"{ATTEMPT_ENV} is not a number: {env[ATTEMPT_ENV]!r}") from exc
+        log_format = env.get(LOG_FORMAT_ENV, "").strip() or "plain"
+        if log_format not in LOG_FORMATS:
+            raise RunnerConfigError(
+                f"{LOG_FORMAT_ENV}={log_format!r}: use one of {', '.join(LOG_FORMATS)}"
+            )
         return cls(
             spec=spec,
             run_id=run_id,
@@ -82,6 +96,10 @@ class RunnerConfig:
             termination_log=termination_log_path(env),
             metrics_port=_metrics_port(env.get(METRICS_PORT_ENV, "")),
             expect_checkpoint=env.get(EXPECT_CHECKPOINT_ENV, "") == "1",
+            log_format=log_format,
+            pod=env.get(POD_NAME_ENV) or None,
+            namespace=env.get(NAMESPACE_ENV) or None,
+            teamrun=env.get(TEAMRUN_NAME_ENV) or None,
         )
 
 

@@ -35,12 +35,13 @@ from oma.pod_contract import (
     TerminationReport,
 )
 from oma_runner.config import RunnerConfig, RunnerConfigError, termination_log_path
+from oma_runner.logs import RunnerLog
 from oma_runner.metrics import RunnerMetrics, serve
 from oma_runner.outcome import exit_code_for, report_for, write_termination_message
 from oma_runner.tools import available_tools
 
 
-async def run(config: RunnerConfig, metrics: RunnerMetrics) -> Exit:
+async def run(config: RunnerConfig, metrics: RunnerMetrics, log: RunnerLog) -> Exit:
     drain = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, drain.set)
@@ -50,22 +51,22 @@ async def run(config: RunnerConfig, metrics: RunnerMetrics) -> Exit:
             run_id=config.run_id,
             tools=available_tools(),
             default_store_path=Path("/nonexistent"),  # the config requires a store in the spec
-            on_progress=_with_warnings_logged(metrics.on_progress),
+            on_progress=_both(metrics.on_progress, log.on_progress),
             drain=drain,
             expect_checkpoint=config.expect_checkpoint,
         )
     except CheckpointLostError as exc:
-        _report(config, "checkpoint_lost", str(exc), metrics)
+        _report(config, "checkpoint_lost", str(exc), metrics, log)
         return Exit.CHECKPOINT_LOST
     except CheckpointFencedError as exc:
-        _report(config, "fenced", str(exc), metrics)
+        _report(config, "fenced", str(exc), metrics, log)
         return Exit.FENCED
     except (StoreUnavailableError, LLMError) as exc:
         # Transient by nature: the operator retries the attempt after a backoff.
-        _report(config, "crashed", f"{exc.code}: {exc}", metrics)
+        _report(config, "crashed", f"{exc.code}: {exc}", metrics, log)
         return Exit.TRANSIENT
     except OmaError as exc:
-        _report(config, "failed", f"{exc.code}: {exc}", metrics)
+        _report(config, "failed", f"{exc.code}: {exc}", metrics, log)
         return Exit.PERMANENT
     finally:
         loop.remove_signal_handler(signal.SIGTERM)
@@ -74,31 +75,31 @@ async def run(config: RunnerConfig, metrics: RunnerMetrics) -> Exit:
     report.metrics = metrics.report()
     report.checkpointed = outcome.resumed or _saved(metrics)
     write_termination_message(config.termination_log, report)
-    print(
-        f"oma-runner: run {result.identity.run_id} attempt {result.identity.attempt}: "
-        f"{result.status.code} {result.status.message or ''}",
-        flush=True,
+    status = result.status
+    log.line(
+        "info" if status.code == "ok" else "warning",
+        "attempt_end",
+        f"run {result.identity.run_id} attempt {result.identity.attempt}: "
+        f"{status.code} {status.message or ''}".rstrip(),
+        status=status.code,
     )
     return exit_code_for(result)
 
 
-def _with_warnings_logged(
-    on_progress: Callable[[OrchestratorEvent], None],
+def _both(
+    *handlers: Callable[[OrchestratorEvent], None],
 ) -> Callable[[OrchestratorEvent], None]:
-    """Warnings (e.g. ``fencing_unavailable``) also go to the pod's log: they change what the
-    run guarantees."""
-
     def handle(event: OrchestratorEvent) -> None:
-        if event.type == "warning":
-            kind = event.data.get("kind") or "warning"
-            print(f"oma-runner: warning: {kind}: {event.data.get('message')}", file=sys.stderr)
-        on_progress(event)
+        for handler in handlers:
+            handler(event)
 
     return handle
 
 
-def _report(config: RunnerConfig, status: str, message: str, metrics: RunnerMetrics) -> None:
-    print(f"oma-runner: {status}: {message}", file=sys.stderr, flush=True)
+def _report(
+    config: RunnerConfig, status: str, message: str, metrics: RunnerMetrics, log: RunnerLog
+) -> None:
+    log.line("error", "attempt_end", f"{status}: {message}", status=status)
     report = TerminationReport(
         run_id=config.run_id,
         pod_attempt=config.attempt,
@@ -132,9 +133,19 @@ def main() -> None:
         write_termination_message(termination_log_path(), report)
         raise SystemExit(Exit.PERMANENT) from None
     metrics = RunnerMetrics()
+    log = RunnerLog(
+        config.log_format,
+        {
+            "runId": config.run_id,
+            "attempt": config.attempt,
+            "pod": config.pod,
+            "namespace": config.namespace,
+            "teamRun": config.teamrun,
+        },
+    )
     stop_serving = serve(config.metrics_port)
     try:
-        code = asyncio.run(run(config, metrics))
+        code = asyncio.run(run(config, metrics, log))
     finally:
         stop_serving()
     raise SystemExit(code)

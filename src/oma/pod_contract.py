@@ -40,6 +40,13 @@ STORE_URL_ENV = "OMA_STORE_URL"  # the store's URL or DSN, from the TeamRun's Se
 METRICS_PORT_ENV = "OMA_METRICS_PORT"  # unset or 0: no metrics endpoint
 MODEL_KEY_ENV_PREFIX = "OMA_MODEL_KEY_"  # + the agent's name: its provider API key
 SCRATCH_DIR_ENV = "OMA_SCRATCH_DIR"  # set when the TeamRun asks for a scratch volume
+# For the runner's JSON log lines: which TeamRun, in which namespace (the downward API).
+TEAMRUN_NAME_ENV = "OMA_RUN_TEAMRUN"
+NAMESPACE_ENV = "OMA_RUN_NAMESPACE"
+# How the runner writes its log lines: "plain" (the default) or "json", one object per line.
+# Not reserved: the operator sets its own format, and a TeamRun's spec.runner.env may override it.
+LOG_FORMAT_ENV = "OMA_LOG_FORMAT"
+LOG_FORMATS = ("plain", "json")
 TERMINATION_LOG = "/dev/termination-log"
 
 RESERVED_ENV = frozenset(

@@ -105,6 +105,7 @@ class OperatorSettings:
     as_chart: bool = False
     # Concurrency limits (the chart's concurrency.*; OMA_MAX_RUNNING_* for a local process).
     per_namespace: int | None = None
+    log_format: str | None = None  # logging.format / OMA_LOG_FORMAT
     per_provider: Mapping[str, int] = field(default_factory=dict)
     # A local process (on the real node too) whose kubeconfig is two files and an exec
     # credential plugin (helpers.exec_kubeconfig), as on EKS, GKE or AKS.
@@ -225,6 +226,8 @@ class ProcessOperator(Operator):
             self._env["OMA_PROGRESS_SECONDS"] = str(settings.progress_seconds)
         if settings.per_namespace is not None:
             self._env["OMA_MAX_RUNNING_PER_NAMESPACE"] = str(settings.per_namespace)
+        if settings.log_format is not None:
+            self._env["OMA_LOG_FORMAT"] = settings.log_format
         if settings.per_provider:
             limits = ",".join(f"{p}={n}" for p, n in settings.per_provider.items())
             self._env["OMA_MAX_RUNNING_PER_PROVIDER"] = limits
@@ -327,6 +330,8 @@ class DeploymentOperator(Operator):
             values.append("operator.watchAllNamespaces=true")
         if self._settings.per_namespace is not None:
             values.append(f"concurrency.perNamespace={self._settings.per_namespace}")
+        if self._settings.log_format is not None:
+            values.append(f"logging.format={self._settings.log_format}")
         values += [
             f"concurrency.perProvider.{p}={n}" for p, n in self._settings.per_provider.items()
         ]

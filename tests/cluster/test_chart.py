@@ -207,6 +207,33 @@ def test_concurrency_limits_render_as_the_operators_env_and_bad_ones_fail_the_sc
         assert refused.returncode != 0 and where in refused.stderr, (value, refused.stderr)
 
 
+def test_logging_renders_as_the_operator_s_arguments_and_bad_values_fail_the_schema(
+    cluster: ClusterHandle,
+) -> None:
+    def operator_args(*args: str) -> list[str]:
+        rendered = helm(
+            cluster, "template", "t", str(CHART), "--kube-version", KUBE_VERSION, *args
+        ).stdout
+        (deployment,) = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "Deployment"]
+        found: list[str] = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        return found
+
+    defaults = operator_args()
+    assert "--log-format=plain" in defaults and "--log-level=info" in defaults
+    chosen = operator_args("--set", "logging.format=json", "--set", "logging.level=debug")
+    assert "--log-format=json" in chosen and "--log-level=debug" in chosen
+    for value, where in [
+        ("logging.format=xml", "/logging/format"),
+        ("logging.level=trace", "/logging/level"),
+        ("logging.colour=true", "additional properties 'colour' not allowed"),
+    ]:
+        refused = helm(
+            cluster, "template", "t", str(CHART), "--kube-version", KUBE_VERSION,
+            "--set", value, check=False,
+        )  # fmt: skip
+        assert refused.returncode != 0 and where in refused.stderr, (value, refused.stderr)
+
+
 def test_a_typo_in_values_fails_the_schema(cluster: ClusterHandle) -> None:
     result = helm(
         cluster,
@@ -503,6 +530,8 @@ def test_operator_env_is_added_and_the_charts_own_variables_are_refused(
         ("OMA_RUNNER_IMAGE_PULL_SECRETS", "use imagePullSecrets"),
         ("OMA_MAX_RUNNING_PER_NAMESPACE", "use concurrency.perNamespace"),
         ("OMA_MAX_RUNNING_PER_PROVIDER", "use concurrency.perProvider"),
+        ("OMA_LOG_FORMAT", "use logging.format"),
+        ("OMA_LOG_LEVEL", "use logging.level"),
         ("POD_ID", "the chart sets it"),
     ]:
         refused = helm(

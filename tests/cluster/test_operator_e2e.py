@@ -468,6 +468,41 @@ async def test_a_crash_is_retried_after_the_backoff_and_the_retry_succeeds(
     assert await effects.ledger() == ["once"]
 
 
+@pytest.mark.timeout(180)
+async def test_json_logs_name_the_object_of_each_line_and_leave_api_requests_out(
+    cluster: ClusterHandle,
+    kube: KubeClient,
+    namespace: str,
+    crds_installed: None,
+    redis_secret: str,
+    effects: SideEffects,
+    tmp_path: Path,
+) -> None:
+    """``logging.format=json`` (OMA_LOG_FORMAT): the operator writes one JSON object per line,
+    those about a TeamRun or a pod with it under ``object``; no line per API request at the
+    default level; and the runner pods it creates are told to log JSON too."""
+    log = tmp_path / "operator.log"
+    script: list[dict[str, Any]] = [{"text": "done"}]
+    async with operating(cluster, kube, namespace, log, OperatorSettings(log_format="json")):
+        await kube.create(TEAMRUNS.format(ns=namespace), teamrun("jsonlog", script, effects))
+        status = await finished(kube, namespace, "jsonlog", 120)
+    assert status["phase"] == "Succeeded", status
+    lines = [line for line in (await asyncio.to_thread(log.read_text)).splitlines() if line]
+    records = [json.loads(line) for line in lines if line.startswith("{")]
+    assert len(records) == len(lines), [line for line in lines if not line.startswith("{")][:5]
+    about = {
+        (r["object"].get("kind"), r["object"].get("name"))
+        for r in records
+        if isinstance(r.get("object"), dict) and r["object"].get("namespace") == namespace
+    }
+    assert ("TeamRun", "jsonlog") in about and ("Pod", "jsonlog-a1") in about, about
+    assert not [r for r in records if "HTTP Request" in str(r.get("message"))]
+    pod = await kube.get(f"/api/v1/namespaces/{namespace}/pods/jsonlog-a1")
+    env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+    assert env["OMA_LOG_FORMAT"]["value"] == "json"
+    assert env["OMA_RUN_TEAMRUN"]["value"] == "jsonlog"
+
+
 @pytest.mark.timeout(240)
 async def test_an_operator_restarted_during_a_backoff_waits_out_the_rest_then_starts_once(
     cluster: ClusterHandle,

@@ -84,3 +84,27 @@ def test_the_crd_refuses_the_operators_keys_before_the_operator_sees_them() -> N
         assert rules == ["self.all(k, !k.startsWith('oma.dev/'))"]
         assert runner[field]["maxProperties"] == 32
     assert runner["labels"]["additionalProperties"]["maxLength"] == 63
+
+
+def test_the_operator_s_log_format_reaches_runners_unless_the_teamrun_sets_its_own() -> None:
+    def env_of(spec: TeamRunSpec, log_format: str) -> list[dict[str, Any]]:
+        pod = runner_pod(BODY, spec, 1, "img", log_format=log_format)
+        env: list[dict[str, Any]] = pod["spec"]["containers"][0]["env"]
+        return env
+
+    plain = env_of(_spec({}), "plain")
+    assert not [e for e in plain if e["name"] == "OMA_LOG_FORMAT"]  # plain is the default
+    assert {"name": "OMA_RUN_TEAMRUN", "value": "pay"} in plain
+    namespace = next(e for e in plain if e["name"] == "OMA_RUN_NAMESPACE")
+    assert namespace["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    json_env = env_of(_spec({}), "json")
+    assert json_env[0] == {"name": "OMA_LOG_FORMAT", "value": "json"}
+    # A TeamRun may ask for another format: its variable comes later, and the last one wins.
+    own = env_of(_spec({"env": [{"name": "OMA_LOG_FORMAT", "value": "plain"}]}), "json")
+    formats = [e["value"] for e in own if e["name"] == "OMA_LOG_FORMAT"]
+    assert formats == ["json", "plain"]
+
+
+def test_the_runner_s_coordinates_cannot_be_set_by_a_teamrun() -> None:
+    with pytest.raises(ValidationError, match="OMA_RUN_"):
+        _spec({"env": [{"name": "OMA_RUN_TEAMRUN", "value": "someone-else"}]})

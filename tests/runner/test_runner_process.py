@@ -137,3 +137,57 @@ def test_a_failed_run_is_permanent(tmp_path: Path) -> None:
     runner = _runner(_env(tmp_path, spec))
     runner.communicate(timeout=60)
     assert runner.returncode == 2 and _message(tmp_path)["status"] == "error"
+
+
+def test_the_log_says_what_the_attempt_did_line_by_line(tmp_path: Path) -> None:
+    """Plain lines (``kubectl logs``): each task's start and end, each tool call, each save."""
+    env = _env(tmp_path, _spec({"file": {"path": str(tmp_path / "s.json")}}))
+    out, _ = _runner(env).communicate(timeout=60)
+    lines = [line for line in out.splitlines() if line.startswith("oma-runner: ")]
+    assert "oma-runner: task 'Record' started (w)" in lines, out
+    assert "oma-runner: tool call r1 (ledger_append) ran" in lines
+    assert "oma-runner: tool call r2 (ledger_append) ran" in lines
+    assert "oma-runner: task 'Record' done (w, 2 tool calls)" in lines
+    assert any(line.startswith("oma-runner: checkpoint saved in ") for line in lines)
+    assert lines[-1] == "oma-runner: run pod-run attempt 1: ok"
+
+
+@pytest.mark.timeout(120)
+def test_json_lines_carry_the_run_s_coordinates(tmp_path: Path, redis_server: RedisServer) -> None:
+    """OMA_LOG_FORMAT=json: one JSON object per line with the run id, attempt, pod, namespace
+    and TeamRun, here of a resumed attempt."""
+    store = {"redis": {"urlEnv": "STORE_URL", "namespace": f"logs-{time.time_ns()}"}}
+    coordinates = {
+        "OMA_LOG_FORMAT": "json",
+        "OMA_POD_NAME": "pay-a1",
+        "OMA_RUN_NAMESPACE": "team-a",
+        "OMA_RUN_TEAMRUN": "pay",
+    }
+    first = _runner(_env(tmp_path, _spec(store), 1, STORE_URL=redis_server.url, **coordinates))
+    deadline = time.monotonic() + 60
+    while _ledger(tmp_path) != ["first"]:
+        assert first.poll() is None and time.monotonic() < deadline, first.communicate()[0]
+        time.sleep(0.05)
+    first.send_signal(signal.SIGTERM)
+    first.communicate(timeout=60)
+    coordinates["OMA_POD_NAME"] = "pay-a2"
+    second = _runner(_env(tmp_path, _spec(store), 2, STORE_URL=redis_server.url, **coordinates))
+    out, _ = second.communicate(timeout=60)
+    assert second.returncode == 0, out
+    records = [json.loads(line) for line in out.splitlines()]  # every line is one object
+    assert {
+        (r["runId"], r["attempt"], r["pod"], r["namespace"], r["teamRun"]) for r in records
+    } == {("pod-run", 2, "pay-a2", "team-a", "pay")}
+    calls = {r["toolCallId"]: r["executed"] for r in records if r["event"] == "tool_call"}
+    assert calls == {"r2": True}  # r1's turn was done by attempt 1
+    assert _ledger(tmp_path) == ["first", "second"]
+    assert all(r["level"] in ("info", "warning", "error") and r["time"] for r in records)
+    assert records[-1]["event"] == "attempt_end" and records[-1]["status"] == "ok"
+
+
+def test_an_unknown_log_format_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    env = _env(tmp_path, _spec({"file": {"path": str(tmp_path / "s.json")}}), OMA_LOG_FORMAT="xml")
+    runner = _runner(env)
+    out, _ = runner.communicate(timeout=60)
+    assert runner.returncode == 2 and "OMA_LOG_FORMAT='xml': use one of plain, json" in out
+    assert _ledger(tmp_path) == []
