@@ -88,6 +88,26 @@ class OperatorMetrics:
             "Best-effort checkpoint saves of ended attempts that failed (the run went on).",
             registry=registry,
         )
+        # Summed without provider or model labels: model names come from every tenant's specs,
+        # an unbounded set; each runner's own endpoint has them.
+        self.model_calls = Counter(
+            "oma_reported_model_calls",
+            "Model calls of ended attempts, as their runners reported them.",
+            registry=registry,
+        )
+        self.model_seconds = Counter(
+            "oma_reported_model_call_seconds",
+            "The time those model calls took, in total.",
+            registry=registry,
+        )
+        self.tokens = Counter(
+            "oma_reported_tokens",
+            "Tokens of ended attempts' model calls, as their runners reported them.",
+            ["direction"],
+            registry=registry,
+        )
+        for direction in ("input", "output"):
+            self.tokens.labels(direction)
         for phase in PHASES:
             self.teamruns.labels(phase)
         for kind in sorted(TERMINAL):
@@ -159,6 +179,12 @@ class OperatorMetrics:
         self.checkpoint_saves.inc(_amount(found.get("saves")))
         self.checkpoint_save_seconds.inc(_amount(found.get("saveSeconds")))
         self.checkpoint_save_failures.inc(_amount(found.get("saveFailures")))
+        self.model_calls.inc(_amount(found.get("modelCalls")))
+        self.model_seconds.inc(_amount(found.get("modelSeconds")))
+        tokens = found.get("tokens")
+        if isinstance(tokens, dict):
+            for direction in ("input", "output"):
+                self.tokens.labels(direction).inc(_amount(tokens.get(direction)))
 
 
 def _amount(value: Any) -> float:

@@ -2,9 +2,10 @@
 
 ``plain`` (the default) prints ``oma-runner: <what happened>``; ``json`` prints one JSON object
 per line with the time, level, event, message and the run's coordinates (run id, attempt, pod,
-namespace, TeamRun), for log collectors. Tasks starting, finishing, failing and retried, tool
-calls (executed, or replayed from a commit), checkpoint saves, approvals asked for, warnings
-and errors are logged as the engine reports them (its progress events).
+namespace, TeamRun), for log collectors. Tasks starting, finishing, failing and retried, model
+calls (time, tokens), tool calls (executed, or replayed from a commit), checkpoint saves,
+approvals asked for, warnings and errors are logged as the engine reports them (its progress
+events).
 """
 
 from __future__ import annotations
@@ -71,6 +72,21 @@ def describe(event: OrchestratorEvent) -> tuple[str, str, dict[str, Any]] | None
         call, tool = data.get("toolCallId"), data.get("tool")
         fields = where | {"toolCallId": call, "tool": tool, "executed": bool(data.get("executed"))}
         return "info", f"tool call {call} ({tool}) {how}", fields
+    if event.type == "model_call":
+        provider, model = data.get("provider"), data.get("model") or "default model"
+        seconds, error = float(data.get("seconds") or 0.0), data.get("error")
+        fields = where | {
+            "provider": provider,
+            "model": data.get("model"),
+            "seconds": seconds,
+            "inputTokens": data.get("inputTokens"),
+            "outputTokens": data.get("outputTokens"),
+            "error": error,
+        }
+        if error:
+            return "warning", f"model call ({provider}, {model}) failed: {error}", fields
+        tokens = f"{data.get('inputTokens')} in, {data.get('outputTokens')} out"
+        return "info", f"model call ({provider}, {model}): {seconds:.2f} s, {tokens}", fields
     if event.type == "checkpoint_saved":
         seconds = float(data.get("seconds", 0.0))
         return "info", f"checkpoint saved in {seconds * 1000:.1f} ms", {"seconds": seconds}

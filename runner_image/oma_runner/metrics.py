@@ -18,6 +18,8 @@ from oma.orchestrator.events import OrchestratorEvent
 log = logging.getLogger(__name__)
 # Saves are milliseconds on Redis/PostgreSQL (docs/performance.md); slow ones are what matters.
 SAVE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+# A model call takes from a fraction of a second to minutes (long generations, retries).
+MODEL_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320)
 
 
 class RunnerMetrics:
@@ -42,12 +44,37 @@ class RunnerMetrics:
         )
         for source in ("executed", "replayed"):
             self.tool_calls.labels(source)
+        # Labelled by provider and model: one run names a handful of models (its agents'), so
+        # the label sets stay small; the operator sums reports without the model.
+        self.model_calls = Counter(
+            "oma_runner_model_calls",
+            "Calls of an agent's model in this attempt, by outcome (error: the call raised).",
+            ["provider", "model", "outcome"],
+            registry=registry,
+        )
+        self.model_seconds = Histogram(
+            "oma_runner_model_call_seconds",
+            "How long the model calls of this attempt took (failed ones too).",
+            ["provider", "model"],
+            buckets=MODEL_BUCKETS,
+            registry=registry,
+        )
+        self.tokens = Counter(
+            "oma_runner_tokens",
+            "Tokens of this attempt's model calls, as the provider reported them.",
+            ["provider", "model", "direction"],
+            registry=registry,
+        )
         self._totals: dict[str, float] = {
             "saves": 0,
             "saveSeconds": 0.0,
             "saveFailures": 0,
             "executed": 0,
             "replayed": 0,
+            "modelCalls": 0,
+            "modelSeconds": 0.0,
+            "inputTokens": 0,
+            "outputTokens": 0,
         }
 
     def on_progress(self, event: OrchestratorEvent) -> None:
@@ -63,6 +90,26 @@ class RunnerMetrics:
             source = "executed" if event.data.get("executed") else "replayed"
             self.tool_calls.labels(source).inc()
             self._totals[source] += 1
+        elif event.type == "model_call":
+            self._model_call(event.data)
+
+    def _model_call(self, data: dict[str, Any]) -> None:
+        provider, model = str(data.get("provider") or ""), str(data.get("model") or "")
+        seconds = float(data.get("seconds") or 0.0)
+        tokens_in, tokens_out = (
+            int(data.get("inputTokens") or 0),
+            int(data.get("outputTokens") or 0),
+        )
+        outcome = "error" if data.get("error") else "ok"
+        self.model_calls.labels(provider, model, outcome).inc()
+        self.model_seconds.labels(provider, model).observe(seconds)
+        self.tokens.labels(provider, model, "input").inc(tokens_in)
+        self.tokens.labels(provider, model, "output").inc(tokens_out)
+        totals = self._totals
+        totals["modelCalls"] += 1
+        totals["modelSeconds"] += seconds
+        totals["inputTokens"] += tokens_in
+        totals["outputTokens"] += tokens_out
 
     def report(self) -> dict[str, Any]:
         """This attempt's totals, compact: they share the 4 KiB termination message."""
@@ -72,6 +119,9 @@ class RunnerMetrics:
             "saveSeconds": round(totals["saveSeconds"], 6),
             "saveFailures": int(totals["saveFailures"]),
             "toolCalls": {"executed": int(totals["executed"]), "replayed": int(totals["replayed"])},
+            "modelCalls": int(totals["modelCalls"]),
+            "modelSeconds": round(totals["modelSeconds"], 3),
+            "tokens": {"input": int(totals["inputTokens"]), "output": int(totals["outputTokens"])},
         }
 
 

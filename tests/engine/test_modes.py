@@ -153,6 +153,9 @@ async def test_progress_events_in_order_for_one_task() -> None:
     assert [e.type for e in events.items] == [
         "task_start",
         "agent_start",
+        "model_call",
         "task_complete",
         "agent_complete",
     ]
+    call = events.items[2]
+    assert (call.agent, call.data["provider"], call.data["error"]) == ("w", "scripted", None)

@@ -150,6 +150,9 @@ def test_runner_reports_are_added_and_bad_ones_ignored(
             "saveSeconds": 0.25,
             "saveFailures": 1,
             "toolCalls": {"executed": 2, "replayed": 1},
+            "modelCalls": 3,
+            "modelSeconds": 4.5,
+            "tokens": {"input": 1200, "output": 300},
         },
     }
     metrics.runner_report(TerminationReport.parse(json.dumps(report)))
@@ -162,6 +165,10 @@ def test_runner_reports_are_added_and_bad_ones_ignored(
     assert value(registry, "oma_reported_checkpoint_saves_total") == 8
     assert value(registry, "oma_reported_checkpoint_save_seconds_total") == 0.5
     assert value(registry, "oma_reported_checkpoint_save_failures_total") == 2
+    assert value(registry, "oma_reported_model_calls_total") == 6
+    assert value(registry, "oma_reported_model_call_seconds_total") == 9.0
+    assert value(registry, "oma_reported_tokens_total", direction="input") == 2400
+    assert value(registry, "oma_reported_tokens_total", direction="output") == 600
 
 
 def test_the_endpoint_serves_the_text_format(

@@ -60,3 +60,22 @@ def test_json_lines_hold_the_coordinates_and_no_empty_fields() -> None:
 def test_an_unknown_format_is_refused() -> None:
     with pytest.raises(ValueError, match="use one of plain, json"):
         RunnerLog("xml", {})
+
+
+def test_a_model_call_line_has_its_time_and_tokens_or_its_error() -> None:
+    ok = OrchestratorEvent(
+        "model_call",
+        "w",
+        "t1",
+        {"provider": "anthropic", "model": "claude-x", "seconds": 1.234, "inputTokens": 900,
+         "outputTokens": 120, "error": None},
+    )  # fmt: skip
+    failed = OrchestratorEvent(
+        "model_call", "w", "t1", {"provider": "openai", "model": "", "seconds": 0.5,
+                                  "inputTokens": 0, "outputTokens": 0, "error": "LLMError"},
+    )  # fmt: skip
+    level, message, fields = describe(ok)  # type: ignore[misc]
+    assert (level, message) == ("info", "model call (anthropic, claude-x): 1.23 s, 900 in, 120 out")
+    assert fields["inputTokens"] == 900 and fields["provider"] == "anthropic"
+    level, message, _ = describe(failed)  # type: ignore[misc]
+    assert (level, message) == ("warning", "model call (openai, default model) failed: LLMError")

@@ -70,6 +70,36 @@ async def test_saves_failures_and_tool_calls_from_engine_events() -> None:
     assert report["toolCalls"] == {"executed": 0, "replayed": 1}
 
 
+async def test_model_calls_latency_and_tokens_per_provider_and_model() -> None:
+    """Every call of an agent's model is counted with its time and tokens, failed ones too (a
+    script that runs out fails the call), labelled by provider and model."""
+    registry = CollectorRegistry()
+    metrics = RunnerMetrics(registry)
+    team = _team()
+    team.agents[0].model = "claude-test"
+    result = await OpenMultiAgent(on_progress=metrics.on_progress).run_tasks(team, TASKS)
+    assert result.success
+    labels = {"provider": "scripted", "model": "claude-test"}
+    assert value(registry, "oma_runner_model_calls_total", **labels, outcome="ok") == 2
+    assert value(registry, "oma_runner_model_call_seconds_count", **labels) == 2
+    usage = result.total_token_usage
+    assert usage.input_tokens > 0
+    tokens_in = value(registry, "oma_runner_tokens_total", **labels, direction="input")
+    tokens_out = value(registry, "oma_runner_tokens_total", **labels, direction="output")
+    assert (tokens_in, tokens_out) == (usage.input_tokens, usage.output_tokens)
+    report = metrics.report()
+    assert report["modelCalls"] == 2 and report["modelSeconds"] >= 0
+    assert report["tokens"] == {"input": usage.input_tokens, "output": usage.output_tokens}
+
+    failing = Team(
+        name="f",
+        agents=[AgentConfig(name="worker", adapter=ScriptedAdapter([]), model="claude-test")],
+    )
+    failed = await OpenMultiAgent(on_progress=metrics.on_progress).run_tasks(failing, TASKS)
+    assert not failed.success
+    assert value(registry, "oma_runner_model_calls_total", **labels, outcome="error") >= 1
+
+
 def test_metrics_port_from_the_environment(tmp_path: Path) -> None:
     env = _env(tmp_path, _spec({"file": {"path": "s.json"}}))
     env.pop("OMA_METRICS_PORT", None)
@@ -96,8 +126,12 @@ def test_the_runner_serves_metrics_while_it_runs_and_reports_them(tmp_path: Path
     assert "# TYPE oma_runner_checkpoint_save_seconds histogram" in text
     assert 'oma_runner_tool_calls_total{source="replayed"} 0.0' in text
     assert "oma_runner_checkpoint_save_failures_total 0.0" in text
+    assert 'oma_runner_model_calls_total{model="",outcome="ok",provider="scripted"} 1.0' in text
+    assert 'oma_runner_tokens_total{direction="input",model="",provider="scripted"}' in text
     out, _ = runner.communicate(timeout=60)
     assert runner.returncode == 0, out
     metrics: dict[str, Any] = _message(tmp_path)["metrics"]
     assert metrics["toolCalls"] == {"executed": 2, "replayed": 0}
     assert metrics["saves"] >= 4 and metrics["saveFailures"] == 0 and metrics["saveSeconds"] > 0
+    assert metrics["modelCalls"] == 3 and metrics["modelSeconds"] >= 1.5  # the 1.5 s delay
+    assert metrics["tokens"]["input"] > 0 and metrics["tokens"]["output"] > 0

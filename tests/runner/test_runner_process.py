@@ -146,6 +146,8 @@ def test_the_log_says_what_the_attempt_did_line_by_line(tmp_path: Path) -> None:
     lines = [line for line in out.splitlines() if line.startswith("oma-runner: ")]
     assert "oma-runner: task 'Record' started (w)" in lines, out
     assert "oma-runner: tool call r1 (ledger_append) ran" in lines
+    model_lines = [line for line in lines if line.startswith("oma-runner: model call (scripted,")]
+    assert len(model_lines) == 3 and all(" in, " in line for line in model_lines)
     assert "oma-runner: tool call r2 (ledger_append) ran" in lines
     assert "oma-runner: task 'Record' done (w, 2 tool calls)" in lines
     assert any(line.startswith("oma-runner: checkpoint saved in ") for line in lines)

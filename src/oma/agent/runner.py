@@ -39,6 +39,18 @@ from oma.tools.define import ToolContext, ToolResult
 Boundary = Callable[[InFlightTask, bool], Awaitable[None]]  # (state, strict)
 
 
+@dataclass(frozen=True)
+class ModelCall:
+    """One call of the agent's model: for metrics and logs (``on_model``)."""
+
+    provider: str  # the adapter's name: anthropic, openai, scripted, ...
+    model: str  # as the agent names it ("" when the adapter has its own default)
+    seconds: float
+    input_tokens: int = 0
+    output_tokens: int = 0
+    error: str | None = None  # the exception's type when the call failed
+
+
 @dataclass
 class RunnerOutcome:
     state: RunnerState
@@ -65,6 +77,7 @@ class AgentRunner:
         guard: Callable[[], Awaitable[None]] | None = None,
         on_tool: Callable[[str, str, bool], None] | None = None,
         stop_requested: Callable[[], bool] | None = None,
+        on_model: Callable[[ModelCall], None] | None = None,
     ) -> None:
         self.agent = agent
         self.run_id = run_id
@@ -75,6 +88,7 @@ class AgentRunner:
         self._guard = guard  # raises when this attempt may no longer run tools (fenced)
         self._on_tool = on_tool  # (tool call id, tool name, executed?) once per call
         self._stop_requested = stop_requested  # checked at every durable boundary
+        self._on_model = on_model  # once per model call, failed ones too
         self._executed: list[str] = []
         self._replayed: list[str] = []
         self._specs: list[ToolSpec] | None = None
@@ -125,7 +139,14 @@ class AgentRunner:
             tools=self._tool_specs(),
             max_tokens=self.agent.max_tokens,
         )
-        response = await self.agent.adapter.chat(request)
+        started = time.monotonic()
+        try:
+            response = await self.agent.adapter.chat(request)
+        except Exception as exc:
+            self._model_called(started, error=type(exc).__name__)
+            raise
+        usage = response.usage
+        self._model_called(started, usage.input_tokens, usage.output_tokens)
         message = response.message
         state.conversation.append(message)
         state.messages.append(message)
@@ -139,6 +160,23 @@ class AgentRunner:
             state.phase = "completed"
             state.final_output = message.text
         await self._persist(state)
+
+    def _model_called(
+        self,
+        started: float,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        error: str | None = None,
+    ) -> None:
+        if self._on_model is None:
+            return
+        provider = str(
+            getattr(self.agent.adapter, "name", None) or type(self.agent.adapter).__name__
+        )
+        seconds = time.monotonic() - started
+        self._on_model(
+            ModelCall(provider, self.agent.model, seconds, input_tokens, output_tokens, error)
+        )
 
     async def _run_tools(self, state: RunnerState) -> list[ApprovalRequest]:
         """Run the turn's calls; the requests still awaiting a decision, if any."""

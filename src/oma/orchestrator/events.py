@@ -21,6 +21,7 @@ EventType = Literal[
     "approval_pending",
     "checkpoint_saved",
     "tool_call",
+    "model_call",
     "message",
     "warning",
     "error",

@@ -7,7 +7,7 @@ import random
 from collections.abc import Callable
 
 from oma.agent.result import AgentRunResult, RunStatus, Usage
-from oma.agent.runner import AgentRunner, RunnerOutcome
+from oma.agent.runner import AgentRunner, ModelCall, RunnerOutcome
 from oma.agent.tool_approvals import ToolApprovalSupport
 from oma.approval.errors import DurableApprovalError
 from oma.approval.models import ApprovalRequest
@@ -66,6 +66,7 @@ async def run_task(context: RunContext, task: Task) -> None:
             guard=context.checkpoint.confirm_current if context.checkpoint else None,
             on_tool=_tool_events(context, task),
             stop_requested=context.drain_requested,
+            on_model=_model_events(context, task),
         )
         try:
             prompt = await task_prompt(context, task) if resume is None or attempt > 1 else ""
@@ -91,6 +92,21 @@ def _tool_events(context: RunContext, task: Task) -> Callable[[str, str, bool], 
     def emit(call_id: str, tool: str, executed: bool) -> None:
         data = {"toolCallId": call_id, "tool": tool, "executed": executed}
         context.emit(OrchestratorEvent("tool_call", task.assignee, task.id, data))
+
+    return emit
+
+
+def _model_events(context: RunContext, task: Task) -> Callable[[ModelCall], None]:
+    def emit(call: ModelCall) -> None:
+        data = {
+            "provider": call.provider,
+            "model": call.model,
+            "seconds": call.seconds,
+            "inputTokens": call.input_tokens,
+            "outputTokens": call.output_tokens,
+            "error": call.error,
+        }
+        context.emit(OrchestratorEvent("model_call", task.assignee, task.id, data))
 
     return emit
 
