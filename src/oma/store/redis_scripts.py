@@ -146,7 +146,8 @@ end
 return out
 """
 
-# KEYS: the FIELDS keys, in order. ARGV: one key, or none for every key in insertion order.
+# KEYS: the FIELDS keys, in order. ARGV: one key, or none for every key in insertion order
+# (``list``; ``get`` reads one key's fields with a MULTI of HGETs instead, see RedisStore.get).
 # Returns a flat array: key, value, metadata, created, expiry, key, value, ... (false = nil).
 READ = """
 local keys
