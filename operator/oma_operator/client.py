@@ -350,6 +350,24 @@ class Kube:
             raise KubeError(404, f"secret {namespace}/{name} has no key {key!r}")
         return base64.b64decode(data).decode()
 
+    async def delete_teamrun(self, namespace: str, name: str, uid: str) -> None:
+        """Delete exactly the TeamRun with ``uid`` (a newer one of that name is left alone);
+        gone already is fine. Its runner pods go with it (owner references)."""
+        try:
+            await self._call(
+                "DELETE",
+                f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/teamruns/{name}",
+                json={
+                    "apiVersion": "v1",
+                    "kind": "DeleteOptions",
+                    "preconditions": {"uid": uid},
+                    "propagationPolicy": "Background",
+                },
+            )
+        except KubeError as exc:
+            if exc.status not in (404, 409):
+                raise
+
     async def get_teamrun(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             return await self._call(

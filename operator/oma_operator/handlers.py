@@ -29,6 +29,7 @@ from oma_operator.pods import FINALIZER, LABEL_TEAMRUN, attempt_of
 from oma_operator.progress import changed
 from oma_operator.queued_runs import queue_run, start_attempt, start_queued
 from oma_operator.release import release_runner_pods
+from oma_operator.retention import FINISHED
 from oma_operator.reviewers import missing_creator
 from oma_operator.run_queue import INDEX_KEY, RUN_QUEUE
 from oma_operator.specs import TeamRunSpecError, spec_of
@@ -78,6 +79,7 @@ async def configure(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
 async def close(**_: Any) -> None:
     await TICKER.close()
     await LATER.close()
+    await FINISHED.close()
     await RUN_QUEUE.close()
     await TIMERS.close()
     await release_runner_pods(runtime.NAMESPACES)
@@ -261,6 +263,7 @@ async def teamrun_event(body: kopf.Body, event: kopf.RawEvent, **_: Any) -> None
     kind = event.get("type")
     METRICS.teamrun_seen(body, kind)
     TICKER.seen(dict(body), kind)
+    FINISHED.seen(dict(body), kind)
     if kind in (None, "ADDED"):
         # Created, or listed when the watch starts (this operator's start): the run needs its
         # current attempt. Not kopf's create and resume handlers, which cost a patch per

@@ -14,6 +14,7 @@ import kopf
 from oma.pod_contract import LOG_FORMATS
 from oma_operator import handlers, login, runtime  # noqa: F401 (importing registers handlers)
 from oma_operator.metrics import serve
+from oma_operator.retention import FINISHED
 from oma_operator.run_queue import RUN_QUEUE, limits_from_env
 from oma_operator.uninstall import stop_operator
 
@@ -98,6 +99,7 @@ def main() -> None:
         stop = stop_operator(args.namespace[0], args.stop_deployment, args.stop_timeout)
         raise SystemExit(asyncio.run(_connected(stop)))
     RUN_QUEUE.configure(limits_from_env())
+    FINISHED.default_ttl = ttl_from_env()
     runtime.RUNNER_METRICS_PORT = args.runner_metrics_port or None
     runtime.NAMESPACES = [] if args.all_namespaces else list(args.namespace or [])
     serve(args.metrics_port, args.metrics_address)
@@ -111,6 +113,23 @@ def main() -> None:
             )
         )
     )
+
+
+TTL_ENV = "OMA_TTL_SECONDS_AFTER_FINISHED"
+
+
+def ttl_from_env() -> int | None:
+    """The default time to live of finished TeamRuns (None: kept); a bad value stops the
+    operator at its start, with what to set instead."""
+    text = os.environ.get(TTL_ENV, "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or int(text) > 31_536_000:
+        raise SystemExit(
+            f"oma-operator: {TTL_ENV}={text!r}: give whole seconds, 0 to 31536000 (a year), or "
+            "leave it unset to keep finished TeamRuns"
+        )
+    return int(text)
 
 
 def configure_logging(log_format: str, level: str) -> None:

@@ -376,6 +376,14 @@ class TeamRunSpec(SpecModel):
     runner: RunnerSettings = Field(
         default_factory=RunnerSettings, description="Runner pod settings."
     )
+    ttl_seconds_after_finished: int | None = Field(
+        default=None,
+        ge=0,
+        le=31_536_000,
+        description="Delete the TeamRun this many seconds after it finished (Succeeded, "
+        "Failed or Rejected); 0: at once. Default: the operator's (the chart's "
+        "retention.ttlSecondsAfterFinished), else never. Its store records stay.",
+    )
 
     @model_validator(mode="after")
     def _work_matches_mode(self) -> TeamRunSpec:

@@ -106,6 +106,8 @@ class OperatorSettings:
     # Concurrency limits (the chart's concurrency.*; OMA_MAX_RUNNING_* for a local process).
     per_namespace: int | None = None
     log_format: str | None = None  # logging.format / OMA_LOG_FORMAT
+    # retention.ttlSecondsAfterFinished / OMA_TTL_SECONDS_AFTER_FINISHED
+    ttl_after_finished: int | None = None
     per_provider: Mapping[str, int] = field(default_factory=dict)
     # A local process (on the real node too) whose kubeconfig is two files and an exec
     # credential plugin (helpers.exec_kubeconfig), as on EKS, GKE or AKS.
@@ -228,6 +230,8 @@ class ProcessOperator(Operator):
             self._env["OMA_MAX_RUNNING_PER_NAMESPACE"] = str(settings.per_namespace)
         if settings.log_format is not None:
             self._env["OMA_LOG_FORMAT"] = settings.log_format
+        if settings.ttl_after_finished is not None:
+            self._env["OMA_TTL_SECONDS_AFTER_FINISHED"] = str(settings.ttl_after_finished)
         if settings.per_provider:
             limits = ",".join(f"{p}={n}" for p, n in settings.per_provider.items())
             self._env["OMA_MAX_RUNNING_PER_PROVIDER"] = limits
@@ -332,6 +336,8 @@ class DeploymentOperator(Operator):
             values.append(f"concurrency.perNamespace={self._settings.per_namespace}")
         if self._settings.log_format is not None:
             values.append(f"logging.format={self._settings.log_format}")
+        if self._settings.ttl_after_finished is not None:
+            values.append(f"retention.ttlSecondsAfterFinished={self._settings.ttl_after_finished}")
         values += [
             f"concurrency.perProvider.{p}={n}" for p, n in self._settings.per_provider.items()
         ]

@@ -234,6 +234,31 @@ def test_logging_renders_as_the_operator_s_arguments_and_bad_values_fail_the_sch
         assert refused.returncode != 0 and where in refused.stderr, (value, refused.stderr)
 
 
+def test_retention_renders_as_the_operator_s_env_and_bad_values_fail_the_schema(
+    cluster: ClusterHandle,
+) -> None:
+    def operator_env(*args: str) -> dict[str, str | None]:
+        rendered = helm(
+            cluster, "template", "t", str(CHART), "--kube-version", KUBE_VERSION, *args
+        ).stdout
+        (deployment,) = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "Deployment"]
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        return {e["name"]: e.get("value") for e in container["env"]}
+
+    assert "OMA_TTL_SECONDS_AFTER_FINISHED" not in operator_env()  # kept by default
+    day = operator_env("--set", "retention.ttlSecondsAfterFinished=86400")
+    assert day["OMA_TTL_SECONDS_AFTER_FINISHED"] == "86400"
+    at_once = operator_env("--set", "retention.ttlSecondsAfterFinished=0")
+    assert at_once["OMA_TTL_SECONDS_AFTER_FINISHED"] == "0"
+    for value in ("retention.ttlSecondsAfterFinished=-1", "retention.ttlSecondsAfterFinished=x"):
+        refused = helm(
+            cluster, "template", "t", str(CHART), "--kube-version", KUBE_VERSION,
+            "--set", value, check=False,
+        )  # fmt: skip
+        assert refused.returncode != 0, value
+        assert "/retention/ttlSecondsAfterFinished" in refused.stderr, refused.stderr
+
+
 def test_a_typo_in_values_fails_the_schema(cluster: ClusterHandle) -> None:
     result = helm(
         cluster,
@@ -532,6 +557,7 @@ def test_operator_env_is_added_and_the_charts_own_variables_are_refused(
         ("OMA_MAX_RUNNING_PER_PROVIDER", "use concurrency.perProvider"),
         ("OMA_LOG_FORMAT", "use logging.format"),
         ("OMA_LOG_LEVEL", "use logging.level"),
+        ("OMA_TTL_SECONDS_AFTER_FINISHED", "use retention.ttlSecondsAfterFinished"),
         ("POD_ID", "the chart sets it"),
     ]:
         refused = helm(

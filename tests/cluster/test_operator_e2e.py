@@ -17,7 +17,7 @@ import json
 import re
 import uuid
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -466,6 +466,59 @@ async def test_a_crash_is_retried_after_the_backoff_and_the_retry_succeeds(
     assert status["attempt"] == 2 and status["failures"] == 1
     await assert_started_after_backoff(kube, namespace, "retry-a2", first, backoff)
     assert await effects.ledger() == ["once"]
+
+
+@pytest.mark.timeout(180)
+async def test_finished_teamruns_are_deleted_after_their_time_to_live(
+    cluster: ClusterHandle,
+    kube: KubeClient,
+    namespace: str,
+    crds_installed: None,
+    redis_secret: str,
+    effects: SideEffects,
+    tmp_path: Path,
+) -> None:
+    """The operator's default (3 s here) deletes a finished run that sets none, with its pod; a
+    run's own ttlSecondsAfterFinished (an hour) wins over it; a failed run goes too."""
+    script: list[dict[str, Any]] = [{"text": "done"}]
+    kept = teamrun("kept", script, effects)
+    kept["spec"]["ttlSecondsAfterFinished"] = 3600
+    failing = teamrun("failing", script, effects)
+    failing["spec"]["tasks"] = [  # a cycle: the runner fails it at once (PermanentFailure)
+        {"title": "a", "description": "a", "dependsOn": ["b"]},
+        {"title": "b", "description": "b", "dependsOn": ["a"]},
+    ]
+    settings = OperatorSettings(ttl_after_finished=3)
+    async with operating(cluster, kube, namespace, tmp_path / "operator.log", settings):
+        for body in (teamrun("brief", script, effects), kept, failing):
+            await kube.create(TEAMRUNS.format(ns=namespace), body)
+        assert (await finished(kube, namespace, "kept", 120))["phase"] == "Succeeded"
+        first = await finished(kube, namespace, "brief", 120)
+        assert first["phase"] == "Succeeded"
+
+        async def gone(name: str) -> bool:
+            return await get_or_none(kube, f"{TEAMRUNS.format(ns=namespace)}/{name}") is None
+
+        async def brief_gone() -> bool:
+            return await gone("brief")
+
+        await wait_for(brief_gone, 60, "the finished TeamRun to be deleted")
+        deleted_at = datetime.now(UTC)
+        (ended,) = [c for c in first["conditions"] if c["type"] == "Succeeded"]
+        finished_at = parse_iso(ended["lastTransitionTime"])
+        assert finished_at is not None and deleted_at - finished_at >= timedelta(seconds=3)
+
+        async def failing_gone() -> bool:
+            return await gone("failing")
+
+        await wait_for(failing_gone, 60, "the failed TeamRun to be deleted")
+        assert not await gone("kept")  # its own hour has not passed
+
+        async def pod_gone() -> bool:
+            pod = await get_or_none(kube, f"/api/v1/namespaces/{namespace}/pods/brief-a1")
+            return pod is None
+
+        await wait_for(pod_gone, 60, "the deleted run's pod to go with it")
 
 
 @pytest.mark.timeout(180)

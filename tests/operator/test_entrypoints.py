@@ -87,3 +87,31 @@ def test_a_bad_concurrency_limit_stops_the_operator_before_it_starts(
         "oma-operator: OMA_MAX_RUNNING_PER_PROVIDER: 'openai=5': openai is limited twice"
     )
     assert started == []  # nothing served, no watch started
+
+
+@pytest.mark.parametrize("value", ["-1", "1.5", "a day", "31536001"])
+def test_a_bad_default_time_to_live_stops_the_operator_before_it_starts(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    from oma_operator import main as entry
+
+    started: list[str] = []
+    monkeypatch.setattr(entry, "serve", lambda *_: started.append("metrics"))
+    monkeypatch.setenv("OMA_TTL_SECONDS_AFTER_FINISHED", value)
+    monkeypatch.setattr("sys.argv", ["oma-operator", "--namespace", "team-a"])
+    with pytest.raises(SystemExit) as exited:
+        entry.main()
+    assert str(exited.value).startswith(f"oma-operator: OMA_TTL_SECONDS_AFTER_FINISHED={value!r}")
+    assert started == []
+
+
+def test_an_unknown_log_format_stops_the_operator_with_the_choices(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from oma_operator.main import main
+
+    monkeypatch.setattr("sys.argv", ["oma-operator", "--namespace", "a", "--log-format", "xml"])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    assert exited.value.code == 2
+    assert "invalid choice: 'xml' (choose from 'plain', 'json')" in capsys.readouterr().err

@@ -1,0 +1,120 @@
+"""Finished TeamRuns deleted once their time to live has passed: ``spec.ttlSecondsAfterFinished``,
+else the operator's default (``OMA_TTL_SECONDS_AFTER_FINISHED``, the chart's
+``retention.ttlSecondsAfterFinished``), else never.
+
+The clock starts when the run finished: the ``lastTransitionTime`` of its final condition
+(``Succeeded`` or ``Failed``, which a rejected run has too), so an operator restart neither
+resets nor loses it (the watch's initial listing arms every timer again). The TeamRun is deleted
+with its uid as a precondition (a newer TeamRun of the same name is left alone); its runner pods
+go with it (owner references). The run's store records (checkpoint, attempt log, approval rows)
+stay: ``oma checkpoint delete`` or ``prune`` removes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from oma.timeutil import parse_iso
+from oma_operator import runtime
+
+log = logging.getLogger(__name__)
+FINAL_PHASES = frozenset({"Succeeded", "Failed", "Rejected"})
+RETRY_SECONDS = 30.0  # after an API error while deleting
+
+
+def ttl_of(teamrun: dict[str, Any], default: int | None) -> int | None:
+    """The TeamRun's time to live once finished, in seconds (None: kept)."""
+    own = (teamrun.get("spec") or {}).get("ttlSecondsAfterFinished")
+    if isinstance(own, int) and not isinstance(own, bool) and own >= 0:
+        return own
+    return default
+
+
+def finished_at(teamrun: dict[str, Any]) -> datetime | None:
+    """When the run reached its final phase (None: it has not)."""
+    status = teamrun.get("status") or {}
+    if status.get("phase") not in FINAL_PHASES:
+        return None
+    for condition in status.get("conditions") or []:
+        if condition.get("type") in ("Succeeded", "Failed") and condition.get("status") == "True":
+            found = parse_iso(str(condition.get("lastTransitionTime") or ""))
+            if found is not None:
+                return found
+    return datetime.now(UTC)  # a final phase without its condition: count from now
+
+
+class FinishedRuns:
+    def __init__(self) -> None:
+        self.default_ttl: int | None = None
+        self._timers: dict[str, tuple[datetime, asyncio.Task[None]]] = {}
+
+    def seen(self, teamrun: dict[str, Any], event_type: str | None) -> None:
+        """Every TeamRun event: arm, re-arm or drop the run's timer."""
+        meta = teamrun.get("metadata") or {}
+        uid = str(meta.get("uid") or "")
+        if not uid:
+            return
+        if event_type == "DELETED":
+            self._drop(uid)
+            return
+        ended, ttl = finished_at(teamrun), ttl_of(teamrun, self.default_ttl)
+        if ended is None or ttl is None:
+            self._drop(uid)
+            return
+        due = ended.timestamp() + ttl
+        current = self._timers.get(uid)
+        if current is not None and current[0].timestamp() == due:
+            return
+        self._drop(uid)
+        namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+        when = datetime.fromtimestamp(due, UTC)
+        task = asyncio.create_task(self._expire(uid, namespace, name, when), name=f"ttl {name}")
+        self._timers[uid] = (when, task)
+
+    def armed(self, uid: str) -> datetime | None:
+        current = self._timers.get(uid)
+        return current[0] if current is not None else None
+
+    async def close(self) -> None:
+        tasks = [task for _, task in self._timers.values()]
+        for uid in list(self._timers):
+            self._drop(uid)
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _expire(self, uid: str, namespace: str, name: str, due: datetime) -> None:
+        try:
+            while True:
+                wait = (due - datetime.now(UTC)).total_seconds()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                try:
+                    await runtime.kube().delete_teamrun(namespace, name, uid)
+                except Exception:  # an API error: the TeamRun stays, so try again later
+                    log.exception(
+                        "deleting finished TeamRun %s/%s failed; retrying", namespace, name
+                    )
+                    due = datetime.now(UTC).replace(microsecond=0)
+                    await asyncio.sleep(RETRY_SECONDS)
+                    continue
+                log.info(
+                    "%s/%s: deleted, its time to live after finishing has passed", namespace, name
+                )
+                return
+        finally:
+            current = self._timers.get(uid)
+            if current is not None and current[1] is asyncio.current_task():
+                del self._timers[uid]
+
+    def _drop(self, uid: str) -> None:
+        current = self._timers.pop(uid, None)
+        if current is not None and current[1] is not asyncio.current_task():
+            current[1].cancel()
+
+
+FINISHED = FinishedRuns()
