@@ -1,12 +1,12 @@
-"""``oma checkpoint``: list, show, export and delete the checkpoints in a store.
+"""``oma checkpoint``: list, show, export, delete and prune the checkpoints in a store.
 
 The store is ``--store URL``, else ``$OMA_STORE_URL``, else the file ``oma run`` uses by default
 (``.oma/<run-id>.json``) when it exists.
 
 Exit codes: 0 done; 1 no checkpoint for that run; 2 bad input (no store, bad URL, unreachable
-store, an ``export -o`` file that cannot be written, ``delete`` without ``--yes`` when not
-interactive); 3 the stored checkpoint or attempt log is unreadable (the message says what is
-wrong; ``export`` still writes the raw value).
+store, an ``export -o`` file that cannot be written, ``delete`` or ``prune`` without ``--yes``
+when not interactive, a bad ``--older-than``); 3 the stored checkpoint or attempt log is
+unreadable (the message says what is wrong; ``export`` still writes the raw value).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, TypeVar
 
@@ -21,11 +22,14 @@ import typer
 from rich.markup import escape
 
 from oma import jsonutil
-from oma.checkpoint.attempts import AttemptRecord, attempts_key, load_attempt_log
+from oma.checkpoint.attempts import load_attempt_log
 from oma.checkpoint.journal import load_journal
-from oma.checkpoint.keys import checkpoint_key, is_checkpoint_key
+from oma.checkpoint.keys import checkpoint_key
 from oma.checkpoint.manager import Checkpoint
-from oma.checkpoint.summary import CheckpointSummary, RunEndLine, summarize
+from oma.checkpoint.stored import older_than as saved_before
+from oma.checkpoint.stored import parse_age, remove_checkpoint, saved_checkpoints
+from oma.checkpoint.summary import CheckpointSummary, summarize
+from oma.cli_checkpoint_text import render
 from oma.cli_store import (
     EXIT_BAD_INPUT,
     JsonOption,
@@ -37,21 +41,11 @@ from oma.cli_store import (
 from oma.errors import CheckpointError, OmaError
 from oma.store.base import MemoryStore
 from oma.store.journal import supports_journal
-from oma.store.reserved import CHECKPOINT_KEY_PREFIX, TENANT_KEY_PREFIX
 
 T = TypeVar("T")
 EXIT_NOT_FOUND, EXIT_UNREADABLE = 1, 3
 app = typer.Typer(help="List, show, export and delete run checkpoints.", no_args_is_help=True)
 RunIdOption = Annotated[str, typer.Option("--run-id", help="The run whose checkpoint to use.")]
-_STATE_TEXT = {
-    "committed": "committed (replayed on resume, never run again)",
-    "not_committed": "not committed: runs again on resume (same tool_call_id)",
-    "uncertain": "started, not committed: may or may not have happened (a reviewer decides)",
-    "awaiting_approval": "awaiting approval",
-    "approved_not_run": "approved, runs on resume",
-    "recorded_done": "recorded as done by a reviewer (not run again; the model gets their record)",
-    "rejected": "rejected (the model sees a denial)",
-}
 
 
 class CheckpointNotFound(OmaError):
@@ -82,41 +76,16 @@ def list_runs(
     store: StoreOption = None, tenant: TenantOption = None, as_json: JsonOption = False
 ) -> None:
     """The runs that have a checkpoint in the store."""
-
-    tenants: set[str] = set()
-
-    async def runs(s: MemoryStore) -> list[dict[str, object]]:
-        found = []
-        for entry in await s.list():
-            if entry.key.startswith(CHECKPOINT_KEY_PREFIX) and entry.key.endswith("latest"):
-                meta = entry.metadata or {}
-                found.append(
-                    {"runId": meta.get("runId"), "key": entry.key, "savedAt": meta.get("createdAt")}
-                )
-            elif entry.key.startswith(TENANT_KEY_PREFIX):
-                tenants.add(entry.key.removeprefix(TENANT_KEY_PREFIX).split("/", 1)[0])
-        if not supports_journal(s):
-            return found
-        for key in await s.journal_keys():
-            journal = await s.journal_head(key) if is_checkpoint_key(key) else None
-            if journal is not None:
-                meta = journal.metadata or {}
-                found.append(
-                    {"runId": meta.get("runId"), "key": key, "savedAt": meta.get("createdAt")}
-                )
-            elif key.startswith(TENANT_KEY_PREFIX):
-                tenants.add(key.removeprefix(TENANT_KEY_PREFIX).split("/", 1)[0])
-        return found
-
-    listed = with_store(store, runs, tenant=tenant, read_only=True)
-    if tenants and not as_json:
-        errors.print(f"tenants with keys of their own (see them with --tenant): {sorted(tenants)}")
+    found = with_store(store, saved_checkpoints, tenant=tenant, read_only=True)
+    listed = [{"runId": c.run_id, "key": c.key, "savedAt": c.saved_at} for c in found.checkpoints]
+    if found.tenants and not as_json:
+        errors.print(f"tenants with keys of their own (see them with --tenant): {found.tenants}")
     if as_json:
         typer.echo(json.dumps(listed, indent=2, ensure_ascii=False))
     elif not listed:
         typer.echo("no checkpoints")
-    for run in [] if as_json else listed:
-        typer.echo(f"{run['runId'] or '(default key)'}  saved {run['savedAt']}  {run['key']}")
+    for run in [] if as_json else found.checkpoints:
+        typer.echo(f"{run.run_id or '(default key)'}  saved {run.saved_at}  {run.key}")
 
 
 @app.command()
@@ -204,108 +173,73 @@ def delete(
         typer.confirm(f"delete the checkpoint of run {run_id!r} ({key})?", abort=True)
 
     async def remove(s: MemoryStore) -> None:
-        journal = await s.journal_version(key) if supports_journal(s) else None
-        if journal is None and await s.get(key) is None and await s.get(attempts_key(key)) is None:
+        if not await remove_checkpoint(s, key):
             raise CheckpointNotFound(f'no checkpoint for run "{run_id}" (key {key})')
-        await s.delete(key)
-        await s.delete(attempts_key(key))
 
     _on_store(store, run_id, remove, tenant, read_only=False)
     typer.echo(f"deleted the checkpoint of run {run_id} ({key}) and its attempt log")
 
 
-def render(summary: CheckpointSummary) -> list[str]:
-    """The plain-text report: ids and hashes are never truncated (they are meant to be copied)."""
-    attempt = f"attempt {summary.attempt}" if summary.attempt is not None else "attempt 1"
-    lines = [
-        f"run       {summary.run_id or '(default key)'}  ({attempt}, snapshot v{summary.version},"
-        f" {summary.mode}, saved {summary.saved_at})",
-        f"key       {summary.key}",
-    ]
-    if summary.last_attempt is not None:
-        lines.append(f"status    {_end_text(summary.last_attempt)}")
-    if summary.goal:
-        lines.append(f"goal      {summary.goal}")
-    counts = ", ".join(f"{n} {status}" for status, n in summary.task_counts.items())
-    lines.append(f"tasks     {len(summary.tasks)}: {counts or 'none'}")
-    width = max((len(task.status) for task in summary.tasks), default=0)
-    lines += [
-        f"  {task.status.ljust(width)}  {task.id}  {task.title}"
-        + (f"  ({task.assignee})" if task.assignee else "")
-        for task in summary.tasks
-    ]
-    lines.append("attempts")
-    if summary.attempts is None:
-        lines.append("  (no attempt log: the run was not started by `oma run` or the runner)")
-    lines += [f"  {_attempt_line(record)}" for record in summary.attempts or []]
-    if summary.in_flight:
-        lines.append("in flight")
-    for task in summary.in_flight:
-        lines.append(
-            f"  task {task.task_id} ({task.assignee}, {task.phase}, turn {task.turns}): "
-            f"{task.committed_tool_calls} of {len(task.tool_calls)} tool calls committed"
-        )
-        lines += [f"    {c.id}  {c.tool}  {_STATE_TEXT[c.state]}" for c in task.tool_calls]
-        if task.earlier_tool_calls:
-            lines.append(
-                f"    earlier turns: {len(task.earlier_tool_calls)} tool calls done "
-                f"({_tally(task.earlier_tool_calls)}): in the conversation, never run again"
-            )
-    if summary.approvals:
-        lines.append("approvals")
-    for approval in summary.approvals:
-        by = f" by {approval.reviewer}" if approval.reviewer else ""
-        lines.append(f"  {approval.request_id}  {approval.scope}  {approval.state}{by}")
-    if summary.shared_memory_entries is not None:
-        lines.append(f"memory    {summary.shared_memory_entries} shared-memory entries")
-    return lines
+@app.command()
+def prune(
+    older_than: Annotated[
+        str,
+        typer.Option(
+            "--older-than", help="Delete checkpoints last saved longer ago: 90s, 30m, 12h, 7d, 2w."
+        ),
+    ],
+    store: StoreOption = None,
+    tenant: TenantOption = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Only say what would be deleted.")
+    ] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Delete every checkpoint (and its attempt log) last saved longer ago than --older-than.
 
-
-def _attempt_line(record: AttemptRecord) -> str:
-    done = f"{record.completed_tasks}/{record.total_tasks} tasks done"
-    if record.attempt == 1:
-        how = "first attempt"
-    else:
-        how = (
-            f"resumed with {done}, {record.in_flight_tasks} in flight, "
-            f"{record.committed_tool_calls} committed tool calls"
+    A run still going saves at every step, so it is never old; a checkpoint without a recorded
+    save time is kept. Approval rows stay: they are the record of who decided what.
+    """
+    try:
+        age = parse_age(older_than)
+    except ValueError as exc:
+        errors.print(f"[red]error:[/] --older-than {escape(str(exc))}")
+        raise typer.Exit(EXIT_BAD_INPUT) from exc
+    if not yes and not dry_run and not sys.stdin.isatty():
+        errors.print("[red]error:[/] refusing to prune without --yes (stdin is not a terminal)")
+        raise typer.Exit(EXIT_BAD_INPUT)
+    cutoff = datetime.now(UTC) - age
+    found = with_store(store, saved_checkpoints, tenant=tenant, read_only=True)
+    stale, unknown = saved_before(found.checkpoints, cutoff)
+    if stale and not yes and not dry_run:
+        typer.confirm(
+            f"delete {len(stale)} checkpoints last saved before {cutoff:%Y-%m-%d %H:%M}?",
+            abort=True,
         )
-    line = f"#{record.attempt}  {record.started_at}  on {record.host}: {how}"
-    if record.outcome is None:
-        return f"{line}; no end recorded"
-    calls = (
-        f" ({record.executed_tool_calls} tool calls executed, "
-        f"{record.replayed_tool_calls} replayed)"
-        if record.executed_tool_calls is not None
-        else ""
+
+    async def remove(s: MemoryStore) -> list[str]:
+        return [c.key for c in stale if await remove_checkpoint(s, c.key)]
+
+    removed = [] if dry_run or not stale else with_store(store, remove, tenant=tenant)
+    if as_json:
+        document = {
+            "deleted" if not dry_run else "wouldDelete": [
+                {"runId": c.run_id, "key": c.key, "savedAt": c.saved_at}
+                for c in stale
+                if dry_run or c.key in removed
+            ],
+            "keptWithoutSaveTime": [c.key for c in unknown],
+        }
+        typer.echo(json.dumps(document, indent=2, ensure_ascii=False))
+        return
+    verb = "would delete" if dry_run else "deleted"
+    for c in stale:
+        if dry_run or c.key in removed:
+            typer.echo(f"{verb} {c.run_id or '(default key)'}  saved {c.saved_at}  {c.key}")
+    for c in unknown:
+        typer.echo(f"kept {c.key}: no save time recorded")
+    count = len(stale) if dry_run else len(removed)
+    typer.echo(
+        f"{verb} {count} checkpoints last saved before {cutoff.isoformat(timespec='seconds')}"
     )
-    return f"{line}; ended {record.ended_at}: {_outcome(record.outcome, record.message)}{calls}"
-
-
-def _end_text(end: RunEndLine) -> str:
-    if end.outcome is None:
-        return (
-            f"attempt {end.attempt} has no recorded end: it was killed outright, "
-            "or it is still running"
-        )
-    return f"{_outcome(end.outcome, end.message)}  (attempt {end.attempt}, ended {end.ended_at})"
-
-
-_OUTCOME_TEXT = {
-    "ok": "succeeded",
-    "cancelled": "drained (stopped at a durable boundary on a signal; resumable)",
-    "fenced": "fenced (a newer attempt took the run over)",
-}
-
-
-def _outcome(outcome: str, message: str | None) -> str:
-    text = _OUTCOME_TEXT.get(outcome, outcome)
-    return f"{text}: {message}" if message else text
-
-
-def _tally(tools: list[str]) -> str:
-    """``note x8, search x4``: each tool once, in order of first use, with its count."""
-    counts: dict[str, int] = {}
-    for tool in tools:
-        counts[tool] = counts.get(tool, 0) + 1
-    return ", ".join(f"{tool} x{n}" for tool, n in counts.items())

@@ -1,0 +1,100 @@
+"""The checkpoints a store holds, as ``oma checkpoint list`` and ``prune`` see them, and the
+removal of one (its snapshot or journal and its attempt log; approval rows stay: they are the
+record of who decided what)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from oma.checkpoint.attempts import attempts_key
+from oma.checkpoint.keys import is_checkpoint_key
+from oma.store.base import MemoryStore
+from oma.store.journal import supports_journal
+from oma.store.reserved import CHECKPOINT_KEY_PREFIX, TENANT_KEY_PREFIX
+from oma.timeutil import parse_iso
+
+_AGE = re.compile(r"(\d{1,9})([smhdw])")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+@dataclass(frozen=True)
+class SavedCheckpoint:
+    run_id: str | None
+    key: str
+    saved_at: str | None  # as its last save recorded it (ISO 8601); None: not recorded
+
+    @property
+    def saved(self) -> datetime | None:
+        return parse_iso(self.saved_at) if self.saved_at else None
+
+
+@dataclass(frozen=True)
+class StoreListing:
+    checkpoints: list[SavedCheckpoint]
+    tenants: list[str]  # tenants with keys of their own (seen with --tenant)
+
+
+async def saved_checkpoints(store: MemoryStore) -> StoreListing:
+    """Every checkpoint in ``store``, whole snapshots and journals."""
+    found: list[SavedCheckpoint] = []
+    tenants: set[str] = set()
+    for entry in await store.list():
+        if entry.key.startswith(CHECKPOINT_KEY_PREFIX) and entry.key.endswith("latest"):
+            meta = entry.metadata or {}
+            found.append(
+                SavedCheckpoint(_text(meta.get("runId")), entry.key, _text(meta.get("createdAt")))
+            )
+        elif entry.key.startswith(TENANT_KEY_PREFIX):
+            tenants.add(entry.key.removeprefix(TENANT_KEY_PREFIX).split("/", 1)[0])
+    if supports_journal(store):
+        for key in await store.journal_keys():
+            head = await store.journal_head(key) if is_checkpoint_key(key) else None
+            if head is not None:
+                meta = head.metadata or {}
+                found.append(
+                    SavedCheckpoint(_text(meta.get("runId")), key, _text(meta.get("createdAt")))
+                )
+            elif key.startswith(TENANT_KEY_PREFIX):
+                tenants.add(key.removeprefix(TENANT_KEY_PREFIX).split("/", 1)[0])
+    return StoreListing(found, sorted(tenants))
+
+
+async def remove_checkpoint(store: MemoryStore, key: str) -> bool:
+    """Delete the checkpoint under ``key`` and its attempt log; ``False`` when neither was
+    there."""
+    journal = await store.journal_version(key) if supports_journal(store) else None
+    if (
+        journal is None
+        and await store.get(key) is None
+        and await store.get(attempts_key(key)) is None
+    ):
+        return False
+    await store.delete(key)
+    await store.delete(attempts_key(key))
+    return True
+
+
+def parse_age(text: str) -> timedelta:
+    """``30m``, ``12h``, ``7d``, ``2w`` (or seconds, ``90s``): ``ValueError`` otherwise."""
+    match = _AGE.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(
+            f"{text!r} is not an age: give a number and a unit, e.g. 90s, 30m, 12h, 7d, 2w"
+        )
+    return timedelta(seconds=int(match[1]) * _UNIT_SECONDS[match[2]])
+
+
+def older_than(
+    listing: list[SavedCheckpoint], cutoff: datetime
+) -> tuple[list[SavedCheckpoint], list[SavedCheckpoint]]:
+    """The checkpoints last saved before ``cutoff``, and those without a recorded save time
+    (never pruned: their age is unknown)."""
+    stale = [c for c in listing if c.saved is not None and c.saved < cutoff]
+    unknown = [c for c in listing if c.saved is None]
+    return stale, unknown
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
