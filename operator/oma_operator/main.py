@@ -100,6 +100,7 @@ def main() -> None:
         raise SystemExit(asyncio.run(_connected(stop)))
     RUN_QUEUE.configure(limits_from_env())
     FINISHED.default_ttl = ttl_from_env()
+    FINISHED.delete_store_records = delete_store_records_from_env()
     runtime.RUNNER_METRICS_PORT = args.runner_metrics_port or None
     runtime.NAMESPACES = [] if args.all_namespaces else list(args.namespace or [])
     serve(args.metrics_port, args.metrics_address)
@@ -130,6 +131,15 @@ def ttl_from_env() -> int | None:
             "leave it unset to keep finished TeamRuns"
         )
     return int(text)
+
+
+def delete_store_records_from_env() -> bool:
+    text = os.environ.get("OMA_DELETE_STORE_RECORDS", "").strip().lower()
+    if text not in ("", "0", "1", "false", "true"):
+        raise SystemExit(
+            f"oma-operator: OMA_DELETE_STORE_RECORDS={text!r}: give true or false (or 1 or 0)"
+        )
+    return text in ("1", "true")
 
 
 def configure_logging(log_format: str, level: str) -> None:

@@ -7,7 +7,9 @@ The clock starts when the run finished: the ``lastTransitionTime`` of its final 
 resets nor loses it (the watch's initial listing arms every timer again). The TeamRun is deleted
 with its uid as a precondition (a newer TeamRun of the same name is left alone); its runner pods
 go with it (owner references). The run's store records (checkpoint, attempt log, approval rows)
-stay: ``oma checkpoint delete`` or ``prune`` removes them.
+stay, unless the operator is told to remove them (``retention.deleteStoreRecords``,
+``OMA_DELETE_STORE_RECORDS``): then they go before the TeamRun the operator deletes, and after
+any TeamRun deleted otherwise (best effort: an operator that is down then misses it).
 """
 
 from __future__ import annotations
@@ -18,8 +20,12 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
+from oma.checkpoint.stored import remove_run
 from oma.timeutil import parse_iso
 from oma_operator import runtime
+from oma_operator.pods import run_id_of
+from oma_operator.specs import spec_of
+from oma_operator.stores import STORES
 
 log = logging.getLogger(__name__)
 FINAL_PHASES = frozenset({"Succeeded", "Failed", "Rejected"})
@@ -47,10 +53,27 @@ def finished_at(teamrun: dict[str, Any]) -> datetime | None:
     return datetime.now(UTC)  # a final phase without its condition: count from now
 
 
+async def remove_store_records(teamrun: dict[str, Any]) -> None:
+    """The run's checkpoint, attempt log and approval rows, from its store."""
+    meta = teamrun["metadata"]
+    store = await STORES.store_of(runtime.kube(), meta["namespace"], spec_of(teamrun))
+    removed = await remove_run(store, run_id_of(teamrun))
+    log.info(
+        "%s/%s: store records removed (checkpoint: %s, approval rows: %d)",
+        meta["namespace"],
+        meta["name"],
+        "yes" if removed.checkpoint else "none",
+        removed.approval_rows,
+    )
+
+
 class FinishedRuns:
     def __init__(self) -> None:
         self.default_ttl: int | None = None
+        # retention.deleteStoreRecords: a deleted TeamRun's store records go too.
+        self.delete_store_records = False
         self._timers: dict[str, tuple[datetime, asyncio.Task[None]]] = {}
+        self._cleanups: set[asyncio.Task[None]] = set()
 
     def seen(self, teamrun: dict[str, Any], event_type: str | None) -> None:
         """Every TeamRun event: arm, re-arm or drop the run's timer."""
@@ -60,6 +83,8 @@ class FinishedRuns:
             return
         if event_type == "DELETED":
             self._drop(uid)
+            if self.delete_store_records:
+                self._clean_up(teamrun)
             return
         ended, ttl = finished_at(teamrun), ttl_of(teamrun, self.default_ttl)
         if ended is None or ttl is None:
@@ -79,7 +104,30 @@ class FinishedRuns:
         current = self._timers.get(uid)
         return current[0] if current is not None else None
 
+    def _clean_up(self, teamrun: dict[str, Any]) -> None:
+        """A TeamRun deleted by anyone: its store records, in a task of its own (best effort:
+        what fails is logged; ``oma checkpoint delete`` and ``prune`` remain)."""
+        meta = teamrun.get("metadata") or {}
+
+        async def clean() -> None:
+            try:
+                await remove_store_records(teamrun)
+            except Exception:
+                log.exception(
+                    "%s/%s: its store records could not be removed; remove them with "
+                    "oma checkpoint delete / prune",
+                    meta.get("namespace"),
+                    meta.get("name"),
+                )
+
+        task = asyncio.create_task(clean(), name=f"store records {meta.get('name')}")
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
+
     async def close(self) -> None:
+        for cleanup in list(self._cleanups):
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.wait_for(cleanup, 10)
         tasks = [task for _, task in self._timers.values()]
         for uid in list(self._timers):
             self._drop(uid)
@@ -94,8 +142,14 @@ class FinishedRuns:
                 if wait > 0:
                     await asyncio.sleep(wait)
                 try:
+                    if self.delete_store_records:
+                        # First, so that a failure leaves the TeamRun to try again with.
+                        found = await runtime.kube().get_teamrun(namespace, name)
+                        if found is None or found["metadata"].get("uid") != uid:
+                            return
+                        await remove_store_records(found)
                     await runtime.kube().delete_teamrun(namespace, name, uid)
-                except Exception:  # an API error: the TeamRun stays, so try again later
+                except Exception:  # an API or store error: the TeamRun stays, so try again
                     log.exception(
                         "deleting finished TeamRun %s/%s failed; retrying", namespace, name
                     )

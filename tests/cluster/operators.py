@@ -108,6 +108,7 @@ class OperatorSettings:
     log_format: str | None = None  # logging.format / OMA_LOG_FORMAT
     # retention.ttlSecondsAfterFinished / OMA_TTL_SECONDS_AFTER_FINISHED
     ttl_after_finished: int | None = None
+    delete_store_records: bool = False  # retention.deleteStoreRecords / OMA_DELETE_STORE_RECORDS
     per_provider: Mapping[str, int] = field(default_factory=dict)
     # A local process (on the real node too) whose kubeconfig is two files and an exec
     # credential plugin (helpers.exec_kubeconfig), as on EKS, GKE or AKS.
@@ -232,6 +233,8 @@ class ProcessOperator(Operator):
             self._env["OMA_LOG_FORMAT"] = settings.log_format
         if settings.ttl_after_finished is not None:
             self._env["OMA_TTL_SECONDS_AFTER_FINISHED"] = str(settings.ttl_after_finished)
+        if settings.delete_store_records:
+            self._env["OMA_DELETE_STORE_RECORDS"] = "true"
         if settings.per_provider:
             limits = ",".join(f"{p}={n}" for p, n in settings.per_provider.items())
             self._env["OMA_MAX_RUNNING_PER_PROVIDER"] = limits
@@ -338,6 +341,8 @@ class DeploymentOperator(Operator):
             values.append(f"logging.format={self._settings.log_format}")
         if self._settings.ttl_after_finished is not None:
             values.append(f"retention.ttlSecondsAfterFinished={self._settings.ttl_after_finished}")
+        if self._settings.delete_store_records:
+            values.append("retention.deleteStoreRecords=true")
         values += [
             f"concurrency.perProvider.{p}={n}" for p, n in self._settings.per_provider.items()
         ]

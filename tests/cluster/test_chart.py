@@ -245,18 +245,26 @@ def test_retention_renders_as_the_operator_s_env_and_bad_values_fail_the_schema(
         container = deployment["spec"]["template"]["spec"]["containers"][0]
         return {e["name"]: e.get("value") for e in container["env"]}
 
-    assert "OMA_TTL_SECONDS_AFTER_FINISHED" not in operator_env()  # kept by default
+    unset = operator_env()
+    assert "OMA_TTL_SECONDS_AFTER_FINISHED" not in unset  # kept by default
+    assert "OMA_DELETE_STORE_RECORDS" not in unset
+    tidy = operator_env("--set", "retention.deleteStoreRecords=true")
+    assert tidy["OMA_DELETE_STORE_RECORDS"] == "true"
     day = operator_env("--set", "retention.ttlSecondsAfterFinished=86400")
     assert day["OMA_TTL_SECONDS_AFTER_FINISHED"] == "86400"
     at_once = operator_env("--set", "retention.ttlSecondsAfterFinished=0")
     assert at_once["OMA_TTL_SECONDS_AFTER_FINISHED"] == "0"
-    for value in ("retention.ttlSecondsAfterFinished=-1", "retention.ttlSecondsAfterFinished=x"):
+    for value in (
+        "retention.ttlSecondsAfterFinished=-1",
+        "retention.ttlSecondsAfterFinished=x",
+        "retention.deleteStoreRecords=maybe",
+    ):
         refused = helm(
             cluster, "template", "t", str(CHART), "--kube-version", KUBE_VERSION,
             "--set", value, check=False,
         )  # fmt: skip
         assert refused.returncode != 0, value
-        assert "/retention/ttlSecondsAfterFinished" in refused.stderr, refused.stderr
+        assert "/retention/" in refused.stderr, refused.stderr
 
 
 def test_a_typo_in_values_fails_the_schema(cluster: ClusterHandle) -> None:
@@ -558,6 +566,7 @@ def test_operator_env_is_added_and_the_charts_own_variables_are_refused(
         ("OMA_LOG_FORMAT", "use logging.format"),
         ("OMA_LOG_LEVEL", "use logging.level"),
         ("OMA_TTL_SECONDS_AFTER_FINISHED", "use retention.ttlSecondsAfterFinished"),
+        ("OMA_DELETE_STORE_RECORDS", "use retention.deleteStoreRecords"),
         ("POD_ID", "the chart sets it"),
     ]:
         refused = helm(

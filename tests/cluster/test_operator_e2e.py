@@ -522,6 +522,57 @@ async def test_finished_teamruns_are_deleted_after_their_time_to_live(
 
 
 @pytest.mark.timeout(180)
+async def test_deleted_teamruns_take_their_store_records_when_asked(
+    cluster: ClusterHandle,
+    kube: KubeClient,
+    namespace: str,
+    crds_installed: None,
+    redis_secret: str,
+    e2e_redis: Endpoint,
+    effects: SideEffects,
+    tmp_path: Path,
+) -> None:
+    """retention.deleteStoreRecords: a run deleted by its time to live loses its checkpoint and
+    attempt log first; one deleted by hand (kubectl delete) loses them after."""
+    script: list[dict[str, Any]] = [{"text": "done"}]
+    expiring = teamrun("expiring", script, effects)
+    expiring["spec"]["ttlSecondsAfterFinished"] = 1
+    by_hand = teamrun("byhand", script, effects)
+    settings = OperatorSettings(delete_store_records=True)
+    stores = {body["metadata"]["name"]: body for body in (expiring, by_hand)}
+
+    async def records(name: str) -> tuple[object, object]:
+        body = stores[name]
+        store = teamrun_store(e2e_redis, body, namespace)
+        key = f"__oma_checkpoint__/{body['spec']['runId']}/latest"
+        try:
+            return await store.journal_version(key), await store.get(
+                key.replace("latest", "attempts")
+            )
+        finally:
+            await store.aclose()
+
+    async with operating(cluster, kube, namespace, tmp_path / "operator.log", settings):
+        for body in stores.values():
+            await kube.create(TEAMRUNS.format(ns=namespace), body)
+        assert (await finished(kube, namespace, "byhand", 120))["phase"] == "Succeeded"
+        version, log = await records("byhand")
+        assert version is not None and log is not None  # a finished run keeps them meanwhile
+
+        async def expired() -> bool:
+            gone = await get_or_none(kube, f"{TEAMRUNS.format(ns=namespace)}/expiring") is None
+            return gone and await records("expiring") == (None, None)
+
+        await wait_for(expired, 90, "the expired TeamRun and its store records to be gone")
+        await kube.delete(f"{TEAMRUNS.format(ns=namespace)}/byhand")
+
+        async def cleaned() -> bool:
+            return await records("byhand") == (None, None)
+
+        await wait_for(cleaned, 60, "the deleted TeamRun's store records to be removed")
+
+
+@pytest.mark.timeout(180)
 async def test_json_logs_name_the_object_of_each_line_and_leave_api_requests_out(
     cluster: ClusterHandle,
     kube: KubeClient,

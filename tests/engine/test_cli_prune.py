@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -12,9 +13,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from oma.checkpoint.stored import RemovedRun, remove_run
 from oma.cli import app
 from oma.store import FileStore
 from oma.store.urls import open_store
+from tests.conformance_data import require_conformance_dir
 from tests.servers.redis_server import RedisServer
 
 runner = CliRunner()
@@ -150,3 +153,26 @@ def test_a_run_kept_as_a_journal_is_pruned_whole(
             await store.aclose()
 
     assert asyncio.run(left()) == (None, None)
+
+
+def test_removing_a_run_takes_its_checkpoint_attempt_log_and_approval_rows_only(
+    tmp_path: Path,
+) -> None:
+    """``remove_run`` (the operator's retention.deleteStoreRecords) on stores written by the
+    TypeScript implementation: everything of run conf-c goes (its checkpoint, the attempt log
+    added here, its approval row); run conf-d's checkpoint and rows, in the same store, stay."""
+    path = tmp_path / "store.json"
+    shutil.copy(require_conformance_dir() / "c1-suspended.store.json", path)
+    store = FileStore(path)
+    conf_d = json.loads((require_conformance_dir() / "d1-suspended.store.json").read_text())
+
+    async def run() -> tuple[RemovedRun, set[str]]:
+        for entry in conf_d["entries"]:
+            await store.set(entry["key"], entry["value"], entry.get("metadata"))
+        await store.set("__oma_checkpoint__/conf-c/attempts", "{}", {"runId": "conf-c"})
+        removed = await remove_run(store, "conf-c")
+        return removed, {entry.key for entry in await store.list()}
+
+    removed, left = asyncio.run(run())
+    assert removed == RemovedRun(checkpoint=True, approval_rows=1)
+    assert left == {entry["key"] for entry in conf_d["entries"]}

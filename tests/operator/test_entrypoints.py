@@ -115,3 +115,18 @@ def test_an_unknown_log_format_stops_the_operator_with_the_choices(
         main()
     assert exited.value.code == 2
     assert "invalid choice: 'xml' (choose from 'plain', 'json')" in capsys.readouterr().err
+
+
+def test_a_bad_delete_store_records_setting_stops_the_operator(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from oma_operator import main as entry
+
+    monkeypatch.setattr(entry, "serve", lambda *_: None)
+    monkeypatch.setenv("OMA_DELETE_STORE_RECORDS", "sometimes")
+    monkeypatch.setattr("sys.argv", ["oma-operator", "--namespace", "team-a"])
+    with pytest.raises(SystemExit) as exited:
+        entry.main()
+    assert str(exited.value) == (
+        "oma-operator: OMA_DELETE_STORE_RECORDS='sometimes': give true or false (or 1 or 0)"
+    )

@@ -1,6 +1,7 @@
-"""The checkpoints a store holds, as ``oma checkpoint list`` and ``prune`` see them, and the
-removal of one (its snapshot or journal and its attempt log; approval rows stay: they are the
-record of who decided what)."""
+"""The checkpoints a store holds, as ``oma checkpoint list`` and ``prune`` see them; the removal
+of one (its snapshot or journal and its attempt log; approval rows stay: they are the record of
+who decided what); and the removal of everything a finished run keeps (``remove_run``: the
+operator's ``retention.deleteStoreRecords``)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from oma.checkpoint.attempts import attempts_key
-from oma.checkpoint.keys import is_checkpoint_key
+from oma.checkpoint.keys import checkpoint_key, is_checkpoint_key
 from oma.store.base import MemoryStore
 from oma.store.journal import supports_journal
-from oma.store.reserved import CHECKPOINT_KEY_PREFIX, TENANT_KEY_PREFIX
+from oma.store.reserved import APPROVAL_KEY_PREFIX, CHECKPOINT_KEY_PREFIX, TENANT_KEY_PREFIX
 from oma.timeutil import parse_iso
 
 _AGE = re.compile(r"(\d{1,9})([smhdw])")
@@ -74,6 +75,28 @@ async def remove_checkpoint(store: MemoryStore, key: str) -> bool:
     await store.delete(key)
     await store.delete(attempts_key(key))
     return True
+
+
+@dataclass(frozen=True)
+class RemovedRun:
+    checkpoint: bool  # the checkpoint (and its attempt log) was there and is gone
+    approval_rows: int
+
+
+async def remove_run(store: MemoryStore, run_id: str) -> RemovedRun:
+    """Everything a run keeps in ``store``: its checkpoint, attempt log and approval rows (the
+    rows are found by the run id their metadata carries). For a run that is over for good: an
+    approval row is the record of who decided what."""
+    checkpoint = await remove_checkpoint(store, checkpoint_key(run_id))
+    rows = [
+        entry.key
+        for entry in await store.list()
+        if entry.key.startswith(APPROVAL_KEY_PREFIX)
+        and (entry.metadata or {}).get("runId") == run_id
+    ]
+    for key in rows:
+        await store.delete(key)
+    return RemovedRun(checkpoint, len(rows))
 
 
 def parse_age(text: str) -> timedelta:
