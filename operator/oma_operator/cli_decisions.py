@@ -218,7 +218,7 @@ async def decide(
     # Imported here, not at the top: every `oma` invocation loads this plugin to register it.
     from oma_operator.client import KubeError
 
-    kube = await _connect(target)
+    kube = await connect(target)
     target = replace(target, namespace=target.namespace or kube.namespace)
     assert target.namespace is not None
     try:
@@ -271,7 +271,9 @@ async def decide(
         await kube.aclose()
 
 
-async def _connect(target: Target) -> Kube:
+async def connect(target: Target) -> Kube:
+    """The API client for ``target``'s kubeconfig and context (``DecisionRefused`` with exit 2
+    when there is none, or it cannot be used)."""
     from oma_operator.client import SA_DIR, Kube
 
     _require_credentials(target.kubeconfig, SA_DIR)

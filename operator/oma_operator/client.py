@@ -350,6 +350,17 @@ class Kube:
             raise KubeError(404, f"secret {namespace}/{name} has no key {key!r}")
         return base64.b64decode(data).decode()
 
+    async def annotate_teamrun(
+        self, namespace: str, name: str, annotations: dict[str, str], resource_version: str
+    ) -> dict[str, Any]:
+        """Merge-patch the TeamRun's annotations, only if nobody wrote since
+        ``resource_version`` (409 otherwise)."""
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/teamruns/{name}"
+        body = {"metadata": {"annotations": annotations, "resourceVersion": resource_version}}
+        return await self._call(
+            "PATCH", path, json=body, headers={"Content-Type": "application/merge-patch+json"}
+        )
+
     async def delete_teamrun(self, namespace: str, name: str, uid: str) -> None:
         """Delete exactly the TeamRun with ``uid`` (a newer one of that name is left alone);
         gone already is fine. Its runner pods go with it (owner references)."""

@@ -333,6 +333,14 @@ def _status_schema() -> dict[str, Any]:
                 "An attempt saved a checkpoint: later attempts must find it (CheckpointLost).",
             ),
             "nextAttemptAfter": field("string", "When the next attempt may start (a backoff)."),
+            "retries": {
+                "type": "array",
+                "maxItems": 20,
+                "description": "The last 20 retries of the failed run (oma retry): requested, "
+                "retriedAt, attempt (the one that had failed), failures (the budget used, then "
+                "reset), reason.",
+                "items": {"type": "object", **PRESERVE},
+            },
             "message": field("string", "What happened last, for a person."),
         },
     }

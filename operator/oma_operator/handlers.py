@@ -30,6 +30,7 @@ from oma_operator.progress import changed
 from oma_operator.queued_runs import queue_run, start_attempt, start_queued
 from oma_operator.release import release_runner_pods
 from oma_operator.retention import FINISHED
+from oma_operator.retries import retry_requested, retry_run
 from oma_operator.reviewers import missing_creator
 from oma_operator.run_queue import INDEX_KEY, RUN_QUEUE
 from oma_operator.specs import TeamRunSpecError, spec_of
@@ -131,6 +132,15 @@ async def _make_present(body: dict[str, Any]) -> None:
     if wait > 0:
         LATER.after(wait, key, lambda: _present_again(key), "the rest of a crash backoff")
     await trouble.cleared(body)
+
+
+async def _retry(teamrun: dict[str, Any], requested: str) -> None:
+    """``oma retry``: the failed run queued again, then started like any queued run."""
+    written = await retry_run(teamrun, requested)
+    if written is None:
+        return
+    await events.info(written, "Retried", str((written.get("status") or {}).get("message")))
+    await _make_present(written)
 
 
 async def _present_again(key: tuple[str, str]) -> None:
@@ -264,7 +274,10 @@ async def teamrun_event(body: kopf.Body, event: kopf.RawEvent, **_: Any) -> None
     METRICS.teamrun_seen(body, kind)
     TICKER.seen(dict(body), kind)
     FINISHED.seen(dict(body), kind)
-    if kind in (None, "ADDED"):
+    requested = retry_requested(dict(body)) if kind != "DELETED" else None
+    if requested is not None:
+        await _retry(dict(body), requested)
+    elif kind in (None, "ADDED"):
         # Created, or listed when the watch starts (this operator's start): the run needs its
         # current attempt. Not kopf's create and resume handlers, which cost a patch per
         # TeamRun (a copy of its spec in an annotation): the watch event is enough.

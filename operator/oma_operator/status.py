@@ -161,3 +161,41 @@ def backoff_left(status: dict[str, Any], now: datetime) -> float:
     """Seconds until the current attempt may start (0: now), from ``nextAttemptAfter``."""
     after = parse_iso(str(status.get("nextAttemptAfter") or ""))
     return max(0.0, (after - now).total_seconds()) if after is not None else 0.0
+
+
+MAX_RETRIES_KEPT = 20
+
+
+def retried(status: dict[str, Any], requested: str, generation: int) -> dict[str, Any]:
+    """A failed run taken up again (``oma retry``): it waits for its next attempt as ``Queued``
+    (the concurrency limits apply), with its failure budget reset; the retry is recorded."""
+    conditions: list[dict[str, Any]] = status.get("conditions") or []
+    failed: dict[str, Any] = next((c for c in conditions if c.get("type") == "Failed"), {})
+    attempt = int(status.get("attempt") or 0)
+    record = {
+        "requested": requested,
+        "retriedAt": now_iso(),
+        "attempt": attempt,
+        "failures": int(status.get("failures") or 0),
+        "reason": failed.get("reason"),
+    }
+    message = (
+        f"retried on request after attempt {attempt} failed ({failed.get('reason') or 'failed'});"
+        " the failure budget starts again"
+    )
+    return {
+        "phase": "Queued",
+        "queuedAt": now_iso(),
+        "failures": 0,
+        "nextAttemptAfter": None,  # merge patch: remove
+        "retries": [*(status.get("retries") or []), record][-MAX_RETRIES_KEPT:],
+        "observedGeneration": generation,
+        "message": message[:1024],
+        "conditions": merge_conditions(
+            status.get("conditions") or [],
+            [
+                condition("Failed", False, "Retried", message, generation),
+                condition("Progressing", True, "Retried", message, generation),
+            ],
+        ),
+    }

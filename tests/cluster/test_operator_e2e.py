@@ -14,7 +14,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
 import re
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -570,6 +573,62 @@ async def test_deleted_teamruns_take_their_store_records_when_asked(
             return await records("byhand") == (None, None)
 
         await wait_for(cleaned, 60, "the deleted TeamRun's store records to be removed")
+
+
+@pytest.mark.timeout(240)
+async def test_oma_retry_resumes_a_failed_run_from_its_checkpoint(
+    cluster: ClusterHandle,
+    kube: KubeClient,
+    namespace: str,
+    operator: Path,
+    redis_secret: str,
+    effects: SideEffects,
+) -> None:
+    """Task B fails (its agent has no script for it) after task A ran its tool call: the run
+    ends Failed. With B's script added to the spec, `oma retry` starts attempt 2, which resumes
+    from the checkpoint: A is not run again, B succeeds; the retry is recorded and the failure
+    budget starts over. A run that has not failed is not retried."""
+    body = teamrun("retried", [], effects)
+    body["spec"]["team"]["agents"][0]["model"]["script"] = {
+        "# Task: A": [
+            {"tool_calls": [{"id": "a1", "name": "ledger_append", "input": {"entry": "a"}}]},
+            {"text": "a done"},
+        ]
+    }
+    body["spec"]["tasks"] = [
+        {"title": "A", "description": "a", "assignee": "clerk"},
+        {"title": "B", "description": "b", "assignee": "clerk", "dependsOn": ["A"]},
+    ]
+    path = f"{TEAMRUNS.format(ns=namespace)}/retried"
+    await kube.create(TEAMRUNS.format(ns=namespace), body)
+    failed = await finished(kube, namespace, "retried", 120)
+    assert failed["phase"] == "Failed" and failed["attempt"] == 1, failed
+    assert await effects.ledger() == ["a"]
+
+    def oma(*args: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
+        command = [str(Path(sys.executable).with_name("oma")), *args, "-n", namespace]
+        return subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
+
+    script = body["spec"]["team"]["agents"][0]["model"]["script"]
+    await kube.patch(path, {"spec": {"team": {"agents": [
+        {**body["spec"]["team"]["agents"][0], "model": {"provider": "scripted", "script": {
+            **script, "# Task: B": [{"text": "b done"}]}}}
+    ]}}})  # fmt: skip
+    asked = await asyncio.to_thread(oma, "retry", "retried")
+    assert asked.returncode == 0, asked.stderr
+    assert "retry of teamrun retried requested (attempt 1 failed: " in asked.stdout
+    status = await finished(kube, namespace, "retried", 120)
+    assert status["phase"] == "Succeeded" and status["attempt"] == 2, status
+    (record,) = status["retries"]
+    assert record["attempt"] == 1 and record["reason"] and record["requested"]
+    assert status["failures"] == 0
+    assert await effects.ledger() == ["a"]  # task A and its tool call were not run again
+    again = await asyncio.to_thread(oma, "retry", "retried")
+    assert again.returncode == 1
+    assert "is Succeeded: only a Failed run can be retried (it succeeded)" in again.stderr
+    missing = await asyncio.to_thread(oma, "retry", "nosuch")
+    assert missing.returncode == 1 and "teamrun nosuch not found" in missing.stderr
 
 
 @pytest.mark.timeout(180)
