@@ -214,3 +214,57 @@ async def test_bad_credentials_are_an_auth_error_without_the_password(
     message = str(caught.value)
     assert "wrong-pass-123" not in message and "credentials" in message
     assert caught.value.code == "STORE_AUTH_FAILED"
+
+
+async def test_a_journal_read_with_plain_commands_equals_the_read_script(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``journal_get`` reads under WATCH with plain commands; raced too often it falls back to
+    the read script. Both give the same entry (records through Lua are only slower)."""
+    async with RedisStore(redis_server.url, namespace=unique_name("jr")) as store:
+        key = "__oma_checkpoint__/r/latest"
+        base = '{"version": 4, "big": "' + "x" * 200_000 + '"}'
+        assert await store.journal_write(
+            key, [base], version="v1", expected=None, replace=True, metadata={"runId": "r"}
+        )
+        for n in range(3):
+            assert await store.journal_write(
+                key, [f'[["s", ["n"], {n}]]'], version=f"v{n + 2}", expected=f"v{n + 1}",
+                replace=False,
+            )  # fmt: skip
+        plain = await store.journal_get(key)
+        monkeypatch.setattr("oma.store.redis._WATCHED_READ_TRIES", 0)  # straight to the script
+        scripted = await store.journal_get(key)
+        assert plain is not None and plain == scripted
+        assert plain.version == "v4" and len(plain.records) == 4 and plain.records[0] == base
+        assert await store.journal_get("__oma_checkpoint__/none/latest") is None
+
+
+async def test_journal_reads_raced_by_appends_are_each_whole(redis_server: RedisServer) -> None:
+    """While a writer appends, every read is one journal as it was at some moment: its
+    version is the version of its last record (never records of one version and the version
+    of another)."""
+    async with RedisStore(redis_server.url, namespace=unique_name("jr")) as store:
+        key = "__oma_checkpoint__/r/latest"
+        assert await store.journal_write(key, ["{}"], version="v0", expected=None, replace=True)
+        done = asyncio.Event()
+
+        async def append() -> None:
+            for n in range(1, 200):
+                record = f'[["s", ["n"], {n}]]'
+                ok = await store.journal_write(
+                    key, [record], version=f"v{n}", expected=f"v{n - 1}", replace=False
+                )
+                assert ok
+            done.set()
+
+        writer = asyncio.create_task(append())
+        reads = 0
+        while not done.is_set():
+            entry = await store.journal_get(key)
+            assert entry is not None
+            last = len(entry.records) - 1
+            assert entry.version == f"v{last}", (entry.version, last)
+            reads += 1
+        await writer
+        assert reads > 0

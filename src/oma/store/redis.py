@@ -23,6 +23,7 @@ from redis.exceptions import (
     NoPermissionError,
     RedisError,
     ResponseError,
+    WatchError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -53,6 +54,7 @@ from oma.store.remote import (
 
 T = TypeVar("T")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_WATCHED_READ_TRIES = 3  # journal reads raced by a write before the read script is used
 _FIRST_WAIT = 0.05  # seconds before the first retry, doubled at each next one (up to 1 s)
 _ENTRY_WIDTH = 5  # key, value, metadata, created, expiry (see redis_scripts.READ)
 
@@ -195,7 +197,7 @@ class RedisStore:
         self._digests.record(key, value, bytes.fromhex(digest))
 
     async def journal_get(self, key: str) -> JournalEntry | None:
-        rows = await self._idempotent(lambda: self._journal_read(self._keys, [_encode(key)]))
+        rows = await self._idempotent(lambda: self._journal_rows(key))
         if not rows:
             return None
         version, metadata, created, *records = rows
@@ -206,6 +208,35 @@ class RedisStore:
             metadata=jsonutil.loads(metadata) if metadata is not None else None,
             created_at=_EPOCH + timedelta(microseconds=int(created)),
         )
+
+    async def _journal_rows(self, key: str) -> Sequence[Any]:
+        """Version, metadata, creation time and records (``[]``: no journal), read with plain
+        commands under ``WATCH`` of the versions: records handed back through a Lua script are
+        copied by its interpreter (the cost of a restore's read, twice over for a 1 MB base).
+        Any journal write in the namespace between the watch and the read makes the read start
+        over; after a few such races the read script answers instead (atomic, only slower)."""
+        field = _encode(key)
+        versions, counts, records, meta, created = (self._keys[i] for i in (7, 8, 9, 10, 11))
+        async with self._client.pipeline(transaction=True) as pipe:
+            for _ in range(_WATCHED_READ_TRIES):
+                try:
+                    await pipe.watch(versions)
+                    count = await pipe.hget(counts, field)  # immediate: the pipe watches
+                    pipe.multi()  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
+                    pipe.hget(versions, field)
+                    pipe.hget(meta, field)
+                    pipe.hget(created, field)
+                    names = [str(i).encode() + b":" + field for i in range(int(count or 0))]
+                    if names:
+                        pipe.hmget(records, names)
+                    found = await pipe.execute()
+                except WatchError:
+                    continue
+                if found[0] is None:
+                    return []
+                return [*found[:3], *(found[3] if names else [])]
+        rows: Sequence[Any] = await self._journal_read(self._keys, [field])
+        return rows
 
     async def journal_version(self, key: str) -> str | None:
         raw = await self._idempotent(lambda: self._client.hget(self._keys[7], _encode(key)))
