@@ -196,3 +196,16 @@ async def test_files_written_by_the_typescript_file_store_load(path: Path) -> No
     assert [entry.key for entry in entries] == [row["key"] for row in raw["entries"]]
     assert [entry.value for entry in entries] == [row["value"] for row in raw["entries"]]
     assert [entry.metadata for entry in entries] == [row.get("metadata") for row in raw["entries"]]
+
+
+async def test_created_at_is_the_same_before_and_after_a_reload(tmp_path: Path) -> None:
+    """The file keeps milliseconds: the value handed out at the write is already that one, not
+    a microsecond time that a reload (another process, a restart) would not give back."""
+    path = tmp_path / "store.json"
+    writer = FileStore(path)
+    for n in range(20):  # some of these land on a microsecond that is not a whole millisecond
+        await writer.set(f"k{n}", "v")
+    handed_out = {entry.key: entry.created_at for entry in await writer.list()}
+    reloaded = {entry.key: entry.created_at for entry in await FileStore(path).list()}
+    assert handed_out == reloaded
+    assert all(moment.microsecond % 1000 == 0 for moment in handed_out.values())

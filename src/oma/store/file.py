@@ -170,7 +170,15 @@ def _put(
         key=key,
         value=value,
         metadata=copy_metadata(metadata),
-        created_at=existing.created_at if existing is not None else datetime.now(UTC),
+        created_at=existing.created_at if existing is not None else _now_as_persisted(),
         expires_at_turn=expires_at_turn,
     )
     return True
+
+
+def _now_as_persisted() -> datetime:
+    """Now, to the millisecond: the file keeps ``created_at`` in milliseconds (the format the
+    TypeScript implementation writes), so an entry read back has the value it was handed out
+    with."""
+    now = datetime.now(UTC)
+    return now.replace(microsecond=now.microsecond // 1000 * 1000)
