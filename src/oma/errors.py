@@ -66,10 +66,19 @@ class CheckpointFencedError(CheckpointError):
 
     code = "FENCED"
 
-    def __init__(self, key: str, attempt: int | None) -> None:
+    def __init__(self, key: str, attempt: int | None, *, first_save: bool = False) -> None:
         self.key = key
         self.attempt = attempt
         which = f"attempt {attempt}" if attempt is not None else "this attempt"
+        if first_save:
+            # Two fresh starts of one run id race for its first save: neither is "newer".
+            super().__init__(
+                f'checkpoint "{key}" was saved first by another start of the same run (another '
+                f"process with this run id, started at the same time); {which} stopped without "
+                "running further tools. Give each run its own run id, or let the one that "
+                "saved first go on"
+            )
+            return
         super().__init__(
             f'checkpoint "{key}" was written by a newer attempt of the run; {which} is '
             "superseded and stopped without running further tools"

@@ -301,3 +301,47 @@ def test_two_live_oma_run_processes_one_wins(backend: Any, tmp_path: Path) -> No
         json.loads(line)["entry"] for line in (tmp_path / "ledger.jsonl").read_text().splitlines()
     ]
     assert entries == ["first", "second"]
+
+
+@pytest.mark.parametrize("journal", [False, True], ids=["snapshot", "journal"])
+async def test_two_fresh_starts_of_one_run_the_later_is_told_it_lost_the_first_save(
+    journal: bool,
+) -> None:
+    """Both are attempt 1: the one that saves second is not "superseded by a newer attempt"
+    but told that another start of the same run saved first, and runs no tool."""
+    store, ran = InMemoryStore(), list[str]()
+    inside, release = asyncio.Event(), asyncio.Event()
+
+    class NoteInput(BaseModel):
+        note: str
+
+    async def note(args: NoteInput, ctx: ToolContext) -> str:
+        ran.append(ctx.tool_call_id)
+        inside.set()
+        await release.wait()
+        return "noted"
+
+    def team() -> Team:
+        script = [
+            {"tool_calls": [{"id": "n1", "name": "note", "input": {"note": "x"}}]},
+            {"text": "done"},
+        ]
+        tool = define_tool("note", "Note.", NoteInput, note)
+        return Team(
+            name="t", agents=[AgentConfig(name="w", adapter=ScriptedAdapter(script), tools=[tool])]
+        )
+
+    def options() -> CheckpointOptions:
+        return CheckpointOptions(store=store, run_id="twice", fence=True, journal=journal)
+
+    tasks = [{"title": "T", "description": "t", "assignee": "w"}]
+    first = asyncio.create_task(OpenMultiAgent().run_tasks(team(), tasks, checkpoint=options()))
+    await asyncio.wait_for(inside.wait(), 10)  # the first start has saved: it is in its tool
+    with pytest.raises(CheckpointFencedError) as lost:
+        await OpenMultiAgent().run_tasks(team(), tasks, checkpoint=options())
+    message = str(lost.value)
+    assert "was saved first by another start of the same run" in message
+    assert "newer attempt" not in message and lost.value.attempt == 1
+    release.set()
+    assert (await first).success
+    assert ran == ["n1"]  # the later start ran no tool

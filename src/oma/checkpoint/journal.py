@@ -171,7 +171,8 @@ class JournalWriter:
                 vanished = False  # unknown: fenced is the safe reading, it stops the attempt too
         if vanished:
             raise CheckpointLostError(self.key, attempt, VANISHED)
-        raise CheckpointFencedError(self.key, attempt)
+        # This attempt never wrote the journal: another start of the run wrote it first.
+        raise CheckpointFencedError(self.key, attempt, first_save=self.current is None)
 
     async def _write(
         self,

@@ -202,7 +202,8 @@ class ActiveCheckpoint:
             self.superseded = True
             if self.expected is not None and await self._vanished():
                 raise CheckpointLostError(self.checkpoint.key, attempt, VANISHED)
-            raise CheckpointFencedError(self.checkpoint.key, attempt)
+            first = self.expected is None  # this attempt never saved: another start beat it
+            raise CheckpointFencedError(self.checkpoint.key, attempt, first_save=first)
         self.expected, self._unknown = written, None
 
     async def _vanished(self) -> bool:
