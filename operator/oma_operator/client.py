@@ -361,9 +361,16 @@ class Kube:
             "PATCH", path, json=body, headers={"Content-Type": "application/merge-patch+json"}
         )
 
-    async def delete_teamrun(self, namespace: str, name: str, uid: str) -> None:
-        """Delete exactly the TeamRun with ``uid`` (a newer one of that name is left alone);
-        gone already is fine. Its runner pods go with it (owner references)."""
+    async def delete_teamrun(
+        self, namespace: str, name: str, uid: str, resource_version: str | None = None
+    ) -> bool:
+        """Delete exactly the TeamRun with ``uid`` (a newer one of that name is left alone), and
+        with ``resource_version`` only as it was read: ``True`` when it is gone, ``False`` when
+        it changed (409: the caller reads it again). Its runner pods go with it (owner
+        references)."""
+        preconditions = {"uid": uid}
+        if resource_version is not None:
+            preconditions["resourceVersion"] = resource_version
         try:
             await self._call(
                 "DELETE",
@@ -371,13 +378,17 @@ class Kube:
                 json={
                     "apiVersion": "v1",
                     "kind": "DeleteOptions",
-                    "preconditions": {"uid": uid},
+                    "preconditions": preconditions,
                     "propagationPolicy": "Background",
                 },
             )
         except KubeError as exc:
-            if exc.status not in (404, 409):
-                raise
+            if exc.status == 404:
+                return True
+            if exc.status == 409:
+                return False
+            raise
+        return True
 
     async def get_teamrun(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:

@@ -337,8 +337,8 @@ def _status_schema() -> dict[str, Any]:
                 "type": "array",
                 "maxItems": 20,
                 "description": "The last 20 retries of the failed run (oma retry): requested, "
-                "retriedAt, attempt (the one that had failed), failures (the budget used, then "
-                "reset), reason.",
+                "retriedAt, attempt (the one that had failed), failures, disruptions and "
+                "oomKills (the budgets used, then reset), reason.",
                 "items": {"type": "object", **PRESERVE},
             },
             "message": field("string", "What happened last, for a person."),

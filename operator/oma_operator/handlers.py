@@ -47,6 +47,9 @@ WATCH_WORKERS = 500  # objects handled at once, per watched resource
 # harmless (recording is idempotent).
 _let_go: OrderedDict[str, None] = OrderedDict()
 LET_GO_MEMORY = 10_000
+# TeamRuns taken up by this process (their uids, until deleted): a listing of the watch after
+# the first one (kopf lists again when the API server answers 410 Gone) starts nothing again.
+_taken_up: set[str] = set()
 APPROVAL_POLL_SECONDS = 3.0  # how soon a decision made outside Kubernetes (oma approvals) shows
 POD_RETRY_SECONDS = 5.0  # how soon a refused runner pod creation is tried again
 log = logging.getLogger(__name__)
@@ -120,32 +123,51 @@ async def teamrun_present(body: dict[str, Any]) -> float:
 async def _make_present(body: dict[str, Any]) -> None:
     """``teamrun_present``, then again later if it failed or must wait (``later``)."""
     meta = body["metadata"]
-    key = (meta["namespace"], meta["name"])
+    key, uid = (meta["namespace"], meta["name"]), meta.get("uid")
     try:
         wait = await teamrun_present(body)
     except Exception as exc:
         delay = LATER.failed(key)
-        LATER.after(delay, key, lambda: _present_again(key), "starting the run")
+        LATER.after(delay, key, lambda: _present_again(key, uid), "starting the run", uid)
         await trouble.report(body, "starting the run", exc)
         return
     LATER.succeeded(key)
     if wait > 0:
-        LATER.after(wait, key, lambda: _present_again(key), "the rest of a crash backoff")
+        then = "the rest of a crash backoff"
+        LATER.after(wait, key, lambda: _present_again(key, uid), then, uid)
     await trouble.cleared(body)
 
 
 async def _retry(teamrun: dict[str, Any], requested: str) -> None:
-    """``oma retry``: the failed run queued again, then started like any queued run."""
-    written = await retry_run(teamrun, requested)
+    """``oma retry``: the failed run queued again, then started like any queued run. A failed
+    write is tried again later (a finished run gets no more watch events to do it)."""
+    meta = teamrun["metadata"]
+    key, uid = (meta["namespace"], meta["name"]), meta.get("uid")
+    try:
+        written = await retry_run(teamrun, requested)
+    except Exception as exc:
+        delay = LATER.failed(key)
+        again = lambda: _retry_again(key, uid, requested)  # noqa: E731
+        LATER.after(delay, key, again, "retrying the failed run", uid)
+        await trouble.report(teamrun, "retrying the failed run", exc)
+        return
+    LATER.succeeded(key)
     if written is None:
         return
     await events.info(written, "Retried", str((written.get("status") or {}).get("message")))
     await _make_present(written)
 
 
-async def _present_again(key: tuple[str, str]) -> None:
+async def _retry_again(key: tuple[str, str], uid: str | None, requested: str) -> None:
+    fresh = await runtime.kube().get_teamrun(*key)
+    ours = fresh is not None and fresh["metadata"].get("uid") == uid
+    if fresh is not None and ours and retry_requested(fresh) == requested:
+        await _retry(fresh, requested)
+
+
+async def _present_again(key: tuple[str, str], uid: str | None) -> None:
     body = WATCHED.get(*key)  # as the watch shows it now; None once finished or deleted
-    if body is not None:
+    if body is not None and body["metadata"].get("uid") == uid:
         await _make_present(body)
 
 
@@ -274,17 +296,21 @@ async def teamrun_event(body: kopf.Body, event: kopf.RawEvent, **_: Any) -> None
     METRICS.teamrun_seen(body, kind)
     TICKER.seen(dict(body), kind)
     FINISHED.seen(dict(body), kind)
+    meta = body["metadata"]
+    uid = str(meta.get("uid"))
     requested = retry_requested(dict(body)) if kind != "DELETED" else None
     if requested is not None:
         await _retry(dict(body), requested)
-    elif kind in (None, "ADDED"):
-        # Created, or listed when the watch starts (this operator's start): the run needs its
-        # current attempt. Not kopf's create and resume handlers, which cost a patch per
-        # TeamRun (a copy of its spec in an annotation): the watch event is enough.
+    elif kind == "ADDED" or (kind is None and uid not in _taken_up):
+        # Created, or listed when this operator's watch starts: the run needs its current
+        # attempt. Not kopf's create and resume handlers, which cost a patch per TeamRun (a
+        # copy of its spec in an annotation): the watch event is enough. A later listing
+        # (kopf lists again after the API server's 410 Gone) takes up no run twice.
+        _taken_up.add(uid)
         await _make_present(dict(body))
     elif kind == "DELETED":
-        meta = body["metadata"]
-        LATER.cancel((meta["namespace"], meta["name"]))
+        _taken_up.discard(uid)
+        LATER.cancel((meta["namespace"], meta["name"]), uid)
     if RUN_QUEUE.active:
         RUN_QUEUE.kick()  # a run may have ended or been deleted: a queued one may start
 

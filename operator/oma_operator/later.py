@@ -25,6 +25,7 @@ MAX_RETRY_SECONDS = 60.0  # kopf's own backoff for a failed handler
 class Later:
     def __init__(self) -> None:
         self._pending: dict[Key, asyncio.Task[None]] = {}
+        self._owners: dict[Key, str | None] = {}  # the TeamRun uid each pending call is for
         self._failures: dict[Key, int] = {}
 
     def failed(self, key: Key) -> float:
@@ -38,10 +39,17 @@ class Later:
         self._failures.pop(key, None)
 
     def after(
-        self, seconds: float, key: Key, call: Callable[[], Awaitable[None]], what: str
+        self,
+        seconds: float,
+        key: Key,
+        call: Callable[[], Awaitable[None]],
+        what: str,
+        uid: str | None = None,
     ) -> None:
-        """Make ``call`` in ``seconds``, instead of any call pending for the same run."""
+        """Make ``call`` in ``seconds``, instead of any call pending for the same run (``uid``:
+        which TeamRun of that name it is for)."""
         self._drop(key)
+        self._owners[key] = uid
 
         async def wait_then_call() -> None:
             await asyncio.sleep(seconds)
@@ -57,8 +65,12 @@ class Later:
     def pending(self, key: Key) -> bool:
         return key in self._pending
 
-    def cancel(self, key: Key) -> None:
-        """The run is gone: nothing left to do for it."""
+    def cancel(self, key: Key, uid: str | None = None) -> None:
+        """The run is gone: nothing left to do for it. With ``uid``, only if the pending call is
+        for that TeamRun (a new one of the same name may have its own call pending)."""
+        owner = self._owners.get(key)
+        if uid is not None and owner is not None and owner != uid:
+            return
         self._drop(key)
         self._failures.pop(key, None)
 
@@ -80,6 +92,7 @@ class Later:
     def _forget(self, key: Key, task: asyncio.Task[None]) -> None:
         if self._pending.get(key) is task:
             del self._pending[key]
+            self._owners.pop(key, None)
 
 
 LATER = Later()

@@ -125,7 +125,7 @@ def ttl_from_env() -> int | None:
     text = os.environ.get(TTL_ENV, "").strip()
     if not text:
         return None
-    if not text.isdigit() or int(text) > 31_536_000:
+    if not (text.isascii() and text.isdigit()) or int(text) > 31_536_000:
         raise SystemExit(
             f"oma-operator: {TTL_ENV}={text!r}: give whole seconds, 0 to 31536000 (a year), or "
             "leave it unset to keep finished TeamRuns"

@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from oma.pod_contract import (
+    LOG_FORMAT_ENV,
+    LOG_FORMATS,
     RESERVED_ENV,
     RESERVED_ENV_PREFIXES,
     STORE_URL_ENV,
@@ -210,6 +212,16 @@ class EnvVar(SpecModel):
                 f"{name} is reserved for the runner pod contract: the operator sets it"
             )
         return name
+
+    @model_validator(mode="after")
+    def _a_known_log_format(self) -> EnvVar:
+        # Refused with the spec (InvalidSpec), not by the runner at its start (a failed pod).
+        named = self.name == LOG_FORMAT_ENV and self.value is not None
+        if named and str(self.value).strip() not in LOG_FORMATS:
+            raise ValueError(
+                f"{LOG_FORMAT_ENV}={self.value!r}: use one of {', '.join(LOG_FORMATS)}"
+            )
+        return self
 
 
 class RunnerSettings(SpecModel):

@@ -24,8 +24,9 @@ from oma.checkpoint.stored import remove_run
 from oma.timeutil import parse_iso
 from oma_operator import runtime
 from oma_operator.pods import run_id_of
-from oma_operator.specs import spec_of
+from oma_operator.specs import TeamRunSpecError, spec_of
 from oma_operator.stores import STORES
+from oma_operator.watched import WATCHED
 
 log = logging.getLogger(__name__)
 FINAL_PHASES = frozenset({"Succeeded", "Failed", "Rejected"})
@@ -53,15 +54,36 @@ def finished_at(teamrun: dict[str, Any]) -> datetime | None:
     return datetime.now(UTC)  # a final phase without its condition: count from now
 
 
-async def remove_store_records(teamrun: dict[str, Any]) -> None:
-    """The run's checkpoint, attempt log and approval rows, from its store."""
+def own_run_id(teamrun: dict[str, Any]) -> str | None:
+    """The run id whose store records are this TeamRun's alone: its default one
+    (``<namespace>.<name>``). None when its spec names another: a run id set by hand may be
+    another run's (a TeamRun that resumed or reused it), whose records, approval rows
+    included, a deletion of this TeamRun must not take."""
     meta = teamrun["metadata"]
-    store = await STORES.store_of(runtime.kube(), meta["namespace"], spec_of(teamrun))
-    removed = await remove_run(store, run_id_of(teamrun))
+    default = f"{meta['namespace']}.{meta['name']}"
+    return default if run_id_of(teamrun) == default else None
+
+
+async def remove_store_records(teamrun: dict[str, Any]) -> None:
+    """The run's checkpoint, attempt log and approval rows, from its store (nothing for a run
+    id it does not own, or a spec that names no usable store)."""
+    meta = teamrun["metadata"]
+    where = f"{meta['namespace']}/{meta['name']}"
+    run_id = own_run_id(teamrun)
+    if run_id is None:
+        log.info(
+            "%s: store records kept: its runId is set in its spec (maybe another run's)", where
+        )
+        return
+    try:
+        spec = spec_of(teamrun)
+    except TeamRunSpecError:
+        return  # refused before it ran: no store of its own to clean
+    store = await STORES.store_of(runtime.kube(), meta["namespace"], spec)
+    removed = await remove_run(store, run_id)
     log.info(
-        "%s/%s: store records removed (checkpoint: %s, approval rows: %d)",
-        meta["namespace"],
-        meta["name"],
+        "%s: store records removed (checkpoint: %s, approval rows: %d)",
+        where,
         "yes" if removed.checkpoint else "none",
         removed.approval_rows,
     )
@@ -110,6 +132,9 @@ class FinishedRuns:
         meta = teamrun.get("metadata") or {}
 
         async def clean() -> None:
+            namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+            if WATCHED.get(namespace, name) is not None:
+                return  # created again under its name: the new run owns those records now
             try:
                 await remove_store_records(teamrun)
             except Exception:
@@ -125,9 +150,8 @@ class FinishedRuns:
         task.add_done_callback(self._cleanups.discard)
 
     async def close(self) -> None:
-        for cleanup in list(self._cleanups):
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                await asyncio.wait_for(cleanup, 10)
+        if self._cleanups:  # cleanups under way get 10 s in all, then are left
+            await asyncio.wait(list(self._cleanups), timeout=10)
         tasks = [task for _, task in self._timers.values()]
         for uid in list(self._timers):
             self._drop(uid)
@@ -142,13 +166,23 @@ class FinishedRuns:
                 if wait > 0:
                     await asyncio.sleep(wait)
                 try:
+                    # Read again: it may have been retried (oma retry) or had its time to live
+                    # changed since the timer was armed; the delete is conditioned on this read.
+                    found = await runtime.kube().get_teamrun(namespace, name)
+                    if found is None or found["metadata"].get("uid") != uid:
+                        return
+                    ended, ttl = finished_at(found), ttl_of(found, self.default_ttl)
+                    if ended is None or ttl is None:
+                        return
+                    if ended.timestamp() + ttl > datetime.now(UTC).timestamp() + 1:
+                        due = datetime.fromtimestamp(ended.timestamp() + ttl, UTC)
+                        continue
                     if self.delete_store_records:
                         # First, so that a failure leaves the TeamRun to try again with.
-                        found = await runtime.kube().get_teamrun(namespace, name)
-                        if found is None or found["metadata"].get("uid") != uid:
-                            return
                         await remove_store_records(found)
-                    await runtime.kube().delete_teamrun(namespace, name, uid)
+                    version = found["metadata"].get("resourceVersion")
+                    if not await runtime.kube().delete_teamrun(namespace, name, uid, version):
+                        continue  # it changed since it was read: look again
                 except Exception:  # an API or store error: the TeamRun stays, so try again
                     log.exception(
                         "deleting finished TeamRun %s/%s failed; retrying", namespace, name

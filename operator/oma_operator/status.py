@@ -172,21 +172,22 @@ def retried(status: dict[str, Any], requested: str, generation: int) -> dict[str
     conditions: list[dict[str, Any]] = status.get("conditions") or []
     failed: dict[str, Any] = next((c for c in conditions if c.get("type") == "Failed"), {})
     attempt = int(status.get("attempt") or 0)
+    budgets = ("failures", "disruptions", "oomKills")
     record = {
         "requested": requested,
         "retriedAt": now_iso(),
         "attempt": attempt,
-        "failures": int(status.get("failures") or 0),
+        **{budget: int(status.get(budget) or 0) for budget in budgets},
         "reason": failed.get("reason"),
     }
     message = (
         f"retried on request after attempt {attempt} failed ({failed.get('reason') or 'failed'});"
-        " the failure budget starts again"
+        " the budgets (failures, disruptions, OOM kills) start again"
     )
     return {
         "phase": "Queued",
         "queuedAt": now_iso(),
-        "failures": 0,
+        **{budget: 0 for budget in budgets},
         "nextAttemptAfter": None,  # merge patch: remove
         "retries": [*(status.get("retries") or []), record][-MAX_RETRIES_KEPT:],
         "observedGeneration": generation,

@@ -27,7 +27,12 @@ from oma.checkpoint.journal import load_journal
 from oma.checkpoint.keys import checkpoint_key
 from oma.checkpoint.manager import Checkpoint
 from oma.checkpoint.stored import older_than as saved_before
-from oma.checkpoint.stored import parse_age, remove_checkpoint, saved_checkpoints
+from oma.checkpoint.stored import (
+    parse_age,
+    remove_checkpoint,
+    saved_checkpoints,
+    still_in_use,
+)
 from oma.checkpoint.summary import CheckpointSummary, summarize
 from oma.cli_checkpoint_text import render
 from oma.cli_store import (
@@ -194,12 +199,19 @@ def prune(
         bool, typer.Option("--dry-run", help="Only say what would be deleted.")
     ] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Delete also the old checkpoints of runs that may still go on."
+        ),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Delete every checkpoint (and its attempt log) last saved longer ago than --older-than.
 
-    A run still going saves at every step, so it is never old; a checkpoint without a recorded
-    save time is kept. Approval rows stay: they are the record of who decided what.
+    Kept unless --force: a checkpoint whose latest attempt has no recorded end (it may still be
+    running) or that waits for approval decisions; always kept: one without a recorded save
+    time. Approval rows stay: they are the record of who decided what.
     """
     try:
         age = parse_age(older_than)
@@ -211,7 +223,14 @@ def prune(
         raise typer.Exit(EXIT_BAD_INPUT)
     cutoff = datetime.now(UTC) - age
     found = with_store(store, saved_checkpoints, tenant=tenant, read_only=True)
-    stale, unknown = saved_before(found.checkpoints, cutoff)
+    old, unknown = saved_before(found.checkpoints, cutoff)
+
+    async def in_use(s: MemoryStore) -> dict[str, str]:
+        reasons = {c.key: await still_in_use(s, c) for c in old}
+        return {key: why for key, why in reasons.items() if why is not None}
+
+    busy = {} if force or not old else with_store(store, in_use, tenant=tenant, read_only=True)
+    stale = [c for c in old if c.key not in busy]
     if stale and not yes and not dry_run:
         typer.confirm(
             f"delete {len(stale)} checkpoints last saved before {cutoff:%Y-%m-%d %H:%M}?",
@@ -230,6 +249,7 @@ def prune(
                 if dry_run or c.key in removed
             ],
             "keptWithoutSaveTime": [c.key for c in unknown],
+            "keptInUse": [{"key": key, "reason": why} for key, why in busy.items()],
         }
         typer.echo(json.dumps(document, indent=2, ensure_ascii=False))
         return
@@ -239,6 +259,8 @@ def prune(
             typer.echo(f"{verb} {c.run_id or '(default key)'}  saved {c.saved_at}  {c.key}")
     for c in unknown:
         typer.echo(f"kept {c.key}: no save time recorded")
+    for key, why in busy.items():
+        typer.echo(f"kept {key}: {why} (--force deletes it)")
     count = len(stale) if dry_run else len(removed)
     typer.echo(
         f"{verb} {count} checkpoints last saved before {cutoff.isoformat(timespec='seconds')}"

@@ -69,6 +69,7 @@ class CheckpointFencedError(CheckpointError):
     def __init__(self, key: str, attempt: int | None, *, first_save: bool = False) -> None:
         self.key = key
         self.attempt = attempt
+        self.first_save = first_save  # it never saved: another start of the run saved first
         which = f"attempt {attempt}" if attempt is not None else "this attempt"
         if first_save:
             # Two fresh starts of one run id race for its first save: neither is "newer".
@@ -100,6 +101,7 @@ class CheckpointLostError(CheckpointFencedError):
             "backup and run again, or start the work again under a new run id once you have "
             "checked what the lost attempts did",
         )
+        self.first_save = False
         self.key = key
         self.attempt = attempt
 

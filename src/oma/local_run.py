@@ -110,7 +110,10 @@ async def run_spec(
         except CheckpointLostError:
             raise  # the store lost the run: nothing of it is written again
         except CheckpointFencedError as exc:
-            await tally.record(saved, exc.attempt or attempt, "fenced", str(exc))
+            # Beaten to its first save by another start (same attempt number): the record of
+            # that number is the winner's, not this attempt's.
+            if not exc.first_save:
+                await tally.record(saved, exc.attempt or attempt, "fenced", str(exc))
             raise
         except Exception as exc:
             code = getattr(exc, "code", type(exc).__name__)

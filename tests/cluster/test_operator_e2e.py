@@ -536,24 +536,33 @@ async def test_deleted_teamruns_take_their_store_records_when_asked(
     tmp_path: Path,
 ) -> None:
     """retention.deleteStoreRecords: a run deleted by its time to live loses its checkpoint and
-    attempt log first; one deleted by hand (kubectl delete) loses them after."""
+    attempt log first; one deleted by hand (kubectl delete) loses them after. A TeamRun whose
+    spec names its runId (it may be another run's) keeps them."""
     script: list[dict[str, Any]] = [{"text": "done"}]
     expiring = teamrun("expiring", script, effects)
     expiring["spec"]["ttlSecondsAfterFinished"] = 1
     by_hand = teamrun("byhand", script, effects)
+    named = teamrun("named", script, effects)  # keeps the runId teamrun() gives it
+    named["spec"]["ttlSecondsAfterFinished"] = 1
+    for body in (expiring, by_hand):
+        del body["spec"]["runId"]  # the default: <namespace>.<name>, this TeamRun's own
     settings = OperatorSettings(delete_store_records=True)
-    stores = {body["metadata"]["name"]: body for body in (expiring, by_hand)}
+    stores = {body["metadata"]["name"]: body for body in (expiring, by_hand, named)}
 
     async def records(name: str) -> tuple[object, object]:
         body = stores[name]
+        run_id = body["spec"].get("runId") or f"{namespace}.{name}"
         store = teamrun_store(e2e_redis, body, namespace)
-        key = f"__oma_checkpoint__/{body['spec']['runId']}/latest"
+        key = f"__oma_checkpoint__/{run_id}/latest"
         try:
             return await store.journal_version(key), await store.get(
                 key.replace("latest", "attempts")
             )
         finally:
             await store.aclose()
+
+    async def gone(name: str) -> bool:
+        return await get_or_none(kube, f"{TEAMRUNS.format(ns=namespace)}/{name}") is None
 
     async with operating(cluster, kube, namespace, tmp_path / "operator.log", settings):
         for body in stores.values():
@@ -563,10 +572,16 @@ async def test_deleted_teamruns_take_their_store_records_when_asked(
         assert version is not None and log is not None  # a finished run keeps them meanwhile
 
         async def expired() -> bool:
-            gone = await get_or_none(kube, f"{TEAMRUNS.format(ns=namespace)}/expiring") is None
-            return gone and await records("expiring") == (None, None)
+            return await gone("expiring") and await records("expiring") == (None, None)
 
         await wait_for(expired, 90, "the expired TeamRun and its store records to be gone")
+
+        async def named_gone() -> bool:
+            return await gone("named")
+
+        await wait_for(named_gone, 90, "the TeamRun with a runId of its spec to be deleted")
+        version, log = await records("named")
+        assert version is not None and log is not None  # its run id may be another run's
         await kube.delete(f"{TEAMRUNS.format(ns=namespace)}/byhand")
 
         async def cleaned() -> bool:

@@ -39,6 +39,7 @@ def _store_with_three_runs(tmp_path: Path) -> Path:
     """A file store holding run "old" (saved 10 days ago, with an attempt log and an approval
     row), "recent" (an hour ago) and "unknown" (no save time recorded, as a reference writer
     may leave it). The values are the same snapshot of a real run."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "store.json"
     demo = REPO / "examples" / "demo.yaml"
     assert (
@@ -176,3 +177,35 @@ def test_removing_a_run_takes_its_checkpoint_attempt_log_and_approval_rows_only(
     removed, left = asyncio.run(run())
     assert removed == RemovedRun(checkpoint=True, approval_rows=1)
     assert left == {entry["key"] for entry in conf_d["entries"]}
+
+
+def test_runs_that_may_still_go_on_are_kept_unless_forced(tmp_path: Path) -> None:
+    """A run waiting for approvals (the TypeScript store, saved days ago) and one whose latest
+    attempt has no recorded end (it may be running a long call) are kept; --force takes them."""
+    path = tmp_path / "store.json"
+    shutil.copy(require_conformance_dir() / "c1-suspended.store.json", path)
+    seeded = _store_with_three_runs(tmp_path / "seed")
+    store = FileStore(path)
+
+    async def add_a_running_run() -> None:
+        seed = FileStore(seeded)
+        snapshot = await seed.get("__oma_checkpoint__/old/latest")
+        log = await seed.get("__oma_checkpoint__/old/attempts")
+        assert snapshot is not None and log is not None
+        open_attempt = json.loads(log.value)
+        for record in open_attempt["attempts"]:
+            for field in ("endedAt", "outcome", "message", "executedToolCalls",
+                          "replayedToolCalls"):  # fmt: skip
+                record.pop(field, None)
+        await store.set("__oma_checkpoint__/busy/latest", snapshot.value, snapshot.metadata)
+        await store.set("__oma_checkpoint__/busy/attempts", json.dumps(open_attempt), None)
+
+    asyncio.run(add_a_running_run())
+    code, out = _cli("prune", "--older-than", "1d", "--yes", "--store", f"file://{path}")
+    assert code == 0, out
+    assert "kept __oma_checkpoint__/conf-c/latest: it waits for approval decisions" in out
+    assert "kept __oma_checkpoint__/busy/latest: attempt 1 has no recorded end" in out
+    assert "deleted 0 checkpoints" in out
+    code, out = _cli("prune", "--older-than", "1d", "--yes", "--force", "--store", f"file://{path}")
+    assert code == 0 and "deleted 2 checkpoints" in out, out
+    assert not [k for k in _keys(path) if k.startswith("__oma_checkpoint__/")]

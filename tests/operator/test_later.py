@@ -71,3 +71,25 @@ async def test_cancel_and_close_drop_pending_calls() -> None:
     await later.close()
     await asyncio.sleep(0.1)
     assert made == [] and not later.pending(other)
+
+
+async def test_a_deleted_run_does_not_cancel_the_call_of_a_new_one_of_its_name() -> None:
+    """A TeamRun deleted and created again under its name: the old one's DELETED event (which
+    may come after the new one's ADDED) leaves the new one's pending start alone."""
+    later = Later()
+    made: list[str] = []
+    done = asyncio.Event()
+
+    async def start() -> None:
+        made.append("new")
+        done.set()
+
+    later.after(0.05, RUN, start, "starting the run", uid="new-uid")
+    later.cancel(RUN, "old-uid")
+    assert later.pending(RUN)
+    await asyncio.wait_for(done.wait(), 5)
+    assert made == ["new"]
+    later.after(10, RUN, start, "starting the run", uid="new-uid")
+    later.cancel(RUN, "new-uid")  # its own deletion does cancel it
+    assert not later.pending(RUN)
+    await later.close()

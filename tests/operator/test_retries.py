@@ -35,6 +35,8 @@ def test_a_retry_queues_the_run_resets_its_failures_and_is_recorded() -> None:
         "phase": "Failed",
         "attempt": 3,
         "failures": 4,
+        "disruptions": 21,
+        "oomKills": 3,
         "nextAttemptAfter": "2026-12-04T09:00:00Z",
         "conditions": [
             {"type": "Failed", "status": "True", "reason": "FailuresExhausted", "message": "m"},
@@ -42,11 +44,15 @@ def test_a_retry_queues_the_run_resets_its_failures_and_is_recorded() -> None:
         "retries": [{"requested": f"t{n}"} for n in range(MAX_RETRIES_KEPT)],
     }
     update = retried(status, "t-new", 7)
-    assert (update["phase"], update["failures"], update["nextAttemptAfter"]) == ("Queued", 0, None)
+    assert (update["phase"], update["nextAttemptAfter"]) == ("Queued", None)
+    # Every budget starts again: a run that exhausted its disruptions or OOM kills would
+    # otherwise fail at its first one after the retry.
+    assert (update["failures"], update["disruptions"], update["oomKills"]) == (0, 0, 0)
     assert update["queuedAt"] and update["observedGeneration"] == 7
     assert len(update["retries"]) == MAX_RETRIES_KEPT  # the oldest dropped
     last = update["retries"][-1]
     assert (last["requested"], last["attempt"], last["failures"]) == ("t-new", 3, 4)
+    assert (last["disruptions"], last["oomKills"]) == (21, 3)
     assert last["reason"] == "FailuresExhausted" and last["retriedAt"]
     conditions = {c["type"]: c for c in update["conditions"]}
     assert (conditions["Failed"]["status"], conditions["Failed"]["reason"]) == ("False", "Retried")

@@ -108,3 +108,9 @@ def test_the_operator_s_log_format_reaches_runners_unless_the_teamrun_sets_its_o
 def test_the_runner_s_coordinates_cannot_be_set_by_a_teamrun() -> None:
     with pytest.raises(ValidationError, match="OMA_RUN_"):
         _spec({"env": [{"name": "OMA_RUN_TEAMRUN", "value": "someone-else"}]})
+
+
+def test_an_unknown_log_format_for_the_runner_is_refused_with_the_spec() -> None:
+    with pytest.raises(ValidationError, match="OMA_LOG_FORMAT='xml': use one of plain, json"):
+        _spec({"env": [{"name": "OMA_LOG_FORMAT", "value": "xml"}]})
+    assert _spec({"env": [{"name": "OMA_LOG_FORMAT", "value": "json"}]}).runner.env

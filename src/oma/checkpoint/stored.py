@@ -9,8 +9,11 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from oma.checkpoint.attempts import attempts_key
+from oma.checkpoint.attempts import attempts_key, load_attempt_log
 from oma.checkpoint.keys import checkpoint_key, is_checkpoint_key
+from oma.checkpoint.manager import Checkpoint
+from oma.checkpoint.snapshot import CheckpointSnapshotV4
+from oma.errors import CheckpointError
 from oma.store.base import MemoryStore
 from oma.store.journal import supports_journal
 from oma.store.reserved import APPROVAL_KEY_PREFIX, CHECKPOINT_KEY_PREFIX, TENANT_KEY_PREFIX
@@ -97,6 +100,28 @@ async def remove_run(store: MemoryStore, run_id: str) -> RemovedRun:
     for key in rows:
         await store.delete(key)
     return RemovedRun(checkpoint, len(rows))
+
+
+async def still_in_use(store: MemoryStore, saved: SavedCheckpoint) -> str | None:
+    """Why a checkpoint, however old, may still be a run's to go on with (None: nothing says
+    so): its latest attempt has no recorded end (it may be running: a long model or tool call,
+    a pod being restarted), or it waits for approval decisions (which can take days)."""
+    log = await load_attempt_log(store, saved.key)
+    if log is not None and log.attempts:
+        last = max(log.attempts, key=lambda record: record.attempt)
+        if last.outcome is None:
+            return f"attempt {last.attempt} has no recorded end (it may still be running)"
+        if last.outcome == "suspended":
+            return "it waits for approval decisions"
+    try:
+        snapshot = await Checkpoint(store, key=saved.key).load_latest()
+    except CheckpointError as exc:
+        return f"unreadable ({exc.code}): look at it with oma checkpoint show"
+    if isinstance(snapshot, CheckpointSnapshotV4):
+        decided = {decision.request_id for decision in snapshot.approval_decisions}
+        if any(request.id not in decided for request in snapshot.pending_approvals):
+            return "it waits for approval decisions"
+    return None
 
 
 def parse_age(text: str) -> timedelta:
