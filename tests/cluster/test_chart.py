@@ -169,15 +169,21 @@ def test_operator_pod_knobs_render_and_bad_ones_fail_the_schema(cluster: Cluster
         assert refused.returncode != 0 and where in refused.stderr, (key, refused.stderr)
 
 
+def _operator_container(cluster: ClusterHandle, *args: str) -> dict[str, Any]:
+    """The operator container of the chart rendered with ``args`` (``helm template``)."""
+    rendered = helm(cluster, "template", "t", str(CHART), "--kube-version", KUBE_VERSION, *args)
+    (deployment,) = [
+        d for d in yaml.safe_load_all(rendered.stdout) if d and d["kind"] == "Deployment"
+    ]
+    container: dict[str, Any] = deployment["spec"]["template"]["spec"]["containers"][0]
+    return container
+
+
 def test_concurrency_limits_render_as_the_operators_env_and_bad_ones_fail_the_schema(
     cluster: ClusterHandle, tmp_path: Path
 ) -> None:
     def operator_env(*args: str) -> dict[str, str | None]:
-        rendered = helm(
-            cluster, "template", "t", str(CHART), "--kube-version", KUBE_VERSION, *args
-        ).stdout
-        (deployment,) = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "Deployment"]
-        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        container = _operator_container(cluster, *args)
         return {e["name"]: e.get("value") for e in container["env"]}
 
     unset = operator_env()
@@ -211,11 +217,7 @@ def test_logging_renders_as_the_operator_s_arguments_and_bad_values_fail_the_sch
     cluster: ClusterHandle,
 ) -> None:
     def operator_args(*args: str) -> list[str]:
-        rendered = helm(
-            cluster, "template", "t", str(CHART), "--kube-version", KUBE_VERSION, *args
-        ).stdout
-        (deployment,) = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "Deployment"]
-        found: list[str] = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        found: list[str] = _operator_container(cluster, *args)["args"]
         return found
 
     defaults = operator_args()
@@ -238,11 +240,7 @@ def test_retention_renders_as_the_operator_s_env_and_bad_values_fail_the_schema(
     cluster: ClusterHandle,
 ) -> None:
     def operator_env(*args: str) -> dict[str, str | None]:
-        rendered = helm(
-            cluster, "template", "t", str(CHART), "--kube-version", KUBE_VERSION, *args
-        ).stdout
-        (deployment,) = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "Deployment"]
-        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        container = _operator_container(cluster, *args)
         return {e["name"]: e.get("value") for e in container["env"]}
 
     unset = operator_env()
