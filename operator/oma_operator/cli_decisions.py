@@ -21,10 +21,11 @@ credentials not accepted).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -221,7 +222,7 @@ async def decide(
     kube = await connect(target)
     target = replace(target, namespace=target.namespace or kube.namespace)
     assert target.namespace is not None
-    try:
+    async with api_session(kube):
         user = await kube.self_subject_review()
         reviewer = user.get("username")
         if not reviewer:
@@ -259,6 +260,16 @@ async def decide(
                 f"approvaldecision {target.name} changed meanwhile: try again"
             ) from exc
         return _result(decided, target.namespace)
+
+
+@contextlib.asynccontextmanager
+async def api_session(kube: Kube) -> AsyncIterator[None]:
+    """Work with ``kube``: the API's refusals become ``DecisionRefused`` (exit 1; 2 when the
+    credentials are not accepted), an unreachable cluster too (exit 2); the client is closed."""
+    from oma_operator.client import KubeError
+
+    try:
+        yield
     except KubeError as exc:
         code = EXIT_NO_CLUSTER if exc.status == 401 else EXIT_REFUSED
         raise DecisionRefused(str(exc), code) from exc

@@ -18,13 +18,10 @@ import json
 from dataclasses import replace
 from typing import Annotated, Any
 
-import httpx
 import typer
 
 from oma.timeutil import now_iso
 from oma_operator.cli_decisions import (
-    EXIT_NO_CLUSTER,
-    EXIT_REFUSED,
     AsOption,
     ContextOption,
     DecisionRefused,
@@ -32,6 +29,7 @@ from oma_operator.cli_decisions import (
     KubeconfigOption,
     NamespaceOption,
     Target,
+    api_session,
     connect,
 )
 from oma_operator.retries import RETRY_ANNOTATION
@@ -77,7 +75,7 @@ async def request_retry(target: Target) -> dict[str, Any]:
     kube = await connect(target)
     target = replace(target, namespace=target.namespace or kube.namespace)
     assert target.namespace is not None
-    try:
+    async with api_session(kube):
         teamrun = await kube.get_teamrun(target.namespace, target.name)
         if teamrun is None:
             raise DecisionRefused(
@@ -112,13 +110,3 @@ async def request_retry(target: Target) -> dict[str, Any]:
             "failedAttempt": int(status.get("attempt") or 0),
             "reason": failed.get("reason") or "Failed",
         }
-    except KubeError as exc:
-        code = EXIT_NO_CLUSTER if exc.status == 401 else EXIT_REFUSED
-        raise DecisionRefused(str(exc), code) from exc
-    except httpx.TransportError as exc:
-        raise DecisionRefused(
-            f"cannot reach the cluster at {kube.server}: {exc or type(exc).__name__}",
-            EXIT_NO_CLUSTER,
-        ) from exc
-    finally:
-        await kube.aclose()
