@@ -355,8 +355,10 @@ async def main(
     parts: tuple[str, ...] = PARTS,
     names: tuple[str, ...] = (),
     langgraph_python: Path | None = None,
+    turns: tuple[int, ...] = (),
 ) -> None:
     repeats, turn_counts = (10, (60,)) if quick else (60, (10, 300, 1000))
+    turn_counts = turns or turn_counts
     print(
         f"# checkpoint overhead · {platform.node()} · {platform.processor() or platform.machine()}"
         f" · Python {platform.python_version()} · {'quick' if quick else 'full'} run"
@@ -449,6 +451,16 @@ def _names(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
+def _counts(text: str) -> tuple[int, ...]:
+    try:
+        counts = tuple(int(part) for part in _names(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: turn counts are whole numbers") from None
+    if not counts or min(counts) < 2:
+        raise argparse.ArgumentTypeError(f"{text!r}: each turn count is at least 2")
+    return counts
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats and turns")
@@ -469,10 +481,16 @@ if __name__ == "__main__":
         action="store_true",
         help="also LangGraph's rows in the amplification part (makes a venv on first use)",
     )
+    parser.add_argument(
+        "--turns",
+        type=_counts,
+        default=(),
+        help="comma-separated turn counts for the amplification part (default: 10,300,1000)",
+    )
     args = parser.parse_args()
     unknown = set(args.parts) - set(PARTS)
     if unknown:
         parser.error(f"unknown parts: {','.join(sorted(unknown))}")
     wants_langgraph = args.langgraph and "amplification" in args.parts
     python = ensure_langgraph_venv() if wants_langgraph else None
-    asyncio.run(main(args.quick, args.parts, args.backends, python))
+    asyncio.run(main(args.quick, args.parts, args.backends, python, args.turns))

@@ -151,17 +151,31 @@ async def test_a_drained_run_resumes_from_its_journal_without_repeating_a_call(
     assert _entries(ledger) == [f"{p} {n}" for p in "ab" for n in range(TURNS)]
 
 
+@pytest.mark.parametrize(
+    ("forged", "refusal"),
+    [
+        ([["s", ["inFlightTasks", 7, "turns"], 0]], "does not apply"),  # no such task
+        # A path written relative to the one before it, keeping steps that are not there.
+        ([["s", ["createdAt"], "t"], ["s", [4, "turns"], 0]], "keeps 4 of 1 steps"),
+    ],
+    ids=["absolute", "relative"],
+)
 async def test_a_record_that_does_not_fit_its_base_is_refused_before_anything_runs(
-    redis_server: RedisServer, tmp_path: Path, ledger: Path, monkeypatch: pytest.MonkeyPatch
+    redis_server: RedisServer,
+    tmp_path: Path,
+    ledger: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    forged: list[Any],
+    refusal: str,
 ) -> None:
     watch = _Watch(monkeypatch, drain_after=5)
-    spec = _spec(redis_server, "j-corrupt")
+    namespace = f"j-corrupt-{len(forged)}"
+    spec = _spec(redis_server, namespace)
     await _run(spec, tmp_path, drain=watch.drain)
     done = _entries(ledger)
-    store = RedisStore(redis_server.url, namespace="j-corrupt")
+    store = RedisStore(redis_server.url, namespace=namespace)
     try:
         version = await store.journal_version(checkpoint_key(RUN))
-        forged = [["s", ["inFlightTasks", 7, "turns"], 0]]  # no such in-flight task
         assert await store.journal_write(
             checkpoint_key(RUN),
             [json.dumps(forged)],
@@ -171,7 +185,7 @@ async def test_a_record_that_does_not_fit_its_base_is_refused_before_anything_ru
         )
     finally:
         await store.aclose()
-    with pytest.raises(CheckpointDecodeError, match=r"journal record .* does not apply"):
+    with pytest.raises(CheckpointDecodeError, match=rf"journal record .*{refusal}"):
         await _run(spec, tmp_path)
     assert _entries(ledger) == done
 

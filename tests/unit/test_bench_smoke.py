@@ -107,6 +107,28 @@ def test_checkpoint_overhead_measures_both_layouts_amplification() -> None:
     assert abs(int(journal[3]) - int(snapshot[3])) <= 0.01 * int(snapshot[3])  # same final state
 
 
+def test_checkpoint_overhead_runs_the_turn_counts_asked_for() -> None:
+    output = _bench(
+        "checkpoint_overhead.py",
+        "--parts",
+        "amplification",
+        "--backends",
+        "memory",
+        "--turns",
+        "12,40",
+    )
+    titles = [line for line in output.splitlines() if line.startswith("write amplification")]
+    assert [title.split()[4] for title in titles] == ["12-turn", "40-turn"]
+    refused = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "checkpoint_overhead.py"), "--turns", "ten"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert refused.returncode == 2 and "turn counts are whole numbers" in refused.stderr
+
+
 class NoteInput(BaseModel):
     note: str
 

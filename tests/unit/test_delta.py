@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from oma.agent.state import RunnerState
-from oma.checkpoint.delta import apply
+from oma.checkpoint.delta import apply, relative, resolved
 from oma.checkpoint.delta_diff import AppendedList, DeltaEncoder, diff
 from oma.llm.types import LLMMessage, TextBlock
 
@@ -20,9 +20,11 @@ def _round_trip(
     old: dict[str, Any], new: dict[str, Any], encoder: DeltaEncoder | None = None
 ) -> list[list[Any]]:
     ops = (encoder or DeltaEncoder()).diff(old, new)
-    wire = orjson.loads(orjson.dumps(ops))  # what a journal record holds
-    rebuilt = apply(orjson.loads(orjson.dumps(old)), wire)
-    assert orjson.dumps(rebuilt) == orjson.dumps(new)
+    for form in (ops, relative(ops)):  # what a journal record holds: paths written short
+        wire = orjson.loads(orjson.dumps(form))
+        rebuilt = apply(orjson.loads(orjson.dumps(old)), wire)
+        assert orjson.dumps(rebuilt) == orjson.dumps(new)
+    assert resolved(relative(ops)) == ops
     return ops
 
 
@@ -93,6 +95,63 @@ def test_a_result_made_from_the_in_flight_conversation_is_copied_not_written() -
     assert len(orjson.dumps(ops)) < 400, ops  # the 49 messages are one copy operation
     assert any(op[0] == "o" for op in ops)
     assert ["t", ["inFlightTasks"], 0] in ops
+
+
+def test_paths_are_written_relative_to_the_operation_before() -> None:
+    ops: list[list[Any]] = [
+        ["s", ["inFlightTasks", 0, "phase"], "awaiting_model"],
+        ["x", ["inFlightTasks", 0, "conversation"], [{"role": "user"}]],
+        ["c", ["inFlightTasks", 0, "messages"], ["inFlightTasks", 0, "conversation"], 0, 1],
+        ["s", ["createdAt"], "t1"],
+    ]
+    short = relative(ops)
+    assert short == [
+        ["s", ["inFlightTasks", 0, "phase"], "awaiting_model"],
+        ["x", [2, "conversation"], [{"role": "user"}]],
+        ["c", [2, "messages"], [2, "conversation"], 0, 1],
+        ["s", ["createdAt"], "t1"],  # nothing in common: written whole
+    ]
+    assert len(orjson.dumps(short)) < len(orjson.dumps(ops)) - 40
+    assert resolved(short) == ops
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        ["s", [3, "phase"], 1],  # keeps 3 steps of a path that has 2
+        ["s", [0, "phase"], 1],  # keeps none: not a relative path
+        ["v", ["a", "b"], [5, "c"]],  # a source keeping more than its operation's path
+    ],
+)
+def test_a_relative_path_keeping_steps_that_are_not_there_is_refused(op: list[Any]) -> None:
+    doc = {"a": {"b": 1, "c": 2}}
+    with pytest.raises(ValueError, match="keeps"):
+        apply(doc, [["s", ["a", "b"], 1], op])
+    assert doc == {"a": {"b": 1, "c": 2}}  # refused before anything changed
+
+
+def test_a_long_string_written_before_is_copied_not_written_again() -> None:
+    encoder = DeltaEncoder()
+    output = "noted " + "z" * 90
+    first: dict[str, Any] = {"pending": {"result": {"content": None}}, "calls": []}
+    second = {"pending": {"result": {"content": output}}, "calls": []}
+    third = {"pending": {"result": {"content": output}}, "calls": [{"n": 1, "output": output[:]}]}
+    _round_trip(first, second, encoder)
+    ops = _round_trip(second, third, encoder)
+    assert b"z" * 90 not in orjson.dumps(ops)
+    assert ["w", ["calls", 0, "output"], ["pending", "result", "content"]] in ops
+
+
+def test_an_object_with_a_copied_part_is_written_around_it() -> None:
+    """The object is written with null where the copied part goes (its keys in order), then
+    the part is set by a copy: the part's bytes are not written twice."""
+    call = {"type": "tool_use", "id": "c1", "name": "note", "input": {"note": "q" * 120}}
+    old: dict[str, Any] = {"conversation": [], "pending": None}
+    pending = {"call": dict(call), "state": "started", "attempt": 1}
+    new = {"conversation": [{"role": "assistant", "content": [call]}], "pending": pending}
+    ops = _round_trip(old, new)
+    assert orjson.dumps(ops).count(b"q" * 120) == 1
+    assert ["s", ["pending"], {"call": None, "state": "started", "attempt": 1}] in ops
 
 
 def test_key_order_changes_are_kept_exactly() -> None:

@@ -19,6 +19,14 @@ it; a path is an array of object keys and list indices from the root:
 - ``["v", path, source]``: set the value at ``path`` to a copy of the value at ``source`` in the
   document as it is when this operation runs;
 - ``["w", path, source]``: the same, ``source`` read in the document as it was before the delta.
+
+A path may start with a number ``k`` instead of a key (the root is an object, so no absolute
+path does): it then means the first ``k`` steps of the previous operation's path followed by
+the rest (``[2, "phase"]`` after ``["inFlightTasks", 0, "turns"]`` is ``["inFlightTasks", 0,
+"phase"]``), and a source path starting with ``k`` takes the first ``k`` steps of its own
+operation's path. Most operations of a delta touch one in-flight task, so this keeps the
+delta's bytes close to what changed. An oma from before this form refuses such a journal (a path
+that "does not exist") instead of misreading it.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ _BEFORE = ("o", "w")  # operations whose source is the document before the delta
 def apply(doc: dict[str, Any], ops: list[Op]) -> dict[str, Any]:
     """Apply ``ops`` to ``doc`` in place (and return it). Raises ``ValueError`` on an
     operation that does not fit the document (a journal that does not belong to its base)."""
+    ops = resolved(ops)
     try:
         # Sources in the document before the delta are read before anything changes.
         before = {i: _source(doc, op) for i, op in enumerate(ops) if op[0] in _BEFORE}
@@ -47,6 +56,55 @@ def apply(doc: dict[str, Any], ops: list[Op]) -> dict[str, Any]:
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             raise ValueError(f"journal operation {str(op)[:120]} does not apply: {exc}") from exc
     return doc
+
+
+def resolved(ops: list[Op]) -> list[Op]:
+    """``ops`` with every relative path (one that starts with a number) made absolute."""
+    out: list[Op] = []
+    last: Path = []
+    for op in ops:
+        if not isinstance(op, list) or len(op) < 2:
+            raise ValueError(f"journal operation {str(op)[:120]} is not [name, path, ...]")
+        path = _absolute(op[1], last)
+        whole = [op[0], path, *op[2:]]
+        if op[0] in ("c", "o", "v", "w") and len(op) > 2:
+            whole[2] = _absolute(op[2], path)
+        out.append(whole)
+        last = path
+    return out
+
+
+def relative(ops: list[Op]) -> list[Op]:
+    """``ops`` (absolute paths) with each path written relative to the one before it, and
+    each source relative to its operation's path, where they share a first step."""
+    out: list[Op] = []
+    last: Path = []
+    for op in ops:
+        path = op[1]
+        short = [op[0], _relative_to(path, last), *op[2:]]
+        if op[0] in ("c", "o", "v", "w"):
+            short[2] = _relative_to(op[2], path)
+        out.append(short)
+        last = path
+    return out
+
+
+def _relative_to(path: Path, base: Path) -> list[Any]:
+    keep = 0
+    for a, b in zip(path, base, strict=False):
+        if a != b or type(a) is not type(b):
+            break
+        keep += 1
+    return [keep, *path[keep:]] if keep else list(path)
+
+
+def _absolute(path: Any, base: Path) -> Any:
+    if not isinstance(path, list) or not path or type(path[0]) is not int:
+        return path  # absolute, or not a path at all (refused where it is used)
+    keep = path[0]
+    if not 0 < keep <= len(base):
+        raise ValueError(f"relative path {str(path)[:120]} keeps {keep} of {len(base)} steps")
+    return [*base[:keep], *path[1:]]
 
 
 def _source(doc: dict[str, Any], op: Op) -> Any:

@@ -80,7 +80,7 @@ class _Differ:
         self.placed: dict[int, tuple[Path, int, Any]] = {}  # items appended, by identity
         self._encoded: dict[int, bytes | None] = {}
         self._parts: dict[int, bool] = {}
-        self._plans: dict[tuple[int, int], tuple[int, str]] = {}
+        self._plans: dict[tuple[int, tuple[str | int, ...], int], tuple[int, str]] = {}
         self._sources: list[tuple[Path, list[Any]]] | None = None
 
     # Walking both documents.
@@ -164,7 +164,7 @@ class _Differ:
                 index += length
                 continue
             here = [*path, index]
-            if self._plan(item, _length(here))[1] != "whole":
+            if self._plan(item, here, _length(here))[1] != "whole":
                 flush()
                 self.emit(item, here)  # an index equal to the length appends
             else:
@@ -174,10 +174,13 @@ class _Differ:
             index += 1
         flush()
 
-    def emit(self, value: Any, path: Path) -> None:
+    def emit(self, value: Any, path: Path, path_bytes: int | None = None) -> None:
         """Set ``path`` to ``value``, copying what of it the document already holds where
-        that takes fewer bytes than writing it."""
-        choice = self._plan(value, _length(path))[1]
+        that takes fewer bytes than writing it. ``path_bytes``: what the operation's path
+        costs (a path that shares its start with the one before is written short)."""
+        if path_bytes is None:
+            path_bytes = _length(path)
+        choice = self._plan(value, path, path_bytes)[1]
         if choice == "ref":
             reference = self._reference(value)
             assert reference is not None
@@ -186,19 +189,23 @@ class _Differ:
             self.ops.append(["s", path, []])
             self.extend(value, 0, path)
             return
-        elif choice == "split" and isinstance(value, dict):
-            self.ops.append(["s", path, {}])
-            for key, item in value.items():
-                self.emit(item, [*path, key])
-            return
+        elif choice == "template" and isinstance(value, dict):
+            # The object with null where a part is copied: its keys keep their order, and each
+            # copied part is then set in place.
+            copied = self._copied_keys(value, path)
+            self.ops.append(["s", path, {k: None if k in copied else v for k, v in value.items()}])
+            for key in copied:
+                self.emit(value[key], [*path, key], _child_bytes(key))
         else:
             self.ops.append(["s", path, value])
         self._remember(value, path)
 
-    def _plan(self, value: Any, path_bytes: int, depth: int = _DEPTH) -> tuple[int, str]:
-        """The cheapest way to write ``value`` at a path of ``path_bytes`` (estimated bytes):
-        whole, as a reference, or split into parts (some of which are copies)."""
-        key = (id(value), path_bytes)
+    def _plan(
+        self, value: Any, path: Path, path_bytes: int, depth: int = _DEPTH
+    ) -> tuple[int, str]:
+        """The cheapest way to write ``value`` at ``path`` (estimated bytes): whole, as a
+        reference, split into items (lists) or as a template with copied parts (objects)."""
+        key = (id(value), tuple(path), path_bytes)
         planned = self._plans.get(key)
         if planned is not None:
             return planned
@@ -206,24 +213,40 @@ class _Differ:
         best = (whole, "whole")
         reference = self._reference(value)
         if reference is not None:
-            best = min(best, (path_bytes + _length(reference[1]) + 8, "ref"))
+            best = min(best, (path_bytes + _relative_length(reference[1], path) + 8, "ref"))
         if depth > 0 and isinstance(value, dict | list) and self._has_parts(value):
-            split = path_bytes + 10
             if isinstance(value, dict):
+                template = path_bytes + 10
                 for name, item in value.items():
-                    split += self._plan(item, path_bytes + len(name) + 3, depth - 1)[0]
+                    template += self._part(name, item, path, depth - 1)[0]
+                best = min(best, (template, "template"))
             else:
+                split = path_bytes + 10
                 run = self._copy_run(value, 0, None)
                 covered = run[3] if run is not None else 0
                 if run is not None:
-                    split += path_bytes + _length(run[1]) + 16
-                for item in value[covered:]:
-                    split += min(
-                        self._size(item) + 1, self._plan(item, path_bytes + 4, depth - 1)[0]
-                    )
-            best = min(best, (split, "split"))
+                    split += 12 + _relative_length(run[1], path) + 16
+                for index in range(covered, len(value)):
+                    item = value[index]
+                    child = self._plan(item, [*path, index], 12, depth - 1)
+                    split += min(self._size(item) + 1, child[0])
+                best = min(best, (split, "split"))
         self._plans[key] = best
         return best
+
+    def _copied_keys(self, value: dict[str, Any], path: Path) -> list[str]:
+        """The keys of ``value`` that its template leaves null, to be set by their own ops."""
+        return [name for name, item in value.items() if self._part(name, item, path)[1]]
+
+    def _part(self, name: str, item: Any, path: Path, depth: int = _DEPTH - 1) -> tuple[int, bool]:
+        """What ``name: item`` costs in its object's template, and whether it is cheaper
+        left null there and set by its own operation (a copy, or a template of its own)."""
+        inline = len(name) + 4 + self._size(item)
+        child = self._plan(item, [*path, name], _child_bytes(name), depth)
+        placeholder = len(name) + 8 + child[0]
+        if child[1] != "whole" and placeholder < inline:
+            return placeholder, True
+        return inline, False
 
     def _size(self, value: Any) -> int:
         encoded = self._encoding(value, minimum=0)
@@ -255,27 +278,29 @@ class _Differ:
             known = any(
                 self._reference(item) is not None or self._has_parts(item, depth - 1)
                 for item in items
-                if isinstance(item, dict | list)
+                if isinstance(item, dict | list) or _long_text(item)
             ) or (isinstance(value, list) and self._copy_run(value, 0, None) is not None)
             self._parts[id(value)] = known
         return known
 
     def _remember(self, value: Any, path: Path, depth: int = _DEPTH) -> None:
         """Record where a value written whole (and its parts) now is."""
-        if not isinstance(value, dict | list) or depth <= 0:
+        if depth <= 0 or not (isinstance(value, dict | list) or _long_text(value)):
             return
         encoded = self._encoding(value)
         if encoded is not None:
             self.written.setdefault(encoded, (path, value))
+        if isinstance(value, str):
+            return
         items = value.items() if isinstance(value, dict) else enumerate(value)
         for key, item in items:
-            if isinstance(item, dict | list):
+            if isinstance(item, dict | list) or _long_text(item):
                 self._remember(item, [*path, key], depth - 1)
 
     def _encoding(self, value: Any, minimum: int = _MIN_VALUE) -> bytes | None:
-        """``value``'s JSON, for objects and lists of at least ``minimum`` bytes (the smaller
-        ones are never copied); scalars only with ``minimum=0``."""
-        if not isinstance(value, dict | list):
+        """``value``'s JSON, for objects, lists and strings of at least ``minimum`` bytes (the
+        smaller ones are never copied); other scalars only with ``minimum=0``."""
+        if not isinstance(value, dict | list | str):
             if minimum > 0:
                 return None
             try:
@@ -336,6 +361,26 @@ class _Differ:
             for key, value in self.old_root.items():
                 self._sources.extend(_lists_of_objects(value, [key], depth=3))
         yield from self._sources
+
+
+def _long_text(value: Any) -> bool:
+    """A string long enough that copying it beats writing it (a tool's output, again)."""
+    return isinstance(value, str) and len(value) >= _MIN_VALUE
+
+
+def _child_bytes(name: str | int) -> int:
+    """About the bytes of a path written relative to its parent's (``[3, "name"]``)."""
+    return len(name) + 8 if isinstance(name, str) else 10
+
+
+def _relative_length(source: Path, path: Path) -> int:
+    """About the bytes of ``source`` written relative to ``path`` (``oma.checkpoint.delta``)."""
+    keep = 0
+    for a, b in zip(source, path, strict=False):
+        if a != b or type(a) is not type(b):
+            break
+        keep += 1
+    return _length(source[keep:]) + (2 if keep else 0)
 
 
 def _length(path: Path) -> int:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from oma import jsonutil
-from oma.checkpoint import delta
+from oma.checkpoint import delta, delta_diff
 from oma.checkpoint.delta_diff import DeltaEncoder
 from oma.errors import CheckpointDecodeError, CheckpointFencedError, CheckpointLostError
 from oma.store.journal import JournalStore, new_version
@@ -64,6 +64,30 @@ async def load_journal(store: JournalStore, key: str) -> tuple[Any, StoredCheckp
             raise CheckpointDecodeError(key, f"journal record {number}: {exc}") from exc
     size = sum(len(record) for record in entry.records)
     return document, StoredCheckpoint("journal", entry.version, len(entry.records), size)
+
+
+def base_records(wire: dict[str, Any]) -> list[str]:
+    """The records of a new journal holding ``wire``: the snapshot, or, when an in-flight
+    task holds its conversation twice (``conversationMessages`` and the runner's ``messages``,
+    the same objects), the snapshot without the second copy and one delta that copies it
+    back. A compaction then writes each message once: its bases weigh what the conversation
+    does, not twice that."""
+    tasks = wire.get("inFlightTasks")
+    if not isinstance(tasks, list) or not any(_doubled(task) for task in tasks):
+        return [jsonutil.dumps(wire)]
+    thin = {**wire, "inFlightTasks": [_thinned(task) for task in tasks]}
+    ops = delta.relative(delta_diff.diff(thin, wire))
+    return [jsonutil.dumps(thin), jsonutil.dumps(ops)]
+
+
+def _doubled(task: Any) -> bool:
+    return (
+        isinstance(task, dict) and isinstance(task.get("messages"), list) and bool(task["messages"])
+    )
+
+
+def _thinned(task: Any) -> Any:
+    return {**task, "messages": []} if _doubled(task) else task
 
 
 @dataclass
@@ -114,7 +138,7 @@ class JournalWriter:
         if current is None:
             await self._replace_or_stop(wire, metadata, None, attempt)
             return
-        record = jsonutil.dumps(self._deltas.diff(current.document, wire))
+        record = jsonutil.dumps(delta.relative(self._deltas.diff(current.document, wire)))
         if current.tail_bytes + len(record) > max(current.base_bytes * COMPACT_RATIO, 1):
             await self._replace_or_stop(wire, metadata, current.version, attempt)
             return
@@ -186,16 +210,17 @@ class JournalWriter:
     ) -> _Written | None:
         version = new_version()
         metadata = self._with_progress(wire, metadata)
-        text = record if record is not None else jsonutil.dumps(wire)
+        texts = [record] if record is not None else base_records(wire)
         current = self.current
+        size = sum(len(text) for text in texts)
         if replace or current is None:
-            written = _Written(version, wire, len(text), 0)
+            written = _Written(version, wire, size, 0)
         else:
-            written = _Written(version, wire, current.base_bytes, current.tail_bytes + len(text))
+            written = _Written(version, wire, current.base_bytes, current.tail_bytes + size)
         try:
             ok = await self.store.journal_write(
                 self.key,
-                [text],
+                texts,
                 version=version,
                 expected=expected,
                 replace=replace,
