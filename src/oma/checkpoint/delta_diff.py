@@ -82,6 +82,9 @@ class _Differ:
         self._parts: dict[int, bool] = {}
         self._plans: dict[tuple[int, tuple[str | int, ...], int], tuple[int, str]] = {}
         self._sources: list[tuple[Path, list[Any]]] | None = None
+        self._skeletons: dict[tuple[int, tuple[str | int, ...]], tuple[int, Any, list[Any]]] = {}
+        self._inside: dict[bytes, tuple[int, Path]] | None = None  # parts of the value emitted
+        self._order: dict[tuple[str | int, ...], int] = {}
 
     # Walking both documents.
 
@@ -178,49 +181,74 @@ class _Differ:
         """Set ``path`` to ``value``, copying what of it the document already holds where
         that takes fewer bytes than writing it. ``path_bytes``: what the operation's path
         costs (a path that shares its start with the one before is written short)."""
+        if self._inside is not None:
+            self._emit(value, path, path_bytes)
+            return
+        # Parts of ``value`` may repeat an earlier part of it (a tool's output, its result's
+        # content): the operations run in the value's order, so a later part can copy an
+        # earlier one once that is written.
+        self._inside, self._order = {}, {}
+        self._index(value, path, _DEPTH)
+        try:
+            self._emit(value, path, path_bytes)
+        finally:
+            self._inside, self._order = None, {}
+
+    def _emit(self, value: Any, path: Path, path_bytes: int | None) -> None:
         if path_bytes is None:
             path_bytes = _length(path)
         choice = self._plan(value, path, path_bytes)[1]
         if choice == "ref":
-            reference = self._reference(value)
+            reference = self._reference(value, path)
             assert reference is not None
             self.ops.append([reference[0], path, reference[1]])
         elif choice == "split" and isinstance(value, list):
             self.ops.append(["s", path, []])
             self.extend(value, 0, path)
             return
-        elif choice == "template" and isinstance(value, dict):
-            # The object with null where a part is copied: its keys keep their order, and each
-            # copied part is then set in place.
-            copied = self._copied_keys(value, path)
-            self.ops.append(["s", path, {k: None if k in copied else v for k, v in value.items()}])
-            for key in copied:
-                self.emit(value[key], [*path, key], _child_bytes(key))
+        elif choice == "skeleton":
+            # The value with null where a part is copied (keys keep their order, items their
+            # place), then each copy set there, in the value's order.
+            _, shape, parts = self._skeleton(value, path, len(path), _DEPTH - 1)
+            self.ops.append(["s", path, shape])
+            for here, part in parts:
+                self._emit(part, here, _length(here[len(path) :]) + 2)
         else:
             self.ops.append(["s", path, value])
         self._remember(value, path)
+
+    def _index(self, value: Any, path: Path, depth: int) -> None:
+        """Number the parts of a value being written in the order its operations write them."""
+        self._order[tuple(path)] = len(self._order)
+        if depth <= 0 or not isinstance(value, dict | list):
+            return
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in items:
+            if isinstance(item, dict | list) or _long_text(item):
+                here = [*path, key]
+                encoded = self._encoding(item)
+                if encoded is not None and self._inside is not None:
+                    self._inside.setdefault(encoded, (len(self._order), here))
+                self._index(item, here, depth - 1)
 
     def _plan(
         self, value: Any, path: Path, path_bytes: int, depth: int = _DEPTH
     ) -> tuple[int, str]:
         """The cheapest way to write ``value`` at ``path`` (estimated bytes): whole, as a
-        reference, split into items (lists) or as a template with copied parts (objects)."""
+        reference, as a skeleton with copied parts, or split into items (lists)."""
         key = (id(value), tuple(path), path_bytes)
         planned = self._plans.get(key)
         if planned is not None:
             return planned
         whole = self._size(value) + path_bytes + 8
         best = (whole, "whole")
-        reference = self._reference(value)
+        reference = self._reference(value, path)
         if reference is not None:
             best = min(best, (path_bytes + _relative_length(reference[1], path) + 8, "ref"))
-        if depth > 0 and isinstance(value, dict | list) and self._has_parts(value):
-            if isinstance(value, dict):
-                template = path_bytes + 10
-                for name, item in value.items():
-                    template += self._part(name, item, path, depth - 1)[0]
-                best = min(best, (template, "template"))
-            else:
+        if depth > 0 and isinstance(value, dict | list) and self._has_parts(value, path):
+            skeleton = path_bytes + 8 + self._skeleton(value, path, len(path), depth - 1)[0]
+            best = min(best, (skeleton, "skeleton"))
+            if isinstance(value, list):
                 split = path_bytes + 10
                 run = self._copy_run(value, 0, None)
                 covered = run[3] if run is not None else 0
@@ -234,19 +262,41 @@ class _Differ:
         self._plans[key] = best
         return best
 
-    def _copied_keys(self, value: dict[str, Any], path: Path) -> list[str]:
-        """The keys of ``value`` that its template leaves null, to be set by their own ops."""
-        return [name for name, item in value.items() if self._part(name, item, path)[1]]
-
-    def _part(self, name: str, item: Any, path: Path, depth: int = _DEPTH - 1) -> tuple[int, bool]:
-        """What ``name: item`` costs in its object's template, and whether it is cheaper
-        left null there and set by its own operation (a copy, or a template of its own)."""
-        inline = len(name) + 4 + self._size(item)
-        child = self._plan(item, [*path, name], _child_bytes(name), depth)
-        placeholder = len(name) + 8 + child[0]
-        if child[1] != "whole" and placeholder < inline:
-            return placeholder, True
-        return inline, False
+    def _skeleton(
+        self, value: dict[str, Any] | list[Any], path: Path, root: int, depth: int
+    ) -> tuple[int, Any, list[tuple[Path, Any]]]:
+        """``value`` with null where a part is cheaper written by an operation of its own (a
+        copy; at any depth down to ``depth``), what that and those operations cost, and those
+        parts with their paths, in the value's order. ``root``: the length of the path of the
+        operation that writes the skeleton."""
+        key = (id(value), tuple(path))
+        known = self._skeletons.get(key)
+        if known is not None:
+            return known
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        cost, copies = 2, []
+        shape: dict[str, Any] | list[Any] = {} if isinstance(value, dict) else []
+        for name, item in items:
+            here = [*path, name]
+            cost += len(name) + 4 if isinstance(name, str) else 1
+            best: tuple[int, Any, list[tuple[Path, Any]]] = (self._size(item), item, [])
+            if isinstance(item, dict | list) or _long_text(item):
+                # Null here, and the part written by an operation of its own: a copy, or a list
+                # holding a run of copied items.
+                own = self._plan(item, here, _length(here[root:]) + 2, depth)
+                if own[1] != "whole":
+                    best = min(best, (4 + own[0], None, [(here, item)]), key=_cost)
+                if depth > 0 and isinstance(item, dict | list) and self._has_parts(item, here):
+                    best = min(best, self._skeleton(item, here, root, depth - 1), key=_cost)
+            cost += best[0]
+            copies.extend(best[2])
+            if isinstance(shape, dict):
+                shape[str(name)] = best[1]
+            else:
+                shape.append(best[1])
+        known = (cost, shape, copies)
+        self._skeletons[key] = known
+        return known
 
     def _size(self, value: Any) -> int:
         encoded = self._encoding(value, minimum=0)
@@ -254,9 +304,10 @@ class _Differ:
 
     # What can be copied.
 
-    def _reference(self, value: Any) -> tuple[str, Path] | None:
-        """``("v", path)`` for a value this delta wrote, ``("w", path)`` for one the previous
-        delta wrote and that is still there in the old document."""
+    def _reference(self, value: Any, path: Path | None = None) -> tuple[str, Path] | None:
+        """``("v", path)`` for a value this delta wrote (or an earlier part of the value being
+        written at ``path``), ``("w", path)`` for one the previous delta wrote and that is
+        still there in the old document."""
         encoded = self._encoding(value)
         if encoded is None:
             return None
@@ -266,18 +317,26 @@ class _Differ:
         before = self.previous.get(encoded)
         if before is not None and _at(self.old_root, before[0]) is before[1]:
             return "w", before[0]
+        if path is not None and self._inside:
+            earlier = self._inside.get(encoded)
+            order = self._order.get(tuple(path))
+            # Never a later part, nor a copy of its own ancestor.
+            before_it = earlier is not None and order is not None and earlier[0] < order
+            if before_it and earlier is not None and earlier[1] != path[: len(earlier[1])]:
+                return "v", earlier[1]
         return None
 
-    def _has_parts(self, value: Any, depth: int = _DEPTH) -> bool:
+    def _has_parts(self, value: Any, path: Path, depth: int = _DEPTH) -> bool:
         """Whether some part of ``value`` (not itself) can be copied."""
         if not isinstance(value, dict | list) or depth <= 0:
             return False
         known = self._parts.get(id(value))
         if known is None:
-            items = value.values() if isinstance(value, dict) else value
+            items = value.items() if isinstance(value, dict) else enumerate(value)
             known = any(
-                self._reference(item) is not None or self._has_parts(item, depth - 1)
-                for item in items
+                self._reference(item, [*path, key]) is not None
+                or self._has_parts(item, [*path, key], depth - 1)
+                for key, item in items
                 if isinstance(item, dict | list) or _long_text(item)
             ) or (isinstance(value, list) and self._copy_run(value, 0, None) is not None)
             self._parts[id(value)] = known
@@ -363,14 +422,13 @@ class _Differ:
         yield from self._sources
 
 
+def _cost(option: tuple[int, Any, Any]) -> int:
+    return option[0]
+
+
 def _long_text(value: Any) -> bool:
     """A string long enough that copying it beats writing it (a tool's output, again)."""
     return isinstance(value, str) and len(value) >= _MIN_VALUE
-
-
-def _child_bytes(name: str | int) -> int:
-    """About the bytes of a path written relative to its parent's (``[3, "name"]``)."""
-    return len(name) + 8 if isinstance(name, str) else 10
 
 
 def _relative_length(source: Path, path: Path) -> int:

@@ -24,10 +24,11 @@ from oma.checkpoint.delta_diff import DeltaEncoder
 from oma.errors import CheckpointDecodeError, CheckpointFencedError, CheckpointLostError
 from oma.store.journal import JournalStore, new_version
 
-# A new base once the deltas since the last one hold more than 4 times its bytes: the bases then
-# add up to at most 4/3 of the largest snapshot, whatever the number of boundaries, and a reader
-# reads at most 5 times the snapshot (measured in docs/performance.md: 2 gave 5.3x the final
-# snapshot over a 300-turn run, 1 gave 7.2x, 4 gives 4.2x).
+# A new base once the deltas since the last one hold more than 4 times its bytes: a reader reads
+# at most 5 times the base's bytes, and the bases grow geometrically, so they add up to a bounded
+# multiple of the final snapshot (0.6x to 1.5x over 100 to 1,000 turns, by where the last
+# compaction falls: docs/performance.md; ratio 2 gave 5.3x written over a 300-turn run in all,
+# 1 gave 7.2x).
 COMPACT_RATIO = 4.0
 VANISHED = "this attempt saved it earlier and nobody wrote a newer one"
 
