@@ -19,6 +19,8 @@ from oma_operator import events, runtime
 from oma_operator.approvals import sync_approvals
 from oma_operator.client import KubeError
 from oma_operator.decisions import attempt_record, decide
+from oma_operator.held_runs import hold_now, hold_without_pod
+from oma_operator.holds import hold_of
 from oma_operator.later import LATER, Key
 from oma_operator.metrics import METRICS, Resume
 from oma_operator.models import TeamRunSpec
@@ -57,6 +59,10 @@ async def ensure_pod(
     meta = teamrun["metadata"]
     if meta.get("deletionTimestamp"):
         return  # the TeamRun is going away: its pods are being garbage-collected
+    hold = hold_now(teamrun)
+    if hold is not None:  # suspended or cancelled since this start was decided
+        await hold_without_pod(teamrun, hold)
+        return
     manifest = runner_pod(
         teamrun,
         spec,
@@ -193,7 +199,7 @@ async def record_outcome(
                 await recorded()
                 return  # recorded before (another watcher, or before an operator restart)
             spec = spec_of(teamrun)
-            decision = decide(outcome, status, spec.retry_policy, attempt)
+            decision = decide(outcome, status, spec.retry_policy, attempt, hold_of(spec))
             generation = int(teamrun["metadata"].get("generation", 1))
             record = attempt_record(attempt, outcome, pod, now_iso())
             next_attempt = attempt + 1 if decision.action == "next_attempt" else None

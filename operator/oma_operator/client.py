@@ -361,6 +361,17 @@ class Kube:
             "PATCH", path, json=body, headers={"Content-Type": "application/merge-patch+json"}
         )
 
+    async def patch_teamrun_spec(
+        self, namespace: str, name: str, spec: dict[str, Any], resource_version: str
+    ) -> dict[str, Any]:
+        """Merge-patch fields of the TeamRun's spec, only if nobody wrote since
+        ``resource_version`` (409 otherwise)."""
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/teamruns/{name}"
+        body = {"spec": spec, "metadata": {"resourceVersion": resource_version}}
+        return await self._call(
+            "PATCH", path, json=body, headers={"Content-Type": "application/merge-patch+json"}
+        )
+
     async def delete_teamrun(
         self, namespace: str, name: str, uid: str, resource_version: str | None = None
     ) -> bool:

@@ -26,7 +26,6 @@ PROVIDERS: tuple[str, ...] = get_args(ModelSpec.model_fields["provider"].annotat
 NAMESPACE_VARIABLE = "OMA_MAX_RUNNING_PER_NAMESPACE"
 PROVIDER_VARIABLE = "OMA_MAX_RUNNING_PER_PROVIDER"
 HOLDING_PHASES = frozenset({"Running"})
-FINAL_PHASES = frozenset({"Succeeded", "Failed", "Rejected"})
 
 
 class LimitsError(ValueError):

@@ -120,6 +120,12 @@ def teamrun_crd() -> dict[str, Any]:
             "(create a new TeamRun for a new run)",
         },
         {
+            # A cancelled run ended for good; clearing the field would suggest it could go on.
+            "rule": "!has(oldSelf.cancel) || !oldSelf.cancel || (has(self.cancel) && self.cancel)",
+            "message": "cancel cannot be set back to false once true: a cancelled run is over "
+            "(create a new TeamRun to run the work again)",
+        },
+        {
             # Gates and reviewers decide who may let a side effect happen: changing them on a
             # suspended run would let its author drop a gate or name another reviewer.
             "rule": _unchanged("approvals"),
@@ -285,7 +291,9 @@ def _status_schema() -> dict[str, Any]:
         "required": ["type", "status"],
         "properties": {
             "type": field(
-                "string", "Progressing, Succeeded, Failed, AwaitingApproval, Queued or PodCreated."
+                "string",
+                "Progressing, Succeeded, Failed, AwaitingApproval, Queued, Suspended, Cancelled "
+                "or PodCreated.",
             ),
             "status": field("string", "True, False or Unknown."),
             "reason": field("string", "Why, in one CamelCase word."),
@@ -302,7 +310,8 @@ def _status_schema() -> dict[str, Any]:
             "phase": field(
                 "string",
                 "Queued (waiting for a slot under the operator's concurrency limits), Running, "
-                "AwaitingApproval, Succeeded, Failed or Rejected.",
+                "AwaitingApproval, Suspended (spec.suspend), Succeeded, Failed, Rejected or "
+                "Cancelled (spec.cancel).",
             ),
             "queuedAt": field(
                 "string", "Since when a Queued run waits for a slot (first in, first out)."

@@ -8,8 +8,13 @@ from typing import Any, Literal
 from oma_operator.models import RetryPolicy
 from oma_operator.outcomes import Outcome
 
-Action = Literal["next_attempt", "succeeded", "failed", "awaiting_approval", "fenced"]
+Action = Literal[
+    "next_attempt", "succeeded", "failed", "awaiting_approval", "fenced", "suspended", "cancelled"
+]
+Hold = Literal["cancel", "suspend"]  # spec.cancel, spec.suspend (oma_operator.holds)
 MAX_ATTEMPT_HISTORY = 50
+CANCELLED = "cancelled on request (spec.cancel); the checkpoint is kept"
+SUSPENDED = "suspended on request (spec.suspend): set it to false to resume from the checkpoint"
 
 
 @dataclass(frozen=True)
@@ -22,10 +27,31 @@ class Decision:
 
 
 def decide(
-    outcome: Outcome, counters: dict[str, Any], policy: RetryPolicy, attempt: int = 0
+    outcome: Outcome,
+    counters: dict[str, Any],
+    policy: RetryPolicy,
+    attempt: int = 0,
+    hold: Hold | None = None,
 ) -> Decision:
     """``counters`` is the TeamRun's status (its budgets' counts, its current ``attempt``);
-    ``attempt`` the one that ended."""
+    ``attempt`` the one that ended; ``hold`` what the spec asks for now. A held run gets no
+    next attempt: ``cancel`` ends it (unless it succeeded or failed for good first),
+    ``suspend`` leaves it ``Suspended``. The pod the operator stopped for the hold counts
+    against no budget."""
+    decision = _decide(outcome, counters, policy, attempt)
+    if hold is None or decision.action not in ("next_attempt", "awaiting_approval"):
+        return decision
+    before = {key: int(counters.get(key, 0)) for key in decision.counters}
+    if hold == "cancel":
+        return Decision("cancelled", before, "Cancelled", CANCELLED)
+    if decision.action == "next_attempt":
+        return Decision("suspended", before, "Suspended", SUSPENDED)
+    return decision  # waiting for a person already: the gate decides when it goes on
+
+
+def _decide(
+    outcome: Outcome, counters: dict[str, Any], policy: RetryPolicy, attempt: int
+) -> Decision:
     counts = {
         "disruptions": counters.get("disruptions", 0),
         "failures": counters.get("failures", 0),

@@ -21,10 +21,13 @@ from oma_operator.attempts import (
 )
 from oma_operator.concurrency import Slot, slot_of
 from oma_operator.deadlines import TIMERS
+from oma_operator.held_runs import apply_hold, may_ask
+from oma_operator.holds import action_for, hold_of
 from oma_operator.later import LATER
 from oma_operator.metrics import METRICS, pod_ended_at
 from oma_operator.models import GROUP, VERSION
 from oma_operator.outcomes import classify
+from oma_operator.phases import FINAL_PHASES, WAITING_PHASES
 from oma_operator.pods import FINALIZER, LABEL_TEAMRUN, attempt_of
 from oma_operator.progress import changed
 from oma_operator.queued_runs import queue_run, start_attempt, start_queued
@@ -40,7 +43,6 @@ from oma_operator.ticker import TICKER
 from oma_operator.untracked import pod_gone, untracked_pod
 from oma_operator.watched import WATCHED
 
-FINAL_PHASES = {"Succeeded", "Failed", "Rejected"}
 WATCH_WORKERS = 500  # objects handled at once, per watched resource
 # Pods whose outcome this process recorded or found recorded, and let go of (bounded): their
 # late events cost no API reads. A restarted operator reads each pod's TeamRun once, which is
@@ -99,12 +101,19 @@ async def teamrun_present(body: dict[str, Any]) -> float:
     recorded concurrently can never be overwritten by a stale view of the TeamRun.
     """
     status = dict(body.get("status") or {})
-    if status.get("phase") in FINAL_PHASES or status.get("phase") == "AwaitingApproval":
+    if status.get("phase") in FINAL_PHASES:
         return 0.0
     try:
         spec = spec_of(body)
     except TeamRunSpecError as exc:
         await _refuse(body, "InvalidSpec", str(exc), exc.problems)
+        return 0.0
+    if action_for(status.get("phase"), hold_of(spec)) is not None:
+        written = await apply_hold(body)  # suspended, cancelled, or let go: then queued
+        if written is not None:
+            await _start_or_queue(written)
+        return 0.0
+    if status.get("phase") in WAITING_PHASES:
         return 0.0
     unknown_creator = missing_creator(spec.approvals, body)
     if unknown_creator is not None:
@@ -163,6 +172,23 @@ async def _retry_again(key: tuple[str, str], uid: str | None, requested: str) ->
     ours = fresh is not None and fresh["metadata"].get("uid") == uid
     if fresh is not None and ours and retry_requested(fresh) == requested:
         await _retry(fresh, requested)
+
+
+async def _hold(teamrun: dict[str, Any]) -> None:
+    """``spec.suspend`` or ``spec.cancel`` set (or ``suspend`` cleared): act on it, and take a
+    run let go up as a queued one. A failed write is tried again later."""
+    meta = teamrun["metadata"]
+    key, uid = (meta["namespace"], meta["name"]), meta.get("uid")
+    try:
+        written = await apply_hold(teamrun)
+    except Exception as exc:
+        delay = LATER.failed(key)
+        LATER.after(delay, key, lambda: _present_again(key, uid), "suspending or cancelling", uid)
+        await trouble.report(teamrun, "suspending or cancelling the run", exc)
+        return
+    LATER.succeeded(key)
+    if written is not None:
+        await _make_present(written)
 
 
 async def _present_again(key: tuple[str, str], uid: str | None) -> None:
@@ -301,6 +327,8 @@ async def teamrun_event(body: kopf.Body, event: kopf.RawEvent, **_: Any) -> None
     requested = retry_requested(dict(body)) if kind != "DELETED" else None
     if requested is not None:
         await _retry(dict(body), requested)
+    elif kind == "MODIFIED" and may_ask(dict(body)):
+        await _hold(dict(body))
     elif kind == "ADDED" or (kind is None and uid not in _taken_up):
         # Created, or listed when this operator's watch starts: the run needs its current
         # attempt. Not kopf's create and resume handlers, which cost a patch per TeamRun (a

@@ -22,7 +22,17 @@ from oma.timeutil import parse_iso
 from oma_operator.outcomes import TERMINAL
 
 log = logging.getLogger(__name__)
-PHASES = ("Pending", "Queued", "Running", "AwaitingApproval", "Succeeded", "Failed", "Rejected")
+PHASES = (
+    "Pending",
+    "Queued",
+    "Running",
+    "AwaitingApproval",
+    "Suspended",
+    "Succeeded",
+    "Failed",
+    "Rejected",
+    "Cancelled",
+)
 # What may precede a new attempt: an automatic retry, or a suspension resumed after approvals.
 RESUMED_AFTER = ("disruption", "oom", "crash", "suspended")
 DECISIONS = ("approved", "rejected")

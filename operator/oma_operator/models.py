@@ -393,8 +393,19 @@ class TeamRunSpec(SpecModel):
         ge=0,
         le=31_536_000,
         description="Delete the TeamRun this many seconds after it finished (Succeeded, "
-        "Failed or Rejected); 0: at once. Default: the operator's (the chart's "
+        "Failed, Rejected or Cancelled); 0: at once. Default: the operator's (the chart's "
         "retention.ttlSecondsAfterFinished), else never. Its store records stay.",
+    )
+    suspend: bool = Field(
+        default=False,
+        description="Pause the run: its runner drains at the next durable boundary and no "
+        "pod runs while true (phase Suspended). Set it back to false to resume from the "
+        "checkpoint as the next attempt. A TeamRun created suspended starts when cleared.",
+    )
+    cancel: bool = Field(
+        default=False,
+        description="Stop the run for good: its runner drains at the next durable boundary "
+        "and the run ends Cancelled (its checkpoint is kept). Cannot be set back to false.",
     )
 
     @model_validator(mode="after")

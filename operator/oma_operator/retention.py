@@ -23,13 +23,13 @@ from typing import Any
 from oma.checkpoint.stored import remove_run
 from oma.timeutil import parse_iso
 from oma_operator import runtime
+from oma_operator.phases import FINAL_PHASES
 from oma_operator.pods import run_id_of
 from oma_operator.specs import TeamRunSpecError, spec_of
 from oma_operator.stores import STORES
 from oma_operator.watched import WATCHED
 
 log = logging.getLogger(__name__)
-FINAL_PHASES = frozenset({"Succeeded", "Failed", "Rejected"})
 RETRY_SECONDS = 30.0  # after an API error while deleting
 
 
@@ -47,7 +47,8 @@ def finished_at(teamrun: dict[str, Any]) -> datetime | None:
     if status.get("phase") not in FINAL_PHASES:
         return None
     for condition in status.get("conditions") or []:
-        if condition.get("type") in ("Succeeded", "Failed") and condition.get("status") == "True":
+        final = condition.get("type") in ("Succeeded", "Failed", "Cancelled")
+        if final and condition.get("status") == "True":
             found = parse_iso(str(condition.get("lastTransitionTime") or ""))
             if found is not None:
                 return found

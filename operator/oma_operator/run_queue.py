@@ -18,7 +18,6 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from oma_operator.concurrency import (
-    FINAL_PHASES,
     Limits,
     LimitsError,
     Slot,
@@ -26,6 +25,7 @@ from oma_operator.concurrency import (
     slot_of,
     verdict,
 )
+from oma_operator.phases import FINAL_PHASES
 
 log = logging.getLogger(__name__)
 INDEX_KEY = "teamruns"  # the one key of the index: every TeamRun's slot is under it

@@ -15,6 +15,8 @@ PHASE_BY_ACTION = {
     "awaiting_approval": "AwaitingApproval",
     "fenced": "Running",
     "next_attempt": "Running",
+    "suspended": "Suspended",
+    "cancelled": "Cancelled",
 }
 
 
@@ -107,11 +109,12 @@ def after_attempt(
     from its whole message (the attempt record keeps only its first 1024 characters)."""
     history = [*(status.get("attempts") or []), record][-MAX_ATTEMPT_HISTORY:]
     phase = "Rejected" if decision.reason == "Rejected" else PHASE_BY_ACTION[decision.action]
-    final = decision.action in ("succeeded", "failed")
+    final = decision.action in ("succeeded", "failed", "cancelled")
+    waits = decision.action in ("awaiting_approval", "suspended")
     updates = [
         condition(
             "Progressing",
-            not final and decision.action != "awaiting_approval",
+            not final and not waits,
             decision.reason,
             decision.message,
             generation,
@@ -132,6 +135,9 @@ def after_attempt(
                 "Failed", decision.action == "failed", decision.reason, decision.message, generation
             )
         )
+    if decision.action in ("suspended", "cancelled"):
+        kind = "Suspended" if decision.action == "suspended" else "Cancelled"
+        updates.append(condition(kind, True, "Requested", decision.message, generation))
     if decision.action == "awaiting_approval":
         updates.append(
             condition("AwaitingApproval", True, decision.reason, decision.message, generation)

@@ -5,11 +5,16 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import shutil
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
+
+import pytest
 
 from devcluster.kube import JSON, ApiError, KubeClient
 
@@ -234,3 +239,26 @@ def exec_kubeconfig(source: Path, folder: Path) -> tuple[str, Path]:
         )
     )
     return f"{users}{os.pathsep}{contexts}", ran
+
+
+def oma_command() -> str:
+    beside = Path(sys.executable).with_name("oma")
+    found = str(beside) if beside.exists() else shutil.which("oma")
+    if found is None:
+        message = "the oma console script is not installed (pip install -e .)"
+        if os.environ.get("OMA_REQUIRE_CLUSTER") == "1":  # CI installs it: missing is a failure
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
+
+
+def _run(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    return subprocess.run(
+        [oma_command(), *args], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
+
+
+async def oma(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The ``oma`` command line as a subprocess, as ``kubeconfig``'s user."""
+    return await asyncio.to_thread(_run, kubeconfig, *args)

@@ -35,8 +35,7 @@ from tests.cluster.approval_kit import (
 )
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import Endpoint, SideEffects, teamrun_store
-from tests.cluster.helpers import event_counts, run_tool, runner_pods, wait_for
-from tests.cluster.test_cli_decisions import oma
+from tests.cluster.helpers import event_counts, oma, run_tool, runner_pods, wait_for
 from tests.cluster.test_operator_e2e import (
     TEAMRUNS,
     crds_installed,

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -33,7 +32,7 @@ from tests.cluster.approval_kit import (
 )
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import SideEffects
-from tests.cluster.helpers import tool_package
+from tests.cluster.helpers import oma, oma_command, tool_package
 from tests.cluster.test_operator_e2e import (
     TEAMRUNS,
     crds_installed,
@@ -45,28 +44,6 @@ from tests.cluster.test_operator_e2e import (
 
 __all__ = ["admission_policies", "crds_installed", "operator", "redis_secret"]
 pytestmark = pytest.mark.cluster
-
-
-def _oma() -> str:
-    beside = Path(sys.executable).with_name("oma")
-    found = str(beside) if beside.exists() else shutil.which("oma")
-    if found is None:
-        message = "the oma console script is not installed (pip install -e .)"
-        if os.environ.get("OMA_REQUIRE_CLUSTER") == "1":  # CI installs it: missing is a failure
-            pytest.fail(message)
-        pytest.skip(message)
-    return found
-
-
-def _run(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
-    return subprocess.run(
-        [_oma(), *args], capture_output=True, text=True, env=env, timeout=60, check=False
-    )
-
-
-async def oma(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return await asyncio.to_thread(_run, kubeconfig, *args)
 
 
 async def _decision(
@@ -174,7 +151,7 @@ def _at_a_terminal(kubeconfig: Path, answer: str, *args: str) -> subprocess.Comp
     try:
         os.write(controller, answer.encode() + b"\n")
         return subprocess.run(
-            [_oma(), *args],
+            [oma_command(), *args],
             stdin=terminal,
             capture_output=True,
             text=True,
@@ -554,12 +531,12 @@ async def test_approve_with_an_exec_plugin_two_kubeconfig_files_and_a_chosen_con
     )
     env = {**os.environ, "KUBECONFIG": f"{first}{os.pathsep}{second}"}
     wrong = await asyncio.to_thread(
-        subprocess.run, [_oma(), "approve", name, "--yes"], capture_output=True, text=True,
+        subprocess.run, [oma_command(), "approve", name, "--yes"], capture_output=True, text=True,
         env=env, timeout=60, check=False,
     )  # fmt: skip
     assert wrong.returncode != 0 and not ran.exists()  # the current context: no plugin, refused
     done = await asyncio.to_thread(
-        subprocess.run, [_oma(), "approve", name, "--context", "exec", "--yes"],
+        subprocess.run, [oma_command(), "approve", name, "--context", "exec", "--yes"],
         capture_output=True, text=True, env=env, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr

@@ -31,9 +31,9 @@ from tests.cluster.helpers import (
     delete_namespace,
     event_counts,
     get_or_none,
+    oma,
 )
 from tests.cluster.operators import OperatorSettings, operating
-from tests.cluster.test_cli_decisions import oma
 from tests.cluster.test_operator_e2e import (
     TEAMRUNS,
     crds_installed,

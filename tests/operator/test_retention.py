@@ -40,6 +40,10 @@ def test_the_run_s_own_time_to_live_wins_over_the_default() -> None:
 
 def test_the_clock_starts_when_the_run_reached_its_final_phase() -> None:
     assert finished_at(_run("Succeeded")) == ENDED_AT
+    cancelled = _run("Cancelled")
+    cancelled["status"]["conditions"][1]["type"] = "Cancelled"  # spec.cancel: its own condition
+    assert finished_at(cancelled) == ENDED_AT
+    assert finished_at(_run("Suspended")) is None  # waiting, not finished
     assert finished_at(_run("Running")) is None
     assert finished_at(_run(None)) is None
     bare = _run("Failed")

@@ -1,0 +1,125 @@
+"""``spec.suspend`` and ``spec.cancel`` (pure): what each asks for in each phase, how an
+attempt's end is decided under a hold, and the statuses written."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from oma.pod_contract import Exit
+from oma_operator.decisions import attempt_record, decide
+from oma_operator.holds import action_for, held, hold_of, resumed
+from oma_operator.models import RetryPolicy, TeamRunSpec
+from oma_operator.outcomes import Outcome
+from oma_operator.phases import FINAL_PHASES
+from oma_operator.status import after_attempt
+
+POLICY = RetryPolicy(max_disruptions=3, max_failures=2, backoff_seconds=5)
+DRAINED = Outcome("disruption", "Drained", "", Exit.DRAINED)
+CRASHED = Outcome("crash", "Error", "boom", 1)
+SUCCEEDED = Outcome("succeeded", "Completed", "", 0)
+PERMANENT = Outcome("permanent", "PermanentFailure", "bad spec", Exit.PERMANENT)
+WAITING = Outcome("suspended", "AwaitingApproval", "gate", Exit.SUSPENDED)
+
+
+@pytest.mark.parametrize(
+    ("phase", "hold", "action"),
+    [
+        ("Running", "suspend", "suspend"),
+        ("Queued", "suspend", "suspend"),
+        (None, "suspend", "suspend"),  # created suspended: held before any pod
+        ("Suspended", "suspend", None),
+        ("AwaitingApproval", "suspend", None),  # no pod to stop; held when it would start
+        ("Running", "cancel", "cancel"),
+        ("Suspended", "cancel", "cancel"),
+        ("AwaitingApproval", "cancel", "cancel"),
+        ("Suspended", None, "resume"),
+        ("Running", None, None),
+        *[(phase, hold, None) for phase in sorted(FINAL_PHASES) for hold in ("cancel", None)],
+    ],
+)
+def test_what_a_hold_asks_for_in_each_phase(phase: str | None, hold: Any, action: Any) -> None:
+    assert action_for(phase, hold) == action
+
+
+def test_cancel_wins_over_suspend() -> None:
+    base: dict[str, Any] = {
+        "team": {"agents": [{"name": "a", "model": {"provider": "scripted", "script": []}}]},
+        "tasks": [{"title": "t", "description": "d"}],
+        "store": {"redis": {"urlSecretRef": {"name": "s", "key": "url"}}},
+    }
+    assert hold_of(TeamRunSpec.model_validate(base)) is None
+    assert hold_of(TeamRunSpec.model_validate({**base, "suspend": True})) == "suspend"
+    assert (
+        hold_of(TeamRunSpec.model_validate({**base, "suspend": True, "cancel": True})) == "cancel"
+    )
+
+
+@pytest.mark.parametrize("outcome", [DRAINED, CRASHED])
+def test_a_drained_or_crashed_attempt_under_suspend_is_suspended_and_counts_nothing(
+    outcome: Outcome,
+) -> None:
+    counters = {"attempt": 2, "disruptions": 1, "failures": 1}
+    decision = decide(outcome, counters, POLICY, 2, "suspend")
+    assert decision.action == "suspended" and decision.reason == "Suspended"
+    assert decision.counters == {"disruptions": 1, "failures": 1, "oomKills": 0}
+    assert decision.delay_seconds == 0
+    assert decide(outcome, counters, POLICY, 2).action == "next_attempt"  # without the hold
+
+
+@pytest.mark.parametrize("outcome", [DRAINED, CRASHED, WAITING])
+def test_an_attempt_ending_under_cancel_ends_the_run_cancelled(outcome: Outcome) -> None:
+    decision = decide(outcome, {"attempt": 1}, POLICY, 1, "cancel")
+    assert (decision.action, decision.reason) == ("cancelled", "Cancelled")
+    assert "checkpoint is kept" in decision.message
+
+
+@pytest.mark.parametrize("hold", ["cancel", "suspend"])
+def test_an_end_that_came_first_stands(hold: Any) -> None:
+    assert decide(SUCCEEDED, {"attempt": 1}, POLICY, 1, hold).action == "succeeded"
+    assert decide(PERMANENT, {"attempt": 1}, POLICY, 1, hold).action == "failed"
+    spent = {"attempt": 3, "failures": 2}
+    exhausted = decide(CRASHED, spent, POLICY, 3, hold)
+    assert (exhausted.action, exhausted.reason) == ("failed", "FailuresExhausted")
+
+
+def test_an_approval_gate_reached_under_suspend_still_waits_for_its_reviewers() -> None:
+    assert decide(WAITING, {"attempt": 1}, POLICY, 1, "suspend").action == "awaiting_approval"
+
+
+@pytest.mark.parametrize(("hold", "phase"), [("suspend", "Suspended"), ("cancel", "Cancelled")])
+def test_the_status_after_a_held_attempt(hold: Any, phase: str) -> None:
+    status: dict[str, Any] = {"phase": "Running", "attempt": 1, "conditions": []}
+    decision = decide(DRAINED, status, POLICY, 1, hold)
+    record = attempt_record(1, DRAINED, "r-a1", "2026-12-04T00:00:00.000Z")
+    update = after_attempt(status, decision, record, 3, None)
+    assert update["phase"] == phase
+    assert update["nextAttemptAfter"] is None and "attempt" not in update  # no next attempt
+    conditions = {c["type"]: c for c in update["conditions"]}
+    assert conditions[phase]["status"] == "True"
+    assert conditions["Progressing"]["status"] == "False"
+    final = hold == "cancel"
+    assert ("Failed" in conditions) is final and ("Succeeded" in conditions) is final
+    if final:
+        assert conditions["Failed"]["status"] == conditions["Succeeded"]["status"] == "False"
+
+
+def test_a_run_held_without_a_pod_leaves_the_queue() -> None:
+    status: dict[str, Any] = {"phase": "Queued", "queuedAt": "t", "conditions": []}
+    update = held(status, "suspend", 2)
+    assert update["phase"] == "Suspended" and update["queuedAt"] is None
+    conditions = {c["type"]: c["status"] for c in update["conditions"]}
+    assert conditions == {"Progressing": "False", "Suspended": "True", "Queued": "False"}
+    cancelled = held({"phase": "AwaitingApproval"}, "cancel", 2)
+    assert cancelled["phase"] == "Cancelled" and "Queued" not in {
+        c["type"] for c in cancelled["conditions"]
+    }
+
+
+def test_a_resumed_run_waits_for_a_slot_as_queued() -> None:
+    update = resumed({"phase": "Suspended", "conditions": []}, 4)
+    assert update["phase"] == "Queued" and update["queuedAt"]
+    conditions = {c["type"]: (c["status"], c["reason"]) for c in update["conditions"]}
+    assert conditions["Suspended"] == ("False", "Resumed")
+    assert conditions["Progressing"] == ("True", "Resumed")
