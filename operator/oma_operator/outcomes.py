@@ -25,13 +25,6 @@ Kind = Literal[
 TERMINAL: frozenset[Kind] = frozenset(
     {"succeeded", "suspended", "fenced", "permanent", "disruption", "oom", "crash"}
 )
-DISRUPTION_REASONS = {
-    "EvictionByEvictionAPI",
-    "PreemptionByScheduler",
-    "DeletionByTaintManager",
-    "TerminationByKubelet",
-    "DeletionByPodGC",
-}
 EXIT_KINDS: dict[int, Kind] = {
     Exit.OK: "succeeded",
     Exit.SUSPENDED: "suspended",

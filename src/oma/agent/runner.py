@@ -55,8 +55,6 @@ class ModelCall:
 class RunnerOutcome:
     state: RunnerState
     output: str
-    executed_tool_calls: list[str]
-    replayed_tool_calls: list[str]
     pending_requests: list[ApprovalRequest]
 
     @property
@@ -89,8 +87,6 @@ class AgentRunner:
         self._on_tool = on_tool  # (tool call id, tool name, executed?) once per call
         self._stop_requested = stop_requested  # checked at every durable boundary
         self._on_model = on_model  # once per model call, failed ones too
-        self._executed: list[str] = []
-        self._replayed: list[str] = []
         self._specs: list[ToolSpec] | None = None
 
     def _tool_specs(self) -> list[ToolSpec]:
@@ -126,8 +122,6 @@ class AgentRunner:
         return RunnerOutcome(
             state=state,
             output=state.final_output or "",
-            executed_tool_calls=self._executed,
-            replayed_tool_calls=self._replayed,
             pending_requests=waiting,
         )
 
@@ -208,7 +202,6 @@ class AgentRunner:
     async def _run_one(self, state: RunnerState, pending: PendingCall) -> None:
         call = pending.call
         if pending.commit is not None:
-            self._replayed.append(call.id)
             if self._on_tool is not None:
                 self._on_tool(call.id, call.name, False)
             return
@@ -244,7 +237,6 @@ class AgentRunner:
         self, state: RunnerState, pending: PendingCall, result: ToolResult, started: float
     ) -> None:
         call, request = pending.call, pending.approval_request
-        self._executed.append(call.id)
         if self._on_tool is not None:
             self._on_tool(call.id, call.name, True)
         pending.approval_request = pending.approval_decision = None

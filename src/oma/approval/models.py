@@ -2,7 +2,7 @@
 
 A request binds its content: ``requestHash`` is recomputed from scope, boundary and content and
 ``id`` from run id, scope, boundary and hash, so tampering with any of them is detected. Content
-is kept as the exact JSON object that was hashed; ``typed_content`` gives a typed view of it.
+is kept as the exact JSON object that was hashed, checked against the typed models of its kind.
 """
 
 from __future__ import annotations
@@ -158,10 +158,6 @@ class ApprovalRequest(JsonDataModel):
         if derive_request_id(self.run_id, self.scope, self.boundary, self.request_hash) != self.id:
             raise ValueError("request id does not match its run id, scope, boundary and hash")
         return self
-
-    @property
-    def typed_content(self) -> TypedContent:
-        return _CONTENT.validate_python(self.content)
 
 
 class Reviewer(WireModel):

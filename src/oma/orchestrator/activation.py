@@ -21,7 +21,6 @@ class CheckpointConfigError(OmaError):
 class Activation:
     active: ActiveCheckpoint
     checkpoint: Checkpoint
-    reuses_shared_store: bool
 
 
 def activate(options: CheckpointOptions, team: Team, fallback_store: MemoryStore) -> Activation:
@@ -49,7 +48,6 @@ def activate(options: CheckpointOptions, team: Team, fallback_store: MemoryStore
             journal=options.journal,
         ),
         checkpoint=checkpoint,
-        reuses_shared_store=reuses,
     )
 
 

@@ -66,7 +66,6 @@ class RunContext:
     ledger: DurableApprovalLedger | None = None
     stop: Stop | None = None
     approved_dispatch: dict[str, ApprovalRequest] = field(default_factory=dict)
-    plan_only: bool = False
     drain: asyncio.Event | None = None  # set (e.g. on SIGTERM): stop at the next boundary
     encoder: SnapshotEncoder = field(default_factory=SnapshotEncoder, repr=False, compare=False)
 

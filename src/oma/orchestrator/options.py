@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from oma.store.base import MemoryStore
 
@@ -39,15 +38,6 @@ class CheckpointOptions:
 
 
 CheckpointArg = bool | CheckpointOptions | None
-
-
-@dataclass
-class RunOptions:
-    run_id: str | None = None
-    metadata: dict[str, Any] | None = None
-    checkpoint: CheckpointArg = None
-    max_concurrency: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def normalize_checkpoint(value: CheckpointArg) -> CheckpointOptions | None:

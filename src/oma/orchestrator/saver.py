@@ -54,8 +54,6 @@ class ActiveCheckpoint:
         self.expected: str | None = None  # what this attempt believes is stored
         self._unknown: str | None = None  # a failed write that may have landed anyway
         self._lock = asyncio.Lock()
-        self.saves = 0
-        self.failures = 0
         self.attempt_logged = not attempt_log  # nothing to log when the log is off
 
     def assert_current(self) -> None:
@@ -113,7 +111,6 @@ class ActiveCheckpoint:
             if written is None:
                 return False
             self.expected = written
-            self.saves += 1
             await self._log_attempt(context, logged)
             return True
 
@@ -137,7 +134,6 @@ class ActiveCheckpoint:
             except CheckpointFencedError:
                 raise
             except Exception as exc:
-                self.failures += 1
                 if strict:
                     raise
                 context.emit(
@@ -146,7 +142,6 @@ class ActiveCheckpoint:
                     )
                 )
                 return False
-            self.saves += 1
             context.emit(OrchestratorEvent(type="checkpoint_saved", data={"seconds": seconds}))
             return True
 
