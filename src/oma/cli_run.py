@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from oma.errors import OmaError
-from oma.local_run import LocalRun, run_spec
+from oma.local_run import LocalRun, RunFinishedError, run_spec
 from oma.orchestrator.events import OrchestratorEvent
 from oma.pod_contract import Exit
 from oma.spec import RunSpec, StoreSpec, load_run_spec
@@ -109,12 +109,16 @@ def run_command(
                 on_start=announce,
                 expect_checkpoint=expect_checkpoint,
                 drain=drain,
+                refuse_finished=True,
             )
         finally:
             loop.remove_signal_handler(signal.SIGTERM)
 
     try:
         outcome = asyncio.run(run())
+    except RunFinishedError as exc:
+        console.print(f"[bold]oma run[/] {chosen_id}: {escape(exc.detail)}")
+        return 0
     finally:
         if events_file is not None:
             events_file.close()

@@ -17,7 +17,8 @@ from pathlib import Path
 from oma.assemble import build_coordinator, build_team, gates_for, open_store
 from oma.checkpoint.attempts import AttemptEnd, end_attempt, load_attempt_log
 from oma.checkpoint.manager import Checkpoint
-from oma.errors import CheckpointFencedError, CheckpointLostError
+from oma.checkpoint.snapshot import CheckpointSnapshot, CheckpointSnapshotV1, CheckpointSnapshotV4
+from oma.errors import CheckpointFencedError, CheckpointLostError, OmaError
 from oma.orchestrator.events import OrchestratorEvent, ProgressCallback
 from oma.orchestrator.identity import restored_identity
 from oma.orchestrator.options import CheckpointOptions
@@ -26,6 +27,38 @@ from oma.orchestrator.results import TeamRunResult
 from oma.pod_contract import EXIT_BY_STATUS, Exit
 from oma.spec import RunSpec
 from oma.tools.define import AnyTool
+
+
+class RunFinishedError(OmaError):
+    """``oma run`` of a run whose checkpoint says it is over: nothing is run again."""
+
+    code = "RUN_FINISHED"
+
+    def __init__(self, run_id: str, attempt: int, what: str) -> None:
+        self.run_id, self.attempt = run_id, attempt
+        self.detail = (
+            f"already complete (attempt {attempt} {what}); nothing to do. To run it again "
+            f"from the start, delete its checkpoint (oma checkpoint delete --run-id {run_id} "
+            "--store ...) or use another --run-id"
+        )
+        super().__init__(f"run {run_id}: {self.detail}")
+
+
+def finished(snapshot: CheckpointSnapshot) -> str | None:
+    """What a run whose checkpoint says it is over did (None: it has work left). A task list
+    or plan is over when no task waits, runs or is blocked and no approval is pending; a team
+    run (its coordinator may still plan or sum up) is never judged over from here."""
+    if snapshot.mode == "runTeam" or isinstance(snapshot, CheckpointSnapshotV1):
+        return None
+    queue = snapshot.queue
+    if not queue.tasks or queue.pending or queue.in_progress or queue.blocked:
+        return None
+    if isinstance(snapshot, CheckpointSnapshotV4) and (
+        snapshot.in_flight_tasks or snapshot.pending_approvals
+    ):
+        return None
+    done = f"completed {len(queue.completed)} of {len(queue.tasks)} tasks"
+    return done + (f", {len(queue.skipped)} skipped" if queue.skipped else "")
 
 
 @dataclass
@@ -50,12 +83,15 @@ async def run_spec(
     on_start: Callable[[bool], None] | None = None,
     drain: asyncio.Event | None = None,
     expect_checkpoint: bool = False,
+    refuse_finished: bool = False,
 ) -> LocalRun:
     """Resume the run's checkpoint, or start it fresh when it has none.
 
     A run known to have saved a checkpoint (``expect_checkpoint``: the caller knows, e.g. the
     operator from an earlier attempt; or the store's attempt log says so) never starts fresh
-    without it: that raises ``CheckpointLostError`` before anything runs."""
+    without it: that raises ``CheckpointLostError`` before anything runs. With
+    ``refuse_finished``, a run whose checkpoint says it is over raises ``RunFinishedError``
+    instead of being restored (a new attempt that would do nothing)."""
     store = open_store(spec.store, default_store_path)
     tally = _Tally(on_progress)
     try:
@@ -82,6 +118,8 @@ async def run_spec(
         resumed = found is not None
         if found is None:
             await _refuse_if_lost(saved, expect_checkpoint)
+        elif refuse_finished and (what := finished(found)) is not None:
+            raise RunFinishedError(run_id, restored_identity(found, run_id).attempt - 1, what)
         if on_start is not None:
             on_start(resumed)
         attempt = restored_identity(found, run_id).attempt if found is not None else 1

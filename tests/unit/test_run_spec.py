@@ -50,7 +50,9 @@ def test_the_example_spec_is_valid() -> None:
     assert spec.run_id == "demo" and len(spec.agents) == 2
 
 
-def test_oma_run_then_run_again_resumes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_oma_run_again_of_a_finished_run_says_so_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OMA_LEDGER_PATH", str(tmp_path / "ledger.jsonl"))
     spec = tmp_path / "run.json"
@@ -60,9 +62,13 @@ def test_oma_run_then_run_again_resumes(tmp_path: Path, monkeypatch: pytest.Monk
     assert first.exit_code == 0, first.output
     assert "cli-1: starting" in first.output and "status ok" in first.output
     assert (tmp_path / ".oma" / "cli-1.json").is_file()
-    second = runner.invoke(app, ["run", str(spec)])
-    assert second.exit_code == 0
-    assert "resuming from its checkpoint" in second.output and "attempt 2" in second.output
+    saved = (tmp_path / ".oma" / "cli-1.json").read_text()
+    second = runner.invoke(app, ["run", str(spec)])  # the run is over: nothing to resume
+    assert second.exit_code == 0, second.output
+    said = " ".join(second.output.split())
+    assert said.startswith("oma run cli-1: already complete (attempt 1 completed 1 of 1 tasks)")
+    assert "oma checkpoint delete --run-id cli-1" in said and "resuming" not in said
+    assert (tmp_path / ".oma" / "cli-1.json").read_text() == saved  # no attempt 2 written
 
 
 def test_oma_run_reports_a_failed_task_with_exit_1(tmp_path: Path) -> None:
