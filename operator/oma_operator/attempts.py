@@ -72,6 +72,7 @@ async def ensure_pod(
         runtime.RUNNER_METRICS_PORT,
         runtime.RUNNER_IMAGE_PULL_SECRETS,
         runtime.LOG_FORMAT,
+        runtime.RUNNER_OTLP_ENDPOINT,
     )
     pod = manifest["metadata"]["name"]
     try:

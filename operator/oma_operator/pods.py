@@ -67,6 +67,7 @@ def runner_pod(
     metrics_port: int | None = None,
     image_pull_secrets: tuple[str, ...] = (),
     log_format: str = "plain",
+    otlp_endpoint: str = "",
 ) -> dict[str, Any]:
     meta = body["metadata"]
     name, run_id = meta["name"], run_id_of(body)
@@ -76,6 +77,8 @@ def runner_pod(
     env: list[dict[str, Any]] = (
         [{"name": LOG_FORMAT_ENV, "value": log_format}] if log_format != "plain" else []
     )
+    if otlp_endpoint:  # before the TeamRun's own env: a TeamRun's value of it wins
+        env.append({"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": otlp_endpoint})
     env += [
         e.model_dump(mode="json", by_alias=True, exclude_none=True) for e in spec.runner.env or []
     ]

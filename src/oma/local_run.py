@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from oma.agent.result import RunIdentity
 from oma.assemble import build_coordinator, build_team, gates_for, open_store
 from oma.checkpoint.attempts import AttemptEnd, end_attempt, load_attempt_log
 from oma.checkpoint.manager import Checkpoint
@@ -27,6 +28,7 @@ from oma.orchestrator.results import TeamRunResult
 from oma.pod_contract import EXIT_BY_STATUS, Exit
 from oma.spec import RunSpec
 from oma.tools.define import AnyTool
+from oma.tracing import run_tracer
 
 
 class RunFinishedError(OmaError):
@@ -108,6 +110,7 @@ async def run_spec(
             on_progress=tally.see,
             max_concurrency=spec.max_concurrency,
             drain=drain,
+            on_attempt=tally.attempt_started,
             **gates_for(spec.approvals),
         )
         # Run ids are unique per tenant only: the tenant goes into task ids (and so into the
@@ -160,6 +163,7 @@ async def run_spec(
         await tally.record(saved, result.identity.attempt, result.status.code, _closing(result))
         return LocalRun(result=result, resumed=resumed)
     finally:
+        await tally.end_trace("unknown")  # ended without a record (fenced at its first save)
         # Connections and pools end with the run, not with the event loop (a pool still open
         # when the loop shuts down may be mid-connect, and some do not let go then).
         closer = getattr(store, "aclose", None)
@@ -183,6 +187,11 @@ class _Tally:
         self.on_progress = on_progress
         self.executed = 0
         self.replayed = 0
+        self.tracer = run_tracer()  # None unless OTEL_* asks for traces (oma.tracing)
+
+    def attempt_started(self, identity: RunIdentity) -> None:
+        if self.tracer is not None:
+            self.tracer.attempt_started(identity)
 
     def see(self, event: OrchestratorEvent) -> Awaitable[None] | None:
         if event.type == "tool_call":
@@ -190,7 +199,16 @@ class _Tally:
                 self.executed += 1
             else:
                 self.replayed += 1
+        if self.tracer is not None:
+            self.tracer.see(event)
         return self.on_progress(event) if self.on_progress is not None else None
+
+    async def end_trace(self, status: str, message: str | None = None) -> None:
+        """Export the attempt's spans (a blocking HTTP call: off the event loop); once."""
+        tracer, self.tracer = self.tracer, None
+        if tracer is not None:
+            with contextlib.suppress(Exception):  # telemetry never fails a run
+                await asyncio.to_thread(tracer.finish, status, message)
 
     async def record(
         self, checkpoint: Checkpoint, attempt: int, outcome: str, message: str | None
@@ -200,6 +218,7 @@ class _Tally:
         end = AttemptEnd(outcome, message, self.executed, self.replayed)
         with contextlib.suppress(Exception):
             await end_attempt(checkpoint.store, checkpoint.key, attempt, end)
+        await self.end_trace(outcome, message)
 
 
 async def _refuse_if_lost(checkpoint: Checkpoint, expected: bool) -> None:

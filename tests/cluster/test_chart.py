@@ -252,6 +252,14 @@ def test_retention_renders_as_the_operator_s_env_and_bad_values_fail_the_schema(
     assert day["OMA_TTL_SECONDS_AFTER_FINISHED"] == "86400"
     at_once = operator_env("--set", "retention.ttlSecondsAfterFinished=0")
     assert at_once["OMA_TTL_SECONDS_AFTER_FINISHED"] == "0"
+    assert "OMA_RUNNER_OTLP_ENDPOINT" not in unset  # no traces by default
+    traced = operator_env("--set", "tracing.otlpEndpoint=http://otel-collector.obs:4318")
+    assert traced["OMA_RUNNER_OTLP_ENDPOINT"] == "http://otel-collector.obs:4318"
+    not_a_url = helm(
+        cluster, "template", "t", str(CHART), "--kube-version", KUBE_VERSION,
+        "--set", "tracing.otlpEndpoint=collector:4318", check=False,
+    )  # fmt: skip
+    assert not_a_url.returncode != 0 and "/tracing/otlpEndpoint" in not_a_url.stderr
     for value in (
         "retention.ttlSecondsAfterFinished=-1",
         "retention.ttlSecondsAfterFinished=x",
@@ -565,6 +573,7 @@ def test_operator_env_is_added_and_the_charts_own_variables_are_refused(
         ("OMA_LOG_LEVEL", "use logging.level"),
         ("OMA_TTL_SECONDS_AFTER_FINISHED", "use retention.ttlSecondsAfterFinished"),
         ("OMA_DELETE_STORE_RECORDS", "use retention.deleteStoreRecords"),
+        ("OMA_RUNNER_OTLP_ENDPOINT", "use tracing.otlpEndpoint"),
         ("POD_ID", "the chart sets it"),
     ]:
         refused = helm(

@@ -5,10 +5,12 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 
 from oma.orchestrator import OrchestratorEvent
+from oma.spec import RunSpec
 from oma.tools import AnyTool, ToolContext, define_tool
 from tests.conformance_data import require_conformance_dir
 
@@ -50,3 +52,36 @@ def copy_store_file(name: str, tmp_path: Path) -> Path:
     target = tmp_path / name
     shutil.copyfile(require_conformance_dir() / name, target)
     return target
+
+
+class EffectInput(BaseModel):
+    label: str
+
+
+def effect_spec(script: list[dict[str, Any]]) -> RunSpec:
+    """One agent ``w`` with the ``effect`` tool and a scripted model, one task."""
+    return RunSpec.model_validate(
+        {
+            "mode": "tasks",
+            "agents": [
+                {
+                    "name": "w",
+                    "tools": ["effect"],
+                    "model": {"provider": "scripted", "script": script},
+                }
+            ],
+            "tasks": [{"title": "Pay", "description": "Pay.", "assignee": "w"}],
+        }
+    )
+
+
+def effect_tool(ran: list[str], after: Any = None) -> AnyTool:
+    """Records each call it runs; ``after(call_id)`` runs when it returns (a hook of the test)."""
+
+    async def execute(args: EffectInput, ctx: ToolContext) -> str:
+        ran.append(ctx.tool_call_id)
+        if after is not None:
+            await after(ctx.tool_call_id)
+        return f"done:{args.label}"
+
+    return define_tool("effect", "An effect.", EffectInput, execute)

@@ -9,51 +9,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
 from typer.testing import CliRunner
 
 from oma.checkpoint.attempts import load_attempt_log
 from oma.cli import app
 from oma.errors import CheckpointFencedError
 from oma.local_run import run_spec
-from oma.spec import RunSpec
 from oma.store import FileStore
-from oma.tools import AnyTool, ToolContext, define_tool
 from tests.engine.crashing import SimulatedCrash
+from tests.engine.helpers import effect_spec as _spec
+from tests.engine.helpers import effect_tool as _effect
 
 KEY = "__oma_checkpoint__/{}/latest"
-
-
-class EffectInput(BaseModel):
-    label: str
-
-
-def _spec(script: list[dict[str, Any]]) -> RunSpec:
-    return RunSpec.model_validate(
-        {
-            "mode": "tasks",
-            "agents": [
-                {
-                    "name": "w",
-                    "tools": ["effect"],
-                    "model": {"provider": "scripted", "script": script},
-                }
-            ],
-            "tasks": [{"title": "Pay", "description": "Pay.", "assignee": "w"}],
-        }
-    )
-
-
-def _effect(ran: list[str], after: Any = None) -> AnyTool:
-    """Records each call it runs; ``after(call_id)`` runs when it returns (a hook of the test)."""
-
-    async def execute(args: EffectInput, ctx: ToolContext) -> str:
-        ran.append(ctx.tool_call_id)
-        if after is not None:
-            await after(ctx.tool_call_id)
-        return f"done:{args.label}"
-
-    return define_tool("effect", "An effect.", EffectInput, execute)
 
 
 async def _show(run_id: str, store: Path, *json_flag: str) -> str:

@@ -77,6 +77,13 @@ def test_both_entrypoints_run_as_non_root_read_only(image: str) -> None:
     assert name.stdout.strip() == "oma", name.stderr
     whoami = _run(image, "python3", "-c", "import os; print(os.getuid())")
     assert whoami.stdout.strip() == "65532"
+    # The tracing extra (docs/tracing.md) is installed: OTEL_* variables alone turn traces on.
+    traced = _run(
+        image, "python3", "-c",
+        "from oma.tracing import run_tracer; print(run_tracer() is not None)",
+        env={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"},
+    )  # fmt: skip
+    assert traced.stdout.strip() == "True", traced.stderr
 
 
 def test_the_operators_runner_command_is_the_images_entrypoint(image: str) -> None:

@@ -114,3 +114,16 @@ def test_an_unknown_log_format_for_the_runner_is_refused_with_the_spec() -> None
     with pytest.raises(ValidationError, match="OMA_LOG_FORMAT='xml': use one of plain, json"):
         _spec({"env": [{"name": "OMA_LOG_FORMAT", "value": "xml"}]})
     assert _spec({"env": [{"name": "OMA_LOG_FORMAT", "value": "json"}]}).runner.env
+
+
+def test_the_chart_s_otlp_endpoint_reaches_runners_unless_the_teamrun_sets_its_own() -> None:
+    def endpoints(spec: TeamRunSpec, chart: str) -> list[str]:
+        pod = runner_pod(BODY, spec, 1, "img", otlp_endpoint=chart)
+        env: list[dict[str, Any]] = pod["spec"]["containers"][0]["env"]
+        return [e["value"] for e in env if e["name"] == "OTEL_EXPORTER_OTLP_ENDPOINT"]
+
+    assert endpoints(_spec({}), "") == []  # no traces unless asked
+    assert endpoints(_spec({}), "http://collector:4318") == ["http://collector:4318"]
+    own = _spec({"env": [{"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": "http://mine:4318"}]})
+    # The TeamRun's entry comes later: for a name set twice the last one wins.
+    assert endpoints(own, "http://collector:4318") == ["http://collector:4318", "http://mine:4318"]

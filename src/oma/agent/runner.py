@@ -73,7 +73,7 @@ class AgentRunner:
         on_boundary: Boundary | None = None,
         approvals: ToolApprovalSupport | None = None,
         guard: Callable[[], Awaitable[None]] | None = None,
-        on_tool: Callable[[str, str, bool], None] | None = None,
+        on_tool: Callable[[str, str, bool, float], None] | None = None,
         stop_requested: Callable[[], bool] | None = None,
         on_model: Callable[[ModelCall], None] | None = None,
     ) -> None:
@@ -84,7 +84,8 @@ class AgentRunner:
         self._on_boundary = on_boundary
         self._approvals = approvals or ToolApprovalSupport()
         self._guard = guard  # raises when this attempt may no longer run tools (fenced)
-        self._on_tool = on_tool  # (tool call id, tool name, executed?) once per call
+        # (tool call id, tool name, executed?, seconds it ran) once per call
+        self._on_tool = on_tool
         self._stop_requested = stop_requested  # checked at every durable boundary
         self._on_model = on_model  # once per model call, failed ones too
         self._specs: list[ToolSpec] | None = None
@@ -203,7 +204,7 @@ class AgentRunner:
         call = pending.call
         if pending.commit is not None:
             if self._on_tool is not None:
-                self._on_tool(call.id, call.name, False)
+                self._on_tool(call.id, call.name, False, 0.0)
             return
         if pending.awaiting_decision:
             return  # still suspended: neither executed nor committed
@@ -238,7 +239,7 @@ class AgentRunner:
     ) -> None:
         call, request = pending.call, pending.approval_request
         if self._on_tool is not None:
-            self._on_tool(call.id, call.name, True)
+            self._on_tool(call.id, call.name, True, time.monotonic() - started)
         pending.approval_request = pending.approval_decision = None
         pending.commit = ToolCallCommit(
             result=CommittedResult(

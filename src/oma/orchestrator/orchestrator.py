@@ -54,6 +54,7 @@ class OpenMultiAgent:
         on_approval: Callable[[list[Task], list[Task]], Any] | None = None,
         on_tool_call: ToolCallGate | None = None,
         drain: asyncio.Event | None = None,
+        on_attempt: Callable[[RunIdentity], None] | None = None,
     ) -> None:
         if on_approval is not None and on_task_dispatch is not None:
             raise ValueError(
@@ -62,6 +63,9 @@ class OpenMultiAgent:
             )
         self.gates = Gates(on_plan_ready, on_task_dispatch, on_approval, on_tool_call)
         self.drain = drain  # once set, every run stops at its next durable boundary
+        # Told each run's identity (run id, attempt, trace and root span ids, the link to the
+        # attempt before) before any of its work starts: tracing starts its spans from it.
+        self.on_attempt = on_attempt
         self.default_checkpoint = checkpoint
         self.on_progress = ProgressDelivery(on_progress) if on_progress is not None else None
         self.max_concurrency = max_concurrency
@@ -184,6 +188,7 @@ class OpenMultiAgent:
                 break
         else:
             raise CheckpointFencedError(activation.checkpoint.key, None)
+        self._announce(context.identity)
         _warn_if_unfenced(context, activation)
         if isinstance(snapshot, CheckpointSnapshotV4):
             continuation = await continue_approvals(context, snapshot)
@@ -286,8 +291,13 @@ class OpenMultiAgent:
             drain=self.drain,
             ledger=DurableApprovalLedger(activation.checkpoint.store) if activation else None,
         )
+        self._announce(identity)
         _warn_if_unfenced(context, activation)
         return context
+
+    def _announce(self, identity: RunIdentity) -> None:
+        if self.on_attempt is not None:
+            self.on_attempt(identity)
 
 
 def _warn_if_unfenced(context: RunContext, activation: Activation | None) -> None:

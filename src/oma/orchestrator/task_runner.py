@@ -88,9 +88,9 @@ async def run_task(context: RunContext, task: Task) -> None:
     context.emit(OrchestratorEvent("error", task.assignee, task.id, {"error": error}))
 
 
-def _tool_events(context: RunContext, task: Task) -> Callable[[str, str, bool], None]:
-    def emit(call_id: str, tool: str, executed: bool) -> None:
-        data = {"toolCallId": call_id, "tool": tool, "executed": executed}
+def _tool_events(context: RunContext, task: Task) -> Callable[[str, str, bool, float], None]:
+    def emit(call_id: str, tool: str, executed: bool, seconds: float) -> None:
+        data = {"toolCallId": call_id, "tool": tool, "executed": executed, "seconds": seconds}
         context.emit(OrchestratorEvent("tool_call", task.assignee, task.id, data))
 
     return emit

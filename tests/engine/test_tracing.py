@@ -1,0 +1,137 @@
+"""OpenTelemetry traces of a run's attempts, received by a real OTLP/HTTP receiver on loopback
+(protobuf, as a collector gets them; tests/servers/otlp_receiver.py): an attempt killed inside
+a tool call and the attempt that resumes it, linked by ``continued_from``, with the replayed
+tool calls marked and the model calls' tokens as attributes."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from oma.checkpoint import Checkpoint, CheckpointSnapshotV4
+from oma.local_run import run_spec
+from oma.store import FileStore
+from oma.tracing import tracing_requested
+from tests.engine.crashing import SimulatedCrash
+from tests.engine.helpers import effect_spec, effect_tool
+from tests.servers.otlp_receiver import ReceivedSpan, otlp_receiver
+
+SCRIPT: list[dict[str, Any]] = [
+    {
+        "tool_calls": [
+            {"id": f"e{n}", "name": "effect", "input": {"label": f"n{n}"}} for n in (1, 2, 3)
+        ]
+    },
+    {"text": "paid"},
+]
+
+
+def _by_name(spans: list[ReceivedSpan], prefix: str) -> list[ReceivedSpan]:
+    return [s for s in spans if s.name.startswith(prefix)]
+
+
+async def test_two_attempts_are_linked_and_replayed_calls_are_marked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, ran = tmp_path / "store.json", list[str]()
+
+    async def die_in_the_third(call_id: str) -> None:
+        if call_id != "e3":
+            return
+        for _ in range(500):  # until the other two calls' commits are durable
+            text = store.read_text() if store.exists() else ""
+            if '\\"tool_use_id\\":\\"e1\\"' in text and '\\"tool_use_id\\":\\"e2\\"' in text:
+                raise SimulatedCrash("killed inside e3, after e1 and e2 committed")
+            await asyncio.sleep(0.01)
+        raise AssertionError("e1 and e2 were never committed")
+
+    with otlp_receiver() as receiver:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url)
+        monkeypatch.setenv("OTEL_SERVICE_NAME", "oma-test")
+        with pytest.raises(SimulatedCrash):
+            await run_spec(
+                effect_spec(SCRIPT),
+                run_id="traced",
+                tools={"effect": effect_tool(ran, die_in_the_third)},
+                default_store_path=store,
+            )
+        second = await run_spec(
+            effect_spec(SCRIPT),
+            run_id="traced",
+            tools={"effect": effect_tool(ran)},
+            default_store_path=store,
+        )
+    assert second.result.success and sorted(ran[3:]) == ["e3"]
+    spans = receiver.spans
+    first, resumed = sorted(
+        _by_name(spans, "oma.attempt"), key=lambda s: s.attributes["oma.attempt"]
+    )
+    assert (first.attributes["oma.run_id"], resumed.attributes["oma.run_id"]) == ("traced",) * 2
+    assert first.status_code == 2 and resumed.status_code != 2  # the killed one failed
+    assert resumed.attributes["oma.status"] == "ok"
+    # The ids are the run's own: what the checkpoint stores for the last attempt.
+    snapshot = await Checkpoint(FileStore(store), run_id="traced").load_latest()
+    assert isinstance(snapshot, CheckpointSnapshotV4)
+    assert (resumed.trace_id, resumed.span_id) == (
+        snapshot.identity.last_trace_id,
+        snapshot.identity.last_root_span_id,
+    )
+    assert second.result.identity.trace_id == resumed.trace_id
+    assert first.parent_span_id == resumed.parent_span_id == ""  # each attempt a root span
+    assert resumed.links == [
+        (first.trace_id, first.span_id, {"oma.link.relation": "continued_from"})
+    ]
+
+    def of(attempt: ReceivedSpan, prefix: str) -> list[ReceivedSpan]:
+        return [s for s in _by_name(spans, prefix) if s.trace_id == attempt.trace_id]
+
+    tools = {s.attributes["oma.tool_call.id"]: s for s in of(resumed, "oma.tool_call")}
+    assert {k: s.attributes["oma.tool_call.replayed"] for k, s in tools.items()} == {
+        "e1": True,
+        "e2": True,
+        "e3": False,
+    }
+    assert [s.attributes["oma.tool_call.id"] for s in of(first, "oma.tool_call")].count("e3") == 0
+    (task,) = of(resumed, "oma.task")
+    assert task.parent_span_id == resumed.span_id
+    assert all(s.parent_span_id == task.span_id for s in tools.values())
+    models = of(first, "oma.model_call") + of(resumed, "oma.model_call")
+    assert len(models) == 2  # attempt 1 asked for the calls; attempt 2 for the answer
+    for model in models:
+        assert model.attributes["gen_ai.system"] == "scripted"
+        assert model.attributes["gen_ai.usage.input_tokens"] >= 0
+        assert model.attributes["gen_ai.usage.output_tokens"] >= 0
+        assert model.start_ns <= model.end_ns
+
+
+@pytest.mark.parametrize(
+    ("env", "wanted"),
+    [
+        ({}, False),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}, True),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4318/v1/traces"}, True),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_SDK_DISABLED": "true"}, False),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_TRACES_EXPORTER": "none"}, False),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "   "}, False),
+    ],
+)
+def test_traces_are_off_unless_the_otel_variables_ask(env: dict[str, str], wanted: bool) -> None:
+    assert tracing_requested(env) is wanted
+
+
+async def test_no_endpoint_no_spans_and_the_run_is_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with otlp_receiver() as receiver:
+        monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+        monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
+        done = await run_spec(
+            effect_spec(SCRIPT),
+            run_id="quiet",
+            tools={"effect": effect_tool([])},
+            default_store_path=tmp_path / "s.json",
+        )
+    assert done.result.success and receiver.requests == 0
