@@ -48,7 +48,8 @@ def _attributes(items: Any) -> dict[str, Any]:
 
 
 @contextmanager
-def otlp_receiver() -> Iterator[Receiver]:
+def otlp_receiver(host: str = "127.0.0.1") -> Iterator[Receiver]:
+    """``host``: loopback, or the devcluster sandbox's host address that real pods reach."""
     received = Receiver(url="")
     lock = threading.Lock()
 
@@ -97,8 +98,8 @@ def otlp_receiver() -> Iterator[Receiver]:
         def log_message(self, *_: Any) -> None:
             return
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    received.url = f"http://127.0.0.1:{server.server_address[1]}"
+    server = ThreadingHTTPServer((host, 0), Handler)
+    received.url = f"http://{host}:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, name="otlp-receiver", daemon=True)
     thread.start()
     try:
