@@ -1,8 +1,9 @@
 """Run metadata: a small, flat, JSON-safe map attached to a run and inherited on restore.
 
 At most 32 entries; keys match ``[a-z0-9_.]{1,64}``; the ``oma.`` prefix is reserved for the
-engine; values are strings (at most 1024 characters), finite numbers, booleans, or homogeneous
-arrays of those. ``_overridden`` is written by the engine on restore and accepted only there.
+engine; values are strings (cut to 1024 characters, counted as JavaScript does: UTF-16 units),
+finite numbers, booleans, or homogeneous arrays of those. ``_overridden`` is written by the
+engine on restore and accepted only there.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ OVERRIDDEN_KEY = "_overridden"
 
 
 def validate_run_metadata(value: Any, *, allow_engine_keys: bool = False) -> dict[str, Any]:
-    """Return ``value`` if it is valid run metadata; raise ``ValueError`` saying why not."""
+    """The metadata to keep (``value`` with strings over 1024 characters cut, as the reference
+    cuts them); raise ``ValueError`` saying why ``value`` is not valid run metadata."""
     if not isinstance(value, dict):
         raise ValueError("run metadata must be an object")
     if len(value) > MAX_ENTRIES:
@@ -31,7 +33,19 @@ def validate_run_metadata(value: Any, *, allow_engine_keys: bool = False) -> dic
         if key == OVERRIDDEN_KEY and not allow_engine_keys:
             raise ValueError(f"run metadata key {key!r} is reserved for the engine")
         _check_value(key, item)
-    return value
+    return {key: _cut(item) for key, item in value.items()}
+
+
+def _cut(item: Any) -> Any:
+    if isinstance(item, list):
+        return [_cut(element) for element in item]
+    if not isinstance(item, str) or len(item) <= MAX_STRING // 2:
+        return item
+    units = item.encode("utf-16-le", "surrogatepass")
+    if len(units) <= 2 * MAX_STRING:
+        return item
+    # JavaScript's slice(0, 1024): 1024 UTF-16 units, which may end inside a surrogate pair.
+    return units[: 2 * MAX_STRING].decode("utf-16-le", "surrogatepass")
 
 
 def _check_value(key: str, item: Any) -> None:

@@ -14,8 +14,11 @@ import pytest
 from typer.testing import CliRunner
 
 from oma.cli import app
+from oma.cli_run import load_spec
+from oma.local_run import run_spec
 from oma.store import FileStore
 from oma.store.urls import open_store
+from oma.tools.builtin import builtin_tools
 from tests.conformance_data import require_conformance_dir
 from tests.servers.postgres_server import PostgresServer
 from tests.servers.redis_server import RedisServer
@@ -162,8 +165,15 @@ def test_attempt_history_of_oma_run_in_its_default_store(
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("OMA_STORE_URL", raising=False)
     spec = REPO / "examples" / "demo.yaml"
-    for _ in range(2):  # the second run restores the finished run: attempt 2
-        assert runner.invoke(app, ["run", str(spec), "--run-id", "hist"]).exit_code == 0
+    assert runner.invoke(app, ["run", str(spec), "--run-id", "hist"]).exit_code == 0
+    # `oma run` does not run a finished run again; a restore (as a runner pod's) is attempt 2.
+    again = run_spec(
+        load_spec(spec),
+        run_id="hist",
+        tools=builtin_tools(),
+        default_store_path=Path(".oma") / "hist.json",
+    )
+    assert asyncio.run(again).result.success
     code, out = _cli("show", "--run-id", "hist")  # finds .oma/hist.json by itself
     assert code == 0, out
     assert "(attempt 2, snapshot v4" in out

@@ -216,7 +216,7 @@ async def test_restored_snapshot_text_is_the_models(monkeypatch: pytest.MonkeyPa
                     "description": "d",
                     "status": "in_progress",
                     "assignee": "w",
-                    "metadata": {"\ud800m": 1},
+                    "metadata": {"m": "\ud800m"},  # keys are [A-Za-z]...: surrogates in values
                     "createdAt": stamp,
                     "updatedAt": stamp,
                 }

@@ -25,7 +25,7 @@ class TaskSnapshot(WireModel):
     dependency_payload: Literal["output", "structured", "both"] | None = None
     role: str | None = None
     priority: Literal["low", "normal", "high", "critical"] | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None  # checked when restored (oma.tasks.task)
     requires: dict[str, Any] | None = None
     result: str | None = None
     created_at: str

@@ -164,7 +164,7 @@ class OpenMultiAgent:
             )
         requested = resolve_requested_run_id(run_id, options.run_id)
         if metadata is not None:
-            validate_run_metadata(metadata)
+            metadata = validate_run_metadata(metadata)
         activation = activate(options, team, self._fallback_store)
         for _ in range(CLAIM_ATTEMPTS):
             snapshot, loaded = await activation.checkpoint.load_stored()
@@ -285,7 +285,7 @@ class OpenMultiAgent:
             emit_event=self.on_progress,
             checkpoint=activation.active if activation else None,
             goal=goal,
-            metadata=metadata,
+            metadata=validate_run_metadata(metadata) if metadata is not None else None,
             max_concurrency=self.max_concurrency,
             gates=self.gates,
             drain=self.drain,

@@ -41,7 +41,10 @@ async def rebuild_context(
             shared.turn_count = snapshot.turn_count
     if snapshot.message_bus is not None:
         team.bus.restore(snapshot.message_bus)
-    queue = TaskQueue.from_snapshot(snapshot.queue, reset_in_progress=True)
+    try:
+        queue = TaskQueue.from_snapshot(snapshot.queue, reset_in_progress=True)
+    except ValueError as exc:  # a task's metadata as the reference re-validates it on restore
+        raise InvalidCheckpointStateError(f"Invalid checkpoint task: {exc}") from exc
     try:
         validate_dependency_graph(queue.tasks)
     except OmaError as exc:

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from oma.errors import OmaError
+from oma.task_metadata import TaskMetadata
 from oma.tasks.queue import TaskQueue
 from oma.tasks.task import DependencyPayload, MemoryScope, Task
 
@@ -42,8 +43,11 @@ class TaskSpec(BaseModel):
         default=None,
         description="What a dependency passes on: its output text, its structured result, or both.",
     )
-    metadata: dict[str, Any] | None = Field(
-        default=None, description="Free-form data kept with the task in checkpoints."
+    metadata: TaskMetadata | None = Field(
+        default=None,
+        description="Data kept with the task in checkpoints: at most 16 entries of strings "
+        "(1024 characters at most; credential text redacted), numbers, booleans or arrays of "
+        "one of them; keys [A-Za-z][A-Za-z0-9_.-]{0,63}, not oma.* nor a credential's name.",
     )
     max_retries: int | None = Field(
         default=None, ge=0, description="Retries of a failed task (each starts afresh)."

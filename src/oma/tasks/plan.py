@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from oma.errors import OmaError
+from oma.task_metadata import TaskMetadata
 from oma.tasks.loading import validate_dependency_graph
 from oma.tasks.queue import TaskQueue
 from oma.tasks.task import DependencyPayload, MemoryScope, Task
@@ -37,8 +38,8 @@ class PlanTask(BaseModel):
     )
     role: str | None = Field(default=None, description="Free-form role label.")
     priority: str | None = Field(default=None, description="Free-form priority label.")
-    metadata: dict[str, Any] | None = Field(
-        default=None, description="Free-form data kept with the task."
+    metadata: TaskMetadata | None = Field(
+        default=None, description="As in a task list: checked and redacted the same way."
     )
     max_retries: int | None = Field(default=None, description="Retries of a failed task.")
     retry_delay_ms: float | None = Field(default=None, description="First retry delay (ms).")

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from oma.checkpoint.queue_snapshot import TaskSnapshot, TaskStatus
+from oma.task_metadata import check_task_metadata
 from oma.timeutil import now_iso
 
 TERMINAL_STATUSES: frozenset[TaskStatus] = frozenset({"completed", "failed", "skipped"})
@@ -111,7 +112,8 @@ class Task:
             dependency_payload=snapshot.dependency_payload,
             role=snapshot.role,
             priority=snapshot.priority,
-            metadata=snapshot.metadata,
+            # Re-validated when restored (reference 3.1): a forged checkpoint is refused here.
+            metadata=check_task_metadata(snapshot.metadata) if snapshot.metadata else None,
             requires=snapshot.requires,
             result=snapshot.result,
             created_at=snapshot.created_at,
