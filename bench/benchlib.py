@@ -123,12 +123,6 @@ async def backend_pairs(
                 server.close()
 
 
-async def close_store(store: MemoryStore) -> None:
-    closer = getattr(store, "aclose", None)
-    if callable(closer):
-        await closer()
-
-
 class CountingStore:
     """Passes everything to ``inner``; counts checkpoint writes (durable boundaries) and bytes.
 

@@ -67,7 +67,7 @@ from oma.checkpoint import (  # noqa: E402
 from oma.llm.scripted import ScriptedAdapter  # noqa: E402
 from oma.orchestrator import CheckpointOptions, OpenMultiAgent  # noqa: E402
 from oma.store import FileStore, InMemoryStore, MemoryStore, PostgresStore, RedisStore  # noqa: E402
-from oma.store.base import Metadata  # noqa: E402
+from oma.store.base import Metadata, close_store  # noqa: E402
 from oma.team import AgentConfig, Team  # noqa: E402
 from oma.tools import ToolContext, define_tool  # noqa: E402
 
@@ -385,7 +385,7 @@ async def main(
                     store, client = await make(), await make_client()
                     for row in await measure_saves(store, client, name, repeats):
                         print(row)
-                    await _close(store)
+                    await close_store(store)
                     await client.close()
             if "amplification" in parts:
                 langgraph = langgraph_side(langgraph_python, names, urls)
@@ -429,7 +429,7 @@ async def print_amplification(
             for _ in range(repeats):
                 store = await make()
                 runs.append(await amplification(store, turns, layout))
-                await _close(store)
+                await close_store(store)
             run = sorted(runs, key=lambda one: one.seconds)[len(runs) // 2]
             boundaries = len(run.snapshots)
             per = (run.seconds - off) / boundaries * 1000 if boundaries else 0.0
@@ -439,12 +439,6 @@ async def print_amplification(
             )
     if langgraph is not None:
         await print_langgraph(langgraph, turns)
-
-
-async def _close(store: MemoryStore) -> None:
-    closer = getattr(store, "aclose", None)
-    if callable(closer):
-        await closer()
 
 
 def _names(text: str) -> tuple[str, ...]:

@@ -12,7 +12,7 @@ import asyncio
 import time
 from collections import OrderedDict
 
-from oma.store.base import MemoryStore
+from oma.store.base import MemoryStore, close_store
 from oma.store.prefixed import PrefixedStore, tenant_prefix
 from oma.store.redis import RedisStore
 from oma.store.urls import open_store
@@ -75,9 +75,7 @@ class StoreCache:
         self._namespaces.clear()
         stores, self._stores = list(self._stores.values()), {}
         for store in stores:
-            closer = getattr(store, "aclose", None)
-            if callable(closer):
-                await closer()
+            await close_store(store)
 
     async def _secret(self, kube: Kube, namespace: str, name: str, key: str) -> str:
         cached = self._secrets.get((namespace, name, key))

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from oma.errors import OmaError
-from oma.store.base import MemoryStore
+from oma.store.base import MemoryStore, close_store
 from oma.store.prefixed import PrefixedStore, tenant_prefix
 from oma.store.urls import open_store
 
@@ -93,8 +93,6 @@ def _run_on_store(
         try:
             return await action(store)
         finally:
-            closer = getattr(store, "aclose", None)
-            if callable(closer):
-                await closer()
+            await close_store(store)
 
     return asyncio.run(run())

@@ -27,6 +27,7 @@ from oma.orchestrator.orchestrator import OpenMultiAgent
 from oma.orchestrator.results import TeamRunResult
 from oma.pod_contract import EXIT_BY_STATUS, Exit
 from oma.spec import RunSpec
+from oma.store.base import close_store
 from oma.tools.define import AnyTool
 from oma.tracing import run_tracer
 
@@ -166,9 +167,7 @@ async def run_spec(
         await tally.end_trace("unknown")  # ended without a record (fenced at its first save)
         # Connections and pools end with the run, not with the event loop (a pool still open
         # when the loop shuts down may be mid-connect, and some do not let go then).
-        closer = getattr(store, "aclose", None)
-        if callable(closer):
-            await closer()
+        await close_store(store)
 
 
 def _closing(result: TeamRunResult) -> str | None:

@@ -34,7 +34,7 @@ from oma.errors import CheckpointFencedError, StoreError
 from oma.local_run import run_spec
 from oma.orchestrator.events import OrchestratorEvent
 from oma.spec import RunSpec, StoreSpec
-from oma.store.base import MemoryStore
+from oma.store.base import MemoryStore, close_store
 from oma.store.faults import KILL_ENV, LOG_ENV, PAUSE_ENV, PAUSE_FILE_ENV
 from oma.tools.builtin import LEDGER_ENV, TALLY_ENV, builtin_tools
 from tests.faults.workflow import CALLS, OUTPUTS, spec
@@ -225,9 +225,7 @@ class Harness:
         try:
             return await action(store, sid)
         finally:
-            closer = getattr(store, "aclose", None)
-            if callable(closer):
-                await closer()
+            await close_store(store)
 
     async def _snapshot(self, store: MemoryStore, sid: str) -> CheckpointSnapshotV4 | None:
         snapshot = await Checkpoint(store, run_id=sid).load_latest()

@@ -30,6 +30,14 @@ class MemoryEntry(BaseModel):
 Entries = list[MemoryEntry]
 
 
+async def close_store(store: object) -> None:
+    """Close a store's connections or pools (its optional ``async aclose()``); a store without
+    one holds nothing to close. Every caller that opened a store closes it through this."""
+    closer = getattr(store, "aclose", None)
+    if callable(closer):
+        await closer()
+
+
 @runtime_checkable
 class MemoryStore(Protocol):
     """Required surface of every store. ``list`` returns entries in first-insertion order."""

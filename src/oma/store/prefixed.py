@@ -20,6 +20,7 @@ from oma.store.base import (
     MemoryEntry,
     MemoryStore,
     Metadata,
+    close_store,
     supports_compare_and_set,
     supports_expiry,
 )
@@ -65,9 +66,7 @@ class PrefixedStore:
                     await self.inner.delete(key)
 
     async def aclose(self) -> None:
-        closer = getattr(self.inner, "aclose", None)
-        if callable(closer):
-            await closer()
+        await close_store(self.inner)
 
     def __getattr__(self, name: str) -> Any:
         # Optional capabilities, with the key prefixed, only where the inner store has them.

@@ -14,7 +14,14 @@ from collections.abc import Iterable
 from typing import Self
 
 from oma.redaction import compile_patterns, redact_value
-from oma.store.base import Entries, MemoryEntry, MemoryStore, Metadata, supports_expiry
+from oma.store.base import (
+    Entries,
+    MemoryEntry,
+    MemoryStore,
+    Metadata,
+    close_store,
+    supports_expiry,
+)
 
 
 class RedactingStore:
@@ -58,9 +65,7 @@ class RedactingStore:
 
     async def aclose(self) -> None:
         """Close the wrapped store's connections, if it has any."""
-        closer = getattr(self.inner, "aclose", None)
-        if callable(closer):
-            await closer()
+        await close_store(self.inner)
 
 
 class ExpiringRedactingStore(RedactingStore):
