@@ -24,6 +24,7 @@ from oma.approval.models import (
     Reviewer,
 )
 from oma.approval.requests import parse_approval_decision, parse_approval_request
+from oma.jsstring import js_trim
 from oma.store.base import MemoryStore, supports_compare_and_set
 from oma.store.reserved import APPROVAL_KEY_PREFIX
 from oma.timeutil import now_iso
@@ -148,7 +149,7 @@ class DurableApprovalLedger:
         if not supports_compare_and_set(self.store):
             self.assert_atomic_support()
         assert supports_compare_and_set(self.store)
-        reviewer_wire = {"id": who.id.strip()}
+        reviewer_wire = {"id": js_trim(who.id)}
         if who.display_name is not None:
             reviewer_wire["displayName"] = who.display_name
         raw: dict[str, Any] = {

@@ -13,6 +13,7 @@ from pydantic import Field, TypeAdapter, ValidationError, field_validator, model
 
 from oma.approval.canonical import canonical_json, sha256_hex
 from oma.approval.errors import DurableApprovalError
+from oma.jsstring import js_trim
 from oma.timeutil import is_iso_timestamp
 from oma.wire import WireModel
 
@@ -110,12 +111,12 @@ _CONTENT = TypeAdapter[ApprovalContent](ApprovalContent)
 
 def hash_approval_request(scope: str, boundary: str, content: dict[str, Any]) -> str:
     """sha256 of the canonical JSON of ``{scope, boundary, content}`` (boundary trimmed)."""
-    payload = {"scope": scope, "boundary": boundary.strip(), "content": content}
+    payload = {"scope": scope, "boundary": js_trim(boundary), "content": content}
     return sha256_hex(canonical_json(payload))
 
 
 def derive_request_id(run_id: str, scope: str, boundary: str, request_hash: str) -> str:
-    preimage = f"{run_id.strip()}\n{scope}\n{boundary.strip()}\n{request_hash}"
+    preimage = f"{js_trim(run_id)}\n{scope}\n{js_trim(boundary)}\n{request_hash}"
     return "apr_" + sha256_hex(preimage)[:32]
 
 
@@ -167,7 +168,7 @@ class Reviewer(WireModel):
     @field_validator("id")
     @classmethod
     def _id_not_blank(cls, value: str) -> str:
-        if not value.strip():
+        if not js_trim(value):
             raise ValueError("reviewer id is empty")
         return value
 

@@ -17,6 +17,7 @@ from oma.approval.models import (
     hash_approval_request,
     validation_summary,
 )
+from oma.jsstring import js_trim
 from oma.timeutil import now_iso
 
 _SCOPES: tuple[ApprovalScope, ...] = typing.get_args(ApprovalScope)
@@ -32,7 +33,7 @@ def create_approval_request(
     requested_at: str | None = None,
 ) -> ApprovalRequest:
     """A new request whose id and hash bind ``content`` (``requested_at`` defaults to now)."""
-    run_id, boundary = run_id.strip(), boundary.strip()
+    run_id, boundary = js_trim(run_id), js_trim(boundary)
     if not run_id:
         raise DurableApprovalError("APPROVAL_VALIDATION_ERROR", "Approval runId is empty.")
     if not boundary:

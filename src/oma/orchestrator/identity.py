@@ -8,6 +8,7 @@ import uuid
 from oma.agent.result import IdentityLink, RunIdentity
 from oma.checkpoint.snapshot import CheckpointSnapshot, CheckpointSnapshotV1
 from oma.errors import OmaError
+from oma.jsstring import js_trim, utf16_length
 
 
 class RunIdConflictError(OmaError):
@@ -29,22 +30,41 @@ def new_span_id() -> str:
     return _hex(8)
 
 
+class InvalidRunIdError(OmaError, ValueError):
+    """A run id the reference would refuse, or one that could not resume (not transient)."""
+
+    code = "INVALID_RUN_ID"
+
+
 def validate_run_id(run_id: str) -> str:
-    if not 1 <= len(run_id) <= 128:
-        raise ValueError(f"run id must be 1-128 characters, got {len(run_id)}")
+    """1-128 UTF-16 units, as the reference counts them; "" is refused as the reference refuses
+    it. Leading or trailing whitespace is refused too (a deliberate difference, see
+    docs/limitations.md): approval requests store the run id trimmed, so such a run could
+    never be restored once an approval gate suspended it."""
+    length = utf16_length(run_id)
+    if not 1 <= length <= 128:
+        raise InvalidRunIdError(
+            f"run id must be 1-128 characters (UTF-16 units, as JavaScript counts), got {length}"
+        )
+    if js_trim(run_id) != run_id:
+        raise InvalidRunIdError(
+            f"run id {run_id!r} starts or ends with whitespace: remove it (approval requests "
+            "store run ids trimmed, so this run could not be restored after an approval)"
+        )
     return run_id
 
 
 def resolve_requested_run_id(
     option_run_id: str | None, checkpoint_run_id: str | None
 ) -> str | None:
-    if option_run_id and checkpoint_run_id and option_run_id != checkpoint_run_id:
+    both = option_run_id is not None and checkpoint_run_id is not None
+    if both and option_run_id != checkpoint_run_id:
         raise RunIdConflictError(
             f'runId conflict: run options requested "{option_run_id}" but checkpoint options '
             f'requested "{checkpoint_run_id}".'
         )
-    requested = option_run_id or checkpoint_run_id
-    return validate_run_id(requested) if requested else None
+    requested = option_run_id if option_run_id is not None else checkpoint_run_id
+    return validate_run_id(requested) if requested is not None else None
 
 
 def fresh_identity(run_id: str | None) -> RunIdentity:
