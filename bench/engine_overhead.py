@@ -27,7 +27,6 @@ from benchlib import (
     CountingStore,
     StoreFactory,
     backends,
-    close_store,
     header,
     parse_backends,
 )
@@ -36,6 +35,7 @@ from pydantic import BaseModel
 from oma.llm.scripted import ScriptedAdapter
 from oma.orchestrator import CheckpointOptions, OpenMultiAgent
 from oma.store import MemoryStore
+from oma.store.base import close_store
 from oma.team import AgentConfig, Team
 from oma.tools import ToolContext, define_tool
 

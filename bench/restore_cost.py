@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from benchlib import BACKENDS, backend_pairs, close_store, header, parse_backends, percentile
+from benchlib import BACKENDS, backend_pairs, header, parse_backends, percentile
 from plain_writes import PlainWriter
 
 from oma import jsonutil
@@ -33,6 +33,7 @@ from oma.checkpoint.snapshot import CheckpointSnapshot
 from oma.llm.types import ChatRequest, ChatResponse
 from oma.orchestrator import CheckpointOptions, OpenMultiAgent
 from oma.store import MemoryStore
+from oma.store.base import close_store
 from oma.team import AgentConfig, Team
 
 SIZES = {"100 KB": 100_000, "1 MB": 1_000_000, "10 MB": 10_000_000}
