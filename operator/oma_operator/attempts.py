@@ -84,6 +84,10 @@ async def ensure_pod(
         created = False  # it exists: created before (by us, or by a retry meanwhile)
     else:
         created = True
+        if hold_now(teamrun) is not None:
+            # Held between the check above and the creation: stop it at once (it drains, and
+            # its recorded end applies the hold).
+            await runtime.kube().delete_pod(meta["namespace"], pod)
     if pod_creation_failed(dict(teamrun.get("status") or {})):
         await _note_pod_creation(meta["namespace"], meta["name"], attempt, pod, None)
     if not created:

@@ -88,9 +88,16 @@ async def hold_without_pod(teamrun: dict[str, Any], hold: Hold) -> None:
     if fresh is None or fresh["metadata"].get("uid") != uid:
         return
     status = dict(fresh.get("status") or {})
-    if status.get("phase") in ("Suspended", "Cancelled") and hold == "suspend":
+    # Decided again on the TeamRun as it is now: an outcome recorded meanwhile (a final phase)
+    # stands, and a pod that exists now is stopped rather than held over.
+    try:
+        now = hold_of(spec_of(fresh))
+    except TeamRunSpecError:
         return
-    if status.get("phase") == "Cancelled":
+    if now is None or action_for(status.get("phase"), now) is None:
+        return
+    hold = now
+    if await _stop_pod(fresh, status, hold):
         return
     update = held(status, hold, int(fresh["metadata"].get("generation", 1)))
     written = await _write(fresh, update)
@@ -100,17 +107,25 @@ async def hold_without_pod(teamrun: dict[str, Any], hold: Hold) -> None:
 
 
 def hold_now(teamrun: dict[str, Any]) -> Hold | None:
-    """The hold of the TeamRun as the watch shows it now (its spec may have changed since
-    ``teamrun`` was read: a hold set during a backoff), for a pod about to be created."""
+    """The hold of the TeamRun, as given or as the watch shows it now (its spec may have
+    changed since ``teamrun`` was read: a hold set during a backoff; or the watch may lag
+    behind what was just written), for a pod about to be created: held if either says so."""
     meta = teamrun["metadata"]
     seen = WATCHED.get(meta["namespace"], meta["name"])
-    current = (
-        seen if seen is not None and seen["metadata"].get("uid") == meta.get("uid") else teamrun
-    )
-    try:
-        return hold_of(spec_of(current))
-    except TeamRunSpecError:
-        return None
+    copies = [teamrun]
+    if seen is not None and seen["metadata"].get("uid") == meta.get("uid"):
+        copies.append(seen)
+    holds: list[Hold] = []
+    for copy in copies:
+        try:
+            found = hold_of(spec_of(copy))
+        except TeamRunSpecError:
+            continue
+        if found is not None:
+            holds.append(found)
+    if "cancel" in holds:
+        return "cancel"
+    return holds[0] if holds else None
 
 
 async def _write(teamrun: dict[str, Any], update: dict[str, Any]) -> dict[str, Any] | None:

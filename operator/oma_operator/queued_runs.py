@@ -12,9 +12,10 @@ from oma_operator import events, runtime
 from oma_operator.attempts import ensure_pod, resume_of
 from oma_operator.client import KubeError
 from oma_operator.concurrency import Slot
+from oma_operator.holds import hold_of
 from oma_operator.pods import run_id_of
 from oma_operator.run_queue import RUN_QUEUE
-from oma_operator.specs import spec_of
+from oma_operator.specs import TeamRunSpecError, spec_of
 from oma_operator.status import admitted, queued, started
 from oma_operator.watched import WATCHED
 
@@ -27,9 +28,13 @@ async def start_attempt(teamrun: dict[str, Any], attempt: int) -> dict[str, Any]
     namespace, name, uid = meta["namespace"], meta["name"], meta["uid"]
     for _ in range(5):  # kopf's own writes (finalizer, handler progress) move resourceVersion
         status = dict(teamrun.get("status") or {})
-        if status.get("attempt") and status.get("phase") != "Queued":
-            if status.get("phase") != "Running":
-                RUN_QUEUE.release(uid)  # it ended or waits for approvals: no slot to keep
+        phase = status.get("phase")
+        if (status.get("attempt") and phase != "Queued") or phase not in (None, "Queued"):
+            if phase != "Running":
+                RUN_QUEUE.release(uid)  # it ended, is held or waits for approvals: no slot
+            return None
+        if _held(teamrun):
+            RUN_QUEUE.release(uid)  # suspended or cancelled before it started
             return None
         if teamrun["metadata"].get("deletionTimestamp"):
             RUN_QUEUE.release(uid)
@@ -85,3 +90,10 @@ async def queue_run(teamrun: dict[str, Any], why: str) -> None:
     update = queued(status, run_id_of(teamrun), why, generation)
     await runtime.kube().patch_teamrun_status(meta["namespace"], meta["name"], update)
     await events.info(teamrun, "Queued", update["message"])
+
+
+def _held(teamrun: dict[str, Any]) -> bool:
+    try:
+        return hold_of(spec_of(teamrun)) is not None
+    except TeamRunSpecError:
+        return False

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,18 +51,22 @@ class RunFinishedError(OmaError):
 def finished(snapshot: CheckpointSnapshot) -> str | None:
     """What a run whose checkpoint says it is over did (None: it has work left). A task list
     or plan is over when no task waits, runs or is blocked and no approval is pending; a team
-    run (its coordinator may still plan or sum up) is never judged over from here."""
+    run (its coordinator may still plan or sum up) is never judged over from here, nor a run
+    with a failed task (running it again reports the failure, with its exit code)."""
     if snapshot.mode == "runTeam" or isinstance(snapshot, CheckpointSnapshotV1):
         return None
     queue = snapshot.queue
-    if not queue.tasks or queue.pending or queue.in_progress or queue.blocked:
-        return None
+    if not queue.tasks or queue.pending or queue.in_progress or queue.blocked or queue.failed:
+        return None  # a failed task: the run did not succeed, and running it again says so
     if isinstance(snapshot, CheckpointSnapshotV4) and (
         snapshot.in_flight_tasks or snapshot.pending_approvals
     ):
         return None
     done = f"completed {len(queue.completed)} of {len(queue.tasks)} tasks"
     return done + (f", {len(queue.skipped)} skipped" if queue.skipped else "")
+
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -164,10 +169,10 @@ async def run_spec(
         await tally.record(saved, result.identity.attempt, result.status.code, _closing(result))
         return LocalRun(result=result, resumed=resumed)
     finally:
-        await tally.end_trace("unknown")  # ended without a record (fenced at its first save)
         # Connections and pools end with the run, not with the event loop (a pool still open
         # when the loop shuts down may be mid-connect, and some do not let go then).
         await close_store(store)
+        await tally.end_trace("unknown")  # ended without a record (fenced at its first save)
 
 
 def _closing(result: TeamRunResult) -> str | None:
@@ -190,7 +195,11 @@ class _Tally:
 
     def attempt_started(self, identity: RunIdentity) -> None:
         if self.tracer is not None:
-            self.tracer.attempt_started(identity)
+            try:
+                self.tracer.attempt_started(identity)
+            except Exception:  # telemetry never fails a run: this attempt goes untraced
+                log.warning("tracing: the attempt's span could not start", exc_info=True)
+                self.tracer = None
 
     def see(self, event: OrchestratorEvent) -> Awaitable[None] | None:
         if event.type == "tool_call":
@@ -199,7 +208,10 @@ class _Tally:
             else:
                 self.replayed += 1
         if self.tracer is not None:
-            self.tracer.see(event)
+            try:
+                self.tracer.see(event)
+            except Exception:
+                log.warning("tracing: a %s event was not traced", event.type, exc_info=True)
         return self.on_progress(event) if self.on_progress is not None else None
 
     async def end_trace(self, status: str, message: str | None = None) -> None:

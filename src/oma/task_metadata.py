@@ -16,6 +16,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator
 
+from oma.jsstring import utf16_length
 from oma.redaction import is_sensitive_name, redact_text
 
 MAX_ENTRIES = 16
@@ -63,8 +64,9 @@ def _checked(key: str, item: Any) -> Any:
 def _scalar(key: str, item: Any) -> Any:
     if not isinstance(item, str):
         return item
-    if len(item) > MAX_STRING:
-        raise ValueError(f"task metadata {key!r}: {len(item)} characters; at most {MAX_STRING}")
+    length = utf16_length(item)  # as JavaScript counts (an emoji is 2)
+    if length > MAX_STRING:
+        raise ValueError(f"task metadata {key!r}: {length} characters; at most {MAX_STRING}")
     return redact_text(item)
 
 

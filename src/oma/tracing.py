@@ -85,18 +85,15 @@ class RunTracer:
         )
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
         self._provider = provider
-        links = [
-            Link(
-                SpanContext(
-                    int(link.trace_id, 16),
-                    int(link.span_id, 16),
-                    is_remote=True,
-                    trace_flags=TraceFlags(TraceFlags.SAMPLED),
-                ),
-                {"oma.link.relation": link.relation},
+        links = []
+        for link in identity.links or []:
+            ids = _ids(link.trace_id, link.span_id)  # read from a checkpoint: may be anything
+            if ids is None:
+                continue
+            context = SpanContext(
+                ids[0], ids[1], is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED)
             )
-            for link in identity.links or []
-        ]
+            links.append(Link(context, {"oma.link.relation": link.relation}))
         self._attempt = provider.get_tracer("oma").start_span(  # type: ignore[assignment]
             "oma.attempt",
             links=links,
@@ -197,6 +194,17 @@ class RunTracer:
         if error:
             _failed(span, str(error))  # type: ignore[arg-type]
         span.end(end_time=now)
+
+
+def _ids(trace_id: str, span_id: str) -> tuple[int, int] | None:
+    """A link's ids as OpenTelemetry takes them; None unless 32 and 16 hex digits, not zero."""
+    try:
+        trace, span = int(trace_id, 16), int(span_id, 16)
+    except ValueError:
+        return None
+    if len(trace_id) != 32 or len(span_id) != 16 or not trace or not span:
+        return None
+    return trace, span
 
 
 def _failed(span: Span, message: str) -> None:

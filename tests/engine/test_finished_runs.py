@@ -39,3 +39,11 @@ async def test_work_left_or_a_pending_approval_or_a_team_run_is_not_over() -> No
     empty = snapshot.queue.model_copy(update={"tasks": [], "completed": []})
     assert finished(snapshot.model_copy(update={"queue": empty})) is None  # nothing planned yet
     assert finished(snapshot.model_copy(update={"mode": "runTeam"})) is None
+
+
+async def test_a_run_with_a_failed_task_is_not_over() -> None:
+    """Running it again reports the failure (and its exit code), not "already complete"."""
+    snapshot = await _finished_snapshot()
+    task = snapshot.queue.tasks[0].id
+    queue = snapshot.queue.model_copy(update={"failed": [task], "completed": []})
+    assert finished(snapshot.model_copy(update={"queue": queue})) is None

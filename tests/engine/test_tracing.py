@@ -135,3 +135,24 @@ async def test_no_endpoint_no_spans_and_the_run_is_unchanged(
             default_store_path=tmp_path / "s.json",
         )
     assert done.result.success and receiver.requests == 0
+
+
+def test_a_checkpoint_s_malformed_link_is_left_out_not_fatal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A link read from a checkpoint another writer made (or a hand edit) with ids that are not
+    hex: the attempt is traced without it, and the run is not failed by telemetry."""
+    from oma.agent.result import IdentityLink, RunIdentity
+    from oma.tracing import run_tracer
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    tracer = run_tracer()
+    assert tracer is not None
+    links = [
+        IdentityLink(trace_id="", span_id="x"),
+        IdentityLink(trace_id="0" * 32, span_id="1" * 16),
+    ]
+    tracer.attempt_started(
+        RunIdentity(run_id="r", attempt=2, trace_id="a" * 32, root_span_id="b" * 16, links=links)
+    )
+    tracer._provider.shutdown() if tracer._provider is not None else None  # nothing to export

@@ -63,7 +63,9 @@ def _run(
     image: str, *argv: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     flags = [arg for key, value in (env or {}).items() for arg in ("-e", f"{key}={value}")]
-    return subprocess.run([*RUN, *flags, image, *argv], capture_output=True, text=True, timeout=120)
+    # vfs copies the image for each container: minutes on a loaded machine (CI runs suites
+    # side by side), so the limit is generous; a hang still ends the test.
+    return subprocess.run([*RUN, *flags, image, *argv], capture_output=True, text=True, timeout=420)
 
 
 @pytest.mark.timeout(1500)
@@ -73,17 +75,14 @@ def test_both_entrypoints_run_as_non_root_read_only(image: str) -> None:
     runner = _run(image, "oma-runner", "--help")
     assert runner.returncode == 0 and "oma-runner" in runner.stdout
     # The operator's peering id (kopf) asks for the user's name outside a pod: it must have one.
-    name = _run(image, "python3", "-c", "import getpass; print(getpass.getuser())")
-    assert name.stdout.strip() == "oma", name.stderr
-    whoami = _run(image, "python3", "-c", "import os; print(os.getuid())")
-    assert whoami.stdout.strip() == "65532"
-    # The tracing extra (docs/tracing.md) is installed: OTEL_* variables alone turn traces on.
-    traced = _run(
+    # Its uid; and the tracing extra (docs/tracing.md) is installed: OTEL_* alone turns it on.
+    who = _run(
         image, "python3", "-c",
-        "from oma.tracing import run_tracer; print(run_tracer() is not None)",
+        "import getpass, os; from oma.tracing import run_tracer; "
+        "print(getpass.getuser(), os.getuid(), run_tracer() is not None)",
         env={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"},
     )  # fmt: skip
-    assert traced.stdout.strip() == "True", traced.stderr
+    assert who.stdout.split() == ["oma", "65532", "True"], who.stderr
 
 
 def test_the_operators_runner_command_is_the_images_entrypoint(image: str) -> None:

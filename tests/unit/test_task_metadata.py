@@ -27,6 +27,7 @@ from oma.team import AgentConfig, Team
         ({"nested": {"a": 1}}, "no nested objects"),
         ({"n": float("nan")}, "no nested objects"),
         ({"long": "x" * 1025}, "1025 characters; at most 1024"),
+        ({"emoji": "😀" * 513}, "1026 characters; at most 1024"),  # UTF-16 units, as JS counts
         ({f"k{i}": i for i in range(17)}, "17 entries; at most 16"),
         ({"mixed": [1, "a"]}, "scalars of one type"),
         ({"many": list(range(17))}, "17 items; at most 16"),

@@ -113,7 +113,9 @@ class Task:
             role=snapshot.role,
             priority=snapshot.priority,
             # Re-validated when restored (reference 3.1): a forged checkpoint is refused here.
-            metadata=check_task_metadata(snapshot.metadata) if snapshot.metadata else None,
+            metadata=(
+                check_task_metadata(snapshot.metadata) if snapshot.metadata is not None else None
+            ),
             requires=snapshot.requires,
             result=snapshot.result,
             created_at=snapshot.created_at,
