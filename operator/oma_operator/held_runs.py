@@ -107,25 +107,25 @@ async def hold_without_pod(teamrun: dict[str, Any], hold: Hold) -> None:
 
 
 def hold_now(teamrun: dict[str, Any]) -> Hold | None:
-    """The hold of the TeamRun, as given or as the watch shows it now (its spec may have
-    changed since ``teamrun`` was read: a hold set during a backoff; or the watch may lag
-    behind what was just written), for a pod about to be created: held if either says so."""
+    """The hold of the TeamRun's newest spec, for a pod about to be created: ``teamrun`` as
+    given or as the watch shows it now, whichever has the higher ``metadata.generation`` (it
+    counts spec changes; a hold set during a backoff is newer than the copy the start was
+    decided from, and a just-cleared ``suspend`` newer than a lagging watch)."""
     meta = teamrun["metadata"]
     seen = WATCHED.get(meta["namespace"], meta["name"])
-    copies = [teamrun]
-    if seen is not None and seen["metadata"].get("uid") == meta.get("uid"):
-        copies.append(seen)
-    holds: list[Hold] = []
-    for copy in copies:
-        try:
-            found = hold_of(spec_of(copy))
-        except TeamRunSpecError:
-            continue
-        if found is not None:
-            holds.append(found)
-    if "cancel" in holds:
-        return "cancel"
-    return holds[0] if holds else None
+    ours = seen is not None and seen["metadata"].get("uid") == meta.get("uid")
+    current = seen if ours and seen and _generation(seen) > _generation(teamrun) else teamrun
+    try:
+        return hold_of(spec_of(current))
+    except TeamRunSpecError:
+        return None
+
+
+def _generation(teamrun: dict[str, Any]) -> int:
+    try:
+        return int(teamrun["metadata"].get("generation") or 0)
+    except (TypeError, ValueError):
+        return 0
 
 
 async def _write(teamrun: dict[str, Any], update: dict[str, Any]) -> dict[str, Any] | None:

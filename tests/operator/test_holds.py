@@ -123,3 +123,31 @@ def test_a_resumed_run_waits_for_a_slot_as_queued() -> None:
     conditions = {c["type"]: (c["status"], c["reason"]) for c in update["conditions"]}
     assert conditions["Suspended"] == ("False", "Resumed")
     assert conditions["Progressing"] == ("True", "Resumed")
+
+
+def test_a_pod_about_to_start_follows_the_newest_spec_of_the_two_copies() -> None:
+    """``hold_now``: the copy with the higher generation (spec changes) decides, so a hold set
+    during a backoff stops the start, and a lagging watch still showing a cleared suspend
+    does not block the resumed attempt."""
+    from oma_operator.held_runs import hold_now
+    from oma_operator.watched import WATCHED
+
+    def body(generation: int, **spec: Any) -> dict[str, Any]:
+        base: dict[str, Any] = {
+            "team": {"agents": [{"name": "a", "model": {"provider": "scripted", "script": []}}]},
+            "tasks": [{"title": "t", "description": "d"}],
+            "store": {"redis": {"urlSecretRef": {"name": "s", "key": "url"}}},
+        }
+        meta = {"namespace": "ns", "name": "r", "uid": "u", "generation": generation}
+        return {"metadata": meta, "spec": {**base, **spec}}
+
+    index: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    WATCHED.attach(index)
+    try:
+        index[("ns", "r")] = [body(3, suspend=True)]  # set after the start was decided
+        assert hold_now(body(2)) == "suspend"
+        index[("ns", "r")] = [body(3, suspend=True)]  # the watch lags: cleared since, gen 4
+        assert hold_now(body(4, suspend=False)) is None
+        assert hold_now(body(5, cancel=True)) == "cancel"  # (specs are parsed once a generation)
+    finally:
+        WATCHED.attach(None)  # type: ignore[arg-type]
