@@ -28,7 +28,7 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
 
 import httpx
 import typer
@@ -193,10 +193,7 @@ def _command(
             decide(target, verdict, reason, show=show, settle=settle, checks=checks)
         )
     except DecisionRefused as exc:
-        typer.echo(f"error: {exc}", err=True)
-        if as_json:
-            typer.echo(json.dumps({"error": str(exc), "exitCode": exc.exit_code}))
-        raise typer.Exit(exc.exit_code) from None
+        refuse(exc, as_json)
     if as_json:
         typer.echo(json.dumps(result, ensure_ascii=False, indent=2))
     else:
@@ -260,6 +257,14 @@ async def decide(
                 f"approvaldecision {target.name} changed meanwhile: try again"
             ) from exc
         return _result(decided, target.namespace)
+
+
+def refuse(exc: DecisionRefused, as_json: bool) -> NoReturn:
+    """A refused command: its one-line error (and JSON with ``--json``), and its exit code."""
+    typer.echo(f"error: {exc}", err=True)
+    if as_json:
+        typer.echo(json.dumps({"error": str(exc), "exitCode": exc.exit_code}))
+    raise typer.Exit(exc.exit_code) from None
 
 
 @contextlib.asynccontextmanager

@@ -31,6 +31,7 @@ from oma_operator.cli_decisions import (
     Target,
     api_session,
     connect,
+    refuse,
 )
 from oma_operator.retries import RETRY_ANNOTATION
 
@@ -55,10 +56,7 @@ def register(app: typer.Typer) -> None:
         try:
             result = asyncio.run(request_retry(target))
         except DecisionRefused as exc:
-            typer.echo(f"error: {exc}", err=True)
-            if as_json:
-                typer.echo(json.dumps({"error": str(exc), "exitCode": exc.exit_code}))
-            raise typer.Exit(exc.exit_code) from None
+            refuse(exc, as_json)
         if as_json:
             typer.echo(json.dumps(result, indent=2))
             return

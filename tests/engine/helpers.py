@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import shutil
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,7 @@ from oma.orchestrator import OrchestratorEvent
 from oma.spec import RunSpec
 from oma.tools import AnyTool, ToolContext, define_tool
 from tests.conformance_data import require_conformance_dir
+from tests.engine.crashing import SimulatedCrash
 
 
 class LabelInput(BaseModel):
@@ -85,3 +88,21 @@ def effect_tool(ran: list[str], after: Any = None) -> AnyTool:
         return f"done:{args.label}"
 
     return define_tool("effect", "An effect.", EffectInput, execute)
+
+
+def die_in_e3_once_e1_e2_committed(store: Path) -> Callable[[str], Awaitable[None]]:
+    """An ``effect_tool`` hook: inside call ``e3``, a simulated SIGKILL once calls ``e1`` and
+    ``e2`` of the same turn are committed in the file store at ``store``."""
+
+    async def die(call_id: str) -> None:
+        if call_id != "e3":
+            return
+        for _ in range(500):  # until the other two calls' commits are durable
+            # A tiny file read beside a running tool, as a test hook: blocking is harmless.
+            text = store.read_text() if store.exists() else ""  # noqa: ASYNC240
+            if '\\"tool_use_id\\":\\"e1\\"' in text and '\\"tool_use_id\\":\\"e2\\"' in text:
+                raise SimulatedCrash("killed inside e3, after e1 and e2 committed")
+            await asyncio.sleep(0.01)
+        raise AssertionError("e1 and e2 were never committed")
+
+    return die

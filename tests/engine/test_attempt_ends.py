@@ -17,6 +17,7 @@ from oma.errors import CheckpointFencedError
 from oma.local_run import run_spec
 from oma.store import FileStore
 from tests.engine.crashing import SimulatedCrash
+from tests.engine.helpers import die_in_e3_once_e1_e2_committed
 from tests.engine.helpers import effect_spec as _spec
 from tests.engine.helpers import effect_tool as _effect
 
@@ -47,15 +48,7 @@ async def test_a_resumed_attempt_counts_the_calls_it_replayed(tmp_path: Path) ->
     end says so (its start record, taken when it claimed the run, cannot know it yet)."""
     store, ran = tmp_path / "store.json", list[str]()
 
-    async def die_in_the_third(call_id: str) -> None:
-        if call_id != "e3":
-            return
-        for _ in range(500):  # until the other two calls' commits are durable
-            text = store.read_text() if store.exists() else ""
-            if '\\"tool_use_id\\":\\"e1\\"' in text and '\\"tool_use_id\\":\\"e2\\"' in text:
-                raise SimulatedCrash("killed inside e3, after e1 and e2 committed")
-            await asyncio.sleep(0.01)
-        raise AssertionError("e1 and e2 were never committed")
+    die_in_the_third = die_in_e3_once_e1_e2_committed(store)
 
     with pytest.raises(SimulatedCrash):
         await run_spec(

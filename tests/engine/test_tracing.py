@@ -5,7 +5,6 @@ tool calls marked and the model calls' tokens as attributes."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ from oma.local_run import run_spec
 from oma.store import FileStore
 from oma.tracing import tracing_requested
 from tests.engine.crashing import SimulatedCrash
-from tests.engine.helpers import effect_spec, effect_tool
+from tests.engine.helpers import die_in_e3_once_e1_e2_committed, effect_spec, effect_tool
 from tests.servers.otlp_receiver import ReceivedSpan, otlp_receiver
 
 SCRIPT: list[dict[str, Any]] = [
@@ -38,15 +37,7 @@ async def test_two_attempts_are_linked_and_replayed_calls_are_marked(
 ) -> None:
     store, ran = tmp_path / "store.json", list[str]()
 
-    async def die_in_the_third(call_id: str) -> None:
-        if call_id != "e3":
-            return
-        for _ in range(500):  # until the other two calls' commits are durable
-            text = store.read_text() if store.exists() else ""
-            if '\\"tool_use_id\\":\\"e1\\"' in text and '\\"tool_use_id\\":\\"e2\\"' in text:
-                raise SimulatedCrash("killed inside e3, after e1 and e2 committed")
-            await asyncio.sleep(0.01)
-        raise AssertionError("e1 and e2 were never committed")
+    die_in_the_third = die_in_e3_once_e1_e2_committed(store)
 
     with otlp_receiver() as receiver:
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url)
