@@ -24,6 +24,8 @@ def render(summary: CheckpointSummary) -> list[str]:
         f" {summary.mode}, saved {summary.saved_at})",
         f"key       {summary.key}",
     ]
+    if summary.trace_id is not None:
+        lines.append(f"trace     {summary.trace_id}  (every attempt's spans)")
     if summary.last_attempt is not None:
         lines.append(f"status    {_end_text(summary.last_attempt)}")
     if summary.goal:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from oma.agent.result import RunIdentity
 from oma.assemble import build_coordinator, build_team, gates_for, open_store
-from oma.checkpoint.attempts import AttemptEnd, end_attempt, load_attempt_log
+from oma.checkpoint.attempts import AttemptEnd, end_attempt, load_attempt_log, run_trace_id
 from oma.checkpoint.manager import Checkpoint
 from oma.checkpoint.snapshot import CheckpointSnapshot, CheckpointSnapshotV1, CheckpointSnapshotV4
 from oma.errors import CheckpointFencedError, CheckpointLostError, OmaError
@@ -129,6 +129,8 @@ async def run_spec(
             await _refuse_if_lost(saved, expect_checkpoint)
         elif refuse_finished and (what := finished(found)) is not None:
             raise RunFinishedError(run_id, restored_identity(found, run_id).attempt - 1, what)
+        if resumed:
+            await tally.continue_run_trace(saved)
         if on_start is not None:
             on_start(resumed)
         attempt = restored_identity(found, run_id).attempt if found is not None else 1
@@ -200,6 +202,17 @@ class _Tally:
             except Exception:  # telemetry never fails a run: this attempt goes untraced
                 log.warning("tracing: the attempt's span could not start", exc_info=True)
                 self.tracer = None
+
+    async def continue_run_trace(self, checkpoint: Checkpoint) -> None:
+        """A resumed attempt exports into the run's trace, which the attempt log names."""
+        if self.tracer is None:
+            return
+        try:
+            attempts = await load_attempt_log(checkpoint.store, checkpoint.key)
+        except Exception:  # telemetry never fails a run: this attempt gets a trace of its own
+            log.warning("tracing: no attempt log to read the run's trace from", exc_info=True)
+            return
+        self.tracer.continue_run_trace(run_trace_id(attempts) if attempts is not None else None)
 
     def see(self, event: OrchestratorEvent) -> Awaitable[None] | None:
         if event.type == "tool_call":

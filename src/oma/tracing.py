@@ -5,13 +5,15 @@ Off unless the standard variables ask for it: ``OTEL_EXPORTER_OTLP_ENDPOINT`` or
 ``OTEL_SDK_DISABLED`` not ``true``. The exporter (OTLP over HTTP/protobuf) reads the rest of the
 ``OTEL_*`` variables itself (headers, timeout, ``OTEL_SERVICE_NAME``, resource attributes).
 
-Each attempt is one span whose trace id and span id are the attempt's own (``RunIdentity``: what
-the snapshot stores as ``lastTraceId`` and ``lastRootSpanId``), linked to the previous attempt's
-root span with ``oma.link.relation = continued_from`` (trace ids are new per attempt, as in the
-reference). Below it: a span per task, per model call (provider, model and tokens as
-attributes) and per tool call (its id, and whether it was executed or replayed from a commit).
-Spans are built from the run's progress events and exported when the attempt ends, also when it
-ends by an error; an attempt killed outright exports nothing.
+A run is one trace. The engine's trace ids are new per attempt (``RunIdentity``, as in the
+reference: the snapshot stores the last attempt's as ``lastTraceId``), so the exported trace id
+is the run's: its first attempt's own, which the attempt log keeps (``run_trace_id``). Each
+attempt is a root span whose span id is the attempt's root span id (``lastRootSpanId``), with its
+own trace id as ``oma.attempt.trace_id``, linked to the previous attempt's root span with
+``oma.link.relation = continued_from``. Below it: a span per task, per model call (provider,
+model and tokens as attributes) and per tool call (its id, and whether it was executed or
+replayed from a commit). Spans are built from the run's progress events and exported when the
+attempt ends, also when it ends by an error; an attempt killed outright exports nothing.
 """
 
 from __future__ import annotations
@@ -71,6 +73,13 @@ class RunTracer:
         self._provider: TracerProvider | None = None
         self._attempt: Span | None = None
         self._tasks: dict[str, Span] = {}
+        self._run_trace: int | None = None
+
+    def continue_run_trace(self, trace_id: str | None) -> None:
+        """Export into the run's trace (from the attempt log), not a new one; before
+        ``attempt_started``. An id that is not 32 hex digits, or zero, is ignored."""
+        ids = _ids(trace_id or "", "1" * 16)
+        self._run_trace = ids[0] if ids is not None else None
 
     def attempt_started(self, identity: RunIdentity) -> None:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -80,8 +89,10 @@ class RunTracer:
         from opentelemetry.trace import Link, SpanContext, TraceFlags
 
         self._identity = identity
+        trace = self._run_trace or int(identity.trace_id, 16)
         provider = TracerProvider(
-            resource=Resource.create({"service.name": "oma"}), id_generator=_attempt_ids(identity)
+            resource=Resource.create({"service.name": "oma"}),
+            id_generator=_attempt_ids(trace, int(identity.root_span_id, 16)),
         )
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
         self._provider = provider
@@ -90,14 +101,22 @@ class RunTracer:
             ids = _ids(link.trace_id, link.span_id)  # read from a checkpoint: may be anything
             if ids is None:
                 continue
+            # The previous attempt exported into the run's trace, not its own trace id.
             context = SpanContext(
-                ids[0], ids[1], is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED)
+                self._run_trace or ids[0],
+                ids[1],
+                is_remote=True,
+                trace_flags=TraceFlags(TraceFlags.SAMPLED),
             )
             links.append(Link(context, {"oma.link.relation": link.relation}))
         self._attempt = provider.get_tracer("oma").start_span(  # type: ignore[assignment]
             "oma.attempt",
             links=links,
-            attributes={"oma.run_id": identity.run_id, "oma.attempt": identity.attempt},
+            attributes={
+                "oma.run_id": identity.run_id,
+                "oma.attempt": identity.attempt,
+                "oma.attempt.trace_id": identity.trace_id,
+            },
         )
 
     def see(self, event: OrchestratorEvent) -> None:
@@ -213,15 +232,15 @@ def _failed(span: Span, message: str) -> None:
     span.set_status(Status(StatusCode.ERROR, message[:1024]))
 
 
-def _attempt_ids(identity: RunIdentity) -> IdGenerator:
-    """Ids for one attempt's provider: its trace id for every span, its root span id for the
-    first span made (the attempt's), random ones after."""
+def _attempt_ids(trace: int, root_span: int) -> IdGenerator:
+    """Ids for one attempt's provider: the run's trace id for every span, the attempt's root
+    span id for the first span made (the attempt's), random ones after."""
     from opentelemetry.sdk.trace.id_generator import IdGenerator
 
     class AttemptIds(IdGenerator):
         def __init__(self) -> None:
-            self._trace = int(identity.trace_id, 16)
-            self._root: int | None = int(identity.root_span_id, 16)
+            self._trace = trace
+            self._root: int | None = root_span
 
         def generate_trace_id(self) -> int:
             return self._trace

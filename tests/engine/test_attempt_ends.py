@@ -77,6 +77,9 @@ async def test_a_resumed_attempt_counts_the_calls_it_replayed(tmp_path: Path) ->
     document = json.loads(await _show("resumed", store, "--json"))
     assert document["lastAttempt"]["attempt"] == 2 and document["lastAttempt"]["outcome"] == "ok"
     assert document["attempts"][1]["replayedToolCalls"] == 2
+    # One trace for the run, the first attempt's (each attempt also has its own id).
+    assert document["traceId"] == log.attempts[0].trace_id != log.attempts[1].trace_id
+    assert f"trace     {log.attempts[0].trace_id}  (every attempt's spans)" in out
 
 
 async def test_a_failed_run_says_which_task_failed_and_why(tmp_path: Path) -> None:

@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 from oma.checkpoint import Checkpoint, CheckpointSnapshotV4
+from oma.checkpoint.attempts import load_attempt_log
+from oma.checkpoint.keys import checkpoint_key
 from oma.local_run import run_spec
 from oma.store import FileStore
 from oma.tracing import tracing_requested
@@ -30,6 +32,14 @@ SCRIPT: list[dict[str, Any]] = [
 
 def _by_name(spans: list[ReceivedSpan], prefix: str) -> list[ReceivedSpan]:
     return [s for s in spans if s.name.startswith(prefix)]
+
+
+def _attempt_of(spans: list[ReceivedSpan], span: ReceivedSpan) -> ReceivedSpan:
+    """The attempt span above ``span`` (all attempts share the run's trace)."""
+    by_id = {s.span_id: s for s in spans}
+    while span.parent_span_id:
+        span = by_id[span.parent_span_id]
+    return span
 
 
 async def test_two_attempts_are_linked_and_replayed_calls_are_marked(
@@ -63,21 +73,24 @@ async def test_two_attempts_are_linked_and_replayed_calls_are_marked(
     assert (first.attributes["oma.run_id"], resumed.attributes["oma.run_id"]) == ("traced",) * 2
     assert first.status_code == 2 and resumed.status_code != 2  # the killed one failed
     assert resumed.attributes["oma.status"] == "ok"
-    # The ids are the run's own: what the checkpoint stores for the last attempt.
+    # One trace for the run: the first attempt's own trace id, which the attempt log keeps;
+    # each attempt's span id and own trace id are what its checkpoint stores.
     snapshot = await Checkpoint(FileStore(store), run_id="traced").load_latest()
     assert isinstance(snapshot, CheckpointSnapshotV4)
-    assert (resumed.trace_id, resumed.span_id) == (
-        snapshot.identity.last_trace_id,
-        snapshot.identity.last_root_span_id,
-    )
-    assert second.result.identity.trace_id == resumed.trace_id
+    log = await load_attempt_log(FileStore(store), checkpoint_key("traced"))
+    assert log is not None and log.trace_id == log.attempts[0].trace_id
+    assert {s.trace_id for s in spans} == {first.trace_id} == {log.trace_id}
+    assert first.attributes["oma.attempt.trace_id"] == first.trace_id
+    assert resumed.span_id == snapshot.identity.last_root_span_id
+    assert resumed.attributes["oma.attempt.trace_id"] == snapshot.identity.last_trace_id
+    assert second.result.identity.trace_id == snapshot.identity.last_trace_id != first.trace_id
     assert first.parent_span_id == resumed.parent_span_id == ""  # each attempt a root span
     assert resumed.links == [
         (first.trace_id, first.span_id, {"oma.link.relation": "continued_from"})
     ]
 
     def of(attempt: ReceivedSpan, prefix: str) -> list[ReceivedSpan]:
-        return [s for s in _by_name(spans, prefix) if s.trace_id == attempt.trace_id]
+        return [s for s in _by_name(spans, prefix) if _attempt_of(spans, s) is attempt]
 
     tools = {s.attributes["oma.tool_call.id"]: s for s in of(resumed, "oma.tool_call")}
     assert {k: s.attributes["oma.tool_call.replayed"] for k, s in tools.items()} == {
@@ -143,7 +156,11 @@ def test_a_checkpoint_s_malformed_link_is_left_out_not_fatal(
         IdentityLink(trace_id="", span_id="x"),
         IdentityLink(trace_id="0" * 32, span_id="1" * 16),
     ]
+    tracer.continue_run_trace("not-a-trace-id")  # a hand-edited attempt log: ignored too
     tracer.attempt_started(
         RunIdentity(run_id="r", attempt=2, trace_id="a" * 32, root_span_id="b" * 16, links=links)
     )
+    span = tracer._attempt
+    assert span is not None and list(span.links) == []
+    assert (span.context.trace_id, span.context.span_id) == (int("a" * 32, 16), int("b" * 16, 16))
     tracer._provider.shutdown() if tracer._provider is not None else None  # nothing to export

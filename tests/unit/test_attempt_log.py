@@ -19,6 +19,7 @@ from oma.checkpoint.attempts import (
     attempt_record,
     attempts_key,
     load_attempt_log,
+    run_trace_id,
 )
 from oma.checkpoint.keys import DEFAULT_CHECKPOINT_KEY, checkpoint_key
 from oma.errors import AttemptLogError
@@ -27,10 +28,10 @@ from oma.store.urls import open_store
 from tests.conformance_data import require_conformance_dir
 
 
-def _record(attempt: int) -> AttemptRecord:
+def _record(attempt: int, trace_id: str = "ab" * 16) -> AttemptRecord:
     return AttemptRecord(
         attempt=attempt,
-        trace_id="ab" * 16,
+        trace_id=trace_id,
         started_at="2026-12-01T00:00:00.000Z",
         host="pod-a",
         completed_tasks=attempt - 1,
@@ -65,6 +66,29 @@ async def test_the_newest_records_are_kept_and_a_repeat_replaces() -> None:
     log = await load_attempt_log(store, key)
     assert log is not None and len(log.attempts) == MAX_ATTEMPT_RECORDS
     assert log.attempts[0].attempt == 6 and log.attempts[-1].host == "b"
+
+
+async def test_the_runs_trace_is_the_first_attempts_and_outlives_its_record() -> None:
+    """Every attempt exports into one trace (oma.tracing): the first logged attempt's own."""
+    store = InMemoryStore()
+    key = checkpoint_key("r-t")
+    for n in range(1, MAX_ATTEMPT_RECORDS + 3):
+        await append_attempt(store, key, _record(n, f"{n:032x}"))
+    log = await load_attempt_log(store, key)
+    assert log is not None and log.attempts[0].attempt == 3  # attempt 1's record is gone
+    assert log.trace_id == run_trace_id(log) == f"{1:032x}"
+
+
+async def test_a_log_written_before_it_named_the_runs_trace_uses_its_earliest_attempt() -> None:
+    store = InMemoryStore()
+    key = checkpoint_key("r-old")
+    for n in (2, 3):
+        await append_attempt(store, key, _record(n, f"{n:032x}"))
+    log = await load_attempt_log(store, key)
+    assert log is not None
+    old = log.model_copy(update={"trace_id": None})
+    assert run_trace_id(old) == f"{2:032x}"
+    assert run_trace_id(old.model_copy(update={"attempts": []})) is None
 
 
 async def test_an_unreadable_log_is_a_typed_error_naming_the_key() -> None:

@@ -69,6 +69,18 @@ class AttemptLog(WireModel):
     version: Literal[1]
     run_id: str
     attempts: list[AttemptRecord]
+    # The run's trace id: the first logged attempt's own. Kept when that record is dropped, so
+    # every attempt exports its spans into one trace (oma.tracing); absent in older logs.
+    trace_id: str | None = None
+
+
+def run_trace_id(log: AttemptLog) -> str | None:
+    """The trace every attempt of the run exports into: the log's, else (a log written before
+    it had one) its earliest attempt's; ``None`` for an empty log."""
+    if log.trace_id:
+        return log.trace_id
+    earliest = min(log.attempts, key=lambda record: record.attempt, default=None)
+    return earliest.trace_id if earliest is not None else None
 
 
 def attempts_key(checkpoint_key: str) -> str:
@@ -111,6 +123,7 @@ async def append_attempt(store: MemoryStore, checkpoint_key: str, record: Attemp
     """Add ``record`` (replacing an earlier record of the same attempt number)."""
 
     def add(log: AttemptLog) -> bool:
+        log.trace_id = run_trace_id(log) or record.trace_id
         kept = [item for item in log.attempts if item.attempt != record.attempt]
         log.attempts = sorted([*kept, record], key=lambda item: item.attempt)[-MAX_ATTEMPT_RECORDS:]
         return True

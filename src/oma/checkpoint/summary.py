@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from oma.checkpoint.attempts import AttemptLog, AttemptRecord
+from oma.checkpoint.attempts import AttemptLog, AttemptRecord, run_trace_id
 from oma.checkpoint.runner_state import InFlightTask, PendingToolCall
 from oma.checkpoint.snapshot import (
     CheckpointSnapshot,
@@ -93,6 +93,7 @@ class CheckpointSummary(_Report):
     in_flight: list[InFlightLine]
     approvals: list[ApprovalLine]
     attempts: list[AttemptRecord] | None
+    trace_id: str | None  # the run's trace (oma.tracing), from the attempt log
     last_attempt: RunEndLine | None
     shared_memory_entries: int | None
 
@@ -129,6 +130,7 @@ def summarize(
         in_flight=in_flight,
         approvals=_approvals(snapshot) if isinstance(snapshot, CheckpointSnapshotV4) else [],
         attempts=attempt_log.attempts if attempt_log is not None else None,
+        trace_id=run_trace_id(attempt_log) if attempt_log is not None else None,
         last_attempt=_last_attempt(attempt_log),
         shared_memory_entries=(
             len(snapshot.shared_memory.entries) if snapshot.shared_memory is not None else None
