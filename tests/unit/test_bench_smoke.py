@@ -15,8 +15,9 @@ from pydantic import BaseModel
 
 from oma import jsonutil
 from oma.llm.scripted import ScriptedAdapter
-from oma.orchestrator import CheckpointOptions, OpenMultiAgent
+from oma.orchestrator import CheckpointOptions, OpenMultiAgent, saver, snapshot_build
 from oma.orchestrator.context import RunContext
+from oma.orchestrator.snapshot_build import build_snapshot
 from oma.orchestrator.snapshot_wire import EncodedSnapshot
 from oma.store import InMemoryStore
 from oma.team import AgentConfig, Team
@@ -136,12 +137,12 @@ class NoteInput(BaseModel):
 async def test_incremental_snapshot_text_is_the_models(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every boundary's encoded text equals ``build_snapshot().to_json()`` (but createdAt)."""
     checked: list[int] = []
-    encode = RunContext.encode_snapshot
+    encode = snapshot_build.encode_snapshot
 
-    async def checking(self: RunContext, *, embed_shared_memory: bool) -> EncodedSnapshot:
-        encoded = await encode(self, embed_shared_memory=embed_shared_memory)
+    async def checking(context: RunContext, *, embed_shared_memory: bool) -> EncodedSnapshot:
+        encoded = await encode(context, embed_shared_memory=embed_shared_memory)
         model = json.loads(
-            (await self.build_snapshot(embed_shared_memory=embed_shared_memory)).to_json()
+            (await build_snapshot(context, embed_shared_memory=embed_shared_memory)).to_json()
         )
         written = json.loads(encoded.text)
         model["createdAt"] = written["createdAt"]
@@ -150,7 +151,7 @@ async def test_incremental_snapshot_text_is_the_models(monkeypatch: pytest.Monke
         checked.append(len(encoded.text))
         return encoded
 
-    monkeypatch.setattr(RunContext, "encode_snapshot", checking)
+    monkeypatch.setattr(saver, "encode_snapshot", checking)
 
     async def note(args: NoteInput, ctx: ToolContext) -> str:
         return f"noted {args.note}"
@@ -183,19 +184,19 @@ async def test_restored_snapshot_text_is_the_models(monkeypatch: pytest.MonkeyPa
     """Restored parts (tasks, runner state) with lone surrogates in keys, as the reference
     writes them, are encoded as the model's dump writes them (escaped, not replaced)."""
     checked: list[bool] = []
-    encode = RunContext.encode_snapshot
+    encode = snapshot_build.encode_snapshot
 
-    async def checking(self: RunContext, *, embed_shared_memory: bool) -> EncodedSnapshot:
-        encoded = await encode(self, embed_shared_memory=embed_shared_memory)
+    async def checking(context: RunContext, *, embed_shared_memory: bool) -> EncodedSnapshot:
+        encoded = await encode(context, embed_shared_memory=embed_shared_memory)
         model = jsonutil.loads(
-            (await self.build_snapshot(embed_shared_memory=embed_shared_memory)).to_json()
+            (await build_snapshot(context, embed_shared_memory=embed_shared_memory)).to_json()
         )
         written = jsonutil.loads(encoded.text)
         model["createdAt"] = written["createdAt"]
         checked.append(jsonutil.dumps(model) == jsonutil.dumps(written))
         return encoded
 
-    monkeypatch.setattr(RunContext, "encode_snapshot", checking)
+    monkeypatch.setattr(saver, "encode_snapshot", checking)
     stamp = "2026-11-29T00:00:00.000Z"
     snapshot = {
         "version": 4,

@@ -11,6 +11,7 @@ from oma.approval.models import TOOL_CALL_SCOPES, ApprovalRequest, hash_approval
 from oma.checkpoint.snapshot import CheckpointSnapshotV4
 from oma.orchestrator.context import RunContext
 from oma.orchestrator.gating import PLAN_BOUNDARY, round_boundary
+from oma.orchestrator.saver import save_run
 
 REJECTED = RunStatus(code="rejected", message="Durable approval rejected.")
 PENDING = RunStatus(code="suspended", message="Durable approval decision pending.")
@@ -76,7 +77,7 @@ async def continue_approvals(context: RunContext, snapshot: CheckpointSnapshotV4
     if rejected_boundary:
         for task in context.queue.skip_remaining("Skipped: durable approval rejected."):
             del task  # skipped tasks are reported through the result
-        await context.save(strict=True)
+        await save_run(context, strict=True)
         outcome.status = REJECTED
         return outcome
     decisions = context.approval_decisions

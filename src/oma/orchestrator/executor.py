@@ -19,6 +19,7 @@ from oma.orchestrator.gating import (
     persist_pending_approval,
     round_request,
 )
+from oma.orchestrator.saver import save_run
 from oma.orchestrator.task_runner import run_task
 from oma.tasks.task import Task
 
@@ -186,8 +187,8 @@ async def _finish(context: RunContext) -> None:
         _stop_if_draining(context)  # a drain that arrived while the last tasks were running
     stop = context.stop
     if stop is not None and stop.code == "suspended":
-        await context.save(strict=True)
+        await save_run(context, strict=True)
     elif stop is not None and stop.code == "cancelled":
-        await context.save()  # flush: the next attempt starts from here
+        await save_run(context)  # flush: the next attempt starts from here
     elif all(task.status == "completed" for task in context.queue.tasks):
-        await context.save()
+        await save_run(context)

@@ -2,27 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Sequence
 
 from oma.approval.errors import DurableApprovalError
-from oma.approval.gates import ToolCallGate
 from oma.approval.models import ApprovalRequest
 from oma.approval.requests import create_approval_request
 from oma.orchestrator.context import RunContext, Stop
 from oma.orchestrator.events import OrchestratorEvent
+from oma.orchestrator.saver import save_run
 from oma.tasks.task import Task
 
 PLAN_BOUNDARY = "coordinator-plan"
-
-
-@dataclass
-class Gates:
-    on_plan_ready: Callable[[list[Task]], Any] | None = None
-    on_task_dispatch: Callable[[Task], Any] | None = None
-    on_approval: Callable[[list[Task], list[Task]], Any] | None = None
-    on_tool_call: ToolCallGate | None = None
 
 
 def dispatch_request(run_id: str, task: Task, reason: str | None = None) -> ApprovalRequest:
@@ -82,7 +72,7 @@ async def persist_pending_approval(context: RunContext, request: ApprovalRequest
     context.ledger.assert_atomic_support()
     context.pending_approvals.append(request)
     try:
-        await context.save(strict=True)
+        await save_run(context, strict=True)
     except Exception as exc:
         context.pending_approvals.remove(request)
         raise DurableApprovalError(

@@ -22,7 +22,7 @@ from oma.orchestrator.events import (
     delivers_progress,
 )
 from oma.orchestrator.executor import execute_queue
-from oma.orchestrator.gating import Gates
+from oma.orchestrator.gate_config import Gates
 from oma.orchestrator.identity import fresh_identity, resolve_requested_run_id
 from oma.orchestrator.options import CheckpointArg, CheckpointOptions, normalize_checkpoint
 from oma.orchestrator.outcome import build_result, queue_status

@@ -25,11 +25,18 @@ from oma.checkpoint.snapshot import CheckpointSnapshotV4
 from oma.errors import CheckpointFencedError, CheckpointLostError
 from oma.orchestrator.context import RunContext
 from oma.orchestrator.events import OrchestratorEvent
+from oma.orchestrator.snapshot_build import build_snapshot, encode_snapshot
 from oma.orchestrator.snapshot_wire import EncodedSnapshot
 from oma.store.base import supports_compare_and_set
 from oma.store.journal import supports_journal
 
 VANISHED = "this attempt saved it earlier and nobody wrote a newer one"
+
+
+async def save_run(context: RunContext, *, strict: bool = False) -> bool:
+    """Save the run at a boundary; ``False`` when it has no checkpoint or a best-effort save
+    failed (reported as an event)."""
+    return await context.checkpoint.save(context, strict=strict) if context.checkpoint else False
 
 
 class ActiveCheckpoint:
@@ -100,7 +107,7 @@ class ActiveCheckpoint:
             return True
         async with self._lock:
             logged = await self._attempt_snapshot(context)
-            encoded = await context.encode_snapshot(embed_shared_memory=self.embed_shared_memory)
+            encoded = await encode_snapshot(context, embed_shared_memory=self.embed_shared_memory)
             if self.journal is not None:
                 if not await self.journal.claim(encoded.wire, encoded.metadata, loaded):
                     return False
@@ -120,8 +127,8 @@ class ActiveCheckpoint:
             started = time.monotonic()
             try:
                 logged = await self._attempt_snapshot(context)
-                encoded = await context.encode_snapshot(
-                    embed_shared_memory=self.embed_shared_memory
+                encoded = await encode_snapshot(
+                    context, embed_shared_memory=self.embed_shared_memory
                 )
                 if self.journal is not None:
                     await self._journal_save(encoded, context.identity.attempt)
@@ -150,7 +157,7 @@ class ActiveCheckpoint:
         (the encoded text written next to it is the same state)."""
         if self.attempt_logged:
             return None
-        return await context.build_snapshot(embed_shared_memory=self.embed_shared_memory)
+        return await build_snapshot(context, embed_shared_memory=self.embed_shared_memory)
 
     async def _log_attempt(
         self, context: RunContext, snapshot: CheckpointSnapshotV4 | None

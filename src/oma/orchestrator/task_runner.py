@@ -16,6 +16,7 @@ from oma.errors import CheckpointFencedError, RunDrained
 from oma.orchestrator.context import FatalRunError, RunContext, Stop
 from oma.orchestrator.events import OrchestratorEvent
 from oma.orchestrator.prompts import task_prompt
+from oma.orchestrator.saver import save_run
 from oma.tasks.task import Task
 
 MAX_RETRY_DELAY_S = 30.0
@@ -33,7 +34,7 @@ async def run_task(context: RunContext, task: Task) -> None:
     for attempt in range(1, attempts + 1):
         if attempt > 1:
             context.in_flight.pop(task.id, None)
-            await context.save()
+            await save_run(context)
             delay = _retry_delay(task, attempt)
             context.emit(
                 OrchestratorEvent(
@@ -52,7 +53,7 @@ async def run_task(context: RunContext, task: Task) -> None:
 
         async def boundary(state: InFlightTask, strict: bool) -> None:
             context.in_flight[task.id] = state
-            await context.save(strict=strict)
+            await save_run(context, strict=strict)
 
         runner = AgentRunner(
             agent,
@@ -145,7 +146,7 @@ async def _complete(context: RunContext, task: Task, outcome: RunnerOutcome) -> 
         shared.advance_turn()
     context.in_flight.pop(task.id, None)
     context.queue.complete(task.id, outcome.output)
-    await context.save()
+    await save_run(context)
     data = {"result": result, "task": task}
     context.emit(OrchestratorEvent("task_complete", task.assignee, task.id, data))
     context.emit(OrchestratorEvent("agent_complete", task.assignee, task.id, data))
