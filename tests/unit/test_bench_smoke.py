@@ -17,6 +17,7 @@ from oma import jsonutil
 from oma.llm.scripted import ScriptedAdapter
 from oma.orchestrator import CheckpointOptions, OpenMultiAgent, saver, snapshot_build
 from oma.orchestrator.context import RunContext
+from oma.orchestrator.events import OrchestratorEvent
 from oma.orchestrator.snapshot_build import build_snapshot
 from oma.orchestrator.snapshot_wire import EncodedSnapshot
 from oma.store import InMemoryStore
@@ -252,9 +253,16 @@ async def test_restored_snapshot_text_is_the_models(monkeypatch: pytest.MonkeyPa
     store = InMemoryStore()
     await store.set("__oma_checkpoint__/s/latest", jsonutil.dumps(snapshot))
     agent = AgentConfig(name="w", adapter=ScriptedAdapter([{"text": "done"}]))
-    result = await OpenMultiAgent().restore(
+    events: list[OrchestratorEvent] = []
+    result = await OpenMultiAgent(on_progress=events.append).restore(
         Team(name="t", agents=[agent]),
         checkpoint=CheckpointOptions(store=store, run_id="s", fence=True),
     )
     assert result.success, result.status
-    assert checked == [True, True]  # the claim (restored state waiting) and the completion
+    # The claim, the runner's boundary, the completion and the run's end: every save landed,
+    # also those holding the completed result whose tool input has those keys.
+    assert checked == [True] * 4
+    assert [e for e in events if e.type == "error"] == []
+    final = jsonutil.loads((await store.get("__oma_checkpoint__/s/latest")).value)  # type: ignore[union-attr]
+    (completed,) = final["completedTaskResults"]
+    assert completed["agentResult"]["toolCalls"][0]["input"] == {"\ud802k": {"\ud803": 2}}

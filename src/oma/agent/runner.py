@@ -245,13 +245,13 @@ class AgentRunner:
             result=CommittedResult(
                 type="tool_result",
                 tool_use_id=call.id,
-                content=result.data,
+                content=result.content,
                 is_error=result.is_error,
             ),
             record=ToolCallRecord(
                 tool_name=call.name,
                 input=call.input,
-                output=result.data,
+                output=result.summary,
                 duration=round((time.monotonic() - started) * 1000),
             ),
         )

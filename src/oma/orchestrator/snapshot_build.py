@@ -15,7 +15,7 @@ from oma.checkpoint.snapshot import (
     RunIdentityCheckpoint,
 )
 from oma.orchestrator.context import RunContext
-from oma.orchestrator.snapshot_wire import EncodedSnapshot, free_form
+from oma.orchestrator.snapshot_wire import EncodedSnapshot, agent_result_wire, free_form
 from oma.run_metadata import validate_run_metadata
 from oma.timeutil import now_iso
 
@@ -96,7 +96,7 @@ async def build_snapshot(context: RunContext, *, embed_shared_memory: bool) -> C
                 task_id=task.id,
                 assignee=task.assignee,
                 result=task.result,
-                agent_result=result.to_wire() if result is not None else None,
+                agent_result=agent_result_wire(task.id, result) if result is not None else None,
             )
         )
     return CheckpointSnapshotV4(

@@ -22,6 +22,7 @@ model path.
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Iterable
 from typing import Any
 
@@ -32,6 +33,7 @@ from oma.agent.result import AgentRunResult
 from oma.checkpoint.runner_state import InFlightTask, in_flight_wire
 from oma.tasks.task import Task
 
+log = logging.getLogger(__name__)
 _FREE_FORM: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
 _STATUS_LISTS = (
     ("pending", "pending"),
@@ -121,8 +123,9 @@ class SnapshotEncoder:
                     wire["assignee"] = task.assignee
                 if task.result is not None:
                     wire["result"] = task.result
-                if result is not None:
-                    wire["agentResult"] = result.to_wire()
+                agent_result = agent_result_wire(task.id, result) if result else None
+                if agent_result is not None:
+                    wire["agentResult"] = agent_result
                 cached = (task.assignee, task.result, result, wire)
             cache[task.id] = cached
             wires.append(cached[3])
@@ -140,3 +143,19 @@ class SnapshotEncoder:
             wires.append(cached[1])
         self._states = cache
         return wires
+
+
+def agent_result_wire(task_id: str, result: AgentRunResult) -> dict[str, Any] | None:
+    """A completed task's result as the snapshot holds it; ``None`` when data a caller added to
+    it (e.g. an object in ``structured``) is not JSON. Durability wins, as in the reference: the
+    snapshot omits that one result instead of failing the save, and a restore rebuilds the
+    minimal result from the task's output."""
+    try:
+        # Python mode, as the rest of the snapshot: JSON mode refuses the lone surrogates in
+        # keys that the reference writes (a restored tool input), and jsonutil escapes them.
+        wire = result.to_data()
+        jsonutil.dumps(wire)
+    except (TypeError, ValueError) as exc:  # pydantic's serialization error is a ValueError
+        log.warning("task %s: its result is not JSON (%s); the checkpoint omits it", task_id, exc)
+        return None
+    return wire

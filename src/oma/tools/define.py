@@ -9,13 +9,14 @@ across restore, so a tool with external side effects can use
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from oma.llm.types import ToolSpec
+from oma.tools.rich import RichContent, RichContentError, check_parts, summary_text
 
 InputT = TypeVar("InputT", bound=BaseModel)
 
@@ -31,10 +32,36 @@ class ToolContext:
 
 @dataclass(frozen=True)
 class ToolResult:
-    """What the model sees: ``data`` as the tool_result text, flagged as an error or not."""
+    """What the model sees: ``data`` as the tool_result text, flagged as an error or not; or,
+    with ``model_output``, parts (text, image, file: ``oma.tools.rich``) instead of the text,
+    e.g. ``ToolResult("chart", model_output=[{"type": "text", "text": "Q3"}, {"type": "image",
+    "source": {"type": "base64", "media_type": "image/png", "data": png_b64}}])``."""
 
     data: str
     is_error: bool = False
+    model_output: str | Sequence[dict[str, Any]] | None = None
+
+    @property
+    def content(self) -> RichContent:
+        """The tool_result content the model is sent (checked: see ``checked``)."""
+        if self.model_output is None:
+            return self.data
+        return self.model_output if isinstance(self.model_output, str) else list(self.model_output)
+
+    def checked(self, tool: str) -> ToolResult:
+        """This result with its parts checked; an error result naming the bad part if not."""
+        if self.model_output is None or isinstance(self.model_output, str):
+            return self
+        try:
+            parts = check_parts(self.model_output)
+        except RichContentError as exc:
+            return ToolResult(f'Tool "{tool}" returned content the model cannot see: {exc}', True)
+        return ToolResult(self.data, self.is_error, parts)
+
+    @property
+    def summary(self) -> str:
+        """The text view of the content: the call's record keeps this, not media bytes."""
+        return summary_text(self.content)
 
 
 ToolOutput = ToolResult | str | BaseModel | dict[str, Any] | list[Any] | None
@@ -80,7 +107,7 @@ class Tool(Generic[InputT]):
             output = await self.execute(parsed, ctx)
         except Exception as exc:  # a tool's failure is data for the model, not a crash
             return ToolResult(f'Tool "{self.name}" failed: {exc}', is_error=True)
-        return normalize_output(output)
+        return normalize_output(output).checked(self.name)
 
 
 def define_tool(
