@@ -2,13 +2,14 @@
 
 Our conversation is Anthropic-shaped, so requests are translated (tool calls, tool results, images)
 and responses are translated back. The SDK does not validate response bodies, so we read the raw
-JSON and check it ourselves; SDK failures become one-line ``LLMError`` messages without the key.
+JSON and check it ourselves. What every SDK adapter shares (error messages without the key, the
+placeholder key, usage) is in ``oma.llm.sdk_adapter``; this module keeps what is OpenAI's own.
 """
 
 from __future__ import annotations
 
 import json
-import os
+from collections.abc import Iterable
 from typing import Any, cast
 
 import openai
@@ -16,6 +17,16 @@ from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolPara
 
 from oma.llm import output_json
 from oma.llm.adapter import LLMError, LLMResponseError
+from oma.llm.sdk_adapter import (
+    LOCAL_PLACEHOLDER_KEY,
+    SDKAdapter,
+    SDKErrors,
+    chat_response,
+    configured_key,
+    kind,
+    load_object,
+    tool_use,
+)
 from oma.llm.types import (
     ChatRequest,
     ChatResponse,
@@ -23,24 +34,25 @@ from oma.llm.types import (
     ImageBlock,
     LLMMessage,
     TextBlock,
-    TokenUsage,
     ToolResultBlock,
     ToolSpec,
     ToolUseBlock,
 )
 
-# Sent when a base_url is configured but no key exists: local compatible servers usually ignore
-# authentication, but the SDK refuses to start without some key.
-LOCAL_PLACEHOLDER_KEY = "oma-no-key"
-
-# Statuses the SDK retries by itself; an error with one of them means the retries are used up.
-_RETRIED_STATUSES = frozenset({408, 409, 429})
+# LOCAL_PLACEHOLDER_KEY is the base's, exported here too: callers import it with the adapter.
+__all__ = ["LOCAL_PLACEHOLDER_KEY", "OpenAIAdapter", "parse_completion", "to_openai_messages"]
 
 
-class OpenAIAdapter:
+class OpenAIAdapter(SDKAdapter[openai.AsyncOpenAI]):
     """``LLMAdapter`` for OpenAI Chat Completions or any server speaking it (vLLM, llama.cpp...)."""
 
     name = "openai"
+    errors = SDKErrors(
+        base=openai.APIError,
+        status=openai.APIStatusError,
+        timeout=openai.APITimeoutError,
+        connection=openai.APIConnectionError,
+    )
 
     def __init__(
         self,
@@ -52,14 +64,9 @@ class OpenAIAdapter:
         max_retries: int = 2,
         client: openai.AsyncOpenAI | None = None,
     ) -> None:
-        self.model = model
-        self.timeout = timeout
-        self.max_retries = max_retries
-        self._owns_client = client is None
+        owns_client = client is None
         if client is None:
-            key = api_key or os.environ.get("OPENAI_API_KEY") or None
-            if key is None and (base_url or os.environ.get("OPENAI_BASE_URL")):
-                key = LOCAL_PLACEHOLDER_KEY
+            key = configured_key(api_key, base_url, env="OPENAI_API_KEY", url_env="OPENAI_BASE_URL")
             if key is None:
                 raise LLMError(
                     f"openai adapter for model {model!r} has no API key: pass api_key, set "
@@ -68,62 +75,37 @@ class OpenAIAdapter:
             client = openai.AsyncOpenAI(
                 api_key=key, base_url=base_url, timeout=timeout, max_retries=max_retries
             )
-        self._client = client
-        # A passed-in client brings its own settings; error messages should report those.
-        self.max_retries = client.max_retries
-        if isinstance(client.timeout, int | float):
-            self.timeout = float(client.timeout)
+        super().__init__(model, client, owns_client=owns_client, timeout=timeout)
 
-    @property
-    def base_url(self) -> str:
-        return str(self._client.base_url)
-
-    @property
-    def _attempts(self) -> str:
-        return "1 attempt" if self.max_retries == 0 else f"{self.max_retries + 1} attempts"
-
-    async def aclose(self) -> None:
-        """Close the HTTP connections, unless the client was passed in (its owner closes it)."""
-        if self._owns_client:
-            await self._client.close()
-
-    async def chat(self, request: ChatRequest) -> ChatResponse:
-        model = request.model or self.model
+    async def _send(self, request: ChatRequest, model: str) -> bytes:
         messages = cast(list[ChatCompletionMessageParam], to_openai_messages(request))
         tools = cast(list[ChatCompletionToolParam], [_function_tool(t) for t in request.tools])
         # Only an explicit limit is sent: every ChatRequest carries a default one, and servers
         # differ on the field; max_completion_tokens is the current name (max_tokens deprecated).
         explicit = "max_tokens" in request.model_fields_set
-        try:
-            raw = await self._client.chat.completions.with_raw_response.create(
-                model=model,
-                messages=messages,
-                tools=tools or openai.omit,
-                max_completion_tokens=request.max_tokens if explicit else openai.omit,
-                temperature=openai.omit if request.temperature is None else request.temperature,
-            )
-            payload = raw.content
-        except openai.APIError as err:
-            raise self._translate(err, model) from _safe_cause(err)
+        raw = await self._client.chat.completions.with_raw_response.create(
+            model=model,
+            messages=messages,
+            tools=tools or openai.omit,
+            max_completion_tokens=request.max_tokens if explicit else openai.omit,
+            temperature=openai.omit if request.temperature is None else request.temperature,
+        )
+        return raw.content
+
+    def _parse(self, payload: bytes, model: str) -> ChatResponse:
         return parse_completion(payload, model)
 
-    def _translate(self, err: openai.APIError, model: str) -> LLMError:
-        where = f"openai model {model!r} at {self.base_url}"
-        secrets = [self._client.api_key] if self._client.api_key else []
-        if isinstance(err, openai.APIStatusError):
-            status = err.status_code
-            retried = status in _RETRIED_STATUSES or status >= 500
-            after = f" after {self.max_retries} retries" if retried and self.max_retries else ""
-            hint = " (check the API key)" if status in (401, 403) else ""
-            detail = _redact(_error_detail(err.body), secrets)
-            rid = f" [request-id {err.request_id}]" if err.request_id else ""
-            return LLMError(f"{where} answered HTTP {status}{after}{hint}: {detail}{rid}")
-        if isinstance(err, openai.APITimeoutError):
-            return LLMError(f"{where} timed out after {self.timeout}s ({self._attempts})")
-        if isinstance(err, openai.APIConnectionError):
-            cause = _redact(str(err.__cause__ or err.message), secrets)
-            return LLMError(f"{where} unreachable ({self._attempts}): {cause}")
-        return LLMError(f"{where} failed: {_redact(err.message, secrets)}")
+    def _secrets(self) -> Iterable[str | None]:
+        return (self._client.api_key,)
+
+    @staticmethod
+    def _explain(body: object) -> str:
+        # The SDK hands over the body's "error" object when there is one.
+        error = body.get("error", body) if isinstance(body, dict) else body
+        if isinstance(error, dict) and error.get("message"):
+            code = error.get("code") or error.get("type")
+            return f"{code}: {error['message']}" if code else str(error["message"])
+        return str(error) if error else "no error body"
 
 
 def _function_tool(tool: ToolSpec) -> dict[str, Any]:
@@ -217,37 +199,28 @@ def _image_url(block: ImageBlock, index: int) -> str:
 def parse_completion(payload: bytes, model: str) -> ChatResponse:
     """Check a Chat Completions response body and turn it into a ``ChatResponse``."""
     where = f"openai response for model {model!r}"
-    try:
-        body = output_json.loads(payload)
-    except output_json.OutputJSONError as err:
-        raise LLMResponseError(f"{where} is not JSON ({err}): {payload[:120]!r}") from err
-    if not isinstance(body, dict):
-        raise LLMResponseError(f"{where} is not a JSON object")
+    body = load_object(payload, where)
     choices = body.get("choices")
     if not isinstance(choices, list) or not choices:
-        raise LLMResponseError(f"{where} has no choices ({_kind(choices)})")
+        raise LLMResponseError(f"{where} has no choices ({kind(choices)})")
     choice = choices[0]
     message = choice.get("message") if isinstance(choice, dict) else None
     if not isinstance(message, dict):
-        raise LLMResponseError(f"{where}: choices[0].message is {_kind(message)}")
+        raise LLMResponseError(f"{where}: choices[0].message is {kind(message)}")
     blocks: list[ContentBlock] = []
     text = _message_text(message, where)
     if text:
         blocks.append(TextBlock(text=text))
     calls = message.get("tool_calls")
     if calls is not None and not isinstance(calls, list):
-        raise LLMResponseError(f"{where}: tool_calls is {_kind(calls)}, expected a list")
+        raise LLMResponseError(f"{where}: tool_calls is {kind(calls)}, expected a list")
     for index, call in enumerate(calls or []):
         blocks.append(_tool_call(call, f"{where}: tool_calls[{index}]"))
     finish = choice.get("finish_reason")
     if not blocks:
         raise LLMResponseError(f"{where} has no text and no tool calls (finish_reason {finish!r})")
-    return ChatResponse(
-        content=blocks,
-        usage=_usage(body.get("usage"), where),
-        stop_reason=finish if isinstance(finish, str) else None,
-        model=body["model"] if isinstance(body.get("model"), str) else model,
-    )
+    usage = ("prompt_tokens", "completion_tokens")
+    return chat_response(body, blocks, finish, model, usage=usage, where=where)
 
 
 def _message_text(message: dict[str, Any], where: str) -> str:
@@ -264,12 +237,12 @@ def _message_text(message: dict[str, Any], where: str) -> str:
         for p in content
     ):
         return "".join(p["text"] for p in content)
-    raise LLMResponseError(f"{where}: message content is {_kind(content)}, expected text")
+    raise LLMResponseError(f"{where}: message content is {kind(content)}, expected text")
 
 
 def _tool_call(call: object, at: str) -> ToolUseBlock:
     if not isinstance(call, dict):
-        raise LLMResponseError(f"{at} is {_kind(call)}, expected an object")
+        raise LLMResponseError(f"{at} is {kind(call)}, expected an object")
     call_id, function = call.get("id"), call.get("function")
     if not isinstance(call_id, str) or not call_id:
         raise LLMResponseError(f"{at} has no id")
@@ -292,54 +265,5 @@ def _tool_call(call: object, at: str) -> ToolUseBlock:
     elif arguments is None:
         arguments = {}
     if not isinstance(arguments, dict):
-        raise LLMResponseError(f"{what} has arguments {_kind(arguments)}, expected a JSON object")
-    try:
-        output_json.check_tool_input_depth(arguments)
-    except output_json.OutputJSONError as err:
-        raise LLMResponseError(f"{what}: {err}") from None
-    return ToolUseBlock(id=call_id, name=name, input=arguments)
-
-
-def _usage(usage: object, where: str) -> TokenUsage:
-    # Local servers often omit usage; zero is the honest count of what we know.
-    if usage is None:
-        return TokenUsage()
-    if not isinstance(usage, dict):
-        raise LLMResponseError(f"{where}: 'usage' is {_kind(usage)}, expected an object")
-    for field in ("prompt_tokens", "completion_tokens"):
-        value = usage.get(field) or 0
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise LLMResponseError(f"{where}: usage.{field} is {value!r}, expected a count")
-    return TokenUsage(
-        input_tokens=usage.get("prompt_tokens") or 0,
-        output_tokens=usage.get("completion_tokens") or 0,
-    )
-
-
-def _error_detail(body: object) -> str:
-    """The provider's own explanation from an error body, on one line."""
-    # The SDK hands over the body's "error" object when there is one.
-    error = body.get("error", body) if isinstance(body, dict) else body
-    if isinstance(error, dict) and error.get("message"):
-        kind = error.get("code") or error.get("type")
-        text = f"{kind}: {error['message']}" if kind else str(error["message"])
-    else:
-        text = str(error) if error else "no error body"
-    text = " ".join(text.split())
-    return text if len(text) <= 300 else text[:297] + "..."
-
-
-def _redact(text: str, secrets: list[str]) -> str:
-    for secret in secrets:
-        text = text.replace(secret, "***")
-    return text
-
-
-def _safe_cause(err: openai.APIError) -> BaseException | None:
-    # A status error's own text embeds the response body, which can echo the key; chaining it
-    # would print it in tracebacks. Our message already carries what it says.
-    return None if isinstance(err, openai.APIStatusError) else err
-
-
-def _kind(value: object) -> str:
-    return "missing" if value is None else f"a {type(value).__name__}"
+        raise LLMResponseError(f"{what} has arguments {kind(arguments)}, expected a JSON object")
+    return tool_use(call_id, name, arguments, what)
