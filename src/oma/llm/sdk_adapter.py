@@ -148,9 +148,12 @@ class SDKAdapter(ABC, Generic[ClientT]):
         if isinstance(err, self.errors.status):
             status = err.status_code
             retried = status in _RETRIED_STATUSES or status >= 500
-            after = f" after {self.max_retries} retries" if retried and self.max_retries else ""
+            tries = self.max_retries
+            said = f" after {tries} {'retry' if tries == 1 else 'retries'}"
+            after = said if retried and tries else ""
             hint = " (check the API key)" if status in (401, 403) else ""
-            detail = redact(one_line(self._explain(err.body)), secrets)
+            # Redacted before it is cut: a key across the cut would leave its first part.
+            detail = one_line(redact(self._explain(err.body), secrets))
             rid = f" [request-id {err.request_id}]" if err.request_id else ""
             return LLMError(f"{where} answered HTTP {status}{after}{hint}: {detail}{rid}")
         if isinstance(err, self.errors.timeout):
