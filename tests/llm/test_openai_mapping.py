@@ -60,9 +60,16 @@ def test_tool_results_come_before_the_users_text() -> None:
         {
             "role": "tool",
             "tool_call_id": "c2",
-            "content": "[image omitted: tool results are text-only in the OpenAI chat format]",
+            "content": "[image: ; URL reference] (in the next user message)",
         },
-        {"role": "user", "content": "and then?"},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "and then?"},
+                {"type": "text", "text": "The images of tool call c2:"},
+                {"type": "image_url", "image_url": {"url": "http://x/y.png"}},
+            ],
+        },
     ]
 
 

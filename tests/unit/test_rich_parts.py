@@ -1,4 +1,4 @@
-"""The parts a tool may show the model (``oma.tools.rich``): what is accepted, what is refused
+"""The parts a tool may show the model (``oma.llm.parts``): what is accepted, what is refused
 with the part named, and the text view a record keeps."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from oma.tools import ToolResult
-from oma.tools.rich import RichContentError, check_parts, has_media, summary_text
+from oma.llm.parts import RichContentError, check_parts, has_media, summary_text
 
 
 def _image(data: str, media_type: str = "image/png") -> dict[str, Any]:

@@ -16,6 +16,7 @@ import anthropic
 from anthropic.types import MessageParam, ToolParam
 
 from oma.llm.adapter import LLMError, LLMResponseError
+from oma.llm.parts import part_text
 from oma.llm.sdk_adapter import (
     LOCAL_PLACEHOLDER_KEY,
     SDKAdapter,
@@ -26,7 +27,14 @@ from oma.llm.sdk_adapter import (
     load_object,
     tool_use,
 )
-from oma.llm.types import ChatRequest, ChatResponse, ContentBlock, TextBlock, ToolUseBlock
+from oma.llm.types import (
+    ChatRequest,
+    ChatResponse,
+    ContentBlock,
+    LLMMessage,
+    TextBlock,
+    ToolUseBlock,
+)
 
 # LOCAL_PLACEHOLDER_KEY is the base's, exported here too: callers import it with the adapter.
 __all__ = ["LOCAL_PLACEHOLDER_KEY", "AnthropicAdapter", "parse_message"]
@@ -69,7 +77,7 @@ class AnthropicAdapter(SDKAdapter[anthropic.AsyncAnthropic]):
         max_tokens = (
             request.max_tokens if "max_tokens" in request.model_fields_set else self.max_tokens
         )
-        messages = cast(list[MessageParam], [m.to_wire() for m in request.messages])
+        messages = cast(list[MessageParam], [_message(m) for m in request.messages])
         tools = cast(list[ToolParam], [t.model_dump() for t in request.tools])
         # This SDK version has no `temperature` argument; the API still accepts the field.
         extra = {"temperature": request.temperature} if request.temperature is not None else None
@@ -173,3 +181,39 @@ def _tool_use(block: dict[str, Any], at: str) -> ToolUseBlock:
     if not isinstance(args, dict):
         raise LLMResponseError(f"{what} has input {kind(args)}, expected an object")
     return tool_use(call_id, name, args, what)
+
+
+def _message(message: LLMMessage) -> dict[str, Any]:
+    """A message as the Messages API takes it: our blocks are its blocks, but for the media
+    parts of rich tool results (``oma.llm.parts``): a file is a ``document`` there, and a URL
+    source carries only its URL."""
+    wire = message.to_wire()
+    blocks: list[dict[str, Any]] = []
+    for block in wire["content"]:
+        if block.get("type") == "tool_result" and isinstance(block.get("content"), list):
+            block = {**block, "content": [_part(part) for part in block["content"]]}
+        elif block.get("type") == "image":
+            block = {**block, "source": _source(block.get("source") or {})}
+        blocks.append(block)
+    return {**wire, "content": blocks}
+
+
+def _part(part: dict[str, Any]) -> dict[str, Any]:
+    part_type, source = part.get("type"), part.get("source") or {}
+    if part_type == "image":
+        return {"type": "image", "source": _source(source)}
+    if part_type != "file":
+        return part
+    title = part.get("filename")
+    if source.get("type") == "url":
+        return {"type": "document", "source": _source(source), "title": title}
+    if source.get("media_type") == "application/pdf":
+        return {"type": "document", "source": source, "title": title}
+    # The API reads inline documents as PDF only: the model learns the file was there.
+    return {"type": "text", "text": f"{part_text(part)} (not shown: only PDF files are sent)"}
+
+
+def _source(source: dict[str, Any]) -> dict[str, Any]:
+    if source.get("type") == "url":
+        return {"type": "url", "url": source.get("url")}
+    return source

@@ -17,6 +17,7 @@ from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolPara
 
 from oma.llm import output_json
 from oma.llm.adapter import LLMError, LLMResponseError
+from oma.llm.parts import part_text
 from oma.llm.sdk_adapter import (
     LOCAL_PLACEHOLDER_KEY,
     SDKAdapter,
@@ -148,6 +149,7 @@ def _assistant(message: LLMMessage, index: int) -> dict[str, Any]:
 def _user(message: LLMMessage, index: int) -> list[dict[str, Any]]:
     # Tool results become `tool` messages, which must directly follow the assistant message
     # that made the calls, so they go first; any text or images follow as one user message.
+    # Tool messages carry text only: a tool result's images go in that user message too.
     results: list[dict[str, Any]] = []
     parts: list[dict[str, Any]] = []
     for block in message.content:
@@ -157,6 +159,17 @@ def _user(message: LLMMessage, index: int) -> list[dict[str, Any]]:
                 # The chat format has no error flag; the model still needs to know it failed.
                 text = f"Error: {text}"
             results.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": text})
+            listed = [] if isinstance(block.content, str) else block.content
+            images = [
+                ImageBlock(source=part.get("source") or {})
+                for part in listed
+                if part.get("type") == "image"
+            ]
+            if images:
+                said = f"The images of tool call {block.tool_use_id}:"
+                parts.append({"type": "text", "text": said})
+            for image in images:
+                parts.append({"type": "image_url", "image_url": {"url": _image_url(image, index)}})
         elif isinstance(block, TextBlock):
             parts.append({"type": "text", "text": block.text})
         elif isinstance(block, ImageBlock):
@@ -173,7 +186,8 @@ def _user(message: LLMMessage, index: int) -> list[dict[str, Any]]:
 
 
 def _flatten(content: str | list[dict[str, Any]]) -> str:
-    """Tool messages carry text only: keep text parts, say what else was there."""
+    """Tool messages carry text only: keep text parts, say what else was there (never the
+    bytes of a part: a file's base64 as text would only cost tokens)."""
     if isinstance(content, str):
         return content
     pieces: list[str] = []
@@ -181,7 +195,9 @@ def _flatten(content: str | list[dict[str, Any]]) -> str:
         if part.get("type") == "text" and isinstance(part.get("text"), str):
             pieces.append(part["text"])
         elif part.get("type") == "image":
-            pieces.append("[image omitted: tool results are text-only in the OpenAI chat format]")
+            pieces.append(f"{part_text(part)} (in the next user message)")
+        elif part.get("type") == "file":
+            pieces.append(f"{part_text(part)} (not shown: tool results are text-only here)")
         else:
             pieces.append(json.dumps(part, ensure_ascii=False))
     return "\n".join(pieces)

@@ -16,7 +16,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from oma.llm.types import ToolSpec
-from oma.tools.rich import RichContent, RichContentError, check_parts, summary_text
+from oma.llm.parts import RichContent, RichContentError, check_parts, summary_text
 
 InputT = TypeVar("InputT", bound=BaseModel)
 
@@ -33,7 +33,7 @@ class ToolContext:
 @dataclass(frozen=True)
 class ToolResult:
     """What the model sees: ``data`` as the tool_result text, flagged as an error or not; or,
-    with ``model_output``, parts (text, image, file: ``oma.tools.rich``) instead of the text,
+    with ``model_output``, parts (text, image, file: ``oma.llm.parts``) instead of the text,
     e.g. ``ToolResult("chart", model_output=[{"type": "text", "text": "Q3"}, {"type": "image",
     "source": {"type": "base64", "media_type": "image/png", "data": png_b64}}])``."""
 

@@ -1,5 +1,7 @@
 """Rich tool results: what a tool shows the model as parts (text, image, file), not one string.
 
+Here, with the conversation's types, because the adapters translate the parts too.
+
 The parts are the reference's: ``{"type": "text", "text"}``, ``{"type": "image", "source"}`` and
 ``{"type": "file", "filename", "source"}``, where a source is ``{"type": "base64", "media_type",
 "data"}`` or ``{"type": "url", "media_type", "url"}``. They are checked here once, when the tool
@@ -42,7 +44,7 @@ def summary_text(content: RichContent) -> str:
     """The text view kept in the call's record: text parts exactly, media as a placeholder."""
     if isinstance(content, str):
         return content
-    return "\n".join(_part_text(part) for part in content)
+    return "\n".join(part_text(part) for part in content)
 
 
 def has_media(content: RichContent) -> bool:
@@ -107,7 +109,8 @@ def _non_empty(value: Any, path: str) -> str:
     return value
 
 
-def _part_text(part: dict[str, Any]) -> str:
+def part_text(part: dict[str, Any]) -> str:
+    """One part's text view: a text part's text, a placeholder for media."""
     if part.get("type") == "text":
         return str(part.get("text", ""))
     source = part.get("source") or {}
