@@ -13,19 +13,13 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from oma.approval.ledger import ApprovalRecord
+from oma.approval.words import RESOURCE_SPELLING
 from oma_operator.approval_resources import decision_name
 
 # The fields that tie a resource to its request and to who may decide it.
 BOUND_FIELDS = ("teamRun", "requestId", "requestHash", "scope", "reviewers", "excludedReviewers")
 # Set only together with a decision (the API server refuses them on a Pending resource).
 DECISION_FIELDS = ("reviewer", "reason", "resolution", "result")
-CAMEL = {
-    "approved": "Approved",
-    "rejected": "Rejected",
-    "retry": "Retry",
-    "done": "Done",
-    "failed": "Failed",
-}
 
 Verdict = Literal["trusted", "adopt", "replace", "foreign"]
 
@@ -109,12 +103,12 @@ def mirrored_status(record: ApprovalRecord, message: str | None = None) -> dict[
         status["decision"] = "Pending"
     else:
         status |= {
-            "decision": CAMEL[decision.decision],
+            "decision": RESOURCE_SPELLING[decision.decision],
             "reviewer": decision.reviewer.id,
             "decidedAt": decision.decided_at,
         }
         if decision.resolution:
-            status["resolution"] = CAMEL[decision.resolution]
+            status["resolution"] = RESOURCE_SPELLING[decision.resolution]
         if decision.reason is not None:
             status["reason"] = decision.reason
     if message:

@@ -12,12 +12,12 @@ from typing import Any
 
 from oma.approval.errors import DurableApprovalError
 from oma.approval.ledger import ApprovalRecord, DurableApprovalLedger
+from oma.approval.words import RESOURCE_SPELLING, DecisionWord, word_of
 from oma.checkpoint import Checkpoint, CheckpointSnapshotV4
 from oma.store.base import MemoryStore
 from oma.store.reserved import APPROVAL_KEY_PREFIX
 from oma_operator import events
 from oma_operator.approval_binding import (
-    CAMEL,
     earlier_own,
     ignored_status,
     judge,
@@ -53,15 +53,9 @@ async def run_records(store: MemoryStore, run_id: str) -> list[ApprovalRecord]:
     return records
 
 
-def decision_word(scope: str, spec: dict[str, Any]) -> str:
-    """The ledger's word for a resource's decision: an uncertain tool call is settled as retry
-    (Approved), done or failed (Rejected, failed unless resolution says Done)."""
-    approved = spec["decision"] == "Approved"
-    if scope != "uncertain_tool_call":
-        return "approve" if approved else "reject"
-    if approved:
-        return "retry"
-    return "done" if spec.get("resolution") == "Done" else "failed"
+def decision_word(scope: str, spec: dict[str, Any]) -> DecisionWord:
+    """The ledger's word for a resource's decision (``oma.approval.words``)."""
+    return word_of(scope, spec["decision"], spec.get("resolution"))
 
 
 async def sync_approvals(kube: Kube, teamrun: dict[str, Any], spec: TeamRunSpec) -> bool:
@@ -212,7 +206,7 @@ def _not_recorded(spec: dict[str, Any], record: ApprovalRecord) -> str | None:
     if decision is None or spec.get("decision") not in ("Approved", "Rejected"):
         return None
     if (
-        spec["decision"] == CAMEL[decision.decision]
+        spec["decision"] == RESOURCE_SPELLING[decision.decision]
         and spec.get("reviewer") == decision.reviewer.id
     ):
         return None

@@ -33,19 +33,15 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
 import httpx
 import typer
 
+from oma.approval.words import ResourceDecision, resource_fields
 from oma_operator.decision_view import ContentMismatch, verified_content, view
 
 if TYPE_CHECKING:
     from oma_operator.client import Kube
 
 EXIT_REFUSED, EXIT_NO_CLUSTER = 1, 2
-Verdict = Literal["Approved", "Rejected"]
+Verdict = ResourceDecision
 Outcome = Literal["retry", "done", "failed"]
-_OUTCOMES: dict[str, tuple[Verdict, str]] = {
-    "retry": ("Approved", "Retry"),
-    "done": ("Rejected", "Done"),
-    "failed": ("Rejected", "Failed"),
-}
 
 
 class DecisionRefused(Exception):
@@ -171,7 +167,7 @@ def register(app: typer.Typer) -> None:
         summary_only: SummaryOnlyOption = False,
     ) -> None:
         """Settle an uncertain tool call (scope uncertain_tool_call) as your Kubernetes user."""
-        verdict, resolution = _OUTCOMES[outcome]
+        verdict, resolution = resource_fields(outcome)
         settle = {"resolution": resolution} | ({"result": result} if result is not None else {})
         checks = Checks(yes, summary_only)
         where = Target(name, namespace, kubeconfig, context, impersonate)

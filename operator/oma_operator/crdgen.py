@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
+from oma.approval.words import resolutions_by_decision
 from oma_operator.models import (
     GROUP,
     MAX_TEAMRUN_NAME,
@@ -181,6 +182,24 @@ def _unchanged(field: str) -> str:
 DECISION_FIELDS = ("reviewer", "reason", "resolution", "result")
 
 
+def _resolution_rule() -> dict[str, str]:
+    """Which resolution goes with which decision, from the one table of decision words."""
+    pairs = resolutions_by_decision()
+    allowed = " || ".join(
+        f"(self.decision == '{decision}' && self.resolution in "
+        f"[{', '.join(repr(r) for r in resolutions)}])"
+        for decision, resolutions in pairs.items()
+    )
+    said = "; ".join(
+        f"{' or '.join(resolutions)} goes with {decision}"
+        for decision, resolutions in pairs.items()
+    )
+    return {
+        "rule": f"!has(self.resolution) || self.decision == 'Pending' || {allowed}",
+        "message": f"resolution {said}",
+    }
+
+
 def approvaldecision_crd() -> dict[str, Any]:
     spec = structural(ApprovalDecisionSpec)
     props = spec["properties"]
@@ -228,12 +247,7 @@ def approvaldecision_crd() -> dict[str, Any]:
             "!has(self.result))",
             "message": "resolution and result are only for scope uncertain_tool_call",
         },
-        {
-            "rule": "!has(self.resolution) || self.decision == 'Pending' || "
-            "(self.decision == 'Approved' ? self.resolution == 'Retry' : "
-            "self.resolution != 'Retry')",
-            "message": "resolution Retry goes with Approved; Done or Failed with Rejected",
-        },
+        _resolution_rule(),
         {
             "rule": "!has(self.result) || (has(self.resolution) && self.resolution == 'Done')",
             "message": "result is only recorded with resolution Done",

@@ -20,27 +20,14 @@ from oma.approval.models import (
     ApprovalDecisionRecord,
     ApprovalRequest,
     JsonDataModel,
-    Resolution,
     Reviewer,
 )
 from oma.approval.requests import parse_approval_decision, parse_approval_request
+from oma.approval.words import WORDS, DecisionWord
 from oma.jsstring import js_trim
 from oma.store.base import MemoryStore, supports_compare_and_set
 from oma.store.reserved import APPROVAL_KEY_PREFIX
 from oma.timeutil import now_iso
-
-# "retry", "done" and "failed" settle an uncertain_tool_call request (approve means retry and
-# reject means failed there); the other scopes take approve or reject only.
-DecisionWord = Literal["approve", "reject", "retry", "done", "failed"]
-# What each word records on an uncertain_tool_call request.
-_RESOLUTION_OF: dict[str, Resolution] = {
-    "approve": "retry",
-    "reject": "failed",
-    "retry": "retry",
-    "done": "done",
-    "failed": "failed",
-}
-_SETTLING_WORDS = ("retry", "done", "failed")
 
 
 def approval_key(request_id: str) -> str:
@@ -111,7 +98,7 @@ class DurableApprovalLedger:
             raise DurableApprovalError(
                 "APPROVAL_VALIDATION_ERROR", "Approval reviewer needs a non-empty id."
             ) from exc
-        if decision not in _RESOLUTION_OF:
+        if decision not in WORDS:
             raise DurableApprovalError(
                 "APPROVAL_VALIDATION_ERROR",
                 "Approval decision must be 'approve' or 'reject' (or, for an uncertain tool "
@@ -158,7 +145,7 @@ class DurableApprovalLedger:
             "runId": record.request.run_id,
             "scope": record.request.scope,
             "requestHash": record.request.request_hash,
-            "decision": "approved" if _RESOLUTION_OF[decision] == "retry" else "rejected",
+            "decision": WORDS[decision].verdict,
             "reviewer": reviewer_wire,
             "decidedAt": now_iso(),
         }
@@ -177,16 +164,16 @@ class DurableApprovalLedger:
         return made
 
 
-def _resolution(request: ApprovalRequest, word: str, result: str | None) -> dict[str, Any]:
+def _resolution(request: ApprovalRequest, word: DecisionWord, result: str | None) -> dict[str, Any]:
     if request.scope != "uncertain_tool_call":
-        if word in _SETTLING_WORDS:
+        if WORDS[word].settles_only:
             raise DurableApprovalError(
                 "APPROVAL_VALIDATION_ERROR",
                 f"'{word}' settles an uncertain tool call; request {request.id} is a "
                 f"{request.scope} request: approve or reject it.",
             )
         return {}
-    settled = {"resolution": _RESOLUTION_OF[word]}
+    settled = {"resolution": WORDS[word].resolution}
     return settled | ({"result": result} if result is not None else {})
 
 
