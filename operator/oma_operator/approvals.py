@@ -15,7 +15,6 @@ from oma.approval.ledger import ApprovalRecord, DurableApprovalLedger
 from oma.approval.words import RESOURCE_SPELLING, DecisionWord, word_of
 from oma.checkpoint import Checkpoint, CheckpointSnapshotV4
 from oma.store.base import MemoryStore
-from oma.store.reserved import APPROVAL_KEY_PREFIX
 from oma_operator import events
 from oma_operator.approval_binding import (
     earlier_own,
@@ -44,13 +43,7 @@ async def run_records(store: MemoryStore, run_id: str) -> list[ApprovalRecord]:
         )
         found = [await ledger.get(request_id) for request_id in ids]
         return [r for r in found if r is not None and r.request.run_id == run_id]
-    records = []
-    for entry in await store.list():
-        if entry.key.startswith(APPROVAL_KEY_PREFIX):
-            record = await ledger.get(entry.key.removeprefix(APPROVAL_KEY_PREFIX))
-            if record is not None and record.request.run_id == run_id:
-                records.append(record)
-    return records
+    return await ledger.records(run_id)
 
 
 def decision_word(scope: str, spec: dict[str, Any]) -> DecisionWord:

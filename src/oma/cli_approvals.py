@@ -27,7 +27,6 @@ from oma.approval.ledger import ApprovalRecord, DurableApprovalLedger
 from oma.approval.models import ApprovalDecisionRecord, Resolution
 from oma.cli_store import EXIT_BAD_INPUT, JsonOption, StoreOption, TenantOption, with_store
 from oma.store.base import MemoryStore
-from oma.store.reserved import APPROVAL_KEY_PREFIX
 
 T = TypeVar("T")
 
@@ -49,18 +48,6 @@ def _with_store(
     return with_store(url, action, exit_codes=exit_codes, tenant=tenant, read_only=read_only)
 
 
-async def _records(store: MemoryStore, run_id: str | None) -> list[ApprovalRecord]:
-    ledger = DurableApprovalLedger(store)
-    found = []
-    for entry in await store.list():
-        if not entry.key.startswith(APPROVAL_KEY_PREFIX):
-            continue
-        record = await ledger.get(entry.key.removeprefix(APPROVAL_KEY_PREFIX))
-        if record is not None and (run_id is None or record.request.run_id == run_id):
-            found.append(record)
-    return found
-
-
 def _state(record: ApprovalRecord) -> str:
     return _decided(record.decision) if record.decision else "pending"
 
@@ -79,7 +66,7 @@ def list_requests(
     as_json: JsonOption = False,
 ) -> None:
     """Every approval request in the store (or of one run), decided or not."""
-    records = _with_store(store, lambda s: _records(s, run_id), tenant)
+    records = _with_store(store, lambda s: DurableApprovalLedger(s).records(run_id), tenant)
     if as_json:
         typer.echo(json.dumps([r.to_wire() for r in records], indent=2, ensure_ascii=False))
         return

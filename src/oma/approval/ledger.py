@@ -79,6 +79,27 @@ class DurableApprovalLedger:
             return None
         return _parse_row(entry.value, request_id)
 
+    async def records(self, run_id: str | None = None) -> list[ApprovalRecord]:
+        """Every approval row in the store, or a run's (by the run id its request names), in
+        one read of the store; a row that does not parse raises, naming it."""
+        found = []
+        for entry in await self.store.list():
+            if entry.key.startswith(APPROVAL_KEY_PREFIX):
+                record = _parse_row(entry.value, entry.key.removeprefix(APPROVAL_KEY_PREFIX))
+                if run_id is None or record.request.run_id == run_id:
+                    found.append(record)
+        return found
+
+    async def row_keys(self, run_id: str) -> list[str]:
+        """The keys of a run's rows by the run id their metadata carries: also rows that no
+        longer parse (for removing a run's rows, which need not be read)."""
+        return [
+            entry.key
+            for entry in await self.store.list()
+            if entry.key.startswith(APPROVAL_KEY_PREFIX)
+            and (entry.metadata or {}).get("runId") == run_id
+        ]
+
     async def decide(
         self,
         *,

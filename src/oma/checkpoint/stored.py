@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from oma.approval.ledger import DurableApprovalLedger
 from oma.checkpoint.attempts import attempts_key, load_attempt_log
 from oma.checkpoint.keys import checkpoint_key, is_checkpoint_key
 from oma.checkpoint.manager import Checkpoint
@@ -16,7 +17,7 @@ from oma.checkpoint.snapshot import CheckpointSnapshotV4
 from oma.errors import CheckpointError
 from oma.store.base import MemoryStore
 from oma.store.journal import supports_journal
-from oma.store.reserved import APPROVAL_KEY_PREFIX, CHECKPOINT_KEY_PREFIX, TENANT_KEY_PREFIX
+from oma.store.reserved import CHECKPOINT_KEY_PREFIX, TENANT_KEY_PREFIX
 from oma.timeutil import parse_iso
 
 _AGE = re.compile(r"(\d{1,9})([smhdw])")
@@ -91,12 +92,7 @@ async def remove_run(store: MemoryStore, run_id: str) -> RemovedRun:
     rows are found by the run id their metadata carries). For a run that is over for good: an
     approval row is the record of who decided what."""
     checkpoint = await remove_checkpoint(store, checkpoint_key(run_id))
-    rows = [
-        entry.key
-        for entry in await store.list()
-        if entry.key.startswith(APPROVAL_KEY_PREFIX)
-        and (entry.metadata or {}).get("runId") == run_id
-    ]
+    rows = await DurableApprovalLedger(store).row_keys(run_id)
     for key in rows:
         await store.delete(key)
     return RemovedRun(checkpoint, len(rows))
