@@ -59,7 +59,7 @@ class RunContext:
     max_concurrency: int = 5
     in_flight: dict[str, InFlightTask] = field(default_factory=dict)
     resume_states: dict[str, InFlightTask] = field(default_factory=dict)
-    results: dict[str, AgentRunResult] = field(default_factory=dict)
+    results: dict[str, AgentRunResult] = field(default_factory=dict)  # by task id
     pending_approvals: list[ApprovalRequest] = field(default_factory=list)
     approval_decisions: list[ApprovalDecisionRecord] = field(default_factory=list)
     gates: Gates | None = None
@@ -87,10 +87,7 @@ class RunContext:
             self.emit_event(event)
 
     def result_for(self, task_id: str) -> AgentRunResult | None:
-        task = self.queue.find(task_id)
-        if task is None:
-            return None
-        return self.results.get(f"{task.assignee or 'unknown'}:{task_id}")
+        return self.results.get(task_id)
 
     def _in_progress(self, task_id: str) -> bool:
         task = self.queue.find(task_id)

@@ -69,8 +69,7 @@ async def rebuild_context(
         context.approval_decisions = list(snapshot.approval_decisions)
     for completed in snapshot.completed_task_results:
         task = queue.find(completed.task_id)
-        assignee = completed.assignee or (task.assignee if task else None) or "unknown"
-        context.results[f"{assignee}:{completed.task_id}"] = _agent_result(
+        context.results[completed.task_id] = _agent_result(
             completed.agent_result, completed.result or (task.result if task else None) or ""
         )
     return context

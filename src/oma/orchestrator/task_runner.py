@@ -139,7 +139,7 @@ def _suspended(context: RunContext, task: Task, outcome: RunnerOutcome) -> None:
 async def _complete(context: RunContext, task: Task, outcome: RunnerOutcome) -> None:
     assert task.assignee is not None
     result = _result(context, outcome, RunStatus(code="ok"))
-    context.results[f"{task.assignee}:{task.id}"] = result
+    context.results[task.id] = result
     shared = context.team.shared_memory
     if shared is not None:
         await shared.write(task.assignee, f"task:{task.id}:result", outcome.output)
