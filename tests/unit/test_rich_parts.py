@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from oma.tools import ToolResult
 from oma.llm.parts import RichContentError, check_parts, has_media, summary_text
+from oma.tools import ToolResult
 
 
 def _image(data: str, media_type: str = "image/png") -> dict[str, Any]:

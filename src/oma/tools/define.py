@@ -15,8 +15,8 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from oma.llm.types import ToolSpec
 from oma.llm.parts import RichContent, RichContentError, check_parts, summary_text
+from oma.llm.types import ToolSpec
 
 InputT = TypeVar("InputT", bound=BaseModel)
 
