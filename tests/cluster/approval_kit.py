@@ -20,7 +20,7 @@ from oma_operator.models import ReviewerSet
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import Endpoint, SideEffects, teamrun_store
 from tests.cluster.helpers import wait_for
-from tests.cluster.test_operator_e2e import teamrun
+from tests.cluster.operator_kit import teamrun
 
 DECISIONS = "/apis/oma.dev/v1alpha1/namespaces/{ns}/approvaldecisions"
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"

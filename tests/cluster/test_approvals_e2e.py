@@ -27,8 +27,7 @@ from tests.cluster.approval_kit import (
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import Endpoint, SideEffects, teamrun_store
 from tests.cluster.helpers import run_tool, tables, wait_for
-from tests.cluster.operators import operating
-from tests.cluster.test_operator_e2e import (
+from tests.cluster.operator_kit import (
     TEAMRUNS,
     crds_installed,
     finished,
@@ -37,6 +36,7 @@ from tests.cluster.test_operator_e2e import (
     status_of,
     teamrun,
 )
+from tests.cluster.operators import operating
 
 __all__ = ["admission_policies", "crds_installed", "operator", "redis_secret"]
 pytestmark = pytest.mark.cluster

@@ -22,6 +22,13 @@ from devcluster.kube import ApiError
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import Endpoint, SideEffects
 from tests.cluster.helpers import delete_namespace, evict, wait_for
+from tests.cluster.operator_kit import (
+    TEAMRUNS,
+    crds_installed,
+    finished,
+    teamrun,
+    teamruns_admitted,
+)
 from tests.cluster.operators import (
     CHART,
     KUBE_VERSION,
@@ -29,13 +36,6 @@ from tests.cluster.operators import (
     helm,
     operating,
     runner_account,
-)
-from tests.cluster.test_operator_e2e import (
-    TEAMRUNS,
-    crds_installed,
-    finished,
-    teamrun,
-    teamruns_admitted,
 )
 
 __all__ = ["crds_installed"]  # a fixture

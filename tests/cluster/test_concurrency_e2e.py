@@ -18,8 +18,7 @@ from devcluster import KubeClient
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import SideEffects
 from tests.cluster.helpers import runner_pods, tables, wait_for
-from tests.cluster.operators import OperatorSettings, operating
-from tests.cluster.test_operator_e2e import (
+from tests.cluster.operator_kit import (
     TEAMRUN_WIDE,
     TEAMRUNS,
     crds_installed,
@@ -30,6 +29,7 @@ from tests.cluster.test_operator_e2e import (
     status_of,
     teamrun,
 )
+from tests.cluster.operators import OperatorSettings, operating
 
 __all__ = ["crds_installed", "redis_secret"]
 pytestmark = pytest.mark.cluster

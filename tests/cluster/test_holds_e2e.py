@@ -18,7 +18,7 @@ from oma.checkpoint.snapshot import CheckpointSnapshotV4
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import Endpoint, SideEffects, teamrun_store
 from tests.cluster.helpers import event_counts, oma, runner_pods, wait_for
-from tests.cluster.test_operator_e2e import (
+from tests.cluster.operator_kit import (
     TEAMRUNS,
     crds_installed,
     finished,

@@ -16,14 +16,14 @@ from devcluster import KubeClient
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import SideEffects
 from tests.cluster.helpers import get_or_none, wait_for
-from tests.cluster.operators import Operator, OperatorSettings, operating
-from tests.cluster.test_operator_e2e import (
+from tests.cluster.operator_kit import (
     TEAMRUNS,
     crds_installed,
     finished,
     redis_secret,
     teamrun,
 )
+from tests.cluster.operators import Operator, OperatorSettings, operating
 
 __all__ = ["crds_installed", "redis_secret"]
 pytestmark = pytest.mark.cluster

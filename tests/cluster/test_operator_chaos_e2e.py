@@ -17,8 +17,7 @@ from devcluster import KubeClient
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import SideEffects
 from tests.cluster.helpers import evict, get_or_none, runner_pods
-from tests.cluster.operators import OperatorSettings, operating
-from tests.cluster.test_operator_e2e import (
+from tests.cluster.operator_kit import (
     TEAMRUNS,
     crds_installed,
     operator,
@@ -26,6 +25,7 @@ from tests.cluster.test_operator_e2e import (
     status_of,
     teamrun,
 )
+from tests.cluster.operators import OperatorSettings, operating
 
 __all__ = ["crds_installed", "operator", "redis_secret"]
 pytestmark = pytest.mark.cluster

@@ -19,7 +19,6 @@ import re
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -29,172 +28,36 @@ import yaml
 
 from devcluster import KubeClient
 from devcluster.kube import ApiError
-from devcluster.kubeconfig import load_kubeconfig
 from oma.timeutil import parse_iso
 from oma.tools import records
 from oma.tools.records import RecordLocation
-from oma_operator.crdgen import approvaldecision_crd, teamrun_crd
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import Endpoint, SideEffects, runner_image, teamrun_store
 from tests.cluster.helpers import (
     evict,
     get_or_none,
-    run_tool,
     runner_pods,
     tables,
     wait_for,
 )
+from tests.cluster.operator_kit import (
+    TEAMRUN_COLUMNS,
+    TEAMRUN_WIDE,
+    TEAMRUNS,
+    crds_installed,
+    finished,
+    kubectl,
+    operator,
+    operator_log,
+    redis_secret,
+    status_of,
+    teamrun,
+)
 from tests.cluster.operators import OperatorSettings, ProcessOperator, operating
 
+__all__ = ["crds_installed", "operator", "redis_secret"]
 pytestmark = pytest.mark.cluster
-TEAMRUNS = "/apis/oma.dev/v1alpha1/namespaces/{ns}/teamruns"
-CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 REPO = Path(__file__).resolve().parents[2]
-
-
-async def replace_crd(kube: KubeClient, crd: dict[str, Any]) -> None:
-    path = f"{CRDS}/{crd['metadata']['name']}"
-
-    async def absent() -> bool:
-        return not await kube.exists(path)
-
-    async def established() -> bool:
-        body = await kube.get(path)
-        conditions = (body.get("status") or {}).get("conditions") or []
-        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
-
-    if await kube.exists(path):
-        await kube.delete(path)
-        await wait_for(absent, 30, "the old CRD to go")
-    await kube.create(CRDS, crd)
-    await wait_for(established, 30, "the CRD to be established")
-    group, plural = crd["spec"]["group"], crd["spec"]["names"]["plural"]
-    version = crd["spec"]["versions"][0]["name"]
-
-    async def served() -> bool:
-        try:
-            await kube.get(f"/apis/{group}/{version}/{plural}")
-        except ApiError as exc:
-            if exc.status in (404, 429, 503):  # e.g. 429 "storage is (re)initializing"
-                return False
-            raise
-        return True
-
-    await wait_for(served, 30, f"{plural} to be served")
-
-
-async def teamruns_admitted(kube: KubeClient) -> None:
-    """Wait until a TeamRun passes admission (a server-side dry run): right after a CRD is
-    created, admission policies that mutate it (the creator policy) answer 503 "Resource kind
-    ... not found" until the API server publishes its schema to them."""
-
-    async def admitted() -> bool:
-        try:
-            await kube.create(f"{TEAMRUNS.format(ns='default')}?dryRun=All", teamrun("probe", []))
-        except ApiError as exc:
-            if exc.status in (404, 429, 503):
-                return False
-            raise
-        return True
-
-    await wait_for(admitted, 60, "TeamRuns to pass admission")
-
-
-async def create_admitted(kube: KubeClient, namespace: str, body: dict[str, Any]) -> None:
-    """Create a TeamRun, retrying the transient 503 of admission policies that were created a
-    moment ago (a dry run can pass before they load, then the first real create meets them)."""
-
-    async def created() -> bool:
-        try:
-            await kube.create(TEAMRUNS.format(ns=namespace), body)
-        except ApiError as exc:
-            if exc.status == 503 and "not found" in str(exc):
-                return False
-            raise
-        return True
-
-    await wait_for(created, 60, "the TeamRun to pass admission")
-
-
-@pytest.fixture(scope="module")
-def crds_installed(cluster: ClusterHandle) -> None:
-    async def apply() -> None:
-        async with KubeClient(load_kubeconfig(cluster.kubeconfig)) as kube:
-            for crd in (teamrun_crd(), approvaldecision_crd()):
-                await replace_crd(kube, crd)
-            await teamruns_admitted(kube)
-
-    asyncio.run(apply())
-
-
-@pytest.fixture
-async def operator(
-    cluster: ClusterHandle, kube: KubeClient, namespace: str, crds_installed: None, tmp_path: Path
-) -> AsyncIterator[Path]:
-    """This test's operator (the chart's Deployment on the real node); its log."""
-    async with operating(cluster, kube, namespace, tmp_path / "operator.log") as running:
-        yield running.log
-
-
-@pytest.fixture
-async def redis_secret(kube: KubeClient, namespace: str, e2e_redis: Endpoint) -> str:
-    await kube.create(
-        f"/api/v1/namespaces/{namespace}/secrets",
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "store"},
-            "data": {"url": base64.b64encode(e2e_redis.for_pods.encode()).decode()},
-        },
-    )
-    return "store"
-
-
-def teamrun(
-    name: str, script: list[dict[str, Any]], effects: SideEffects | None = None
-) -> dict[str, Any]:
-    return {
-        "apiVersion": "oma.dev/v1alpha1",
-        "kind": "TeamRun",
-        "metadata": {"name": name},
-        "spec": {
-            "runId": f"{name}-{uuid.uuid4().hex[:6]}",
-            "team": {
-                "agents": [
-                    {
-                        "name": "clerk",
-                        "tools": ["ledger_append", "wait"],
-                        "model": {"provider": "scripted", "script": script},
-                    }
-                ]
-            },
-            "tasks": [{"title": "Record", "description": "Record.", "assignee": "clerk"}],
-            "store": {
-                "redis": {
-                    "urlSecretRef": {"name": "store", "key": "url"},
-                    "namespace": f"e2e-{uuid.uuid4().hex[:6]}",
-                }
-            },
-            "retryPolicy": {"backoffSeconds": 1},
-            "runner": {
-                "terminationGracePeriodSeconds": 20,
-                "env": effects.env() if effects is not None else [],
-            },
-        },
-    }
-
-
-async def status_of(kube: KubeClient, namespace: str, name: str) -> dict[str, Any]:
-    body = await get_or_none(kube, f"{TEAMRUNS.format(ns=namespace)}/{name}")
-    return dict((body or {}).get("status") or {})
-
-
-async def finished(kube: KubeClient, namespace: str, name: str, limit: float) -> dict[str, Any]:
-    async def done() -> dict[str, Any] | None:
-        status = await status_of(kube, namespace, name)
-        return status if status.get("phase") in ("Succeeded", "Failed") else None
-
-    return await wait_for(done, limit, f"TeamRun {name} to finish")
 
 
 async def assert_started_after_backoff(
@@ -209,10 +72,6 @@ async def assert_started_after_backoff(
     # creationTimestamp has whole seconds: compare with the due time cut to whole seconds too.
     assert created >= (end + timedelta(seconds=backoff)).replace(microsecond=0), (end, created)
     assert created - end < timedelta(seconds=backoff + 30), (end, created)  # and it did start
-
-
-async def operator_log(path: Path) -> str:
-    return (await asyncio.to_thread(path.read_text))[-3000:]
 
 
 @pytest.mark.timeout(180)
@@ -811,14 +670,6 @@ async def test_operator_restart_mid_run_loses_no_outcome(
     assert await effects.ledger() == ["first", "second"]
 
 
-async def kubectl(cluster: ClusterHandle, namespace: str, *args: str) -> str:
-    return await run_tool(
-        cluster.tool("kubectl"), f"--kubeconfig={cluster.kubeconfig}", "-n", namespace, *args
-    )
-
-
-TEAMRUN_COLUMNS = ["NAME", "PHASE", "ATTEMPT", "TASKS", "APPROVALS", "CHECKPOINT", "AGE"]
-TEAMRUN_WIDE = [*TEAMRUN_COLUMNS, "RUN", "DISRUPTIONS", "FAILURES", "MESSAGE"]  # -o wide
 DECISION_COLUMNS = ["NAME", "TEAMRUN", "SCOPE", "DECISION", "REVIEWER", "AGE"]
 DECISION_WIDE = [*DECISION_COLUMNS, "REQUESTED", "VERIFIED", "REQUEST"]  # kubectl get -o wide
 AGE = re.compile(r"\d+[smhd]\S*")  # kubectl's ages: 5s, 2m3s, 4h, 3d

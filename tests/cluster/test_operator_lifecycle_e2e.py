@@ -28,8 +28,7 @@ from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import SideEffects
 from tests.cluster.helpers import event_counts, evict, get_or_none, wait_for, wait_phase
 from tests.cluster.nodes import ExtraNode, add_node, partition, remove_node
-from tests.cluster.operators import operating
-from tests.cluster.test_operator_e2e import (
+from tests.cluster.operator_kit import (
     TEAMRUNS,
     crds_installed,
     finished,
@@ -39,6 +38,7 @@ from tests.cluster.test_operator_e2e import (
     status_of,
     teamrun,
 )
+from tests.cluster.operators import operating
 
 __all__ = ["crds_installed", "operator", "redis_secret"]
 pytestmark = pytest.mark.cluster

@@ -28,8 +28,8 @@ from tests.cluster.helpers import (
     wait_for,
     wait_phase,
 )
+from tests.cluster.operator_kit import create_admitted, finished, teamrun, teamruns_admitted
 from tests.cluster.operators import CHART, helm
-from tests.cluster.test_operator_e2e import create_admitted, finished, teamrun, teamruns_admitted
 
 pytestmark = [
     pytest.mark.cluster,

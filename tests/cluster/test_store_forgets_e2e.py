@@ -21,8 +21,7 @@ from tests.cluster.approval_kit import gated, pending_decision
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import Endpoint, SideEffects, teamrun_store
 from tests.cluster.helpers import event_counts, evict, runner_pods, wait_for
-from tests.cluster.operators import OperatorSettings, operating
-from tests.cluster.test_operator_e2e import (
+from tests.cluster.operator_kit import (
     TEAMRUNS,
     crds_installed,
     finished,
@@ -32,6 +31,7 @@ from tests.cluster.test_operator_e2e import (
     status_of,
     teamrun,
 )
+from tests.cluster.operators import OperatorSettings, operating
 
 __all__ = ["crds_installed", "operator", "redis_secret"]
 pytestmark = pytest.mark.cluster

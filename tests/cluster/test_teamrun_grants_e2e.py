@@ -33,8 +33,7 @@ from tests.cluster.helpers import (
     get_or_none,
     oma,
 )
-from tests.cluster.operators import OperatorSettings, operating
-from tests.cluster.test_operator_e2e import (
+from tests.cluster.operator_kit import (
     TEAMRUNS,
     crds_installed,
     finished,
@@ -43,6 +42,7 @@ from tests.cluster.test_operator_e2e import (
     status_of,
     teamrun,
 )
+from tests.cluster.operators import OperatorSettings, operating
 
 __all__ = ["admission_policies", "crds_installed", "operator", "redis_secret"]
 pytestmark = pytest.mark.cluster

@@ -6,7 +6,7 @@ import pytest
 
 from devcluster import KubeClient
 from devcluster.kube import ApiError
-from tests.cluster.test_operator_e2e import TEAMRUNS, crds_installed, teamrun
+from tests.cluster.operator_kit import TEAMRUNS, crds_installed, teamrun
 
 __all__ = ["crds_installed"]
 pytestmark = pytest.mark.cluster

@@ -12,7 +12,7 @@ import pytest
 from devcluster import KubeClient
 from tests.cluster.e2e_env import SideEffects
 from tests.cluster.helpers import evict, wait_for
-from tests.cluster.test_operator_e2e import (
+from tests.cluster.operator_kit import (
     TEAMRUNS,
     crds_installed,
     finished,

@@ -16,8 +16,8 @@ from oma_operator.uninstall import stop_operator
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import SideEffects
 from tests.cluster.helpers import IMAGE, get_or_none, wait_for
+from tests.cluster.operator_kit import TEAMRUNS, crds_installed, redis_secret, teamrun
 from tests.cluster.operators import OperatorSettings, helm, operator_for
-from tests.cluster.test_operator_e2e import TEAMRUNS, crds_installed, redis_secret, teamrun
 
 __all__ = ["crds_installed", "redis_secret"]
 pytestmark = pytest.mark.cluster

@@ -1,9 +1,11 @@
-"""Shared wiring for engine tests: recording tools and event collection."""
+"""Shared wiring for engine tests: recording tools, event collection and test stores."""
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import shutil
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +15,8 @@ from pydantic import BaseModel
 
 from oma.orchestrator import OrchestratorEvent
 from oma.spec import RunSpec
+from oma.store import FileStore, InMemoryStore
+from oma.store.base import MemoryEntry, Metadata
 from oma.tools import AnyTool, ToolContext, define_tool
 from tests.conformance_data import require_conformance_dir
 from tests.engine.crashing import SimulatedCrash
@@ -90,6 +94,23 @@ def effect_tool(ran: list[str], after: Any = None) -> AnyTool:
     return define_tool("effect", "An effect.", EffectInput, execute)
 
 
+async def wait_until(
+    condition: Callable[[], bool | Awaitable[bool]], what: str, limit: float = 10.0
+) -> None:
+    """Poll ``condition`` (a plain or an async function) until it holds; fail naming ``what``
+    after ``limit`` seconds. For a test to wait for what it needs before its next step."""
+    deadline = time.monotonic() + limit
+    while True:
+        held = condition()
+        if inspect.isawaitable(held):
+            held = await held
+        if held:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {limit:g}s waiting for {what}")
+        await asyncio.sleep(0.005)
+
+
 def die_in_e3_once_e1_e2_committed(store: Path) -> Callable[[str], Awaitable[None]]:
     """An ``effect_tool`` hook: inside call ``e3``, a simulated SIGKILL once calls ``e1`` and
     ``e2`` of the same turn are committed in the file store at ``store``."""
@@ -106,3 +127,45 @@ def die_in_e3_once_e1_e2_committed(store: Path) -> Callable[[str], Awaitable[Non
         raise AssertionError("e1 and e2 were never committed")
 
     return die
+
+
+class NoCasStore:
+    """A store without compare_and_set (like RedactingStore): it cannot hold approvals."""
+
+    def __init__(self) -> None:
+        self.inner = InMemoryStore()
+
+    async def get(self, key: str) -> MemoryEntry | None:
+        return await self.inner.get(key)
+
+    async def set(self, key: str, value: str, metadata: Metadata | None = None) -> None:
+        await self.inner.set(key, value, metadata)
+
+    async def list(self) -> list[MemoryEntry]:
+        return await self.inner.list()
+
+    async def delete(self, key: str) -> None:
+        await self.inner.delete(key)
+
+    async def clear(self) -> None:
+        await self.inner.clear()
+
+
+class RecordingStore(FileStore):
+    """A FileStore that remembers the key of every write (to check write order)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.writes: list[tuple[str, str]] = []
+
+    async def set(self, key: str, value: str, metadata: dict[str, Any] | None = None) -> None:
+        self.writes.append((key, value))
+        await super().set(key, value, metadata)
+
+    async def compare_and_set(
+        self, key: str, expected: str | None, value: str, metadata: dict[str, Any] | None = None
+    ) -> bool:
+        swapped = await super().compare_and_set(key, expected, value, metadata)
+        if swapped:
+            self.writes.append((key, value))
+        return swapped

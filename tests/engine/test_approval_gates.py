@@ -26,7 +26,7 @@ from oma.team import AgentConfig, Team
 from oma.tools import AnyTool, ToolContext, define_tool
 from tests.engine.approval_fixtures import CHARGE_TASK, Recorder, charge_team, ts_store
 from tests.engine.crashing import SimulatedCrash
-from tests.engine.test_approval_ledger import NoCasStore
+from tests.engine.helpers import NoCasStore
 
 RUN = "gated"
 TASK: list[dict[str, Any]] = [{"title": "Pay", "description": "Pay.", "assignee": "operator"}]

@@ -18,29 +18,7 @@ from oma.approval import (
     get_approval_record,
 )
 from oma.store import FileStore, InMemoryStore
-from oma.store.base import MemoryEntry, Metadata
-
-
-class NoCasStore:
-    """A store without compare_and_set (like RedactingStore): it cannot hold approvals."""
-
-    def __init__(self) -> None:
-        self.inner = InMemoryStore()
-
-    async def get(self, key: str) -> MemoryEntry | None:
-        return await self.inner.get(key)
-
-    async def set(self, key: str, value: str, metadata: Metadata | None = None) -> None:
-        await self.inner.set(key, value, metadata)
-
-    async def list(self) -> list[MemoryEntry]:
-        return await self.inner.list()
-
-    async def delete(self, key: str) -> None:
-        await self.inner.delete(key)
-
-    async def clear(self) -> None:
-        await self.inner.clear()
+from tests.engine.helpers import NoCasStore
 
 
 def _request(run_id: str = "run-1", amount: int = 7) -> ApprovalRequest:

@@ -24,7 +24,7 @@ from tests.engine.approval_fixtures import (
     stored,
     ts_store,
 )
-from tests.engine.test_conformance_restore import RecordingStore
+from tests.engine.helpers import RecordingStore
 
 
 def _recording(calls: list[Task], answer: bool) -> Callable[[Task], bool]:

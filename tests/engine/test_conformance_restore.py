@@ -4,38 +4,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from oma.checkpoint import Checkpoint, CheckpointSnapshotV4
 from oma.llm.scripted import ScriptedAdapter
 from oma.orchestrator import CheckpointOptions, OpenMultiAgent
-from oma.store import FileStore, InMemoryStore
+from oma.store import InMemoryStore
 from oma.team import AgentConfig, Team
 from tests.conformance_data import load_json
-from tests.engine.helpers import ToolLog, commit_effect_tool, copy_store_file
+from tests.engine.helpers import RecordingStore, ToolLog, commit_effect_tool, copy_store_file
 
 SECOND = "c8c0e970-013c-4f7f-bed5-cbac6fed522c"
 FIRST = "6bfc32e3-f5e5-4bf0-a683-a289422ec4e4"
-
-
-class RecordingStore(FileStore):
-    """A FileStore that remembers the key of every write (to check write order)."""
-
-    def __init__(self, path: Path) -> None:
-        super().__init__(path)
-        self.writes: list[tuple[str, str]] = []
-
-    async def set(self, key: str, value: str, metadata: dict[str, Any] | None = None) -> None:
-        self.writes.append((key, value))
-        await super().set(key, value, metadata)
-
-    async def compare_and_set(
-        self, key: str, expected: str | None, value: str, metadata: dict[str, Any] | None = None
-    ) -> bool:
-        swapped = await super().compare_and_set(key, expected, value, metadata)
-        if swapped:
-            self.writes.append((key, value))
-        return swapped
 
 
 async def test_b_crash_between_parallel_tool_calls_resumes_exactly(tmp_path: Path) -> None:

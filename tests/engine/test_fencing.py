@@ -25,7 +25,7 @@ from oma.orchestrator import CheckpointOptions, OpenMultiAgent
 from oma.store import InMemoryStore, MemoryStore, PostgresStore, RedisStore, open_store
 from oma.team import AgentConfig, Team
 from oma.tools import ToolContext, define_tool
-from tests.engine.test_approval_ledger import NoCasStore
+from tests.engine.helpers import NoCasStore, wait_until
 from tests.servers.postgres_server import PostgresServer
 from tests.servers.redis_server import RedisServer
 
@@ -110,7 +110,14 @@ async def test_a_superseded_attempt_stops_before_its_next_tool(backend: Any) -> 
     )
     assert executions.first_step_done is not None
     await executions.first_step_done.wait()
-    await asyncio.sleep(0.05)  # attempt 1 commits a1 and enters its slow model call
+
+    async def in_its_slow_model_call() -> bool:  # a1 committed, the turn for a2 under way
+        saved = await Checkpoint(first_store, run_id=run_id).load_latest()
+        return isinstance(saved, CheckpointSnapshotV4) and [
+            (t.phase, t.turns) for t in saved.in_flight_tasks
+        ] == [("awaiting_model", 1)]
+
+    await wait_until(in_its_slow_model_call, "attempt 1 to commit a1 and call its model")
     second = await OpenMultiAgent().restore(
         _team(executions),
         checkpoint=CheckpointOptions(store=second_store, run_id=run_id, fence=True),

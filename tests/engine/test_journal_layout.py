@@ -19,6 +19,7 @@ from oma.checkpoint.journal import JournalWriter, load_journal
 from oma.checkpoint.keys import checkpoint_key
 from oma.errors import CheckpointDecodeError, CheckpointFencedError, CheckpointLostError
 from oma.local_run import run_spec
+from oma.orchestrator import OrchestratorEvent, ProgressCallback
 from oma.spec import RunSpec
 from oma.store import RedisStore
 from oma.tools.builtin import builtin_tools
@@ -77,14 +78,36 @@ def _entries(ledger: Path) -> list[str]:
     return [json.loads(line)["entry"] for line in ledger.read_text().splitlines()]
 
 
-async def _run(spec: RunSpec, tmp_path: Path, drain: asyncio.Event | None = None) -> Any:
+async def _run(
+    spec: RunSpec,
+    tmp_path: Path,
+    drain: asyncio.Event | None = None,
+    on_progress: ProgressCallback | None = None,
+) -> Any:
     return await run_spec(
         spec,
         run_id=RUN,
         tools=builtin_tools(),
         default_store_path=tmp_path / "unused.json",
         drain=drain,
+        on_progress=on_progress,
     )
+
+
+class _DrainAfterSaves:
+    """An ``on_progress`` that drains the run once it has saved ``saves`` checkpoints (in
+    either layout)."""
+
+    def __init__(self, saves: int) -> None:
+        self.saves = saves
+        self.seen = 0
+        self.drain = asyncio.Event()
+
+    def __call__(self, event: OrchestratorEvent) -> None:
+        if event.type == "checkpoint_saved":
+            self.seen += 1
+            if self.seen == self.saves:
+                self.drain.set()
 
 
 class _Watch:
@@ -225,12 +248,18 @@ async def test_a_run_keeps_the_layout_it_started_in(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     namespace = f"j-layout-{started}"
-    drain = asyncio.Event()
     if started == "journal":
-        drain = _Watch(monkeypatch, drain_after=5).drain
+        first = await _run(
+            _spec(redis_server, namespace, started),
+            tmp_path,
+            drain=_Watch(monkeypatch, drain_after=5).drain,
+        )
     else:
-        asyncio.get_running_loop().call_later(0.3, drain.set)
-    await _run(_spec(redis_server, namespace, started), tmp_path, drain=drain)
+        saves = _DrainAfterSaves(5)
+        first = await _run(
+            _spec(redis_server, namespace, started), tmp_path, drain=saves.drain, on_progress=saves
+        )
+    assert first.result.status.code != "ok"  # drained mid-way
     second = await _run(_spec(redis_server, namespace, resumed), tmp_path)
     assert second.resumed and second.result.status.code == "ok"
     store = RedisStore(redis_server.url, namespace=namespace)

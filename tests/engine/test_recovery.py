@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -19,17 +19,23 @@ from oma.store import InMemoryStore
 from oma.team import AgentConfig, Team
 from oma.tools import AnyTool, ToolContext, define_tool
 from tests.engine.crashing import CrashingStore, SimulatedCrash, call_committed, phase_is
-from tests.engine.helpers import Events, LabelInput, ToolLog
+from tests.engine.helpers import Events, LabelInput, ToolLog, wait_until
 
 RUN = "recovery-run"
 
 
 def _charge_tool(
-    log: ToolLog, *, crash_after_effect: set[str] | None = None, slow: set[str] | None = None
+    log: ToolLog,
+    *,
+    crash_after_effect: set[str] | None = None,
+    first: dict[str, Callable[[], Awaitable[None]]] | None = None,
 ) -> AnyTool:
+    """``first``: what a call waits for before its effect (by call id)."""
+
     async def charge(args: LabelInput, ctx: ToolContext) -> str:
-        if ctx.tool_call_id in (slow or set()):
-            await asyncio.sleep(0.05)
+        wait = (first or {}).get(ctx.tool_call_id)
+        if wait is not None:
+            await wait()
         log.calls.append((ctx.tool_call_id, ctx.task_id or "", {"label": args.label}))
         if ctx.tool_call_id in (crash_after_effect or set()):
             crash_after_effect.discard(ctx.tool_call_id)  # type: ignore[union-attr]
@@ -107,9 +113,13 @@ async def test_crash_before_commit_reruns_once_with_the_same_call_id() -> None:
 async def test_parallel_calls_with_one_committed_run_only_the_other() -> None:
     store, log = CrashingStore(), ToolLog()
     store.crash_before = call_committed("c2")
-    await _crash(
-        store, _team(_script(_calls("c1", "c2"), {"text": "paid"}), _charge_tool(log, slow={"c2"}))
-    )
+
+    async def c1_committed() -> None:  # c2 ends second: its commit is the one that never lands
+        written = store.checkpoint_writes
+        await wait_until(lambda: any(call_committed("c1")(s) for s in written), "c1's commit")
+
+    tool = _charge_tool(log, first={"c2": c1_committed})
+    await _crash(store, _team(_script(_calls("c1", "c2"), {"text": "paid"}), tool))
     assert log.ids() == ["c1", "c2"]  # c2's effect happened, its commit never landed
     result = await _restore(
         store, _team(_script(_calls("c1", "c2"), {"text": "paid"}), _charge_tool(log))

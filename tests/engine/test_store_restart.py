@@ -115,7 +115,6 @@ async def test_run_survives_a_store_restart_and_resumes_after_a_crash(server: An
     # Both stores retry writes that are safe to repeat through a short outage.
     assert events.kinds().count("checkpoint_save_failed") == 0
     assert executions == ["d1", "a1"]
-    await asyncio.sleep(0)
     resumed = await OpenMultiAgent().restore(
         _team(server, executions),
         checkpoint=CheckpointOptions(store=store, run_id="restart", fence=True),

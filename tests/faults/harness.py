@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from oma.approval.ledger import DurableApprovalLedger
 from oma.assemble import open_store
@@ -38,6 +38,12 @@ from oma.store.base import MemoryStore, close_store
 from oma.store.faults import KILL_ENV, LOG_ENV, PAUSE_ENV, PAUSE_FILE_ENV
 from oma.tools.builtin import LEDGER_ENV, TALLY_ENV, builtin_tools
 from tests.faults.workflow import CALLS, OUTPUTS, spec
+
+if TYPE_CHECKING:
+    import pytest
+
+    from tests.servers.postgres_server import PostgresServer
+    from tests.servers.redis_server import RedisServer
 
 KILLED = -signal.SIGKILL
 FENCED = 12  # what `oma run` and the runner exit with on CheckpointFencedError
@@ -347,6 +353,18 @@ class BackendReport:
     uncertain: int
     seconds: float
     failures: list[str]
+
+
+def backend_store_for(backend: str, request: pytest.FixtureRequest, work: Path) -> StoreFor:
+    """Each scenario's own store on ``backend`` (file, redis or postgres): a file in ``work``, a
+    Redis namespace or a PostgreSQL table on the session's test server."""
+    if backend == "file":
+        return lambda sid: {"file": {"path": str(work / f"{sid}.json")}}
+    if backend == "redis":
+        redis: RedisServer = request.getfixturevalue("redis_server")
+        return lambda sid: {"redis": {"url": redis.url, "namespace": f"faults-{sid}"}}
+    postgres: PostgresServer = request.getfixturevalue("postgres_server")
+    return lambda sid: {"postgres": {"dsn": postgres.dsn(), "table": f"faults_{sid}"}}
 
 
 def run_backend(name: str, work: Path, store_for: StoreFor) -> BackendReport:

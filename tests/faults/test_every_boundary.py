@@ -5,25 +5,12 @@ applied twice, and every non-idempotent call that may have happened goes to a re
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.faults.harness import BackendReport, run_backend, table
-from tests.servers.postgres_server import PostgresServer
-from tests.servers.redis_server import RedisServer
+from tests.faults.harness import BackendReport, backend_store_for, run_backend, table
 
 _reports: dict[str, BackendReport] = {}
-
-
-def _stores(backend: str, request: pytest.FixtureRequest, work: Path) -> Any:
-    if backend == "file":
-        return lambda sid: {"file": {"path": str(work / f"{sid}.json")}}
-    if backend == "redis":
-        redis: RedisServer = request.getfixturevalue("redis_server")
-        return lambda sid: {"redis": {"url": redis.url, "namespace": f"faults-{sid}"}}
-    postgres: PostgresServer = request.getfixturevalue("postgres_server")
-    return lambda sid: {"postgres": {"dsn": postgres.dsn(), "table": f"faults_{sid}"}}
 
 
 @pytest.mark.crash
@@ -32,7 +19,7 @@ def _stores(backend: str, request: pytest.FixtureRequest, work: Path) -> Any:
 def test_kill_at_every_boundary(
     backend: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
-    report = run_backend(backend, tmp_path, _stores(backend, request, tmp_path))
+    report = run_backend(backend, tmp_path, backend_store_for(backend, request, tmp_path))
     _reports[backend] = report
     print("\n" + table(list(_reports.values())))
     assert report.boundaries >= 20 and report.kill_points == 2 * report.boundaries

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.faults.harness import backend_store_for
 from tests.faults.scenarios import (
     TEARS,
     RestartReport,
@@ -136,9 +137,9 @@ def test_store_server_restarted_mid_save(
 def test_two_live_attempts_only_the_newer_commits(
     backend: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
-    from tests.faults.test_every_boundary import _stores
-
-    report = run_two_attempts(backend, tmp_path, _stores(backend, request, tmp_path), [2, 6, 12])
+    report = run_two_attempts(
+        backend, tmp_path, backend_store_for(backend, request, tmp_path), [2, 6, 12]
+    )
     _two[backend] = report
     print(
         "\n"

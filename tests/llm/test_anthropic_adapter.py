@@ -24,9 +24,9 @@ from oma.llm import (
     ToolUseBlock,
 )
 from oma.llm.anthropic_adapter import LOCAL_PLACEHOLDER_KEY, AnthropicAdapter
+from tests.llm.anthropic_wire import PATH, message, text
 from tests.llm.wire_server import Reply, WireServer
 
-PATH = "/v1/messages"
 KEY = "sk-ant-test-secret-0123456789"
 FAST = {"retry-after-ms": "10"}  # the SDK honours it, so retries take milliseconds
 
@@ -35,25 +35,6 @@ WEATHER = ToolSpec(
     description="Current weather for a city.",
     input_schema={"type": "object", "properties": {"city": {"type": "string"}}},
 )
-
-
-def message(
-    *content: dict[str, Any], stop: str = "end_turn", usage: Any = None, **extra: Any
-) -> dict[str, Any]:
-    return {
-        "id": "msg_1",
-        "type": "message",
-        "role": "assistant",
-        "model": "claude-test-1",
-        "content": list(content),
-        "stop_reason": stop,
-        "usage": usage if usage is not None else {"input_tokens": 11, "output_tokens": 7},
-        **extra,
-    }
-
-
-def text(value: str) -> dict[str, Any]:
-    return {"type": "text", "text": value}
 
 
 def tool_use(call_id: str, name: str, args: Any) -> dict[str, Any]:

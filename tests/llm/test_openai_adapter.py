@@ -22,10 +22,9 @@ from oma.llm import (
     ToolUseBlock,
 )
 from oma.llm.openai_adapter import LOCAL_PLACEHOLDER_KEY, OpenAIAdapter
+from tests.llm.openai_wire import PATH, call, completion
 from tests.llm.wire_server import Reply, WireServer
 
-# The SDK appends `/chat/completions` to a base_url that already ends in `/v1`.
-PATH = "/v1/chat/completions"
 KEY = "sk-proj-test-secret-0123456789"
 FAST = {"retry-after-ms": "10"}  # the SDK honours it, so retries take milliseconds
 
@@ -34,31 +33,6 @@ WEATHER = ToolSpec(
     description="Current weather for a city.",
     input_schema={"type": "object", "properties": {"city": {"type": "string"}}},
 )
-
-
-def completion(
-    content: str | None = None,
-    *calls: dict[str, Any],
-    finish: str = "stop",
-    usage: Any = None,
-) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": content}
-    if calls:
-        message["tool_calls"] = list(calls)
-    return {
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "created": 1700000000,
-        "model": "gpt-test-1",
-        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-        "usage": usage
-        if usage is not None
-        else {"prompt_tokens": 21, "completion_tokens": 5, "total_tokens": 26},
-    }
-
-
-def call(call_id: str, name: str, arguments: Any) -> dict[str, Any]:
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
 def ask(prompt: str = "Hi", **kwargs: Any) -> ChatRequest:

@@ -10,7 +10,7 @@ import pytest
 from oma.local_run import run_spec
 from oma.spec import RunSpec
 from oma.tools import builtin_tools
-from tests.llm.test_openai_adapter import call, completion
+from tests.llm.openai_wire import call, completion
 from tests.llm.wire_server import Reply, WireServer
 
 

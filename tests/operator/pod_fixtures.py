@@ -1,4 +1,5 @@
-"""Runner pods in the states the operator classifies (shared by the pure operator tests)."""
+"""Runner pods in the states the operator classifies, and a TeamRun to make runner pods for
+(shared by the pure operator tests)."""
 
 from __future__ import annotations
 
@@ -39,3 +40,25 @@ def runner_pod_in(
     if deleting:
         meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     return {"metadata": meta, "status": status}
+
+
+# A TeamRun as the operator's handlers get it (BODY), and its spec (SPEC).
+SPEC: dict[str, Any] = {
+    "runId": "pay-1",
+    "team": {
+        "agents": [
+            {
+                "name": "clerk",
+                "model": {
+                    "provider": "anthropic",
+                    "name": "claude-sonnet-4-5",
+                    "apiKeySecretRef": {"name": "llm", "key": "anthropic"},
+                },
+            }
+        ]
+    },
+    "tasks": [{"title": "Pay", "description": "Pay."}],
+    "store": {"postgres": {"dsnSecretRef": {"name": "pg", "key": "dsn"}, "schema": "runs"}},
+    "runner": {"terminationGracePeriodSeconds": 45, "env": [{"name": "X", "value": "1"}]},
+}
+BODY = {"metadata": {"name": "pay", "namespace": "team-a", "uid": "u-1"}, "spec": SPEC}

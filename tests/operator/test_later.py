@@ -4,10 +4,23 @@ the rest of a crash backoff, one pending call per run."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from typing import Any
 
 from oma_operator.later import MAX_RETRY_SECONDS, Later
 
 RUN = ("ns", "run")
+
+
+def _started(*schedule: Callable[[], None]) -> list[asyncio.Task[Any]]:
+    """The tasks that scheduling each pending call started, in order."""
+    tasks: list[asyncio.Task[Any]] = []
+    for step in schedule:
+        before = asyncio.all_tasks()
+        step()
+        (task,) = asyncio.all_tasks() - before
+        tasks.append(task)
+    return tasks
 
 
 def test_retry_delays_double_from_one_second_up_to_a_minute() -> None:
@@ -29,10 +42,11 @@ async def test_a_newer_call_replaces_the_pending_one_of_the_same_run() -> None:
         made.append(name)
         done.set()
 
-    later.after(0.05, RUN, lambda: call("first"), "test")
+    (first,) = _started(lambda: later.after(0.05, RUN, lambda: call("first"), "test"))
     later.after(0.0, RUN, lambda: call("second"), "test")
     await asyncio.wait_for(done.wait(), 5)
-    await asyncio.sleep(0.1)  # past the first call's time: it must not come
+    await asyncio.wait_for(asyncio.wait([first]), 5)  # the first call's task ended...
+    assert first.cancelled()  # ...cancelled: it will never come
     assert made == ["second"]
     assert not later.pending(RUN)
 
@@ -61,15 +75,18 @@ async def test_cancel_and_close_drop_pending_calls() -> None:
     async def call(key: tuple[str, str]) -> None:
         made.append(key)
 
-    later.after(0.05, RUN, lambda: call(RUN), "test")
     other = ("ns", "other")
-    later.after(0.05, other, lambda: call(other), "test")
+    calls = _started(
+        lambda: later.after(0.05, RUN, lambda: call(RUN), "test"),
+        lambda: later.after(0.05, other, lambda: call(other), "test"),
+    )
     later.failed(RUN)
     later.cancel(RUN)  # the TeamRun was deleted
     assert not later.pending(RUN) and later.pending(other)
     assert later.failed(RUN) == 1.0  # its failures were forgotten too
     await later.close()
-    await asyncio.sleep(0.1)
+    await asyncio.wait_for(asyncio.wait(calls), 5)  # both tasks ended, cancelled: no call comes
+    assert all(task.cancelled() for task in calls)
     assert made == [] and not later.pending(other)
 
 

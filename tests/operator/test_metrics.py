@@ -18,7 +18,7 @@ from oma_operator.main import _port
 from oma_operator.metrics import OperatorMetrics, Resume, pod_ended_at, serve
 from oma_operator.models import TeamRunSpec
 from oma_operator.pods import runner_pod
-from tests.operator.test_outcomes_and_decisions import BODY, SPEC
+from tests.operator.pod_fixtures import BODY, SPEC
 from tests.servers.process import free_port
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)

@@ -13,7 +13,7 @@ from oma_operator.decisions import decide
 from oma_operator.models import RetryPolicy, TeamRunSpec, to_run_spec
 from oma_operator.outcomes import Outcome, classify
 from oma_operator.pods import FINALIZER, runner_pod
-from tests.operator.pod_fixtures import runner_pod_in
+from tests.operator.pod_fixtures import BODY, SPEC, runner_pod_in
 
 
 @pytest.mark.parametrize(
@@ -118,27 +118,6 @@ def test_crash_backoff_doubles() -> None:
         decide(Outcome("crash", "Error"), {"failures": n}, policy).delay_seconds for n in range(4)
     ]
     assert delays == [3, 6, 12, 24]
-
-
-SPEC: dict[str, Any] = {
-    "runId": "pay-1",
-    "team": {
-        "agents": [
-            {
-                "name": "clerk",
-                "model": {
-                    "provider": "anthropic",
-                    "name": "claude-sonnet-4-5",
-                    "apiKeySecretRef": {"name": "llm", "key": "anthropic"},
-                },
-            }
-        ]
-    },
-    "tasks": [{"title": "Pay", "description": "Pay."}],
-    "store": {"postgres": {"dsnSecretRef": {"name": "pg", "key": "dsn"}, "schema": "runs"}},
-    "runner": {"terminationGracePeriodSeconds": 45, "env": [{"name": "X", "value": "1"}]},
-}
-BODY = {"metadata": {"name": "pay", "namespace": "team-a", "uid": "u-1"}, "spec": SPEC}
 
 
 def test_the_runner_pod_manifest() -> None:

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from oma_operator.models import TeamRunSpec
 from oma_operator.pods import runner_pod
-from tests.operator.test_outcomes_and_decisions import BODY, SPEC
+from tests.operator.pod_fixtures import BODY, SPEC
 
 
 def _spec(runner: dict[str, Any]) -> TeamRunSpec:

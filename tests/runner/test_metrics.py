@@ -20,7 +20,7 @@ from oma_runner.config import RunnerConfig, RunnerConfigError
 from oma_runner.metrics import RunnerMetrics
 from tests.engine.crashing import CrashingStore, SimulatedCrash, phase_is
 from tests.engine.helpers import LabelInput
-from tests.runner.test_runner_process import _env, _message, _runner, _spec
+from tests.runner.runner_process import runner_env, runner_spec, start_runner, termination_message
 from tests.servers.process import free_port
 
 TASKS = [{"title": "Pay", "description": "Pay.", "assignee": "worker"}]
@@ -101,7 +101,7 @@ async def test_model_calls_latency_and_tokens_per_provider_and_model() -> None:
 
 
 def test_metrics_port_from_the_environment(tmp_path: Path) -> None:
-    env = _env(tmp_path, _spec({"file": {"path": "s.json"}}))
+    env = runner_env(tmp_path, runner_spec({"file": {"path": "s.json"}}))
     env.pop("OMA_METRICS_PORT", None)
     assert RunnerConfig.from_env(env).metrics_port is None
     assert RunnerConfig.from_env({**env, "OMA_METRICS_PORT": "0"}).metrics_port is None
@@ -113,8 +113,8 @@ def test_metrics_port_from_the_environment(tmp_path: Path) -> None:
 @pytest.mark.timeout(120)
 def test_the_runner_serves_metrics_while_it_runs_and_reports_them(tmp_path: Path) -> None:
     port = free_port()
-    env = _env(tmp_path, _spec({"file": {"path": str(tmp_path / "s.json")}}))
-    runner = _runner({**env, "OMA_METRICS_PORT": str(port)})
+    env = runner_env(tmp_path, runner_spec({"file": {"path": str(tmp_path / "s.json")}}))
+    runner = start_runner({**env, "OMA_METRICS_PORT": str(port)})
     text = ""
     deadline = time.monotonic() + 60
     # The script's second model call takes 1.5 s: by then the first call is committed.
@@ -130,7 +130,7 @@ def test_the_runner_serves_metrics_while_it_runs_and_reports_them(tmp_path: Path
     assert 'oma_runner_tokens_total{direction="input",model="",provider="scripted"}' in text
     out, _ = runner.communicate(timeout=60)
     assert runner.returncode == 0, out
-    metrics: dict[str, Any] = _message(tmp_path)["metrics"]
+    metrics: dict[str, Any] = termination_message(tmp_path)["metrics"]
     assert metrics["toolCalls"] == {"executed": 2, "replayed": 0}
     assert metrics["saves"] >= 4 and metrics["saveFailures"] == 0 and metrics["saveSeconds"] > 0
     assert metrics["modelCalls"] == 3 and metrics["modelSeconds"] >= 1.5  # the 1.5 s delay

@@ -3,70 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from tests.runner.runner_process import runner_env, runner_spec, start_runner, termination_message
 from tests.servers.redis_server import RedisServer
-
-SCRIPT: list[dict[str, Any]] = [
-    {"tool_calls": [{"id": "r1", "name": "ledger_append", "input": {"entry": "first"}}]},
-    {
-        "tool_calls": [{"id": "r2", "name": "ledger_append", "input": {"entry": "second"}}],
-        "delay": 1.5,
-    },
-    {"text": "recorded"},
-]
-
-
-def _spec(store: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "agents": [
-            {
-                "name": "w",
-                "tools": ["ledger_append"],
-                "model": {"provider": "scripted", "script": SCRIPT},
-            }
-        ],
-        "tasks": [{"title": "Record", "description": "Record.", "assignee": "w"}],
-        "store": store,
-    }
-
-
-def _env(
-    tmp_path: Path, spec: dict[str, Any] | str, attempt: int = 1, **extra: str
-) -> dict[str, str]:
-    text = spec if isinstance(spec, str) else json.dumps(spec)
-    return {
-        **os.environ,
-        "OMA_RUN_SPEC": text,
-        "OMA_RUN_ID": "pod-run",
-        "OMA_ATTEMPT": str(attempt),
-        "OMA_TERMINATION_LOG": str(tmp_path / "termination"),
-        "OMA_LEDGER_PATH": str(tmp_path / "ledger.jsonl"),
-        **extra,
-    }
-
-
-def _runner(env: dict[str, str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "oma_runner"],
-        env=env,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-
-
-def _message(tmp_path: Path) -> dict[str, Any]:
-    message: dict[str, Any] = json.loads((tmp_path / "termination").read_text())
-    return message
 
 
 def _ledger(tmp_path: Path) -> list[str]:
@@ -77,9 +21,9 @@ def _ledger(tmp_path: Path) -> list[str]:
 
 
 def test_success_exit_0_and_termination_message(tmp_path: Path) -> None:
-    env = _env(tmp_path, _spec({"file": {"path": str(tmp_path / "s.json")}}))
-    out, _ = _runner(env).communicate(timeout=60)
-    message = _message(tmp_path)
+    env = runner_env(tmp_path, runner_spec({"file": {"path": str(tmp_path / "s.json")}}))
+    out, _ = start_runner(env).communicate(timeout=60)
+    message = termination_message(tmp_path)
     assert message["status"] == "ok" and message["attempt"] == 1, out
     assert message["tasks"] == {"total": 1, "completed": 1, "failed": 0}
     assert _ledger(tmp_path) == ["first", "second"]
@@ -87,8 +31,8 @@ def test_success_exit_0_and_termination_message(tmp_path: Path) -> None:
 
 def test_a_redacting_store_is_logged_as_unfenced(tmp_path: Path) -> None:
     store = {"file": {"path": str(tmp_path / "s.json")}, "redact": True}
-    out, _ = _runner(_env(tmp_path, _spec(store))).communicate(timeout=60)
-    assert _message(tmp_path)["status"] == "ok", out
+    out, _ = start_runner(runner_env(tmp_path, runner_spec(store))).communicate(timeout=60)
+    assert termination_message(tmp_path)["status"] == "ok", out
     assert "oma-runner: warning: fencing_unavailable:" in out
 
 
@@ -97,8 +41,8 @@ def test_sigterm_drains_exit_11_then_the_next_attempt_resumes(
     tmp_path: Path, redis_server: RedisServer
 ) -> None:
     store = {"redis": {"urlEnv": "STORE_URL", "namespace": f"runner-{time.time_ns()}"}}
-    env = _env(tmp_path, _spec(store), STORE_URL=redis_server.url)
-    first = _runner(env)
+    env = runner_env(tmp_path, runner_spec(store), STORE_URL=redis_server.url)
+    first = start_runner(env)
     deadline = time.monotonic() + 60
     while _ledger(tmp_path) != ["first"]:
         assert first.poll() is None and time.monotonic() < deadline, first.communicate()[0]
@@ -106,12 +50,14 @@ def test_sigterm_drains_exit_11_then_the_next_attempt_resumes(
     first.send_signal(signal.SIGTERM)  # while the second model call is in flight
     out, _ = first.communicate(timeout=60)
     assert first.returncode == 11, out
-    assert _message(tmp_path)["status"] == "cancelled"
+    assert termination_message(tmp_path)["status"] == "cancelled"
     assert _ledger(tmp_path) == ["first"]
-    second = _runner(_env(tmp_path, _spec(store), attempt=2, STORE_URL=redis_server.url))
+    second = start_runner(
+        runner_env(tmp_path, runner_spec(store), attempt=2, STORE_URL=redis_server.url)
+    )
     out, _ = second.communicate(timeout=60)
     assert second.returncode == 0, out
-    message = _message(tmp_path)
+    message = termination_message(tmp_path)
     assert (message["status"], message["attempt"], message["podAttempt"]) == ("ok", 2, 2)
     assert _ledger(tmp_path) == ["first", "second"]
 
@@ -121,28 +67,28 @@ def test_sigterm_drains_exit_11_then_the_next_attempt_resumes(
     [
         ("{not json", "invalid run spec"),
         (json.dumps({"agents": []}), "invalid run spec"),
-        (json.dumps(_spec({"memory": {}})), "needs a durable store"),
+        (json.dumps(runner_spec({"memory": {}})), "needs a durable store"),
     ],
 )
 def test_bad_input_exits_2_with_a_message(tmp_path: Path, spec: str, problem: str) -> None:
-    runner = _runner(_env(tmp_path, spec))
+    runner = start_runner(runner_env(tmp_path, spec))
     out, _ = runner.communicate(timeout=60)
     assert runner.returncode == 2 and problem in out
-    assert problem in _message(tmp_path)["message"]
+    assert problem in termination_message(tmp_path)["message"]
 
 
 def test_a_failed_run_is_permanent(tmp_path: Path) -> None:
-    spec = _spec({"file": {"path": str(tmp_path / "s.json")}})
+    spec = runner_spec({"file": {"path": str(tmp_path / "s.json")}})
     spec["agents"][0]["model"]["script"] = {"# Task: something else": [{"text": "x"}]}
-    runner = _runner(_env(tmp_path, spec))
+    runner = start_runner(runner_env(tmp_path, spec))
     runner.communicate(timeout=60)
-    assert runner.returncode == 2 and _message(tmp_path)["status"] == "error"
+    assert runner.returncode == 2 and termination_message(tmp_path)["status"] == "error"
 
 
 def test_the_log_says_what_the_attempt_did_line_by_line(tmp_path: Path) -> None:
     """Plain lines (``kubectl logs``): each task's start and end, each tool call, each save."""
-    env = _env(tmp_path, _spec({"file": {"path": str(tmp_path / "s.json")}}))
-    out, _ = _runner(env).communicate(timeout=60)
+    env = runner_env(tmp_path, runner_spec({"file": {"path": str(tmp_path / "s.json")}}))
+    out, _ = start_runner(env).communicate(timeout=60)
     lines = [line for line in out.splitlines() if line.startswith("oma-runner: ")]
     assert "oma-runner: task 'Record' started (w)" in lines, out
     assert "oma-runner: tool call r1 (ledger_append) ran" in lines
@@ -165,7 +111,9 @@ def test_json_lines_carry_the_run_s_coordinates(tmp_path: Path, redis_server: Re
         "OMA_RUN_NAMESPACE": "team-a",
         "OMA_RUN_TEAMRUN": "pay",
     }
-    first = _runner(_env(tmp_path, _spec(store), 1, STORE_URL=redis_server.url, **coordinates))
+    first = start_runner(
+        runner_env(tmp_path, runner_spec(store), 1, STORE_URL=redis_server.url, **coordinates)
+    )
     deadline = time.monotonic() + 60
     while _ledger(tmp_path) != ["first"]:
         assert first.poll() is None and time.monotonic() < deadline, first.communicate()[0]
@@ -173,7 +121,9 @@ def test_json_lines_carry_the_run_s_coordinates(tmp_path: Path, redis_server: Re
     first.send_signal(signal.SIGTERM)
     first.communicate(timeout=60)
     coordinates["OMA_POD_NAME"] = "pay-a2"
-    second = _runner(_env(tmp_path, _spec(store), 2, STORE_URL=redis_server.url, **coordinates))
+    second = start_runner(
+        runner_env(tmp_path, runner_spec(store), 2, STORE_URL=redis_server.url, **coordinates)
+    )
     out, _ = second.communicate(timeout=60)
     assert second.returncode == 0, out
     records = [json.loads(line) for line in out.splitlines()]  # every line is one object
@@ -188,8 +138,10 @@ def test_json_lines_carry_the_run_s_coordinates(tmp_path: Path, redis_server: Re
 
 
 def test_an_unknown_log_format_is_refused_before_anything_runs(tmp_path: Path) -> None:
-    env = _env(tmp_path, _spec({"file": {"path": str(tmp_path / "s.json")}}), OMA_LOG_FORMAT="xml")
-    runner = _runner(env)
+    env = runner_env(
+        tmp_path, runner_spec({"file": {"path": str(tmp_path / "s.json")}}), OMA_LOG_FORMAT="xml"
+    )
+    runner = start_runner(env)
     out, _ = runner.communicate(timeout=60)
     assert runner.returncode == 2 and "OMA_LOG_FORMAT='xml': use one of plain, json" in out
     assert _ledger(tmp_path) == []

@@ -148,7 +148,6 @@ def test_ctrl_c_says_how_to_resume_and_exits_130(tmp_path: Path) -> None:
     import signal
     import subprocess
     import sys
-    import time
 
     spec = tmp_path / "slow.json"
     spec.write_text(
@@ -176,7 +175,8 @@ def test_ctrl_c_says_how_to_resume_and_exits_130(tmp_path: Path) -> None:
     )
     assert child.stdout is not None
     assert "starting" in child.stdout.readline()
-    time.sleep(0.3)
+    started = child.stdout.readline()  # "▶ T → w": the task began, its 30 s model call next
+    assert started.split()[1:2] == ["T"], started
     child.send_signal(signal.SIGINT)
     out, err = child.communicate(timeout=30)
     assert child.returncode == 130
@@ -307,7 +307,6 @@ def test_sigterm_drains_at_a_durable_boundary_and_a_rerun_resumes(tmp_path: Path
     import signal
     import subprocess
     import sys
-    import time
 
     script = [
         {
@@ -330,7 +329,8 @@ def test_sigterm_drains_at_a_durable_boundary_and_a_rerun_resumes(tmp_path: Path
     )
     assert child.stdout is not None
     assert "starting" in child.stdout.readline()
-    time.sleep(0.3)  # inside the model call's delay
+    started = child.stdout.readline()  # "▶ T → w": the task began, its 1.5 s model call next
+    assert started.split()[1:2] == ["T"], started
     child.send_signal(signal.SIGTERM)
     out, err = child.communicate(timeout=60)
     assert child.returncode == Exit.DRAINED, (out, err)
