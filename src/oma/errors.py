@@ -1,31 +1,46 @@
 """Typed errors shared by every layer of the engine.
 
-Each error carries a stable ``code`` (for scripts and the CLI) and a message that says what was
-wrong and what to do about it.
+Each error carries a stable ``code`` (for scripts and the CLI), a ``transient`` flag and a
+message that says what was wrong and what to do about it. ``docs/errors.md`` lists them all.
 """
 
 from __future__ import annotations
 
 
 class OmaError(Exception):
-    """Base class of every error the engine raises on purpose."""
+    """Base class of every error the engine raises on purpose.
+
+    ``transient``: True when the same operation, tried again later and unchanged, may succeed
+    (a server that was unreachable, a run drained for a restart); False when it will fail the
+    same way until something is changed (settings, data, the spec, a newer attempt that took
+    over). Each class declares its default; ``transient=`` given to the constructor overrides
+    it for one error where it depends on the cause.
+    """
 
     code: str = "OMA_ERROR"
+    transient: bool = False
+
+    def __init__(self, *args: object, transient: bool | None = None) -> None:
+        super().__init__(*args)
+        if transient is not None:
+            self.transient = transient
 
 
 class StoreError(OmaError):
-    """A ``MemoryStore`` could not do what was asked."""
+    """A ``MemoryStore`` could not do what was asked. Permanent unless the raiser knows that
+    the cause passes by itself (``transient=True``: e.g. a Redis replica promoted mid-write)."""
 
     code = "STORE_ERROR"
 
 
 class StoreUnavailableError(StoreError):
-    """The store's server could not be reached or stopped answering (often transient).
+    """The store's server could not be reached or stopped answering: transient.
 
     Raised by a mutation, the outcome of that mutation is unknown: it may have been applied.
     """
 
     code = "STORE_UNAVAILABLE"
+    transient = True
 
 
 class StoreConfigError(StoreError, ValueError):
@@ -41,10 +56,19 @@ class StoreAuthError(StoreError):
     code = "STORE_AUTH_FAILED"
 
 
+class StoreCapabilityError(StoreError, TypeError):
+    """A store declares a capability (``StoreCapabilities``) without the methods it needs, or
+    its ``capabilities`` attribute is not a ``StoreCapabilities``: a bug in the store's class,
+    permanent. Also a ``TypeError``, as a missing method would be."""
+
+    code = "STORE_CAPABILITY"
+
+
 class StoreCorruptError(StoreError):
     """Durable store contents are unreadable; the store refuses to start empty over them."""
 
     code = "STORE_CORRUPT"
+    transient = False
 
     def __init__(self, location: str, problem: str) -> None:
         self.location = location
@@ -53,6 +77,12 @@ class StoreCorruptError(StoreError):
             f"store file {location!r} is unusable: {problem}. Nothing was changed; restore the "
             "file from a backup or move it away to start with an empty store."
         )
+
+
+_DAMAGED = (
+    "restore the key from a backup, or delete it (oma checkpoint delete) to start the run "
+    "over, which repeats the side effects it already committed"
+)
 
 
 class CheckpointError(OmaError):
@@ -82,7 +112,8 @@ class CheckpointFencedError(CheckpointError):
             return
         super().__init__(
             f'checkpoint "{key}" was written by a newer attempt of the run; {which} is '
-            "superseded and stopped without running further tools"
+            "superseded and stopped without running further tools. Nothing to do: the newer "
+            "attempt carries the run on"
         )
 
 
@@ -107,9 +138,11 @@ class CheckpointLostError(CheckpointFencedError):
 
 
 class RunDrained(OmaError):
-    """The run was asked to stop (e.g. SIGTERM) and stopped at a durable boundary."""
+    """The run was asked to stop (e.g. SIGTERM) and stopped at a durable boundary: transient,
+    running it again resumes from that boundary."""
 
     code = "DRAINED"
+    transient = True
 
 
 class CheckpointDecodeError(CheckpointError):
@@ -120,7 +153,10 @@ class CheckpointDecodeError(CheckpointError):
     def __init__(self, key: str, detail: str) -> None:
         self.key = key
         self.detail = detail
-        super().__init__(f'Checkpoint: stored value at "{key}" is not valid JSON ({detail}).')
+        super().__init__(
+            f'Checkpoint: stored value at "{key}" is not valid JSON ({detail}). Nothing was '
+            f"run: {_DAMAGED}."
+        )
 
 
 class CheckpointValidationError(CheckpointError):
@@ -139,7 +175,8 @@ class CheckpointValidationError(CheckpointError):
         listed = "; ".join(problems[:10])
         more = f" (and {len(problems) - 10} more)" if len(problems) > 10 else ""
         super().__init__(
-            f'Checkpoint: stored value at "{key}" is not a checkpoint snapshot: {listed}{more}'
+            f'Checkpoint: stored value at "{key}" is not a checkpoint snapshot: {listed}{more}. '
+            f"If a newer oma wrote it, use that version; otherwise {_DAMAGED}"
         )
 
 

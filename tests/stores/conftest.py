@@ -22,10 +22,13 @@ from oma.store import (
     PrefixedStore,
     RedactingStore,
     RedisStore,
+    StoreCapabilities,
     supports_compare_and_set,
     supports_journal,
     tenant_prefix,
 )
+from oma.store.base import close_store
+from oma.store.faults import FaultInjectingStore
 from tests.servers.postgres_server import PostgresServer
 from tests.servers.redis_server import RedisServer
 
@@ -107,6 +110,17 @@ def _redacting(_: pytest.FixtureRequest, __: Path) -> StoreFactory:
     return make
 
 
+def _faults(request: pytest.FixtureRequest, path: Path) -> StoreFactory:
+    """The fault-injection wrapper with no fault planned, over a real Redis store: it must be
+    the store it wraps, journals and all."""
+    whole = _redis(request, path)
+
+    async def make() -> MemoryStore:
+        return FaultInjectingStore(await whole(), kill_at=None, log=None)
+
+    return make
+
+
 BACKENDS: dict[str, Backend] = {
     "memory": _memory,
     "file": _file,
@@ -114,14 +128,34 @@ BACKENDS: dict[str, Backend] = {
     "postgres": _postgres,
     "redacting": _redacting,
     "prefixed": _prefixed,
+    "faults": _faults,
+}
+
+_ALL = StoreCapabilities(compare_and_set=True, expiry=True, journal=True)
+# What each backend must declare (the conformance suite checks each against its behaviour).
+DECLARED: dict[str, StoreCapabilities] = {
+    "memory": _ALL,
+    "file": StoreCapabilities(compare_and_set=True, expiry=True),
+    "redis": _ALL,
+    "postgres": _ALL,
+    "redacting": StoreCapabilities(expiry=True),  # over an InMemoryStore: its expiry only
+    "prefixed": _ALL,  # over a RedisStore: all it has
+    "faults": _ALL,  # over a RedisStore: all it has
 }
 
 
 @pytest.fixture(params=sorted(BACKENDS))
+def backend(request: pytest.FixtureRequest) -> str:
+    """The name of the backend under test (``BACKENDS``)."""
+    name: str = request.param
+    return name
+
+
+@pytest.fixture
 async def store_factory(
-    request: pytest.FixtureRequest, tmp_path: Path
+    request: pytest.FixtureRequest, tmp_path: Path, backend: str
 ) -> AsyncIterator[StoreFactory]:
-    make = BACKENDS[request.param](request, tmp_path)
+    make = BACKENDS[backend](request, tmp_path)
     created: list[MemoryStore] = []
 
     async def tracked() -> MemoryStore:
@@ -131,8 +165,7 @@ async def store_factory(
 
     yield tracked
     for store in created:
-        if isinstance(store, RedisStore | PostgresStore | PrefixedStore):
-            await store.aclose()
+        await close_store(store)  # each wrapper closes what it wraps
 
 
 @pytest.fixture

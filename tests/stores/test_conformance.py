@@ -10,8 +10,15 @@ from oma.store import (
     CHECKPOINT_KEY_PREFIX,
     CompareAndSetStore,
     MemoryStore,
+    capabilities_of,
+    check_store,
+    supports_compare_and_set,
     supports_expiry,
+    supports_journal,
 )
+from oma.store.capabilities import CAPABILITY_METHODS
+from oma.store.journal import new_version
+from tests.stores.conftest import DECLARED
 
 
 async def test_missing_key_reads_none(store: MemoryStore) -> None:
@@ -245,3 +252,45 @@ async def test_cas_with_large_expected_value(cas_store: CompareAndSetStore) -> N
     await cas_store.set("k", big)
     assert await cas_store.compare_and_set("k", big + "!", "no") is False
     assert await cas_store.compare_and_set("k", big, "yes") is True
+
+
+async def test_the_declared_capabilities_are_what_the_store_does(
+    store: MemoryStore, backend: str
+) -> None:
+    """Each backend declares what it is known to offer; it has exactly the methods of what it
+    declares, the ``supports_*`` guards answer from the declaration, and each declared
+    capability works."""
+    declared = capabilities_of(store)
+    assert declared == DECLARED[backend]
+    assert check_store(store) == declared
+    assert supports_compare_and_set(store) is declared.compare_and_set
+    assert supports_expiry(store) is declared.expiry
+    assert supports_journal(store) is declared.journal
+    for capability, methods in CAPABILITY_METHODS.items():
+        offered = [callable(getattr(store, method, None)) for method in methods]
+        assert offered == [getattr(declared, capability)] * len(methods), (capability, offered)
+
+    if supports_compare_and_set(store):
+        assert await store.compare_and_set("cas", None, "a") is True
+        assert await store.compare_and_set("cas", None, "b") is False
+        assert await store.compare_and_set("cas", "a", "b") is True
+        swapped = await store.get("cas")
+        assert swapped is not None and swapped.value == "b"
+    if supports_expiry(store):
+        await store.set_with_expiry("ttl", "v", 3)
+        expiring = await store.get("ttl")
+        assert expiring is not None and expiring.expires_at_turn == 3
+    if supports_journal(store):
+        version = new_version()
+        assert await store.journal_write(
+            "j", ["base"], version=version, expected=None, replace=True
+        )
+        assert await store.journal_write(
+            "j", ["delta"], version=new_version(), expected=version, replace=False
+        )
+        journal = await store.journal_get("j")
+        head = await store.journal_head("j")
+        assert journal is not None and journal.records == ["base", "delta"]
+        assert head is not None and head.records == 2
+        assert await store.journal_version("j") == journal.version == head.version
+        assert await store.journal_keys() == ["j"]

@@ -118,8 +118,9 @@ async def test_odd_strings_round_trip(postgres_server: PostgresServer) -> None:
         entry = await store.get("k")
         assert entry is not None and entry.value == value and entry.metadata == {"nul": "\x00"}
         assert await store.compare_and_set("k", value, "plain") is True
-        with pytest.raises(StoreError, match="NUL"):
+        with pytest.raises(StoreError, match="NUL") as refused:
             await store.set("key\x00with nul", "v")
+        assert refused.value.transient is False and "Retrying will not help" in str(refused.value)
 
 
 async def test_existing_pool_is_used_and_left_open(postgres_server: PostgresServer) -> None:
@@ -161,6 +162,7 @@ async def test_closed_port_is_unavailable_with_a_clear_message() -> None:
     assert "unreachable" in message and "Connection refused" in message
     assert "hunter2-secret" not in message and "***" in message
     assert caught.value.code == "STORE_UNAVAILABLE"
+    assert caught.value.transient is True
 
 
 async def test_closed_port_through_a_pool_is_unavailable_too() -> None:
@@ -175,6 +177,7 @@ async def test_closed_port_through_a_pool_is_unavailable_too() -> None:
         await pool.close()
     assert "hunter2-secret" not in str(caught.value)
     assert "password=***" in str(caught.value)
+    assert caught.value.transient is True
 
 
 @pytest.mark.parametrize("user", ["oma", "nobody"])
@@ -189,6 +192,7 @@ async def test_bad_credentials_are_an_auth_error_without_the_password(
     message = str(caught.value)
     assert "wrong-pass-123" not in message and "password authentication failed" in message
     assert caught.value.code == "STORE_AUTH_FAILED"
+    assert caught.value.transient is False
 
 
 async def test_a_role_without_create_privilege_uses_a_migrated_table(
@@ -221,3 +225,18 @@ async def test_a_role_without_create_privilege_uses_a_migrated_table(
     with pytest.raises(StoreError, match="permission denied"):
         await store.open()
     await store.aclose()
+
+
+async def test_a_closed_store_fails_at_once_and_not_as_transient(
+    postgres_server: PostgresServer,
+) -> None:
+    """Use after ``aclose()`` is not a lost server: no retries, and retrying cannot help."""
+    store = PostgresStore(postgres_server.dsn(), schema=unique_name("closed"), retry_for=30)
+    await store.set("k", "v")
+    await store.aclose()
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(StoreError, match="was closed") as caught:
+        await store.get("k")
+    assert asyncio.get_running_loop().time() - started < 5  # not retried for retry_for
+    assert not isinstance(caught.value, StoreUnavailableError)
+    assert caught.value.transient is False and "open a new store" in str(caught.value)

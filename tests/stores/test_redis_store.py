@@ -8,10 +8,12 @@ from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
+from redis.exceptions import OutOfMemoryError, ResponseError, TryAgainError
 
+from oma.errors import StoreError
 from oma.store import RedisStore, StoreAuthError, StoreUnavailableError
 from tests.servers.process import free_port
-from tests.servers.redis_server import RedisServer
+from tests.servers.redis_server import RedisServer, redis_binary
 from tests.stores.conftest import unique_name
 
 
@@ -200,6 +202,7 @@ async def test_closed_port_is_unavailable_with_a_clear_message() -> None:
     assert "unreachable" in message and "127.0.0.1" in message
     assert "hunter2-secret" not in message and "***" in message
     assert caught.value.code == "STORE_UNAVAILABLE"
+    assert caught.value.transient is True
 
 
 @pytest.mark.parametrize("userinfo", [":wrong-pass-123", "nobody:wrong-pass-123", ""])
@@ -214,6 +217,7 @@ async def test_bad_credentials_are_an_auth_error_without_the_password(
     message = str(caught.value)
     assert "wrong-pass-123" not in message and "credentials" in message
     assert caught.value.code == "STORE_AUTH_FAILED"
+    assert caught.value.transient is False
 
 
 async def test_a_journal_read_with_plain_commands_equals_the_read_script(
@@ -268,3 +272,50 @@ async def test_journal_reads_raced_by_appends_are_each_whole(redis_server: Redis
             reads += 1
         await writer
         assert reads > 0
+
+
+async def test_a_replica_refusing_writes_is_a_transient_store_error() -> None:
+    """A real READONLY: a server of its own turned into a replica (of nothing reachable), as a
+    URL that names a replica, or a primary demoted in a failover, answers."""
+    binary = redis_binary()
+    if binary is None:
+        pytest.skip("redis-server is not installed")
+    with RedisServer(binary) as server:
+        async with aioredis.Redis.from_url(server.url) as admin:
+            await admin.replicaof("127.0.0.1", free_port())
+        async with RedisStore(server.url, namespace=unique_name("ro")) as store:
+            assert await store.get("k") is None  # reads still work
+            with pytest.raises(StoreError) as caught:
+                await store.set("k", "v")
+            with pytest.raises(StoreError) as swap:
+                await store.compare_and_set("k", None, "v")
+    for error in (caught.value, swap.value):
+        assert not isinstance(error, StoreUnavailableError)  # not retried: it was refused
+        assert error.transient is True and error.code == "STORE_ERROR"
+        assert "read only replica" in str(error) and "run again" in str(error)
+        assert server.password not in str(error)
+
+
+@pytest.mark.parametrize(
+    ("refusal", "transient", "advice"),
+    [
+        (TryAgainError("Multiple keys request during rehashing of slot"), True, "run again"),
+        (ResponseError("BUSY Redis is busy running a script."), True, "run again"),
+        (ResponseError("NOREPLICAS Not enough good replicas to write."), True, "run again"),
+        (OutOfMemoryError("command not allowed when used memory > 'maxmemory'."), False, "noev"),
+        (ResponseError("ERR unknown command 'EVALSHA_RO'"), False, "will not help"),
+    ],
+)
+async def test_refusals_say_whether_they_pass(
+    refusal: Exception, transient: bool, advice: str
+) -> None:
+    store = RedisStore(f"redis://:secret-pw@127.0.0.1:{free_port()}/0")
+
+    async def refused() -> None:
+        raise refusal
+
+    with pytest.raises(StoreError) as caught:
+        await store._translate(refused())
+    assert type(caught.value) is StoreError
+    assert caught.value.transient is transient and advice in str(caught.value)
+    await store.aclose()

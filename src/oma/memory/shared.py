@@ -8,16 +8,14 @@ number of turns; the turn counter advances once per completed task.
 from __future__ import annotations
 
 from oma.checkpoint.snapshot import SharedMemoryEntrySnapshot, SharedMemorySnapshot
-from oma.store.base import MemoryEntry, MemoryStore, Metadata, supports_expiry
+from oma.store.base import MemoryEntry, MemoryStore, Metadata, check_store, supports_expiry
 from oma.store.reserved import is_reserved_key
 from oma.timeutil import format_iso
 
 
 class SharedMemory:
     def __init__(self, store: MemoryStore) -> None:
-        for method in ("get", "set", "list", "delete", "clear"):
-            if not callable(getattr(store, method, None)):
-                raise TypeError(f"shared memory store lacks MemoryStore.{method}()")
+        check_store(store, "shared memory store")  # a TypeError naming what it lacks
         self.store = store
         self.turn_count = 0
 

@@ -9,15 +9,18 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from oma.errors import StoreCapabilityError
 from oma.store.base import (
     CompareAndSetStore,
     ExpiringStore,
     MemoryEntry,
     MemoryStore,
     Metadata,
+    check_store,
     supports_compare_and_set,
     supports_expiry,
 )
+from oma.store.capabilities import StoreCapabilities, capabilities_of
 from oma.store.file import FileStore
 from oma.store.journal import JournalEntry, JournalHead, JournalStore, supports_journal
 from oma.store.memory import InMemoryStore
@@ -66,7 +69,11 @@ __all__ = [
     "RedactingStore",
     "RedisStore",
     "StoreAuthError",
+    "StoreCapabilities",
+    "StoreCapabilityError",
     "StoreUnavailableError",
+    "capabilities_of",
+    "check_store",
     "is_reserved_key",
     "memory_prefix",
     "open_store",

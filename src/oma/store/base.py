@@ -2,7 +2,9 @@
 
 Shared memory, checkpoints and approval rows all go through ``MemoryStore``. Callers serialise;
 values are always strings. ``created_at`` of a key survives updates; metadata is copied on the
-way in and on the way out so later caller mutation never leaks into the store.
+way in and on the way out so later caller mutation never leaks into the store. What a store
+offers beyond the required methods it declares (``oma.store.capabilities``); the ``supports_*``
+guards read that declaration.
 """
 
 from __future__ import annotations
@@ -11,6 +13,9 @@ from datetime import datetime
 from typing import Any, Protocol, TypeGuard, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
+
+from oma.errors import StoreCapabilityError
+from oma.store.capabilities import StoreCapabilities, capabilities_of
 
 Metadata = dict[str, Any]
 
@@ -75,13 +80,27 @@ class ExpiringStore(MemoryStore, Protocol):
     ) -> None: ...
 
 
+REQUIRED_METHODS = ("get", "set", "list", "delete", "clear")
+
+
 def supports_compare_and_set(store: MemoryStore) -> TypeGuard[CompareAndSetStore]:
-    """True when ``store`` offers an atomic ``compare_and_set`` (a callable attribute)."""
-    return callable(getattr(store, "compare_and_set", None))
+    """True when ``store`` declares an atomic ``compare_and_set`` (``capabilities_of``)."""
+    return capabilities_of(store).compare_and_set
 
 
 def supports_expiry(store: MemoryStore) -> TypeGuard[ExpiringStore]:
-    return callable(getattr(store, "set_with_expiry", None))
+    """True when ``store`` declares ``set_with_expiry`` (``capabilities_of``)."""
+    return capabilities_of(store).expiry
+
+
+def check_store(store: object, what: str = "store") -> StoreCapabilities:
+    """``store``'s capabilities, once it is known to be a usable store: every required method
+    callable and every capability it claims backed by its methods; otherwise a
+    ``StoreCapabilityError`` (also a ``TypeError``) naming what is missing."""
+    for method in REQUIRED_METHODS:
+        if not callable(getattr(store, method, None)):
+            raise StoreCapabilityError(f"{what} lacks MemoryStore.{method}()")
+    return capabilities_of(store)
 
 
 def copy_metadata(metadata: Metadata | None) -> Metadata | None:

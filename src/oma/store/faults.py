@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from oma.store.base import Entries, MemoryEntry, MemoryStore, Metadata
+from oma.store.capabilities import StoreCapabilities, capabilities_of
 
 KILL_ENV = "OMA_FAULT_KILL_AT"
 LOG_ENV = "OMA_FAULT_LOG"
@@ -89,6 +90,11 @@ class FaultInjectingStore:
         if self.kill_at == (number, moment):
             os.kill(os.getpid(), signal.SIGKILL)
 
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        """The inner store's: every optional method is passed on (and counted as a write)."""
+        return capabilities_of(self.inner)
+
     async def get(self, key: str) -> MemoryEntry | None:
         return await self.inner.get(key)
 
@@ -105,7 +111,8 @@ class FaultInjectingStore:
         await self._write("clear", None, self.inner.clear())
 
     def __getattr__(self, name: str) -> Any:
-        # Optional capabilities exist on the wrapper exactly when the inner store has them.
+        # Optional methods exist on the wrapper exactly when the inner store has them; what it
+        # declares is the inner store's declaration (``capabilities``).
         attribute = getattr(self.inner, name)
         if name not in _WRAPPED_OPTIONAL:
             return attribute

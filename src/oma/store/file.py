@@ -15,6 +15,7 @@ in-memory view unchanged, so it never diverges from the disk.
 from __future__ import annotations
 
 import asyncio
+import errno
 import fcntl
 import itertools
 import os
@@ -26,6 +27,7 @@ from pathlib import Path
 
 from oma.errors import StoreCorruptError, StoreError
 from oma.store.base import Entries, MemoryEntry, Metadata, copy_entry, copy_metadata
+from oma.store.capabilities import StoreCapabilities
 from oma.store.file_format import decode_state_file, encode_state_file
 from oma.store.file_io import finish_even_if_cancelled, read_and_sweep, write_atomically
 
@@ -41,7 +43,10 @@ class _Applied:
 
 
 class FileStore:
-    """A durable store in one file (missing file = empty store)."""
+    """A durable store in one file (missing file = empty store). No journals: every write
+    rewrites the whole file anyway."""
+
+    capabilities = StoreCapabilities(compare_and_set=True, expiry=True, journal=False)
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path).expanduser().absolute()
@@ -107,7 +112,10 @@ class FileStore:
                 raise
             except OSError as exc:
                 raise StoreError(
-                    f"cannot write store file {str(self.path)!r}: {exc}; the change was not applied"
+                    f"cannot write store file {str(self.path)!r}: {exc}; the change was not "
+                    "applied. Check that its directory exists and is writable and that the disk "
+                    "has space.",
+                    transient=_passing(exc),
                 ) from exc
             self._entries, self._fingerprint = applied.entries, applied.fingerprint
             self._loaded = True
@@ -146,8 +154,23 @@ class FileStore:
                 self._load_error = exc
                 raise
             except OSError as exc:
-                raise StoreError(f"cannot read store file {str(self.path)!r}: {exc}") from exc
+                raise StoreError(
+                    f"cannot read store file {str(self.path)!r}: {exc}. Check that the file and "
+                    "its directory are readable by this user.",
+                    transient=_passing(exc),
+                ) from exc
             self._loaded = True
+
+
+# OS errors that pass by themselves (a busy or interrupted call, a full lock table); anything
+# else (permissions, a missing directory, a full disk) needs someone to act first.
+_PASSING_ERRNOS = frozenset(
+    {errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR, errno.EBUSY, errno.ETIMEDOUT, errno.ENOLCK}
+)
+
+
+def _passing(exc: OSError) -> bool:
+    return exc.errno in _PASSING_ERRNOS
 
 
 def _fingerprint(path: Path) -> Fingerprint:

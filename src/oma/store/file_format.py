@@ -97,5 +97,6 @@ def encode_state_file(entries: dict[str, MemoryEntry]) -> bytes:
         return jsonutil.dumps_bytes({"version": STATE_FILE_VERSION, "entries": rows})
     except (ValueError, TypeError, RecursionError) as exc:
         raise StoreError(
-            f"cannot encode the store state as JSON ({exc}); nothing was written"
+            f"cannot encode the store state as JSON ({exc}); nothing was written. Metadata must "
+            "be JSON: strings, numbers, booleans, null, lists and objects with string keys"
         ) from exc

@@ -23,6 +23,7 @@ from typing import Protocol, TypeGuard, runtime_checkable
 from pydantic import BaseModel, ConfigDict
 
 from oma.store.base import MemoryStore, Metadata
+from oma.store.capabilities import capabilities_of
 
 
 class JournalEntry(BaseModel):
@@ -81,7 +82,8 @@ class JournalStore(MemoryStore, Protocol):
 
 
 def supports_journal(store: MemoryStore) -> TypeGuard[JournalStore]:
-    return callable(getattr(store, "journal_write", None))
+    """True when ``store`` declares journals (``oma.store.capabilities.capabilities_of``)."""
+    return capabilities_of(store).journal
 
 
 def new_version() -> str:

@@ -6,11 +6,14 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from oma.store.base import Entries, MemoryEntry, Metadata, copy_entry, copy_metadata
+from oma.store.capabilities import StoreCapabilities
 from oma.store.journal import JournalEntry, JournalHead, JournalKeys, check_write
 
 
 class InMemoryStore:
     """Map-backed store. ``compare_and_set`` is atomic because nothing in it awaits."""
+
+    capabilities = StoreCapabilities(compare_and_set=True, expiry=True, journal=True)
 
     def __init__(self) -> None:
         self._entries: dict[str, MemoryEntry] = {}

@@ -44,6 +44,7 @@ from oma.errors import StoreConfigError, StoreError
 from oma.store import postgres_journal
 from oma.store import postgres_sql as q
 from oma.store.base import Entries, MemoryEntry, Metadata
+from oma.store.capabilities import StoreCapabilities
 from oma.store.journal import JournalEntry, JournalHead, JournalKeys, check_write
 from oma.store.names import POSTGRES_IDENTIFIER
 from oma.store.postgres_connections import Connections
@@ -85,6 +86,8 @@ class PostgresStore:
     safely run twice. ``min_size`` connections are opened by ``open()``; at most ``max_size``
     are in use at once.
     """
+
+    capabilities = StoreCapabilities(compare_and_set=True, expiry=True, journal=True)
 
     def __init__(
         self,
@@ -389,8 +392,13 @@ class PostgresStore:
                 "runs and the host, port and sslmode settings are right."
             ) from None
         except psycopg.Error as exc:
+            # Connection losses, timeouts, deadlocks, serialization failures, shutdowns and
+            # "too many connections" are OperationalErrors (above); what is left is refused
+            # for a reason retrying does not change (privileges, data, schema).
             raise StoreError(
-                f"PostgreSQL at {self._where} failed on {self.qualified_name!r}: {self._clean(exc)}"
+                f"PostgreSQL at {self._where} failed on {self.qualified_name!r}: "
+                f"{self._clean(exc)} Retrying will not help: check the role's privileges on "
+                "the table, the value written and the server's log."
             ) from None
 
     def _clean(self, exc: BaseException) -> str:

@@ -17,6 +17,8 @@ from typing import Any
 import psycopg
 from psycopg.pq import TransactionStatus
 
+from oma.errors import StoreError
+
 
 class Connections:
     """Autocommit connections made on demand in the caller's task; no background tasks.
@@ -41,7 +43,10 @@ class Connections:
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         if self._closed:
-            raise psycopg.OperationalError("the store was closed (aclose)")
+            # Not a lost server (not StoreUnavailableError): retrying cannot reopen it.
+            raise StoreError(
+                "this PostgresStore was closed (aclose) and cannot be used again: open a new store"
+            )
         async with self._slots:
             conn = await self._take()
             try:

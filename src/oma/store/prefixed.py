@@ -6,7 +6,8 @@ one run's memory cannot delete another's. Both prefixes start with a reserved ke
 (``oma.store.reserved``): shared memory of a run that uses the whole store never reads, lists
 or deletes them.
 
-Compare-and-set, expiry and journals exist on the part exactly when the store has them.
+Compare-and-set, expiry and journals exist on the part exactly when the store declares them
+(``capabilities`` is the inner store's).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from oma.store.base import (
     supports_compare_and_set,
     supports_expiry,
 )
+from oma.store.capabilities import StoreCapabilities, capabilities_of
 from oma.store.journal import JournalEntry, JournalHead, supports_journal
 from oma.store.reserved import MEMORY_KEY_PREFIX, TENANT_KEY_PREFIX
 
@@ -39,6 +41,11 @@ class PrefixedStore:
 
     def __repr__(self) -> str:
         return f"PrefixedStore({self.inner!r}, {self.prefix!r})"
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        """The inner store's: a part passes every capability on, with its keys prefixed."""
+        return capabilities_of(self.inner)
 
     def _own(self, entry: MemoryEntry) -> MemoryEntry:
         return entry.model_copy(update={"key": entry.key[len(self.prefix) :]})
@@ -69,7 +76,7 @@ class PrefixedStore:
         await close_store(self.inner)
 
     def __getattr__(self, name: str) -> Any:
-        # Optional capabilities, with the key prefixed, only where the inner store has them.
+        # Optional capabilities, with the key prefixed, only where the inner store declares them.
         if name == "compare_and_set" and supports_compare_and_set(self.inner):
             inner_cas = self.inner.compare_and_set
 

@@ -1,10 +1,11 @@
 """``RedactingStore``: a decorator that redacts credentials from values before they are stored.
 
 Keys and metadata pass through unchanged; reads return what was stored (already redacted).
-It offers ``set_with_expiry`` only when the wrapped store does, so ``supports_expiry`` stays
-truthful, and it never offers ``compare_and_set``: redaction rewrites values, so an atomic swap
-on the redacted text would compare something other than what the caller wrote. Durable
-approvals therefore fail closed on it, as in the reference.
+It offers ``set_with_expiry`` only when the wrapped store declares expiry, and it never offers
+``compare_and_set`` (nor journals): redaction rewrites values, so an atomic swap on the redacted
+text would compare something other than what the caller wrote. Its ``capabilities`` say so
+(the inner store's expiry, nothing else), and durable approvals therefore fail closed on it, as
+in the reference.
 """
 
 from __future__ import annotations
@@ -22,13 +23,16 @@ from oma.store.base import (
     close_store,
     supports_expiry,
 )
+from oma.store.capabilities import StoreCapabilities, capabilities_of
+
+_EXPIRY_ONLY, _NOTHING = StoreCapabilities(expiry=True), StoreCapabilities()
 
 
 class RedactingStore:
     """``RedactingStore(inner, patterns=[...])``; extra ``patterns`` replace every match.
 
-    Constructing it over a store with ``set_with_expiry`` returns an ``ExpiringRedactingStore``
-    (a subclass that has the method); over any other store, this class (which has not).
+    Constructing it over a store that declares expiry returns an ``ExpiringRedactingStore`` (a
+    subclass that has ``set_with_expiry``); over any other store, this class (which has not).
     """
 
     def __new__(cls, inner: MemoryStore, *, patterns: Iterable[re.Pattern[str] | str] = ()) -> Self:
@@ -44,6 +48,12 @@ class RedactingStore:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.inner!r}, patterns={len(self.patterns)})"
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        """The inner store's expiry; never compare-and-set or journals (see the module)."""
+        expiry = capabilities_of(self.inner).expiry and isinstance(self, ExpiringRedactingStore)
+        return _EXPIRY_ONLY if expiry else _NOTHING
 
     def redact(self, value: str) -> str:
         return redact_value(value, self.patterns)

@@ -20,9 +20,13 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import (
     AuthenticationError,
+    ClusterDownError,
     NoPermissionError,
+    OutOfMemoryError,
+    ReadOnlyError,
     RedisError,
     ResponseError,
+    TryAgainError,
     WatchError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -39,6 +43,7 @@ from oma import jsonutil
 from oma.errors import StoreConfigError, StoreError
 from oma.store import redis_scripts
 from oma.store.base import Entries, MemoryEntry, Metadata
+from oma.store.capabilities import StoreCapabilities
 from oma.store.digests import DigestMemo
 from oma.store.journal import JournalEntry, JournalHead, JournalKeys, check_write
 from oma.store.names import REDIS_NAMESPACE
@@ -57,6 +62,9 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _WATCHED_READ_TRIES = 3  # journal reads raced by a write before the read script is used
 _FIRST_WAIT = 0.05  # seconds before the first retry, doubled at each next one (up to 1 s)
 _ENTRY_WIDTH = 5  # key, value, metadata, created, expiry (see redis_scripts.READ)
+# Refusals redis-py has no class for that pass by themselves: a script running past its time
+# limit, too few replicas in sync for min-replicas-to-write.
+_PASSING_REFUSALS = ("BUSY ", "NOREPLICAS ")
 
 
 class RedisStore:
@@ -66,6 +74,8 @@ class RedisStore:
     parameters, e.g. ``?ssl_ca_certs=/ca.pem``) or an existing ``redis.asyncio.Redis``. A client
     passed in stays the caller's: ``aclose()`` closes only a client this store created.
     """
+
+    capabilities = StoreCapabilities(compare_and_set=True, expiry=True, journal=True)
 
     def __init__(
         self,
@@ -380,13 +390,41 @@ class RedisStore:
                 f"Redis at {self._where} is unreachable: {self._clean(exc)} Check that the "
                 "server runs and the host, port and TLS settings are right."
             ) from None
+        except (ReadOnlyError, TryAgainError, ClusterDownError) as exc:
+            # The server answers but cannot take writes for now: a replica (a failover under
+            # way), a cluster resharding or electing a primary. Not retried here (as before);
+            # the command was refused, so it was not applied.
+            raise StoreError(
+                f"Redis at {self._where} cannot take the command right now "
+                f"({type(exc).__name__}): {self._clean(exc)} This passes once the failover or "
+                "resharding is over: run again. If it lasts, check that the URL names the "
+                "primary, not a replica.",
+                transient=True,
+            ) from None
+        except OutOfMemoryError as exc:
+            raise StoreError(
+                f"Redis at {self._where} is out of memory: {self._clean(exc)} Nothing was "
+                "written. Give it more memory (maxmemory) or delete what is no longer needed "
+                "(oma checkpoint prune); keep maxmemory-policy noeviction."
+            ) from None
         except ResponseError as exc:
             message = self._clean(exc)
             if message.startswith(("NOAUTH", "WRONGPASS", "NOPERM")):
                 raise StoreAuthError(f"Redis at {self._where}: {message}") from None
-            raise StoreError(f"Redis at {self._where} refused a command: {message}") from None
+            if message.startswith(_PASSING_REFUSALS):
+                raise StoreError(
+                    f"Redis at {self._where} cannot take the command right now: {message} "
+                    "This passes by itself (a long script ends, replicas catch up): run again.",
+                    transient=True,
+                ) from None
+            raise StoreError(
+                f"Redis at {self._where} refused a command: {message} Retrying will not help: "
+                "check the server's version (6.2 or newer), its log and the user's ACL."
+            ) from None
         except RedisError as exc:
-            raise StoreError(f"Redis at {self._where} failed: {self._clean(exc)}") from None
+            raise StoreError(
+                f"Redis at {self._where} failed: {self._clean(exc)} Check the server's log."
+            ) from None
         self._worked = True
         return result
 
