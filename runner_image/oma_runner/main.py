@@ -19,9 +19,7 @@ from oma.errors import (
     CheckpointFencedError,
     CheckpointLostError,
     OmaError,
-    StoreUnavailableError,
 )
-from oma.llm.adapter import LLMError
 from oma.local_run import run_spec
 from oma.orchestrator.events import OrchestratorEvent
 from oma.pod_contract import (
@@ -33,6 +31,7 @@ from oma.pod_contract import (
     TERMINATION_LOG_ENV,
     Exit,
     TerminationReport,
+    exit_for_error,
 )
 from oma_runner.config import RunnerConfig, RunnerConfigError, termination_log_path
 from oma_runner.logs import RunnerLog
@@ -61,13 +60,11 @@ async def run(config: RunnerConfig, metrics: RunnerMetrics, log: RunnerLog) -> E
     except CheckpointFencedError as exc:
         _report(config, "fenced", str(exc), metrics, log)
         return Exit.FENCED
-    except (StoreUnavailableError, LLMError) as exc:
-        # Transient by nature: the operator retries the attempt after a backoff.
-        _report(config, "crashed", f"{exc.code}: {exc}", metrics, log)
-        return Exit.TRANSIENT
     except OmaError as exc:
-        _report(config, "failed", f"{exc.code}: {exc}", metrics, log)
-        return Exit.PERMANENT
+        # A transient error: the operator retries the attempt after a backoff.
+        how = "crashed" if exc.transient else "failed"
+        _report(config, how, f"{exc.code}: {exc}", metrics, log)
+        return exit_for_error(exc)
     finally:
         loop.remove_signal_handler(signal.SIGTERM)
     result = outcome.result

@@ -24,9 +24,8 @@ from oma import __version__
 from oma.cli_approvals import app as approvals_app
 from oma.cli_checkpoint import app as checkpoint_app
 from oma.cli_run import run_command
-from oma.errors import CheckpointFencedError, CheckpointLostError, OmaError, StoreUnavailableError
-from oma.llm.adapter import LLMError
-from oma.pod_contract import Exit
+from oma.errors import CheckpointFencedError, CheckpointLostError, OmaError
+from oma.pod_contract import Exit, exit_for_error
 
 app = typer.Typer(
     name="oma",
@@ -85,12 +84,10 @@ def run(
     except CheckpointFencedError as exc:
         errors.print(f"[yellow]fenced:[/] {escape(str(exc))}")
         raise typer.Exit(Exit.FENCED) from exc
-    except (StoreUnavailableError, LLMError) as exc:
-        errors.print(f"[red]error:[/] {escape(str(exc))} (transient: run it again)")
-        raise typer.Exit(Exit.TRANSIENT) from exc
     except OmaError as exc:
-        errors.print(f"[red]error:[/] {escape(str(exc))}")
-        raise typer.Exit(Exit.PERMANENT) from exc
+        again = " (transient: run it again)" if exc.transient else ""
+        errors.print(f"[red]error:[/] {escape(str(exc))}{again}")
+        raise typer.Exit(exit_for_error(exc)) from exc
     raise typer.Exit(code)
 
 

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from oma import jsonutil
+from oma.errors import OmaError
 
 # Inputs: the run spec (one of three forms), who and which attempt this is, where to report.
 RUN_SPEC_ENV = "OMA_RUN_SPEC"  # JSON
@@ -85,6 +86,11 @@ class Exit(IntEnum):
     FENCED = 12
     CHECKPOINT_LOST = 13
     INTERRUPTED = 130
+
+
+def exit_for_error(error: OmaError) -> Exit:
+    """How an error that ended a run ends the process: by whether it says it is transient."""
+    return Exit.TRANSIENT if error.transient else Exit.PERMANENT
 
 
 # How a finished run's status code ends the process; any other status is a permanent failure.

@@ -144,6 +144,8 @@ async def test_status_errors_say_whether_the_sdk_retried(
     assert len(server.received) == requests
     assert server.pending == 0
     assert f"{said}invalid_request_error: no [request-id r1]" in str(caught.value)
+    # A refused request (key, model, shape) fails the same way again; the rest may pass.
+    assert caught.value.transient is (status not in (400, 401, 403))
 
 
 async def test_the_key_is_kept_out_of_status_errors(

@@ -9,9 +9,12 @@ from oma.llm.types import ChatRequest, ChatResponse
 
 
 class LLMError(OmaError):
-    """A model call failed after the adapter's own retries (network, HTTP status, auth)."""
+    """A model call failed after the adapter's own retries (network, HTTP status, auth).
+    Transient unless the server refused the request as such (``transient=False``: a bad key,
+    an unknown model, a malformed request), which the same call would meet again."""
 
     code = "LLM_ERROR"
+    transient = True
 
 
 class LLMResponseError(LLMError):

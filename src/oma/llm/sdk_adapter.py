@@ -28,6 +28,9 @@ LOCAL_PLACEHOLDER_KEY = "oma-no-key"
 # with one of them means the retries are used up, which the message says so nobody adds another
 # retry loop around it.
 _RETRIED_STATUSES = frozenset({408, 409, 429})
+# Statuses that refuse the request itself (its key, model or shape): sending it again fails
+# the same way, so the error is not transient.
+_REFUSED_AS_SUCH = frozenset({400, 401, 403, 404, 422})
 
 
 class SDKClient(Protocol):
@@ -155,7 +158,10 @@ class SDKAdapter(ABC, Generic[ClientT]):
             # Redacted before it is cut: a key across the cut would leave its first part.
             detail = one_line(redact(self._explain(err.body), secrets))
             rid = f" [request-id {err.request_id}]" if err.request_id else ""
-            return LLMError(f"{where} answered HTTP {status}{after}{hint}: {detail}{rid}")
+            return LLMError(
+                f"{where} answered HTTP {status}{after}{hint}: {detail}{rid}",
+                transient=status not in _REFUSED_AS_SUCH,
+            )
         if isinstance(err, self.errors.timeout):
             return LLMError(f"{where} timed out after {self.timeout}s ({self._attempts})")
         if isinstance(err, self.errors.connection):
