@@ -64,8 +64,7 @@ async def encode_snapshot(context: RunContext, *, embed_shared_memory: bool) -> 
     if shared is not None:
         wire["turnCount"] = shared.turn_count
     wire["completedTaskResults"] = context.encoder.completed_wire(
-        (task, context.results.get(task.id))
-        for task in context.queue.by_status("completed")
+        (task, context.results.get(task.id)) for task in context.queue.by_status("completed")
     )
     wire["identity"] = {
         "runId": context.identity.run_id,
