@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from oma.cli import app
-from oma.cli_run import load_spec
+from oma.cli.run import load_spec
 from oma.local_run import run_spec
 from oma.store import FileStore
 from oma.store.urls import open_store

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from oma.cli_run import load_spec
+from oma.cli.run import load_spec
 from oma.errors import OmaError
 from oma.spec import RunSpec, RunSpecError, load_run_spec
 from oma_runner.config import RunnerConfig, RunnerConfigError

@@ -34,8 +34,8 @@ from oma.checkpoint.stored import (
     still_in_use,
 )
 from oma.checkpoint.summary import CheckpointSummary, summarize
-from oma.cli_checkpoint_text import render
-from oma.cli_store import (
+from oma.cli.checkpoint_text import render
+from oma.cli.store import (
     EXIT_BAD_INPUT,
     JsonOption,
     StoreOption,

@@ -21,9 +21,9 @@ from rich.console import Console
 from rich.markup import escape
 
 from oma import __version__
-from oma.cli_approvals import app as approvals_app
-from oma.cli_checkpoint import app as checkpoint_app
-from oma.cli_run import run_command
+from oma.cli.approvals import app as approvals_app
+from oma.cli.checkpoint import app as checkpoint_app
+from oma.cli.run import run_command
 from oma.errors import CheckpointFencedError, CheckpointLostError, OmaError
 from oma.pod_contract import Exit, exit_for_error
 

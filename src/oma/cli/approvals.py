@@ -25,7 +25,7 @@ from rich.console import Console
 from oma.approval.errors import DurableApprovalError
 from oma.approval.ledger import ApprovalRecord, DurableApprovalLedger
 from oma.approval.models import ApprovalDecisionRecord, Resolution
-from oma.cli_store import EXIT_BAD_INPUT, JsonOption, StoreOption, TenantOption, with_store
+from oma.cli.store import EXIT_BAD_INPUT, JsonOption, StoreOption, TenantOption, with_store
 from oma.store.base import MemoryStore
 
 T = TypeVar("T")
