@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from oma.errors import StoreCapabilityError
 from oma.store.base import (
+    ClosableStore,
     CompareAndSetStore,
     ExpiringStore,
     MemoryEntry,
@@ -53,6 +54,7 @@ __all__ = [
     "APPROVAL_KEY_PREFIX",
     "CHECKPOINT_KEY_PREFIX",
     "RESERVED_KEY_PREFIXES",
+    "ClosableStore",
     "CompareAndSetStore",
     "ExpiringRedactingStore",
     "ExpiringStore",

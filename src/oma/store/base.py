@@ -35,12 +35,6 @@ class MemoryEntry(BaseModel):
 Entries = list[MemoryEntry]
 
 
-async def close_store(store: object) -> None:
-    """Close a store's connections or pools (its optional ``async aclose()``); a store without
-    one holds nothing to close. Every caller that opened a store closes it through this."""
-    closer = getattr(store, "aclose", None)
-    if callable(closer):
-        await closer()
 
 
 @runtime_checkable
@@ -78,6 +72,22 @@ class ExpiringStore(MemoryStore, Protocol):
     async def set_with_expiry(
         self, key: str, value: str, expires_at_turn: int, metadata: Metadata | None = None
     ) -> None: ...
+
+
+@runtime_checkable
+class ClosableStore(Protocol):
+    """A store that holds connections or pools, closed by ``aclose()`` (wrappers close what they
+    wrap). Optional: a store without it holds nothing to close. Not a capability: nothing about
+    a run depends on it, so it is not declared (``StoreCapabilities``), only looked for."""
+
+    async def aclose(self) -> None: ...
+
+
+async def close_store(store: object) -> None:
+    """Close ``store`` if it is a ``ClosableStore``. Every caller that opened a store closes it
+    through this."""
+    if isinstance(store, ClosableStore):
+        await store.aclose()
 
 
 REQUIRED_METHODS = ("get", "set", "list", "delete", "clear")
