@@ -29,6 +29,7 @@ from plain_writes import PlainWriter
 
 from oma import jsonutil
 from oma.checkpoint import Checkpoint, parse_snapshot
+from oma.checkpoint.manager import decode_snapshot
 from oma.checkpoint.snapshot import CheckpointSnapshot
 from oma.llm.types import ChatRequest, ChatResponse
 from oma.orchestrator import CheckpointOptions, OpenMultiAgent
@@ -224,7 +225,7 @@ async def measure(
         await store.get(checkpoint.key)
         row.read.append(_ms(started))
         started = time.perf_counter()
-        parse_snapshot(jsonutil.loads(text), checkpoint.key)
+        decode_snapshot(text, checkpoint.key)
         row.parse.append(_ms(started))
         gc.collect()
         started = time.perf_counter()

@@ -39,6 +39,35 @@ def loads(data: str | bytes) -> Any:
         raise ValueError("JSON nested too deeply to parse") from exc
 
 
+# orjson refuses documents nested deeper than this many levels (a scalar 0, ``[]`` 1).
+PARSER_DEPTH_LIMIT = 1024
+
+
+def loads_within(data: str, max_depth: int) -> tuple[Any, bool]:
+    """``loads``, and whether the document is known to nest at most ``max_depth`` levels.
+
+    The bound comes for free from the parser: the text is parsed wrapped in
+    ``PARSER_DEPTH_LIMIT - max_depth`` lists, which orjson refuses past its own limit. Each
+    wrapper must then hold exactly one element, or the text was not one JSON value (``1],[2``
+    would close a wrapper early). ``False``: not known (a long integer, a lone surrogate, too
+    deep, invalid), and the value comes from ``loads``, for the caller to measure.
+    """
+    pad = PARSER_DEPTH_LIMIT - max_depth
+    if pad > 0 and not _may_hold_a_long_integer(data):
+        try:
+            value = orjson.loads("[" * pad + data + "]" * pad)
+        except orjson.JSONDecodeError:
+            pass
+        else:
+            for _ in range(pad):
+                if not isinstance(value, list) or len(value) != 1:
+                    break
+                value = value[0]
+            else:
+                return value, True
+    return loads(data), False
+
+
 def dumps(value: Any) -> str:
     """Compact JSON text (no whitespace), non-ASCII kept raw where it can be."""
     try:

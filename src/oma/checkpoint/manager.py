@@ -8,7 +8,7 @@ from oma import jsonutil
 from oma.checkpoint.journal import StoredCheckpoint, load_journal
 from oma.checkpoint.keys import checkpoint_key
 from oma.checkpoint.snapshot import CheckpointSnapshot, CheckpointSnapshotV1
-from oma.checkpoint.validation import parse_snapshot
+from oma.checkpoint.validation import MAX_SNAPSHOT_DEPTH, parse_snapshot
 from oma.errors import CheckpointDecodeError
 from oma.store.base import MemoryStore, supports_compare_and_set
 from oma.store.journal import supports_journal
@@ -79,10 +79,10 @@ class Checkpoint:
 
 def decode_snapshot(text: str, key: str) -> CheckpointSnapshot:
     try:
-        raw = jsonutil.loads(text)
+        raw, bounded = jsonutil.loads_within(text, MAX_SNAPSHOT_DEPTH)
     except ValueError as exc:
         raise CheckpointDecodeError(key, str(exc)) from exc
-    return parse_snapshot(raw, key)
+    return parse_snapshot(raw, key, depth_checked=bounded)
 
 
 def snapshot_metadata(snapshot: CheckpointSnapshot) -> dict[str, Any]:

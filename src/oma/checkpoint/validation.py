@@ -34,8 +34,10 @@ _RULE_BY_FIELD = {
 }
 
 
-def parse_snapshot(raw: Any, key: str) -> CheckpointSnapshot:
-    """A typed snapshot from parsed JSON, or ``CheckpointValidationError`` naming each rule."""
+def parse_snapshot(raw: Any, key: str, *, depth_checked: bool = False) -> CheckpointSnapshot:
+    """A typed snapshot from parsed JSON, or ``CheckpointValidationError`` naming each rule.
+    ``depth_checked``: the parser already bounded the nesting at ``MAX_SNAPSHOT_DEPTH``
+    (``jsonutil.loads_within``), so the walk that measures it is skipped."""
     if not isinstance(raw, dict):
         raise CheckpointValidationError(key, ["(root): not a JSON object"], {"2.6.1"})
     version = raw.get("version")
@@ -43,7 +45,7 @@ def parse_snapshot(raw: Any, key: str) -> CheckpointSnapshot:
         raise CheckpointValidationError(
             key, [f"version: {version!r} is not one of 1, 2, 3, 4"], {"2.6.1"}
         )
-    nesting = nesting_depth(raw)
+    nesting = 0 if depth_checked else nesting_depth(raw)
     if nesting > MAX_SNAPSHOT_DEPTH:
         raise CheckpointValidationError(
             key,

@@ -80,27 +80,6 @@ class Task:
 
     @classmethod
     def from_snapshot(cls, snapshot: TaskSnapshot) -> Task:
-        known = {
-            "id",
-            "title",
-            "description",
-            "status",
-            "assignee",
-            "dependsOn",
-            "memoryScope",
-            "dependencyPayload",
-            "role",
-            "priority",
-            "metadata",
-            "requires",
-            "result",
-            "createdAt",
-            "updatedAt",
-            "maxRetries",
-            "retryDelayMs",
-            "retryBackoff",
-        }
-        wire = snapshot.to_wire()
         return cls(
             id=snapshot.id,
             title=snapshot.title,
@@ -123,5 +102,7 @@ class Task:
             max_retries=snapshot.max_retries,
             retry_delay_ms=snapshot.retry_delay_ms,
             retry_backoff=snapshot.retry_backoff,
-            extra={key: value for key, value in wire.items() if key not in known},
+            # Fields this version does not know, kept as they were read (pydantic keeps them
+            # apart from the declared ones: no dump of the whole task to find them).
+            extra=dict(snapshot.model_extra or {}),
         )
