@@ -423,7 +423,9 @@ async def _execute(
 async def _fetch(
     conn: psycopg.AsyncConnection[Any], statement: sql.Composed, params: dict[str, Any]
 ) -> list[Row]:
-    cursor = await conn.execute(statement, params)
+    # Binary results: a bytea value comes as its bytes, not as hex text twice its size that
+    # the driver must decode (3.5 ms of a 1 MB read).
+    cursor = await conn.execute(statement, params, binary=True)
     return await cursor.fetchall()
 
 
