@@ -213,3 +213,20 @@ async def test_an_anthropic_auth_token_is_sent_and_redacted(
     assert server.received[0].headers["authorization"] == f"Bearer {token}"
     assert "token *** expired" in str(caught.value)
     assert token not in "".join(traceback.format_exception(caught.value))
+
+
+async def test_an_openai_admin_key_is_redacted(
+    server: WireServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The SDK reads OPENAI_ADMIN_KEY into every client it makes; a server may echo it too.
+    admin = "sk-admin-secret-0123456789"
+    monkeypatch.setenv("OPENAI_ADMIN_KEY", admin)
+    provider = PROVIDERS[1]
+    server.expect(provider.path, Reply(400, provider.error(f"admin {admin} not allowed here")))
+    adapter = OpenAIAdapter(provider.model, api_key=KEY, base_url=server.base_url + "/v1")
+    try:
+        with pytest.raises(LLMError) as caught:
+            await adapter.chat(ask(provider))
+    finally:
+        await adapter.aclose()
+    assert "admin *** not allowed here" in str(caught.value)

@@ -97,7 +97,8 @@ class OpenAIAdapter(SDKAdapter[openai.AsyncOpenAI]):
         return parse_completion(payload, model)
 
     def _secrets(self) -> Iterable[str | None]:
-        return (self._client.api_key,)
+        # The SDK also reads OPENAI_ADMIN_KEY into the client: a server may echo either.
+        return (self._client.api_key, getattr(self._client, "admin_api_key", None))
 
     @staticmethod
     def _explain(body: object) -> str:
