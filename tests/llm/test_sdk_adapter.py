@@ -230,3 +230,15 @@ async def test_an_openai_admin_key_is_redacted(
     finally:
         await adapter.aclose()
     assert "admin *** not allowed here" in str(caught.value)
+
+
+async def test_a_server_that_says_do_not_retry_is_not_said_to_be_retried(
+    server: WireServer, provider: Provider, make: MakeAdapter
+) -> None:
+    # Both SDKs obey x-should-retry: a 503 with "false" is sent once, and the error says so.
+    headers = {**FAST, "x-should-retry": "false"}
+    server.expect(provider.path, Reply(503, provider.error("busy"), headers))
+    with pytest.raises(LLMError) as caught:
+        await make(max_retries=2).chat(ask(provider))
+    assert len(server.received) == 1
+    assert "answered HTTP 503: " in str(caught.value) and "retries" not in str(caught.value)

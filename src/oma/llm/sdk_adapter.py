@@ -61,6 +61,8 @@ class SDKStatusError(SDKError, Protocol):
     def body(self) -> object: ...
     @property
     def request_id(self) -> str | None: ...
+    @property
+    def response(self) -> Any: ...  # the httpx.Response
 
 
 class SDKErrors(NamedTuple):
@@ -150,7 +152,7 @@ class SDKAdapter(ABC, Generic[ClientT]):
         secrets = [s for s in self._secrets() if s]
         if isinstance(err, self.errors.status):
             status = err.status_code
-            retried = status in _RETRIED_STATUSES or status >= 500
+            retried = _sdk_retried(status, err.response)
             tries = self.max_retries
             said = f" after {tries} {'retry' if tries == 1 else 'retries'}"
             after = said if retried and tries else ""
@@ -169,6 +171,16 @@ class SDKAdapter(ABC, Generic[ClientT]):
             return LLMError(f"{where} unreachable ({self._attempts}): {cause}")
         # Caught as `errors.base`, so an SDK error with its message.
         return LLMError(f"{where} failed: {redact(cast(SDKError, err).message, secrets)}")
+
+
+def _sdk_retried(status: int, response: Any) -> bool:
+    """Whether the SDKs retried a call that ended with ``status``: the server's
+    ``x-should-retry`` header decides when it is there, as in both SDKs' ``_should_retry``."""
+    headers = getattr(response, "headers", None) or {}
+    said = str(headers.get("x-should-retry"))
+    if said in ("true", "false"):
+        return said == "true"
+    return status in _RETRIED_STATUSES or status >= 500
 
 
 def one_line(text: str) -> str:
