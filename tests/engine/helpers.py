@@ -15,11 +15,11 @@ from pydantic import BaseModel
 
 from oma.orchestrator import OrchestratorEvent
 from oma.spec import RunSpec
-from oma.store import FileStore, InMemoryStore
-from oma.store.base import MemoryEntry, Metadata
+from oma.store import FileStore
 from oma.tools import AnyTool, ToolContext, define_tool
 from tests.conformance_data import require_conformance_dir
 from tests.engine.crashing import SimulatedCrash
+from tests.plain_store import PlainStore
 
 
 class LabelInput(BaseModel):
@@ -129,26 +129,8 @@ def die_in_e3_once_e1_e2_committed(store: Path) -> Callable[[str], Awaitable[Non
     return die
 
 
-class NoCasStore:
-    """A store without compare_and_set (like RedactingStore): it cannot hold approvals."""
-
-    def __init__(self) -> None:
-        self.inner = InMemoryStore()
-
-    async def get(self, key: str) -> MemoryEntry | None:
-        return await self.inner.get(key)
-
-    async def set(self, key: str, value: str, metadata: Metadata | None = None) -> None:
-        await self.inner.set(key, value, metadata)
-
-    async def list(self) -> list[MemoryEntry]:
-        return await self.inner.list()
-
-    async def delete(self, key: str) -> None:
-        await self.inner.delete(key)
-
-    async def clear(self) -> None:
-        await self.inner.clear()
+# A store without compare_and_set (like RedactingStore): it cannot hold approvals.
+NoCasStore = PlainStore
 
 
 class RecordingStore(FileStore):

@@ -34,30 +34,12 @@ from oma.store import (
 )
 from oma.store.base import MemoryEntry, Metadata
 from oma.store.faults import FaultInjectingStore
+from tests.plain_store import PlainStore
 
 ALL = StoreCapabilities(compare_and_set=True, expiry=True, journal=True)
 
 
-class PlainStore:
-    """A third-party store written before capabilities existed: the required methods only."""
-
-    def __init__(self) -> None:
-        self.inner = InMemoryStore()
-
-    async def get(self, key: str) -> MemoryEntry | None:
-        return await self.inner.get(key)
-
-    async def set(self, key: str, value: str, metadata: Metadata | None = None) -> None:
-        await self.inner.set(key, value, metadata)
-
-    async def list(self) -> list[MemoryEntry]:
-        return await self.inner.list()
-
-    async def delete(self, key: str) -> None:
-        await self.inner.delete(key)
-
-    async def clear(self) -> None:
-        await self.inner.clear()
+# PlainStore (tests.plain_store): a third-party store written before capabilities existed.
 
 
 class UndeclaredCasStore(PlainStore):

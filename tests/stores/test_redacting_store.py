@@ -8,38 +8,17 @@ import re
 from oma.store import (
     ExpiringRedactingStore,
     InMemoryStore,
-    MemoryEntry,
-    Metadata,
     RedactingStore,
     RedisStore,
     open_store,
     supports_compare_and_set,
     supports_expiry,
 )
+from tests.plain_store import PlainStore
 from tests.servers.redis_server import RedisServer
 from tests.stores.conftest import unique_name
 
-
-class PlainStore:
-    """The required surface only: no expiry, no CAS."""
-
-    def __init__(self) -> None:
-        self.inner = InMemoryStore()
-
-    async def get(self, key: str) -> MemoryEntry | None:
-        return await self.inner.get(key)
-
-    async def set(self, key: str, value: str, metadata: Metadata | None = None) -> None:
-        await self.inner.set(key, value, metadata)
-
-    async def list(self) -> list[MemoryEntry]:
-        return await self.inner.list()
-
-    async def delete(self, key: str) -> None:
-        await self.inner.delete(key)
-
-    async def clear(self) -> None:
-        await self.inner.clear()
+# PlainStore (tests.plain_store): the required surface only, no expiry, no CAS.
 
 
 def test_never_offers_compare_and_set() -> None:
