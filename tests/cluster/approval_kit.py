@@ -4,13 +4,18 @@ RBAC, users with groups, gated TeamRuns, and ApprovalDecisions built from real r
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
+import json
 import uuid
+from collections.abc import Awaitable
 from typing import Any
 
 import pytest
 import yaml
 
 from devcluster import KubeClient
+from devcluster.kube import ApiError
 from devcluster.kubeconfig import load_kubeconfig
 from oma.approval.models import ApprovalRequest
 from oma.approval.requests import create_approval_request
@@ -19,31 +24,114 @@ from oma_operator.approval_resources import decision_manifest
 from oma_operator.models import ReviewerSet
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import Endpoint, SideEffects, teamrun_store
-from tests.cluster.helpers import wait_for
-from tests.cluster.operator_kit import teamrun
+from tests.cluster.helpers import get_or_none, wait_for
+from tests.cluster.operator_kit import TEAMRUNS, create_admitted, teamrun
 
 DECISIONS = "/apis/oma.dev/v1alpha1/namespaces/{ns}/approvaldecisions"
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 REVIEWER_VERBS = ["get", "list", "watch", "patch", "update"]
+APPLIED = "oma.dev/test-applied"  # on each policy: the digest of the manifest it came from
 
 
 @pytest.fixture(scope="module")
 def admission_policies(cluster: ClusterHandle, crds_installed: None) -> None:
     """deploy/admission-policies.yaml applied as shipped (replacing an older copy); left in
-    place, as on a real cluster (each applies to every namespace)."""
+    place, as on a real cluster (each applies to every namespace). A copy applied from this
+    very text is kept: replacing it would leave a moment without it after the probes of
+    ``policies_loaded`` found it in force."""
 
     async def apply() -> None:
         async with KubeClient(load_kubeconfig(cluster.kubeconfig)) as kube:
             for doc in yaml.safe_load_all(DEPLOY_FILE.read_text()):
+                digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+                doc["metadata"].setdefault("annotations", {})[APPLIED] = digest
                 kind = doc["kind"].lower()
                 plural = kind[:-1] + "ies" if kind.endswith("y") else kind + "s"
                 path = f"{ADMISSION}/{plural}"
-                if await kube.exists(f"{path}/{doc['metadata']['name']}"):
+                found = await get_or_none(kube, f"{path}/{doc['metadata']['name']}")
+                if found is not None:
+                    if (found["metadata"].get("annotations") or {}).get(APPLIED) == digest:
+                        continue
                     await kube.delete(f"{path}/{doc['metadata']['name']}")
                 await kube.create(path, doc)
-        await asyncio.sleep(2)  # policies take effect once the API server has loaded them
+            await policies_loaded(cluster, kube)
 
     asyncio.run(apply())
+
+
+PROBE_USER = "oma-policy-probe"  # may create and patch TeamRuns in namespace default, nothing else
+CREATOR = "oma.dev/created-by"
+PROBES = TEAMRUNS.format(ns="default")
+
+
+async def refused(request: Awaitable[Any], because: str) -> bool:
+    """Whether ``request`` is refused ``because`` (a policy's message); False when it passes or
+    meets what a moment ago's policy, schema or RBAC change still causes."""
+    try:
+        await request
+    except ApiError as exc:
+        if because in str(exc):
+            return True
+        if exc.status in (403, 404, 429, 503):
+            return False
+        raise
+    return False
+
+
+async def creator_recorded(kube: KubeClient) -> bool:
+    """Whether a TeamRun created now (a dry run) gets its creator annotation."""
+    try:
+        made = await kube.create(f"{PROBES}?dryRun=All", teamrun("probe", []))
+    except ApiError as exc:
+        if exc.status in (404, 429, 503):  # the CRD's schema is not published to the policy yet
+            return False
+        raise
+    return CREATOR in (made["metadata"].get("annotations") or {})
+
+
+async def policies_loaded(cluster: ClusterHandle, kube: KubeClient) -> None:
+    """Wait until the API server applies every policy of deploy/admission-policies.yaml (it
+    loads them a moment after they are created): the creator is recorded, and for each
+    validating policy a probe request it refuses is refused. The probes are dry runs but one:
+    the creator policy's update rule needs a TeamRun that exists (in default, deleted after)."""
+    await wait_for(lambda: creator_recorded(kube), 60, "the creator policy to record creators")
+    owner = {"metadata": {"name": "probe", "namespace": "default", "uid": str(uuid.uuid4())}}
+    decided = decision_manifest(owner, tool_request(), None)
+    decided["spec"] |= {"decision": "Approved", "reviewer": "admin"}
+    decisions = f"{DECISIONS.format(ns='default')}?dryRun=All"
+    await wait_for(
+        lambda: refused(kube.create(decisions, decided), "an ApprovalDecision is created Pending"),
+        60,
+        "the ApprovalDecision policy to refuse a decided ApprovalDecision",
+    )
+    rules = [{"apiGroups": ["oma.dev"], "resources": ["teamruns"], "verbs": ["create", "patch"]}]
+    name = f"policy-probe-{uuid.uuid4().hex[:8]}"
+    rbac = "/apis/rbac.authorization.k8s.io/v1/namespaces/default"
+    path = f"{PROBES}/{name}"
+    await grant(kube, "default", name, rules, (PROBE_USER,))
+    try:
+        async with KubeClient(
+            load_kubeconfig(cluster.kubeconfig), impersonate_user=PROBE_USER
+        ) as prober:
+            await wait_for(
+                lambda: refused(
+                    prober.create(f"{PROBES}?dryRun=All", teamrun(name, [])),
+                    "you cannot read (get) Secret store",
+                ),
+                60,
+                "the reference policy to refuse a Secret its creator cannot read",
+            )
+        await create_admitted(kube, "default", teamrun(name, []))
+        forged = {"metadata": {"annotations": {CREATOR: "someone-else"}}}
+        await wait_for(
+            lambda: refused(kube.patch(f"{path}?dryRun=All", forged), "cannot be changed"),
+            60,
+            "the creator policy to refuse a changed creator",
+        )
+    finally:
+        for kind in ("rolebindings", "roles", None):
+            with contextlib.suppress(ApiError):
+                await kube.delete(path if kind is None else f"{rbac}/{kind}/{name}")
 
 
 async def grant(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import json
 import subprocess
 from pathlib import Path
@@ -26,6 +27,7 @@ from tests.cluster.approval_kit import (
     REVIEWER_VERBS,
     admission_policies,
     as_user,
+    creator_recorded,
     gated,
     grant,
     grant_reviewers,
@@ -66,11 +68,31 @@ def _path(namespace: str, name: str) -> str:
     return f"{DECISIONS.format(ns=namespace)}/{name}"
 
 
+async def _polled(kube: KubeClient, namespace: str, decision: dict[str, Any], rounds: int) -> None:
+    """Return after the operator has looked at the request ``rounds`` times from now, each round
+    started after the one before had ended. Each round removes a stray message put in the
+    ApprovalDecision's status (the operator makes the status what the ledger says), and its
+    approval poll visits a run once per round."""
+    path = _path(namespace, decision["metadata"]["name"])
+
+    async def repaired(stray: str) -> bool:
+        return ((await kube.get(path)).get("status") or {}).get("message") != stray
+
+    for round_ in range(1, rounds + 1):
+        stray = f"not the operator's: poll probe {round_}"
+        put = await kube.patch(f"{path}/status", {"status": {"message": stray}})
+        assert put["status"]["message"] == stray, put["status"]  # kept: the probe can work
+        look = functools.partial(repaired, stray)
+        await wait_for(look, 20 * POLL, f"approval poll {round_} of {rounds} to look")
+
+
 async def _still_waiting(
     kube: KubeClient, namespace: str, teamrun: str, decision: dict[str, Any], effects: SideEffects
 ) -> None:
-    """After a few approval polls: nothing paid, the run still waiting, the request pending."""
-    await asyncio.sleep(3 * POLL)
+    """After a few approval polls: nothing paid, the run still waiting, the request pending.
+    (A window in which nothing may happen, not an ordering: its end is the operator's third
+    look at the request since what it must not act on, whatever it did then is done.)"""
+    await _polled(kube, namespace, decision, 3)
     status = await status_of(kube, namespace, teamrun)
     assert status["phase"] == "AwaitingApproval" and status["attempt"] == 1, status
     assert await effects.ledger() == []
@@ -401,14 +423,20 @@ async def test_separation_of_duties_without_a_recorded_creator_fails_before_any_
     saved = await kube.get(binding)
     await kube.delete(binding)
     try:
-        await asyncio.sleep(2)  # the API server unloads the policy
+
+        async def unloaded() -> bool:
+            return not await creator_recorded(kube)
+
+        await wait_for(unloaded, 60, "the API server to unload the creator policy")
         approvals = {"separationOfDuties": True}
         body = gated("nobody", effects, "charged", approvals=approvals)
         created = await kube.create(TEAMRUNS.format(ns=namespace), body)
         assert "oma.dev/created-by" not in (created["metadata"].get("annotations") or {})
     finally:
-        saved["metadata"] = {"name": saved["metadata"]["name"]}
+        meta = saved["metadata"]
+        saved["metadata"] = {"name": meta["name"], "annotations": meta.get("annotations") or {}}
         await kube.create(f"{ADMISSION}/mutatingadmissionpolicybindings", saved)
+        await wait_for(lambda: creator_recorded(kube), 60, "the creator policy to be back")
     final = await finished(kube, namespace, "nobody", 60)
     failed = next(c for c in final["conditions"] if c["type"] == "Failed")
     assert failed["reason"] == "CreatorUnknown" and "oma.dev/created-by" in failed["message"]

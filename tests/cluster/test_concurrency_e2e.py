@@ -8,7 +8,7 @@ ledger: with a limit of 1 the ledger can only hold whole pairs, one run after an
 
 from __future__ import annotations
 
-import asyncio
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,20 @@ def paired_run(name: str, effects: SideEffects) -> dict[str, Any]:
     return teamrun(name, script, effects)
 
 
+async def _next_second(kube: KubeClient, namespace: str, stamp: str) -> None:
+    """Wait until the API server's clock has left the whole second of ``stamp`` (a
+    creationTimestamp): what it creates from now on has a later one. Its clock is read from
+    the creationTimestamp of a dry-run create, which the server sets as for a real one."""
+
+    async def later() -> bool:
+        probe = {"metadata": {"name": "clock"}}
+        made = await kube.create(f"/api/v1/namespaces/{namespace}/configmaps?dryRun=All", probe)
+        created = datetime.fromisoformat(made["metadata"]["creationTimestamp"])
+        return created > datetime.fromisoformat(stamp)
+
+    await wait_for(later, 10, f"the API server's clock to pass {stamp}", interval=0.05)
+
+
 @pytest.mark.timeout(300)
 async def test_a_namespace_limit_queues_runs_and_survives_an_operator_restart(
     cluster: ClusterHandle,
@@ -62,9 +76,9 @@ async def test_a_namespace_limit_queues_runs_and_survives_an_operator_restart(
     log = tmp_path / "operator.log"
     settings = OperatorSettings(per_namespace=1)
     async with operating(cluster, kube, namespace, log, settings) as operator:
-        for name in NAMES:  # a second apart: creation times have whole seconds
-            await kube.create(TEAMRUNS.format(ns=namespace), paired_run(name, effects))
-            await asyncio.sleep(1.1)
+        for name in NAMES:  # in different seconds: creation times have whole seconds
+            made = await kube.create(TEAMRUNS.format(ns=namespace), paired_run(name, effects))
+            await _next_second(kube, namespace, made["metadata"]["creationTimestamp"])
 
         async def two_waiting() -> dict[str, dict[str, Any]] | None:
             seen = {name: await status_of(kube, namespace, name) for name in NAMES}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
 import subprocess
@@ -17,6 +16,7 @@ from devcluster import ControlPlane, MissingBinaryError, PortInUseError
 from devcluster.controlplane import ControlPlaneOptions, Ports
 from devcluster.podenv import expand, field_value
 from devcluster.podstatus import exit_code
+from tests.cluster.helpers import wait_for
 
 
 async def test_missing_binary_says_to_run_ensure_binaries(
@@ -113,9 +113,13 @@ async def test_spawned_process_group_is_stopped(tmp_path: Path) -> None:
 
     child = await ChildProcess.spawn(
         "trapper",
-        ["sh", "-c", "trap '' TERM; sleep 60 & wait"],
+        ["sh", "-c", "trap '' TERM; echo trapped; sleep 60 & wait"],
         tmp_path / "log",
     )
-    await asyncio.sleep(0.2)
+
+    async def trapped() -> bool:
+        return "trapped" in child.tail()
+
+    await wait_for(trapped, 10, "the shell to ignore SIGTERM", interval=0.02)
     code = await child.stop(grace=0.5)  # ignores SIGTERM: SIGKILL after the grace period
     assert exit_code(code) == 137

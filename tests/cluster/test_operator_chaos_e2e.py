@@ -16,7 +16,7 @@ import pytest
 from devcluster import KubeClient
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import SideEffects
-from tests.cluster.helpers import evict, get_or_none, runner_pods
+from tests.cluster.helpers import evict, get_or_none, runner_pods, wait_for
 from tests.cluster.operator_kit import (
     TEAMRUNS,
     crds_installed,
@@ -62,6 +62,21 @@ async def _evict(kube: KubeClient, namespace: str, pod: str) -> bool:
     return True
 
 
+async def _progressed(
+    kube: KubeClient, namespace: str, name: str, effects: SideEffects, entries: int
+) -> None:
+    """Return once TeamRun ``name`` has recorded ``entries`` more ledger entries from now (or
+    all of them), or has ended."""
+    goal = min(len(await effects.ledger()) + entries, len(ENTRIES))
+
+    async def recorded() -> bool:
+        if len(await effects.ledger()) >= goal:
+            return True
+        return (await status_of(kube, namespace, name)).get("phase") in ("Succeeded", "Failed")
+
+    await wait_for(recorded, 60, f"{name} to record {entries} more ledger entries")
+
+
 @pytest.mark.timeout(420)
 async def test_a_runner_evicted_every_few_seconds_still_completes_exactly_once(
     kube: KubeClient, namespace: str, operator: Path, redis_secret: str, effects: SideEffects
@@ -80,10 +95,10 @@ async def test_a_runner_evicted_every_few_seconds_still_completes_exactly_once(
         running = pod is not None and pod["status"].get("phase") == "Running"
         going = pod is not None and pod["metadata"].get("deletionTimestamp")
         if running and not going and name not in evicted:
-            await asyncio.sleep(3)  # let it make some progress first
+            await _progressed(kube, namespace, "churn", effects, 2)  # some progress first
             if await _evict(kube, namespace, name):
                 evicted.append(name)
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.5)  # the next look at the run (a poll, not an ordering)
     assert status.get("phase") == "Succeeded", status
     print(f"evicted {evicted}")
     assert len(evicted) >= 3, evicted  # the run really was disrupted, repeatedly

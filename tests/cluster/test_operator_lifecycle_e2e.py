@@ -13,7 +13,6 @@ checkpoint time read from the store.
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -366,11 +365,14 @@ async def test_a_refused_runner_pod_is_retried_until_the_cause_is_fixed(
     pod_path = f"/api/v1/namespaces/{namespace}/pods/refused-a1"
     assert await get_or_none(kube, pod_path) is None
 
-    async def warned() -> bool:
-        return "PodCreateFailed" in await event_counts(kube, namespace, "refused")
+    async def warned(times: int) -> bool:
+        return (await event_counts(kube, namespace, "refused")).get("PodCreateFailed", 0) >= times
 
-    await wait_for(warned, 30, "the PodCreateFailed event")
-    await asyncio.sleep(6)  # more than one retry period: still refused, still no attempt spent
+    await wait_for(lambda: warned(1), 30, "the PodCreateFailed event")
+    # A window in which nothing may change, not an ordering: it ends once the operator has
+    # tried again twice, and was refused each time. Its retry loop visits a run once a round,
+    # so whatever the first retry wrote is written by the time the second one posts its Event.
+    await wait_for(lambda: warned(3), 60, "two more tries to create the pod, refused")
     status = await status_of(kube, namespace, "refused")
     assert (status["phase"], status["attempt"], status.get("attempts")) == ("Running", 1, None)
     await kube.patch(

@@ -16,7 +16,7 @@ import pytest
 from devcluster import ApiError, KubeClient
 from devcluster.kube import JSON
 from tests.cluster.conftest import ClusterHandle
-from tests.cluster.helpers import evict, pod, wait_for, wait_gone, wait_phase
+from tests.cluster.helpers import evict, pod, run_tool, wait_for, wait_gone, wait_phase
 
 pytestmark = pytest.mark.cluster
 ROOT = "${DEVCLUSTER_POD_ROOT:-}"
@@ -101,11 +101,9 @@ async def test_successful_pod_sees_env_and_volumes(kube: KubeClient, namespace: 
     assert conds["Ready"].get("reason") == "PodCompleted"
 
 
-async def _watch_until_deleted(kube: KubeClient, namespace: str, name: str) -> list[JSON]:
-    """Every version of the pod seen until it is DELETED."""
+async def _watch_until_deleted(kube: KubeClient, namespace: str, name: str, rv: str) -> list[JSON]:
+    """Every version of the pod after resourceVersion ``rv`` until it is DELETED."""
     seen: list[JSON] = []
-    listing = await kube.get(f"/api/v1/namespaces/{namespace}/pods")
-    rv = listing["metadata"]["resourceVersion"]
     while True:
         async for event in kube.watch(
             f"/api/v1/namespaces/{namespace}/pods",
@@ -129,7 +127,7 @@ async def test_eviction_api_sends_sigterm_then_pod_disappears(
     script = (
         f"trap 'echo got SIGTERM > {ROOT}/markers/sigterm; "
         f"echo terminated by SIGTERM > {ROOT}/dev/termination-log; exit 0' TERM; "
-        "echo started; while true; do sleep 0.1; done"
+        f"touch {ROOT}/markers/trapped; echo started; while true; do sleep 0.1; done"
     )
     manifest = pod(
         "victim",
@@ -143,9 +141,20 @@ async def test_eviction_api_sends_sigterm_then_pod_disappears(
     path = f"/api/v1/namespaces/{namespace}/pods/victim"
     await kube.create(f"/api/v1/namespaces/{namespace}/pods", manifest)
     await wait_phase(kube, path, {"Running"})
-    await asyncio.sleep(0.5)  # let the shell install its trap
-    watcher = asyncio.create_task(_watch_until_deleted(kube, namespace, "victim"))
-    await asyncio.sleep(0.3)
+
+    async def trapped() -> bool:
+        """The shell has installed its trap: it says so right after."""
+        if cluster.local is not None:  # the hostPath is this machine's directory
+            return (marker_dir / "trapped").exists()
+        kubectl = [cluster.tool("kubectl"), f"--kubeconfig={cluster.kubeconfig}"]
+        return "started" in await run_tool(*kubectl, "-n", namespace, "logs", "victim")
+
+    await wait_for(trapped, 30, "the shell to install its SIGTERM trap")
+    # The watch starts from this listing: it sees every change the eviction makes, however
+    # late its request reaches the API server.
+    listing = await kube.get(f"/api/v1/namespaces/{namespace}/pods")
+    rv = listing["metadata"]["resourceVersion"]
+    watcher = asyncio.create_task(_watch_until_deleted(kube, namespace, "victim", rv))
     await evict(kube, namespace, "victim")
     history = await asyncio.wait_for(watcher, 60)
     await wait_gone(kube, path)

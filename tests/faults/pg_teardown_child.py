@@ -3,8 +3,9 @@
 Usage: ``python -m tests.faults.pg_teardown_child <dsn-through-proxy>``. The proxy forwards the
 first connection and holds every later one unanswered, so the second concurrent operation of
 the store is still connecting when ``main`` returns and ``asyncio.run`` cancels every task and
-waits for each. The store is deliberately never closed, like a run that ends without
-``aclose()``. Exit 0 means the loop shut down; a hang is the bug.
+waits for each. ``main`` returns once the parent, which sees the proxy hold that connection,
+writes a line to its stdin. The store is deliberately never closed, like a run that ends
+without ``aclose()``. Exit 0 means the loop shut down; a hang is the bug.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ async def main(dsn: str) -> None:
     # Two at once: the second needs a connection of its own, which the proxy never answers.
     for _ in range(2):
         asyncio.get_running_loop().create_task(store.get("k"))
-    await asyncio.sleep(0.5)
+    await asyncio.to_thread(sys.stdin.readline)  # the parent: "the proxy holds the second one"
     print("returning with a connection attempt in flight", flush=True)
 
 

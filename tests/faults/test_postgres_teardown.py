@@ -27,6 +27,7 @@ import pytest
 from oma.errors import StoreUnavailableError
 from oma.store.postgres import PostgresStore
 from oma.store.postgres_sql import MIGRATION_LOCK_KEY
+from tests.engine.helpers import wait_until
 from tests.servers.postgres_server import PostgresServer
 from tests.stores.conftest import unique_name
 
@@ -90,28 +91,47 @@ def _through(server: PostgresServer, port: int) -> str:
     return server.dsn().replace(f":{server.port}/", f":{port}/")
 
 
-def test_loop_ends_while_a_connection_attempt_is_in_flight(
+async def test_loop_ends_while_a_connection_attempt_is_in_flight(
     postgres_server: PostgresServer, proxy: HoldingProxy
 ) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
     started = time.monotonic()
     argv = [sys.executable, "-m", "tests.faults.pg_teardown_child"]
-    try:
-        child = subprocess.run(
-            [*argv, _through(postgres_server, proxy.port)],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
+    pipe = asyncio.subprocess.PIPE
+    child = await asyncio.create_subprocess_exec(
+        *argv,
+        _through(postgres_server, proxy.port),
+        cwd=ROOT,
+        env=env,
+        stdin=pipe,
+        stdout=pipe,
+        stderr=pipe,
+    )
+    assert child.stdin is not None and child.stdout is not None and child.stderr is not None
+    # The child's main returns when told: once its second connection is held by the proxy
+    # (the attempt is in flight). If that never happens, the assertions below say so.
+    with contextlib.suppress(AssertionError):
+        await wait_until(
+            lambda: bool(proxy.held) or child.returncode is not None,
+            "the proxy to hold the child's second connection",
+            limit=20,
         )
-    except subprocess.TimeoutExpired as hung:
-        pytest.fail(f"asyncio.run never returned (the issue #11 hang): {hung.stdout!r}")
-    output = child.stdout + child.stderr
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # it ended already
+        child.stdin.write(b"return\n")
+        await child.stdin.drain()
+    child.stdin.close()
+    try:
+        await asyncio.wait_for(child.wait(), max(0.0, started + 30 - time.monotonic()))
+    except TimeoutError:
+        child.kill()
+        await child.wait()
+        hung = (await child.stdout.read()).decode()
+        pytest.fail(f"asyncio.run never returned (the issue #11 hang): {hung!r}")
+    stdout = (await child.stdout.read()).decode()
+    output = stdout + (await child.stderr.read()).decode()
     assert proxy.held, f"the second connection never reached the proxy:\n{output}"
-    assert "returning with a connection attempt in flight" in child.stdout, output
-    assert child.returncode == 0 and "loop shut down" in child.stdout, output
+    assert "returning with a connection attempt in flight" in stdout, output
+    assert child.returncode == 0 and "loop shut down" in stdout, output
     assert time.monotonic() - started < 30
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from oma.store import (
     APPROVAL_KEY_PREFIX,
@@ -18,7 +18,16 @@ from oma.store import (
 )
 from oma.store.capabilities import CAPABILITY_METHODS
 from oma.store.journal import new_version
+from tests.engine.helpers import wait_until
 from tests.stores.conftest import DECLARED
+
+RESOLUTION = timedelta(milliseconds=1)  # the coarsest created_at a backend keeps (FileStore)
+
+
+async def clock_past(stamp: datetime) -> None:
+    """Wait until a timestamp taken now is later than ``stamp`` in every backend: the clock has
+    passed the millisecond ``stamp`` fell in. (Every backend's clock is this machine's.)"""
+    await wait_until(lambda: datetime.now(UTC) >= stamp + RESOLUTION, f"the clock to pass {stamp}")
 
 
 async def test_missing_key_reads_none(store: MemoryStore) -> None:
@@ -63,7 +72,8 @@ async def test_update_keeps_created_at_and_position(store: MemoryStore) -> None:
     await store.set("a", "1", {"x": 1})
     await store.set("b", "2")
     first = await store.get("a")
-    await asyncio.sleep(0.01)
+    assert first is not None
+    await clock_past(first.created_at)  # a created_at taken anew would differ
     await store.set("a", "3")
     updated = await store.get("a")
     assert first is not None and updated is not None
@@ -197,8 +207,9 @@ async def test_delete_then_set_moves_key_to_the_end(store: MemoryStore) -> None:
     for key in ("a", "b", "c"):
         await store.set(key, key)
     first = await store.get("a")
+    assert first is not None
     await store.delete("a")
-    await asyncio.sleep(0.01)
+    await clock_past(first.created_at)
     await store.set("a", "again")
     assert [entry.key for entry in await store.list()] == ["b", "c", "a"]
     again = await store.get("a")
