@@ -35,8 +35,6 @@ class MemoryEntry(BaseModel):
 Entries = list[MemoryEntry]
 
 
-
-
 @runtime_checkable
 class MemoryStore(Protocol):
     """Required surface of every store. ``list`` returns entries in first-insertion order."""
