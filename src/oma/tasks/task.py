@@ -102,7 +102,18 @@ class Task:
             max_retries=snapshot.max_retries,
             retry_delay_ms=snapshot.retry_delay_ms,
             retry_backoff=snapshot.retry_backoff,
-            # Fields this version does not know, kept as they were read (pydantic keeps them
-            # apart from the declared ones: no dump of the whole task to find them).
-            extra=dict(snapshot.model_extra or {}),
+            extra=_carried(snapshot),
         )
+
+
+def _carried(snapshot: TaskSnapshot) -> dict[str, Any]:
+    """What a task keeps only to write it back: the plan-revision markers of a v2 queue (read,
+    never produced here) and fields this version does not know, as they were read (pydantic
+    keeps those apart from the declared ones: no dump of the whole task to find them)."""
+    carried: dict[str, Any] = {}
+    if snapshot.superseded_by_revision is not None:
+        carried["supersededByRevision"] = snapshot.superseded_by_revision
+    if snapshot.recovered_by_revision is not None:
+        carried["recoveredByRevision"] = snapshot.recovered_by_revision
+    carried.update(snapshot.model_extra or {})
+    return carried
