@@ -50,7 +50,14 @@ def test_tool_results_come_before_the_users_text() -> None:
                     "type": "tool_result",
                     "tool_use_id": "c2",
                     "content": [
-                        {"type": "image", "source": {"type": "url", "url": "http://x/y.png"}}
+                        {
+                            "type": "image",
+                            "source": {
+                                "type": "url",
+                                "media_type": "image/png",
+                                "url": "http://x/y.png",
+                            },
+                        }
                     ],
                 },
             ],
@@ -60,7 +67,7 @@ def test_tool_results_come_before_the_users_text() -> None:
         {
             "role": "tool",
             "tool_call_id": "c2",
-            "content": "[image: ; URL reference] (in the next user message)",
+            "content": "[image: image/png; URL reference] (in the next user message)",
         },
         {
             "role": "user",

@@ -15,9 +15,21 @@ def _image(data: str, media_type: str = "image/png") -> dict[str, Any]:
     return {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}
 
 
-@pytest.mark.parametrize("data", ["aW1hZ2U=", "aW1hZ2U", "iVBORw0KGgo=", "YWJj", "YQ==", "YQ"])
-def test_base64_with_or_without_padding_is_accepted(data: str) -> None:
-    assert check_parts([_image(data)]) == [_image(data)]
+@pytest.mark.parametrize(
+    ("data", "sent"),
+    [
+        ("aW1hZ2U=", "aW1hZ2U="),
+        ("aW1hZ2U", "aW1hZ2U="),  # padding added: what every decoder takes
+        ("iVBORw0KGgo=", "iVBORw0KGgo="),
+        ("YWJj", "YWJj"),
+        ("YQ==", "YQ=="),
+        ("YQ", "YQ=="),
+        ("AAA", "AAA="),
+        ("AAAA==", "AAAA"),  # over-padded, as the reference accepts it: kept as canonical
+    ],
+)
+def test_base64_with_or_without_padding_is_accepted_as_canonical(data: str, sent: str) -> None:
+    assert check_parts([_image(data)]) == [_image(sent)]
 
 
 @pytest.mark.parametrize(
@@ -68,3 +80,11 @@ def test_the_record_keeps_text_and_placeholders_never_bytes_or_urls() -> None:
     assert ToolResult("only text").content == "only text"
     bad = ToolResult("x", model_output=[{"type": "image"}]).checked("draw")
     assert bad.is_error and bad.data.startswith('Tool "draw" returned content')
+
+
+@pytest.mark.parametrize("url", [" https://x/a.png", "https://x/a.png\n", "https://x/a b.png"])
+def test_a_url_with_blanks_or_control_characters_is_refused(url: str) -> None:
+    """urlsplit drops them before it checks; the URL sent would keep them."""
+    image = {"type": "image", "source": {"type": "url", "media_type": "image/png", "url": url}}
+    with pytest.raises(RichContentError, match="spaces or control characters"):
+        check_parts([image])

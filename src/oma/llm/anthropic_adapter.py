@@ -16,7 +16,7 @@ import anthropic
 from anthropic.types import MessageParam, ToolParam
 
 from oma.llm.adapter import LLMError, LLMResponseError
-from oma.llm.parts import part_text
+from oma.llm.parts import part_text, sendable_parts
 from oma.llm.sdk_adapter import (
     LOCAL_PLACEHOLDER_KEY,
     SDKAdapter,
@@ -184,14 +184,15 @@ def _tool_use(block: dict[str, Any], at: str) -> ToolUseBlock:
 
 
 def _message(message: LLMMessage) -> dict[str, Any]:
-    """A message as the Messages API takes it: our blocks are its blocks, but for the media
-    parts of rich tool results (``oma.llm.parts``): a file is a ``document`` there, and a URL
-    source carries only its URL."""
+    """A message as the Messages API takes it: our blocks are its blocks, but for the parts of
+    rich tool results (``oma.llm.parts``): each checked again, a file a ``document`` (PDF only),
+    and a URL source only its URL."""
     wire = message.to_wire()
     blocks: list[dict[str, Any]] = []
     for block in wire["content"]:
         if block.get("type") == "tool_result" and isinstance(block.get("content"), list):
-            block = {**block, "content": [_part(part) for part in block["content"]]}
+            parts = [_part(part) for part in sendable_parts(block["content"])]
+            block = {**block, "content": parts or ""}
         elif block.get("type") == "image":
             block = {**block, "source": _source(block.get("source") or {})}
         blocks.append(block)
@@ -199,17 +200,15 @@ def _message(message: LLMMessage) -> dict[str, Any]:
 
 
 def _part(part: dict[str, Any]) -> dict[str, Any]:
-    part_type, source = part.get("type"), part.get("source") or {}
-    if part_type == "image":
+    """One checked part (``sendable_parts``) as the API takes it."""
+    source = part.get("source") or {}
+    if part["type"] == "image":
         return {"type": "image", "source": _source(source)}
-    if part_type != "file":
+    if part["type"] != "file":
         return part
-    title = part.get("filename")
-    if source.get("type") == "url":
-        return {"type": "document", "source": _source(source), "title": title}
-    if source.get("media_type") == "application/pdf":
-        return {"type": "document", "source": source, "title": title}
-    # The API reads inline documents as PDF only: the model learns the file was there.
+    if source["media_type"] == "application/pdf":
+        return {"type": "document", "source": _source(source), "title": part["filename"]}
+    # The API reads documents as PDF only: the model learns the file was there.
     return {"type": "text", "text": f"{part_text(part)} (not shown: only PDF files are sent)"}
 
 

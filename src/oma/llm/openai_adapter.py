@@ -17,7 +17,7 @@ from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolPara
 
 from oma.llm import output_json
 from oma.llm.adapter import LLMError, LLMResponseError
-from oma.llm.parts import part_text
+from oma.llm.parts import part_text, sendable_parts
 from oma.llm.sdk_adapter import (
     LOCAL_PLACEHOLDER_KEY,
     SDKAdapter,
@@ -155,16 +155,16 @@ def _user(message: LLMMessage, index: int) -> list[dict[str, Any]]:
     parts: list[dict[str, Any]] = []
     for block in message.content:
         if isinstance(block, ToolResultBlock):
-            text = _flatten(block.content)
+            content = block.content
+            sendable = content if isinstance(content, str) else sendable_parts(content)
+            text = _flatten(sendable)
             if block.is_error:
                 # The chat format has no error flag; the model still needs to know it failed.
                 text = f"Error: {text}"
             results.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": text})
-            listed = [] if isinstance(block.content, str) else block.content
+            listed = [] if isinstance(sendable, str) else sendable
             images = [
-                ImageBlock(source=part.get("source") or {})
-                for part in listed
-                if part.get("type") == "image"
+                ImageBlock(source=part["source"]) for part in listed if part["type"] == "image"
             ]
             if images:
                 said = f"The images of tool call {block.tool_use_id}:"
@@ -188,19 +188,18 @@ def _user(message: LLMMessage, index: int) -> list[dict[str, Any]]:
 
 def _flatten(content: str | list[dict[str, Any]]) -> str:
     """Tool messages carry text only: keep text parts, say what else was there (never the
-    bytes of a part: a file's base64 as text would only cost tokens)."""
+    bytes of a part: a file's base64 as text would only cost tokens). ``content``: checked
+    parts (``sendable_parts``)."""
     if isinstance(content, str):
         return content
     pieces: list[str] = []
     for part in content:
-        if part.get("type") == "text" and isinstance(part.get("text"), str):
+        if part["type"] == "text":
             pieces.append(part["text"])
-        elif part.get("type") == "image":
+        elif part["type"] == "image":
             pieces.append(f"{part_text(part)} (in the next user message)")
-        elif part.get("type") == "file":
-            pieces.append(f"{part_text(part)} (not shown: tool results are text-only here)")
         else:
-            pieces.append(json.dumps(part, ensure_ascii=False))
+            pieces.append(f"{part_text(part)} (not shown: tool results are text-only here)")
     return "\n".join(pieces)
 
 

@@ -40,6 +40,35 @@ def check_parts(value: str | Sequence[Any], path: str = "model_output") -> RichC
     return [_part(part, f"{path}[{index}]") for index, part in enumerate(value)]
 
 
+# The image types both providers take in a request; any other is described, not sent.
+SENDABLE_IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
+LEFT_OUT = "[a part that is not a valid text, image or file part was left out]"
+
+
+def sendable_parts(content: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The parts of a tool result as an adapter may send them: each checked again (a part
+    restored from a checkpoint was never checked here), a part that fails the check replaced
+    by a note saying so, an image of a type no provider takes by its text view, empty text
+    parts dropped (the APIs refuse empty text blocks)."""
+    sent: list[dict[str, Any]] = []
+    for index, part in enumerate(content):
+        try:
+            checked = _part(part, f"content[{index}]")
+        except RichContentError:
+            sent.append({"type": "text", "text": LEFT_OUT})
+            continue
+        if checked["type"] == "text" and not checked["text"]:
+            continue
+        if checked["type"] == "image" and checked["source"]["media_type"] not in (
+            SENDABLE_IMAGE_TYPES
+        ):
+            note = f"{part_text(checked)} (not shown: images are sent as JPEG, PNG, GIF or WebP)"
+            sent.append({"type": "text", "text": note})
+            continue
+        sent.append(checked)
+    return sent
+
+
 def summary_text(content: RichContent) -> str:
     """The text view kept in the call's record: text parts exactly, media as a placeholder."""
     if isinstance(content, str):
@@ -78,29 +107,35 @@ def _source(source: Any, path: str) -> dict[str, Any]:
     if not _MEDIA_TYPE.fullmatch(media_type):
         raise RichContentError(f"{path}.media_type must be a MIME type without parameters")
     if source.get("type") == "base64":
-        data = _non_empty(source.get("data"), f"{path}.data")
-        if not _is_base64(data):
+        data = _canonical_base64(_non_empty(source.get("data"), f"{path}.data"))
+        if data is None:
             raise RichContentError(f"{path}.data must be base64 (not a data: URL, no spaces)")
         return {"type": "base64", "media_type": media_type, "data": data}
     if source.get("type") == "url":
         url = _non_empty(source.get("url"), f"{path}.url")
         parts = urlsplit(url)
+        # urlsplit drops surrounding blanks and control characters; the URL sent would not.
+        if any(c <= " " or c == "\x7f" for c in url):
+            raise RichContentError(f"{path}.url must not hold spaces or control characters")
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise RichContentError(f"{path}.url must be an absolute http(s) URL")
         return {"type": "url", "media_type": media_type, "url": url}
     raise RichContentError(f'{path}.type must be "base64" or "url"')
 
 
-def _is_base64(data: str) -> bool:
-    """Strict base64 whose bytes encode back to the same text (padding aside)."""
+def _canonical_base64(data: str) -> str | None:
+    """``data`` as standard padded base64, or ``None`` unless it is base64 whose bytes encode
+    back to the same text (padding aside): what the reference accepts, sent as every decoder
+    takes it (``AAA`` becomes ``AAA=``)."""
     if len(data) % 4 == 1 or not _BASE64.fullmatch(data):
-        return False
+        return None
     unpadded = data.rstrip("=")
     try:
         decoded = base64.b64decode(unpadded + "=" * (-len(unpadded) % 4), validate=True)
     except (binascii.Error, ValueError):
-        return False
-    return bool(unpadded) and base64.b64encode(decoded).decode().rstrip("=") == unpadded
+        return None
+    canonical = base64.b64encode(decoded).decode()
+    return canonical if unpadded and canonical.rstrip("=") == unpadded else None
 
 
 def _non_empty(value: Any, path: str) -> str:
