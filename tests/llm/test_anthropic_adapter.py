@@ -308,8 +308,9 @@ def test_no_credentials_at_all_is_a_clear_error(
     # An empty home, so no credential profile on this machine is discovered.
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
-    with pytest.raises(LLMError, match="ANTHROPIC_API_KEY"):
+    with pytest.raises(LLMError, match="ANTHROPIC_API_KEY") as caught:
         AnthropicAdapter("claude-test-1")
+    assert caught.value.transient is False  # configuration: running again cannot help
 
 
 def test_credentials_that_do_not_load_are_an_llm_error(
@@ -317,8 +318,9 @@ def test_credentials_that_do_not_load_are_an_llm_error(
 ) -> None:
     monkeypatch.setenv("ANTHROPIC_PROFILE", "nope")
     monkeypatch.setenv("ANTHROPIC_CONFIG_DIR", str(tmp_path))
-    with pytest.raises(LLMError, match="credentials did not load"):
+    with pytest.raises(LLMError, match="credentials did not load") as caught:
         AnthropicAdapter("claude-test-1")
+    assert caught.value.transient is False
 
 
 async def test_passed_in_client_is_used_and_left_open(server: WireServer) -> None:

@@ -341,5 +341,6 @@ async def test_key_from_environment(
 
 
 def test_no_key_and_no_base_url_is_a_clear_error() -> None:
-    with pytest.raises(LLMError, match="OPENAI_API_KEY"):
+    with pytest.raises(LLMError, match="OPENAI_API_KEY") as caught:
         OpenAIAdapter("gpt-test-1")
+    assert caught.value.transient is False  # configuration: running again cannot help

@@ -114,5 +114,6 @@ def test_url_images() -> None:
     ],
 )
 def test_what_the_chat_format_cannot_carry(message: dict[str, Any], expected: str) -> None:
-    with pytest.raises(LLMError, match=expected):
+    with pytest.raises(LLMError, match=expected) as caught:
         mapped(message)
+    assert caught.value.transient is False  # the same conversation fails the same way

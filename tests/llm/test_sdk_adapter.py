@@ -123,6 +123,7 @@ async def test_unreachable_server(provider: Provider, retries: int, attempts: st
         (403, 2, 1, "answered HTTP 403 (check the API key): "),
         (429, 2, 3, "answered HTTP 429 after 2 retries: "),
         (429, 1, 2, "answered HTTP 429 after 1 retry: "),
+        (413, 2, 1, "answered HTTP 413: "),
         (503, 0, 1, "answered HTTP 503: "),
     ],
 )
@@ -145,7 +146,7 @@ async def test_status_errors_say_whether_the_sdk_retried(
     assert server.pending == 0
     assert f"{said}invalid_request_error: no [request-id r1]" in str(caught.value)
     # A refused request (key, model, shape) fails the same way again; the rest may pass.
-    assert caught.value.transient is (status not in (400, 401, 403))
+    assert caught.value.transient is (status not in (400, 401, 403, 413))
 
 
 async def test_the_key_is_kept_out_of_status_errors(

@@ -129,12 +129,14 @@ def _client(
         )
     except anthropic.AnthropicError as err:  # e.g. a named profile that does not load
         raise LLMError(
-            f"anthropic adapter for model {model!r}: credentials did not load: {err}"
+            f"anthropic adapter for model {model!r}: credentials did not load: {err}",
+            transient=False,
         ) from err
     if client.api_key is None and client.auth_token is None and client.credentials is None:
         raise LLMError(
             f"anthropic adapter for model {model!r} has no credentials: pass api_key, "
-            "set ANTHROPIC_API_KEY, or set base_url for a local server that needs none"
+            "set ANTHROPIC_API_KEY, or set base_url for a local server that needs none",
+            transient=False,
         )
     return client
 

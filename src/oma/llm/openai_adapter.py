@@ -71,7 +71,8 @@ class OpenAIAdapter(SDKAdapter[openai.AsyncOpenAI]):
             if key is None:
                 raise LLMError(
                     f"openai adapter for model {model!r} has no API key: pass api_key, set "
-                    "OPENAI_API_KEY, or set base_url for a local server that needs none"
+                    "OPENAI_API_KEY, or set base_url for a local server that needs none",
+                    transient=False,
                 )
             client = openai.AsyncOpenAI(
                 api_key=key, base_url=base_url, timeout=timeout, max_retries=max_retries
@@ -138,7 +139,9 @@ def _assistant(message: LLMMessage, index: int) -> dict[str, Any]:
             function = {"name": block.name, "arguments": json.dumps(block.input)}
             calls.append({"id": block.id, "type": "function", "function": function})
         else:
-            raise LLMError(f"messages[{index}]: an assistant message cannot carry {block.type}")
+            raise _untranslatable(
+                f"messages[{index}]: an assistant message cannot carry {block.type}"
+            )
     # Content may be null only next to tool calls.
     content = "\n".join(texts) if texts or not calls else None
     wire: dict[str, Any] = {"role": "assistant", "content": content}
@@ -176,7 +179,9 @@ def _user(message: LLMMessage, index: int) -> list[dict[str, Any]]:
         elif isinstance(block, ImageBlock):
             parts.append({"type": "image_url", "image_url": {"url": _image_url(block, index)}})
         else:
-            raise LLMError(f"messages[{index}]: a user message cannot carry a tool_use block")
+            raise _untranslatable(
+                f"messages[{index}]: a user message cannot carry a tool_use block"
+            )
     if parts:
         # Plain text goes as a string: some compatible servers accept nothing else.
         if all(p["type"] == "text" for p in parts):
@@ -209,7 +214,9 @@ def _image_url(block: ImageBlock, index: int) -> str:
         return f"data:{source.get('media_type')};base64,{source.get('data')}"
     if source.get("type") == "url" and isinstance(source.get("url"), str):
         return cast(str, source["url"])
-    raise LLMError(f"messages[{index}]: unsupported image source type {source.get('type')!r}")
+    raise _untranslatable(
+        f"messages[{index}]: unsupported image source type {source.get('type')!r}"
+    )
 
 
 def parse_completion(payload: bytes, model: str) -> ChatResponse:
@@ -283,3 +290,8 @@ def _tool_call(call: object, at: str) -> ToolUseBlock:
     if not isinstance(arguments, dict):
         raise LLMResponseError(f"{what} has arguments {kind(arguments)}, expected a JSON object")
     return tool_use(call_id, name, arguments, what)
+
+
+def _untranslatable(message: str) -> LLMError:
+    """A conversation the chat format cannot carry: sending it again cannot help."""
+    return LLMError(message, transient=False)

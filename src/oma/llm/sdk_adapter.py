@@ -30,7 +30,7 @@ LOCAL_PLACEHOLDER_KEY = "oma-no-key"
 _RETRIED_STATUSES = frozenset({408, 409, 429})
 # Statuses that refuse the request itself (its key, model or shape): sending it again fails
 # the same way, so the error is not transient.
-_REFUSED_AS_SUCH = frozenset({400, 401, 403, 404, 422})
+_REFUSED_AS_SUCH = frozenset({400, 401, 403, 404, 413, 422})
 
 
 class SDKClient(Protocol):
