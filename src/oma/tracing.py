@@ -101,14 +101,14 @@ class RunTracer:
             ids = _ids(link.trace_id, link.span_id)  # read from a checkpoint: may be anything
             if ids is None:
                 continue
-            # The previous attempt exported into the run's trace, not its own trace id.
-            context = SpanContext(
-                self._run_trace or ids[0],
-                ids[1],
-                is_remote=True,
-                trace_flags=TraceFlags(TraceFlags.SAMPLED),
-            )
-            links.append(Link(context, {"oma.link.relation": link.relation}))
+            # The previous attempt exported into the run's trace, unless it could not (no
+            # attempt log to read, or an oma from before one trace per run): then into its own.
+            # Which, this attempt cannot know; it links to both when they differ.
+            for trace in dict.fromkeys([self._run_trace or ids[0], ids[0]]):
+                context = SpanContext(
+                    trace, ids[1], is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED)
+                )
+                links.append(Link(context, {"oma.link.relation": link.relation}))
         self._attempt = provider.get_tracer("oma").start_span(  # type: ignore[assignment]
             "oma.attempt",
             links=links,

@@ -164,3 +164,34 @@ def test_a_checkpoint_s_malformed_link_is_left_out_not_fatal(
     assert span is not None and list(span.links) == []
     assert (span.context.trace_id, span.context.span_id) == (int("a" * 32, 16), int("b" * 16, 16))
     tracer._provider.shutdown() if tracer._provider is not None else None  # nothing to export
+
+
+def test_an_attempt_whose_predecessor_may_have_had_a_trace_of_its_own_links_both(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The previous attempt exported into the run's trace, or (no attempt log to read, an oma
+    from before one trace per run) into its own: both links, the same span."""
+    from oma.agent.result import IdentityLink, RunIdentity
+    from oma.tracing import run_tracer
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    tracer = run_tracer()
+    assert tracer is not None
+    run, own, span = "1" * 32, "2" * 32, "3" * 16
+    tracer.continue_run_trace(run)
+    tracer.attempt_started(
+        RunIdentity(
+            run_id="r",
+            attempt=3,
+            trace_id="4" * 32,
+            root_span_id="5" * 16,
+            links=[IdentityLink(trace_id=own, span_id=span, relation="continued_from")],
+        )
+    )
+    attempt = tracer._attempt
+    assert attempt is not None and attempt.context.trace_id == int(run, 16)
+    assert [(link.context.trace_id, link.context.span_id) for link in attempt.links] == [
+        (int(run, 16), int(span, 16)),
+        (int(own, 16), int(span, 16)),
+    ]
+    tracer._provider.shutdown() if tracer._provider is not None else None
