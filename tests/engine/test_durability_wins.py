@@ -6,6 +6,7 @@ rebuilds the minimal result of the task from its output."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -74,3 +75,27 @@ async def test_a_result_that_is_not_json_is_left_out_and_the_run_goes_on(
     assert restored.task_results[a].output == "output of A"
     assert restored.task_results[a].structured is None  # the minimal result
     assert restored.task_results[b].output == "output of B"
+
+
+async def test_data_json_can_hold_is_written_as_json_would_hold_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A datetime and an integer key in ``structured``: kept, written as the snapshot model
+    writes them (the incremental encoder and the model path agree)."""
+    original = task_runner_module._result
+
+    def with_caller_data(*args: Any) -> AgentRunResult:
+        result = original(*args)
+        result.structured = {"when": datetime(2026, 12, 4, tzinfo=UTC), 1: 2}
+        return result
+
+    monkeypatch.setattr(task_runner_module, "_result", with_caller_data)
+    store = InMemoryStore()
+    result = await OpenMultiAgent().run_tasks(
+        _team(), TASKS, checkpoint=CheckpointOptions(store=store, run_id="dt")
+    )
+    assert result.success
+    entry = await store.get(Checkpoint(store, run_id="dt").key)
+    assert entry is not None
+    for completed in json.loads(entry.value)["completedTaskResults"]:
+        assert completed["agentResult"]["structured"] == {"when": "2026-12-04T00:00:00Z", "1": 2}

@@ -151,9 +151,13 @@ def agent_result_wire(task_id: str, result: AgentRunResult) -> dict[str, Any] | 
     snapshot omits that one result instead of failing the save, and a restore rebuilds the
     minimal result from the task's output."""
     try:
-        # Python mode, as the rest of the snapshot: JSON mode refuses the lone surrogates in
-        # keys that the reference writes (a restored tool input), and jsonutil escapes them.
-        wire = result.to_data()
+        try:
+            # JSON mode, as the model path dumps it (a datetime in ``structured`` is written
+            # the same by both encoders), but for the lone surrogates in keys the reference
+            # writes (a restored tool input), which only Python mode keeps (jsonutil escapes).
+            wire = result.to_wire()
+        except UnicodeEncodeError:
+            wire = result.to_data()
         jsonutil.dumps(wire)
     except (TypeError, ValueError) as exc:  # pydantic's serialization error is a ValueError
         log.warning("task %s: its result is not JSON (%s); the checkpoint omits it", task_id, exc)
