@@ -204,7 +204,8 @@ async def record_outcome(
                 await recorded()
                 return  # recorded before (another watcher, or before an operator restart)
             spec = spec_of(teamrun)
-            decision = decide(outcome, status, spec.retry_policy, attempt, hold_of(spec))
+            stopped = status.get("stoppedForHold") == pod
+            decision = decide(outcome, status, spec.retry_policy, attempt, hold_of(spec), stopped)
             generation = int(teamrun["metadata"].get("generation", 1))
             record = attempt_record(attempt, outcome, pod, now_iso())
             next_attempt = attempt + 1 if decision.action == "next_attempt" else None

@@ -356,6 +356,11 @@ def _status_schema() -> dict[str, Any]:
                 "An attempt saved a checkpoint: later attempts must find it (CheckpointLost).",
             ),
             "nextAttemptAfter": field("string", "When the next attempt may start (a backoff)."),
+            "stoppedForHold": field(
+                "string",
+                "The runner pod the operator stopped for spec.suspend or spec.cancel: its end "
+                "is the hold's, never a disruption, also if the hold is cleared before it.",
+            ),
             "retries": {
                 "type": "array",
                 "maxItems": 20,

@@ -32,16 +32,23 @@ def decide(
     policy: RetryPolicy,
     attempt: int = 0,
     hold: Hold | None = None,
+    stopped_for_hold: bool = False,
 ) -> Decision:
     """``counters`` is the TeamRun's status (its budgets' counts, its current ``attempt``);
     ``attempt`` the one that ended; ``hold`` what the spec asks for now. A held run gets no
     next attempt: ``cancel`` ends it (unless it succeeded or failed for good first),
-    ``suspend`` leaves it ``Suspended``. The pod the operator stopped for the hold counts
-    against no budget."""
+    ``suspend`` leaves it ``Suspended``. The pod the operator stopped for the hold
+    (``stopped_for_hold``) counts against no budget, also when the hold was cleared before
+    its end is recorded."""
     decision = _decide(outcome, counters, policy, attempt)
+    before = {key: int(counters.get(key, 0)) for key in decision.counters}
+    if hold is None and stopped_for_hold and outcome.kind == "disruption":
+        # Stopped for a hold that was cleared before this end was recorded: the next attempt
+        # starts as the cleared hold asks, and the stop costs no budget.
+        message = "attempt stopped for a hold that was cleared since; starting the next one"
+        return Decision("next_attempt", before, "StoppedForHold", message)
     if hold is None or decision.action not in ("next_attempt", "awaiting_approval"):
         return decision
-    before = {key: int(counters.get(key, 0)) for key in decision.counters}
     if hold == "cancel":
         return Decision("cancelled", before, "Cancelled", CANCELLED)
     if decision.action == "next_attempt":

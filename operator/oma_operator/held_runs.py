@@ -67,6 +67,9 @@ async def _stop_pod(teamrun: dict[str, Any], status: dict[str, Any], hold: Hold)
         return False
     phase = (found.get("status") or {}).get("phase")
     if phase in ("Pending", "Running") and not found["metadata"].get("deletionTimestamp"):
+        # Written first (the status is the operator's): the pod's end is the hold's, also if
+        # the hold is cleared before it is recorded.
+        await runtime.kube().patch_teamrun_status(namespace, name, {"stoppedForHold": pod})
         await runtime.kube().delete_pod(namespace, pod)
         ends = "ends Cancelled" if hold == "cancel" else "is Suspended"
         await events.info(

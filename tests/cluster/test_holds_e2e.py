@@ -107,6 +107,32 @@ async def test_suspend_mid_task_then_resume_repeats_no_tool_call(
 
 
 @pytest.mark.timeout(240)
+async def test_resume_right_after_suspend_costs_no_disruption(
+    cluster: ClusterHandle,
+    kube: KubeClient,
+    namespace: str,
+    operator: Path,
+    redis_secret: str,
+    effects: SideEffects,
+) -> None:
+    """Resumed while the stopped pod still drains (its end not recorded yet, most likely):
+    the drain is the hold's, not a disruption, so suspend/resume rounds cannot use up the
+    disruption budget and fail the run."""
+    await kube.create(TEAMRUNS.format(ns=namespace), teamrun("blink", SCRIPT, effects))
+    await _first_recorded(effects)
+    asked = await oma(cluster.kubeconfig, "suspend", "blink", "-n", namespace)
+    assert asked.returncode == 0, asked.stderr
+    resumed = await oma(cluster.kubeconfig, "resume", "blink", "-n", namespace)
+    assert resumed.returncode == 0, resumed.stderr
+    status = await finished(kube, namespace, "blink", 150)
+    assert status["phase"] == "Succeeded", (status, await operator_log(operator))
+    assert await effects.ledger() == ["first", "second"]  # nothing run twice
+    assert int(status.get("disruptions") or 0) == 0
+    first = status["attempts"][0]
+    assert first["reason"] in ("StoppedForHold", "Drained"), first
+
+
+@pytest.mark.timeout(240)
 async def test_cancel_ends_cancelled_with_the_checkpoint_readable_and_cannot_be_undone(
     cluster: ClusterHandle,
     kube: KubeClient,

@@ -68,6 +68,22 @@ def test_a_drained_or_crashed_attempt_under_suspend_is_suspended_and_counts_noth
     assert decide(outcome, counters, POLICY, 2).action == "next_attempt"  # without the hold
 
 
+def test_a_pod_stopped_for_a_hold_cleared_before_its_end_counts_nothing() -> None:
+    """Suspend, then resume before the drained pod's end is in: the next attempt starts at
+    once, and the drain is no disruption (a few suspend/resume rounds cannot fail the run)."""
+    counters = {"attempt": 2, "disruptions": 3}  # the budget (3) is used up
+    decision = decide(DRAINED, counters, POLICY, 2, None, stopped_for_hold=True)
+    assert (decision.action, decision.reason) == ("next_attempt", "StoppedForHold")
+    assert decision.counters == {"disruptions": 3, "failures": 0, "oomKills": 0}
+    assert decision.delay_seconds == 0
+    # The same end of a pod nobody stopped for a hold: a disruption, past the budget.
+    assert decide(DRAINED, counters, POLICY, 2).action == "failed"
+    # A pod stopped for a hold that ended otherwise (it crashed first) is judged as it ended.
+    assert decide(CRASHED, {"failures": 2}, POLICY, 2, None, stopped_for_hold=True).action == (
+        "failed"
+    )
+
+
 @pytest.mark.parametrize("outcome", [DRAINED, CRASHED, WAITING])
 def test_an_attempt_ending_under_cancel_ends_the_run_cancelled(outcome: Outcome) -> None:
     decision = decide(outcome, {"attempt": 1}, POLICY, 1, "cancel")
