@@ -67,7 +67,7 @@ from oma.checkpoint import (  # noqa: E402
 from oma.llm.scripted import ScriptedAdapter  # noqa: E402
 from oma.orchestrator import CheckpointOptions, OpenMultiAgent  # noqa: E402
 from oma.store import FileStore, InMemoryStore, MemoryStore, PostgresStore, RedisStore  # noqa: E402
-from oma.store.base import Metadata, close_store  # noqa: E402
+from oma.store.base import Metadata, close_store, supports_compare_and_set  # noqa: E402
 from oma.team import AgentConfig, Team  # noqa: E402
 from oma.tools import ToolContext, define_tool  # noqa: E402
 
@@ -184,7 +184,7 @@ async def measure_size(
     async def fenced() -> None:
         state["expected"] = await checkpoint.save_if(snapshot, state["expected"])
 
-    fenced_samples = await timed(fenced, count) if hasattr(store, "compare_and_set") else []
+    fenced_samples = await timed(fenced, count) if supports_compare_and_set(store) else []
     p50_client = statistics.median(plain_write)
     fenced_cell = (
         f"{statistics.median(fenced_samples):7.2f} {percentile(fenced_samples, 0.99):7.2f}"

@@ -36,11 +36,17 @@ def _kubeconfig(given: str | None) -> dict[str, Any] | None:
 
 
 class KubeError(OmaError):
+    """An API call failed: ``status`` is the HTTP status, 0 when the server was not reached.
+    Transient for 0, 409 (a conflict: read again and retry), 429 and 5xx."""
+
     code = "KUBE_API"
 
     def __init__(self, status: int, message: str) -> None:
         self.status = status
-        super().__init__(f"Kubernetes API answered {status}: {message}")
+        super().__init__(
+            f"Kubernetes API answered {status}: {message}",
+            transient=status in (0, 409, 429) or status >= 500,
+        )
 
 
 class Kube:
