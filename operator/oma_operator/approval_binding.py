@@ -95,6 +95,20 @@ def ignored_status(problem: str) -> dict[str, Any]:
     }
 
 
+def run_over_status(
+    current: dict[str, Any], spec: dict[str, Any], teamrun: str, phase: str
+) -> dict[str, Any]:
+    """A Pending resource of a run that is over: nothing waits for it, and a decision set on
+    it now (``spec``) is not recorded (the ledger keeps the request undecided)."""
+    over = f"TeamRun {teamrun} is {phase}: nothing waits for this decision any more"
+    decided = spec.get("decision")
+    if decided and decided != "Pending":
+        message = f"spec.decision {decided} by {spec.get('reviewer')} was not recorded: {over}"
+    else:
+        message = f"{over}, and one set now is not recorded"
+    return {**current, "recorded": False, "message": message}
+
+
 def mirrored_status(record: ApprovalRecord, message: str | None = None) -> dict[str, Any]:
     """The ledger's state of the request, for the resource's status (CamelCase, as in spec)."""
     status: dict[str, Any] = {"verified": True, "recorded": record.decision is not None}

@@ -21,6 +21,7 @@ from oma_operator.approval_binding import (
     ignored_status,
     judge,
     mirrored_status,
+    run_over_status,
     status_patch,
 )
 from oma_operator.approval_resources import decision_manifest
@@ -207,6 +208,29 @@ def _not_recorded(spec: dict[str, Any], record: ApprovalRecord) -> str | None:
         f"spec.decision {spec['decision']} by {spec.get('reviewer')} was not recorded: the "
         f"request was already {decision.decision} by {decision.reviewer.id}"
     )
+
+
+async def close_pending(kube: Kube, teamrun: dict[str, Any]) -> None:
+    """Say on each still-Pending ApprovalDecision of a run that is over (cancelled while it
+    waited, failed) that nothing waits for it: a reviewer who opens it sees why, and a decision
+    set on it is not mistaken for one that counts."""
+    meta, phase = teamrun["metadata"], (teamrun.get("status") or {}).get("phase", "")
+    for resource in await kube.list_decisions(meta["namespace"], meta["name"]):
+        current = dict(resource.get("status") or {})
+        if current.get("decision", "Pending") != "Pending":
+            continue
+        wanted = run_over_status(current, resource.get("spec") or {}, meta["name"], phase)
+        patch = status_patch(current, wanted)
+        if patch is None:
+            continue
+        where = resource["metadata"]
+        try:
+            await kube.patch_decision_status(
+                where["namespace"], where["name"], patch, uid=where["uid"]
+            )
+        except KubeError as exc:
+            if exc.status not in (404, 409):
+                raise
 
 
 async def _ignore(

@@ -10,7 +10,7 @@ from typing import Any
 import kopf
 
 from oma_operator import events, runtime, trouble
-from oma_operator.approvals import sync_approvals
+from oma_operator.approvals import close_pending, sync_approvals
 from oma_operator.attempts import (
     ensure_pod,
     record_outcome,
@@ -293,7 +293,11 @@ async def progress(teamrun: dict[str, Any]) -> None:
 async def decision_set(body: kopf.Body, **_: Any) -> None:
     meta = body["metadata"]
     teamrun = await runtime.kube().get_teamrun(meta["namespace"], body["spec"]["teamRun"])
-    if teamrun is None or (teamrun.get("status") or {}).get("phase") != "AwaitingApproval":
+    phase = (teamrun.get("status") or {}).get("phase") if teamrun is not None else None
+    if teamrun is not None and phase in FINAL_PHASES:
+        await close_pending(runtime.kube(), teamrun)  # decided too late: say so on it
+        return
+    if teamrun is None or phase != "AwaitingApproval":
         return
     spec = spec_of(teamrun)
     if await sync_approvals(runtime.kube(), teamrun, spec):

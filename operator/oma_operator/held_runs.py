@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from oma_operator import events, runtime
+from oma_operator.approvals import close_pending
 from oma_operator.client import KubeError
 from oma_operator.decisions import Hold
 from oma_operator.holds import action_for, held, hold_of, resumed
@@ -107,6 +108,8 @@ async def hold_without_pod(teamrun: dict[str, Any], hold: Hold) -> None:
     if written is not None:
         reason = "Cancelled" if hold == "cancel" else "Suspended"
         await events.info(written, reason, update["message"])
+        if hold == "cancel" and status.get("phase") == "AwaitingApproval":
+            await close_pending(runtime.kube(), written)  # its reviewers need decide nothing
 
 
 def hold_now(teamrun: dict[str, Any]) -> Hold | None:

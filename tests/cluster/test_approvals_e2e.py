@@ -238,3 +238,56 @@ async def test_operator_restart_between_decision_and_resume_resumes_once(
     assert final["phase"] == "Succeeded" and final["attempt"] == 2
     assert [a["attempt"] for a in final["attempts"]] == [1, 2]
     assert await effects.ledger() == ["charge"]
+
+
+@pytest.mark.timeout(240)
+async def test_a_run_cancelled_while_it_waits_says_so_on_its_decisions(
+    cluster: ClusterHandle,
+    kube: KubeClient,
+    namespace: str,
+    operator: Path,
+    e2e_redis: Endpoint,
+    redis_secret: str,
+    effects: SideEffects,
+    admission_policies: None,
+) -> None:
+    """Cancelled while AwaitingApproval: its Pending ApprovalDecision says nothing waits for it,
+    and a decision a reviewer sets on it afterwards is not recorded (nor run)."""
+    await grant_reviewers(kube, namespace, "erin")
+    body = gated("late", effects, "charged")
+    await kube.create(TEAMRUNS.format(ns=namespace), body)
+    decision = await pending_decision(kube, namespace, "late")
+    name = decision["metadata"]["name"]
+    await kube.patch(f"{TEAMRUNS.format(ns=namespace)}/late", {"spec": {"cancel": True}})
+
+    async def cancelled() -> dict[str, Any] | None:
+        status = await status_of(kube, namespace, "late")
+        return status if status.get("phase") == "Cancelled" else None
+
+    await wait_for(cancelled, 90, "the run to be Cancelled")
+
+    async def said() -> dict[str, Any] | None:
+        found = await kube.get(f"{DECISIONS.format(ns=namespace)}/{name}")
+        status = found.get("status") or {}
+        return status if "is Cancelled" in str(status.get("message")) else None
+
+    status = await wait_for(said, 60, "the decision to say its run is over")
+    assert status["decision"] == "Pending" and status["recorded"] is False
+    async with as_user(cluster, "erin") as erin:
+        await erin.patch(
+            f"{DECISIONS.format(ns=namespace)}/{name}",
+            {"spec": {"decision": "Approved", "reviewer": "erin"}},
+        )
+
+    async def answered() -> dict[str, Any] | None:
+        found = await kube.get(f"{DECISIONS.format(ns=namespace)}/{name}")
+        status = found.get("status") or {}
+        late = "spec.decision Approved by erin was not recorded"
+        return status if late in str(status.get("message")) else None
+
+    status = await wait_for(answered, 30, "the late decision to be answered")
+    assert status["decision"] == "Pending" and status["recorded"] is False
+    row = await ledger_row(e2e_redis, body, namespace, decision["spec"]["requestId"])
+    assert row is not None and row.decision is None  # the ledger keeps it undecided
+    assert await effects.ledger() == []  # the charge never ran
+    assert (await status_of(kube, namespace, "late"))["phase"] == "Cancelled"

@@ -16,6 +16,7 @@ from oma_operator.approval_binding import (
     earlier_own,
     judge,
     mirrored_status,
+    run_over_status,
     status_patch,
 )
 from oma_operator.approval_resources import decision_manifest, summary
@@ -295,3 +296,19 @@ def test_the_manifest_carries_reviewers_and_the_runner_never_sees_them() -> None
 def test_summary_of_every_scope_ends_with_the_hash() -> None:
     request = _tool_request()
     assert summary(request).splitlines()[-1] == f"Content hash: {request.request_hash}"
+
+
+def test_a_pending_resource_of_a_run_that_is_over_says_so() -> None:
+    current = {"verified": True, "recorded": False, "decision": "Pending"}
+    quiet = run_over_status(current, {"decision": "Pending"}, "late", "Cancelled")
+    assert quiet["decision"] == "Pending" and quiet["recorded"] is False
+    assert quiet["message"].startswith("TeamRun late is Cancelled: nothing waits")
+    late = run_over_status(current, {"decision": "Approved", "reviewer": "erin"}, "late", "Failed")
+    assert late["message"].startswith("spec.decision Approved by erin was not recorded: ")
+    assert (
+        status_patch(
+            late,
+            run_over_status(late, {"decision": "Approved", "reviewer": "erin"}, "late", "Failed"),
+        )
+        is None
+    )
