@@ -11,7 +11,8 @@ from tests.servers.postgres_server import PostgresServer, postgres_bin_dir
 from tests.servers.redis_server import RedisServer, redis_binary
 
 
-def _missing(what: str) -> None:
+def missing(what: str) -> None:
+    """Skip, or fail under OMA_REQUIRE_SERVERS=1 (CI), a test whose server binary is absent."""
     message = f"{what} is not installed (Debian package; hack/test installs it)"
     if os.environ.get("OMA_REQUIRE_SERVERS") == "1":
         pytest.fail(message)
@@ -22,7 +23,7 @@ def _missing(what: str) -> None:
 def redis_server() -> Iterator[RedisServer]:
     binary = redis_binary()
     if binary is None:
-        _missing("redis-server")
+        missing("redis-server")
     assert binary is not None
     with RedisServer(binary) as server:
         yield server
@@ -32,7 +33,7 @@ def redis_server() -> Iterator[RedisServer]:
 def postgres_server() -> Iterator[PostgresServer]:
     bin_dir = postgres_bin_dir()
     if bin_dir is None:
-        _missing("PostgreSQL (initdb, postgres)")
+        missing("PostgreSQL (initdb, postgres)")
     assert bin_dir is not None
     with PostgresServer(bin_dir) as server:
         yield server
