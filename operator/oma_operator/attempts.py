@@ -98,7 +98,7 @@ async def ensure_pod(
         await events.info(
             teamrun,
             "Resumed",
-            f"attempt {attempt} resumes from the latest checkpoint "
+            f"attempt {attempt} (pod {pod}) resumes from the latest checkpoint "
             f"after attempt {attempt - 1} ended ({resume.after})",
         )
 

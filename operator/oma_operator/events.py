@@ -4,6 +4,12 @@ kopf's ``kopf.info``/``kopf.warn`` work only inside a kopf handler (they need it
 the operator also acts from its own periodic loops (approval polls, pod-creation retries,
 watchdog), where they raise ``LookupError``. Posting here works from anywhere, and a failure to
 post is logged, never raised: an Event is a report, not part of the run's state.
+
+Each Event is one API request, so by default (``notable``) the operator posts only those that
+tell what the status does not or that need a person: warnings, resumed attempts, ends other than
+success, holds, retries. The routine ones (``ROUTINE``: a run queued, an attempt started, an
+attempt succeeded) are in ``status.conditions`` with their times; ``all`` posts them too
+(``--events``, env ``OMA_EVENTS``, the chart's ``operator.events``).
 """
 
 from __future__ import annotations
@@ -22,6 +28,14 @@ from oma_operator.models import GROUP, VERSION
 log = logging.getLogger(__name__)
 COMPONENT = "oma-operator"
 MESSAGE_LIMIT = 1024  # the API server keeps at most this much of an Event's message
+VERBOSITIES = ("notable", "all")
+# What ``notable`` leaves out: the ordinary path of a run, which its conditions record anyway.
+ROUTINE = frozenset({"Queued", "AttemptStarted", "AttemptSucceeded"})
+
+
+def posted(reason: str) -> bool:
+    """Whether an Event of ``reason`` is posted under the operator's ``runtime.EVENTS``."""
+    return runtime.EVENTS == "all" or reason not in ROUTINE
 
 
 def event_body(
@@ -53,7 +67,8 @@ def event_body(
 
 
 async def info(teamrun: dict[str, Any], reason: str, message: str) -> None:
-    await _post(event_body(teamrun, reason, message, "Normal"))
+    if posted(reason):
+        await _post(event_body(teamrun, reason, message, "Normal"))
 
 
 async def warn(teamrun: dict[str, Any], reason: str, message: str) -> None:

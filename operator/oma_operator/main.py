@@ -6,13 +6,14 @@ import argparse
 import asyncio
 import logging
 import os
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 import kopf
 
 from oma.pod_contract import LOG_FORMATS
 from oma_operator import handlers, login, runtime  # noqa: F401 (importing registers handlers)
+from oma_operator.events import VERBOSITIES
 from oma_operator.metrics import serve
 from oma_operator.retention import FINISHED
 from oma_operator.run_queue import RUN_QUEUE, limits_from_env
@@ -31,6 +32,21 @@ def _port(text: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"{port} is not a port number (0-65535)")
     return port
+
+
+def _one_of(choices: tuple[str, ...]) -> Callable[[str], str]:
+    """An argparse type refusing anything but ``choices``: argparse checks ``choices`` only on
+    the command line, so a default taken from the environment would pass unchecked."""
+
+    def check(text: str) -> str:
+        if text not in choices:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not one of {', '.join(choices)} (check the flag, or the "
+                "environment variable it defaults to)"
+            )
+        return text
+
+    return check
 
 
 def main() -> None:
@@ -76,8 +92,19 @@ def main() -> None:
         help="seconds --stop-deployment waits for the pods (default 90)",
     )
     parser.add_argument(
+        "--events",
+        choices=VERBOSITIES,
+        type=_one_of(VERBOSITIES),
+        default=os.environ.get("OMA_EVENTS", "notable"),
+        help="notable: post the Events that tell what a TeamRun's status does not (warnings, "
+        "resumed attempts, ends other than success, holds, retries); all: also Queued, "
+        "AttemptStarted and AttemptSucceeded, one API request each (env OMA_EVENTS, default "
+        "notable)",
+    )
+    parser.add_argument(
         "--log-format",
         choices=LOG_FORMATS,
+        type=_one_of(LOG_FORMATS),
         default=os.environ.get("OMA_LOG_FORMAT", "plain"),
         help="plain: one line per event, prefixed with [namespace/name] when about an object; "
         "json: one JSON object per line, the object under 'object'. Runner pods log in the same "
@@ -86,6 +113,7 @@ def main() -> None:
     parser.add_argument(
         "--log-level",
         choices=LOG_LEVELS,
+        type=_one_of(LOG_LEVELS),
         default=os.environ.get("OMA_LOG_LEVEL", "info"),
         help="debug adds every API request and kopf's own details (env OMA_LOG_LEVEL, "
         "default info)",
@@ -93,6 +121,7 @@ def main() -> None:
     args = parser.parse_args()
     configure_logging(args.log_format, args.log_level)
     runtime.LOG_FORMAT = args.log_format
+    runtime.EVENTS = args.events
     if args.stop_deployment:
         if not args.namespace or len(args.namespace) != 1:
             parser.error("--stop-deployment needs exactly one --namespace (the Deployment's)")

@@ -19,6 +19,8 @@ RUNNER_IMAGE_PULL_SECRETS = tuple(
 RUNNER_METRICS_PORT: int | None = None
 # The chart's tracing.otlpEndpoint: every runner pod's OTEL_EXPORTER_OTLP_ENDPOINT by default.
 RUNNER_OTLP_ENDPOINT = os.environ.get("OMA_RUNNER_OTLP_ENDPOINT", "").strip()
+# Which Events the operator posts ("notable" or "all", ``events.VERBOSITIES``); set by ``main``.
+EVENTS = "notable"
 LOG_FORMAT = "plain"  # the operator's (``--log-format``), and so its runner pods'
 # The namespaces this operator watches (empty: every namespace); set by ``main``.
 NAMESPACES: list[str] = []

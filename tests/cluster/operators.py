@@ -106,6 +106,7 @@ class OperatorSettings:
     # Concurrency limits (the chart's concurrency.*; OMA_MAX_RUNNING_* for a local process).
     per_namespace: int | None = None
     log_format: str | None = None  # logging.format / OMA_LOG_FORMAT
+    events: str | None = None  # operator.events / OMA_EVENTS ("notable" or "all")
     # retention.ttlSecondsAfterFinished / OMA_TTL_SECONDS_AFTER_FINISHED
     ttl_after_finished: int | None = None
     delete_store_records: bool = False  # retention.deleteStoreRecords / OMA_DELETE_STORE_RECORDS
@@ -231,6 +232,8 @@ class ProcessOperator(Operator):
             self._env["OMA_MAX_RUNNING_PER_NAMESPACE"] = str(settings.per_namespace)
         if settings.log_format is not None:
             self._env["OMA_LOG_FORMAT"] = settings.log_format
+        if settings.events is not None:
+            self._env["OMA_EVENTS"] = settings.events
         if settings.ttl_after_finished is not None:
             self._env["OMA_TTL_SECONDS_AFTER_FINISHED"] = str(settings.ttl_after_finished)
         if settings.delete_store_records:
@@ -339,6 +342,8 @@ class DeploymentOperator(Operator):
             values.append(f"concurrency.perNamespace={self._settings.per_namespace}")
         if self._settings.log_format is not None:
             values.append(f"logging.format={self._settings.log_format}")
+        if self._settings.events is not None:
+            values.append(f"operator.events={self._settings.events}")
         if self._settings.ttl_after_finished is not None:
             values.append(f"retention.ttlSecondsAfterFinished={self._settings.ttl_after_finished}")
         if self._settings.delete_store_records:

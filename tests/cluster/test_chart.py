@@ -141,6 +141,7 @@ def test_operator_pod_knobs_render_and_bad_ones_fail_the_schema(cluster: Cluster
         '{"nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "In", '
         '"values": ["system"]}]}]}}}',
         "operator.priorityClassName": '"system-cluster-critical"',
+        "operator.events": '"all"',
     }
     args = [a for key, value in values.items() for a in ("--set-json", f"{key}={value}")]
     rendered = helm(
@@ -157,10 +158,12 @@ def test_operator_pod_knobs_render_and_bad_ones_fail_the_schema(cluster: Cluster
     assert pod["affinity"]["nodeAffinity"]
     env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
     assert env["OMA_RUNNER_IMAGE_PULL_SECRETS"] == "regcred,mirror"  # for runner pods too
+    assert env["OMA_EVENTS"] == "all"
     for key, bad, where in [
         ("imagePullSecrets", '["regcred"]', "/imagePullSecrets/0"),
         ("operator.priorityClassName", '"Not A Name"', "/operator/priorityClassName"),
         ("operator.podLabels", '{"k": 1}', "/operator/podLabels/k"),
+        ("operator.events", '"some"', "/operator/events"),
     ]:
         refused = helm(
             cluster, "template", "t", str(CHART), "--kube-version", KUBE_VERSION,
@@ -565,6 +568,7 @@ def test_operator_env_is_added_and_the_charts_own_variables_are_refused(
     assert [v["name"] for v in variables].count("OMA_SECRET_TTL_SECONDS") == 1
     for name, hint in [
         ("OMA_PROGRESS_SECONDS", "use operator.progressSeconds"),
+        ("OMA_EVENTS", "use operator.events"),
         ("OMA_RUNNER_IMAGE", "use image.repository/image.tag"),
         ("OMA_RUNNER_IMAGE_PULL_SECRETS", "use imagePullSecrets"),
         ("OMA_MAX_RUNNING_PER_NAMESPACE", "use concurrency.perNamespace"),

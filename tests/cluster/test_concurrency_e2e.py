@@ -17,7 +17,7 @@ import pytest
 from devcluster import KubeClient
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import SideEffects
-from tests.cluster.helpers import runner_pods, tables, wait_for
+from tests.cluster.helpers import event_counts, runner_pods, tables, wait_for
 from tests.cluster.operator_kit import (
     TEAMRUN_WIDE,
     TEAMRUNS,
@@ -74,7 +74,7 @@ async def test_a_namespace_limit_queues_runs_and_survives_an_operator_restart(
     tmp_path: Path,
 ) -> None:
     log = tmp_path / "operator.log"
-    settings = OperatorSettings(per_namespace=1)
+    settings = OperatorSettings(per_namespace=1, events="all")
     async with operating(cluster, kube, namespace, log, settings) as operator:
         for name in NAMES:  # in different seconds: creation times have whole seconds
             made = await kube.create(TEAMRUNS.format(ns=namespace), paired_run(name, effects))
@@ -121,3 +121,15 @@ async def test_a_namespace_limit_queues_runs_and_survives_an_operator_restart(
     assert order[1:] == [name for name in NAMES if name in waiting], order
     pods = sorted(p["metadata"]["name"] for p in await runner_pods(kube, namespace))
     assert pods == sorted(f"{name}-a1" for name in NAMES)  # one attempt each, nothing doubled
+    # events "all": the routine Events too, each once per run (the restart repeated none).
+    for name in NAMES:
+
+        async def told(name: str = name) -> dict[str, int] | None:
+            counts = await event_counts(kube, namespace, name)
+            return counts if "AttemptSucceeded" in counts else None
+
+        counts = await wait_for(told, 30, f"{name}'s events")
+        expected = {"AttemptStarted": 1, "AttemptSucceeded": 1}
+        expected |= {"Queued": 1} if name in waiting else {}
+        routine = {"Queued", "AttemptStarted", "AttemptSucceeded"}
+        assert {r: n for r, n in counts.items() if r in routine} == expected, (name, counts)

@@ -11,6 +11,7 @@ import pytest
 from oma_operator import runtime
 from oma_operator.client import Kube
 from oma_operator.login import connection_info
+from oma_operator.retention import FINISHED
 
 
 @pytest.fixture
@@ -114,7 +115,69 @@ def test_an_unknown_log_format_stops_the_operator_with_the_choices(
     with pytest.raises(SystemExit) as exited:
         main()
     assert exited.value.code == 2
-    assert "invalid choice: 'xml' (choose from 'plain', 'json')" in capsys.readouterr().err
+    assert "--log-format: 'xml' is not one of plain, json" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "choices"),
+    [
+        ("OMA_LOG_FORMAT", "xml", "plain, json"),
+        ("OMA_LOG_LEVEL", "verbose", "debug, info, warning"),
+        ("OMA_EVENTS", "some", "notable, all"),
+    ],
+)
+def test_a_bad_choice_in_the_environment_stops_the_operator_before_it_starts(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    variable: str,
+    value: str,
+    choices: str,
+) -> None:
+    """argparse checks ``choices`` on the command line only: a default from the environment
+    is checked by the flag's type."""
+    from oma_operator import main as entry
+
+    started: list[str] = []
+    monkeypatch.setattr(entry, "serve", lambda *_: started.append("metrics"))
+    monkeypatch.setenv(variable, value)
+    monkeypatch.setattr("sys.argv", ["oma-operator", "--namespace", "team-a"])
+    with pytest.raises(SystemExit) as exited:
+        entry.main()
+    assert exited.value.code == 2
+    assert f"{value!r} is not one of {choices}" in capsys.readouterr().err
+    assert started == []
+
+
+class _Started(Exception):
+    """Raised where the operator would start serving: its settings are all taken by then."""
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "expected"),
+    [([], None, "notable"), ([], "all", "all"), (["--events", "notable"], "all", "notable")],
+)
+def test_the_events_setting_comes_from_the_flag_or_the_environment(
+    monkeypatch: pytest.MonkeyPatch, argv: list[str], env: str | None, expected: str
+) -> None:
+    from oma_operator import main as entry
+
+    def serve(*_: object) -> None:
+        raise _Started
+
+    monkeypatch.setattr(entry, "serve", serve)
+    monkeypatch.setattr(entry, "configure_logging", lambda *_: None)  # process-wide
+    for setting in ("EVENTS", "LOG_FORMAT", "RUNNER_METRICS_PORT", "NAMESPACES"):
+        monkeypatch.setattr(runtime, setting, getattr(runtime, setting))
+    for setting in ("default_ttl", "delete_store_records"):
+        monkeypatch.setattr(FINISHED, setting, getattr(FINISHED, setting))
+    if env is None:
+        monkeypatch.delenv("OMA_EVENTS", raising=False)
+    else:
+        monkeypatch.setenv("OMA_EVENTS", env)
+    monkeypatch.setattr("sys.argv", ["oma-operator", "--namespace", "team-a", *argv])
+    with pytest.raises(_Started):
+        entry.main()
+    assert expected == runtime.EVENTS
 
 
 def test_a_bad_delete_store_records_setting_stops_the_operator(
