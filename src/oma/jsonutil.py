@@ -43,7 +43,7 @@ def loads(data: str | bytes) -> Any:
 PARSER_DEPTH_LIMIT = 1024
 
 
-def loads_within(data: str, max_depth: int) -> tuple[Any, bool]:
+def loads_within(data: str | bytes, max_depth: int) -> tuple[Any, bool]:
     """``loads``, and whether the document is known to nest at most ``max_depth`` levels.
 
     The bound comes for free from the parser: the text is parsed wrapped in
@@ -55,7 +55,10 @@ def loads_within(data: str, max_depth: int) -> tuple[Any, bool]:
     pad = PARSER_DEPTH_LIMIT - max_depth
     if pad > 0 and not _may_hold_a_long_integer(data):
         try:
-            value = orjson.loads("[" * pad + data + "]" * pad)
+            if isinstance(data, bytes):
+                value = orjson.loads(b"[" * pad + data + b"]" * pad)
+            else:
+                value = orjson.loads("[" * pad + data + "]" * pad)
         except orjson.JSONDecodeError:
             pass
         else:

@@ -15,15 +15,24 @@ from typing import Any
 import pytest
 
 from oma import jsonutil
+from oma.checkpoint import Checkpoint
 from oma.checkpoint.journal import JournalWriter, load_journal
 from oma.checkpoint.keys import checkpoint_key
-from oma.errors import CheckpointDecodeError, CheckpointFencedError, CheckpointLostError
+from oma.checkpoint.validation import MAX_SNAPSHOT_DEPTH
+from oma.errors import (
+    CheckpointDecodeError,
+    CheckpointFencedError,
+    CheckpointLostError,
+    CheckpointValidationError,
+)
 from oma.local_run import run_spec
 from oma.orchestrator import OrchestratorEvent, ProgressCallback
 from oma.spec import RunSpec
 from oma.store import RedisStore
 from oma.tools.builtin import builtin_tools
+from tests.fuzz.strategies import nested
 from tests.servers.redis_server import RedisServer
+from tests.unit import snapshot_fixtures
 
 RUN = "journal-run"
 TURNS = 6
@@ -273,3 +282,41 @@ async def test_a_run_keeps_the_layout_it_started_in(
     finally:
         await store.aclose()
     assert _entries(ledger) == [f"{p} {n}" for p in "ab" for n in range(TURNS)]
+
+
+@pytest.mark.parametrize("source", ["written", "copied"])
+async def test_a_journal_whose_delta_nests_too_deep_is_refused_as_a_snapshot_is(
+    redis_server: RedisServer, source: str
+) -> None:
+    """The reader skips the walk of the whole document only when the parser bounded the base
+    and every delta is measured by what it wrote: a delta that nests one level too deep, by a
+    value it carries or by copying a deep part of the document further down, is refused."""
+    store = RedisStore(redis_server.url, namespace=f"j-deep-{source}")
+    key = checkpoint_key(RUN)
+    base = snapshot_fixtures.v4_completed_in_flight()
+    # A tool call's input: any JSON, 7 steps down; what it holds, at 8, reaches the limit.
+    at = ["inFlightTasks", 0, "conversationMessages", 1, "content", 0, "input"]
+    base["inFlightTasks"][0]["conversationMessages"][1]["content"][0]["input"] = {
+        "held": nested(MAX_SNAPSHOT_DEPTH - 8)
+    }
+    if source == "written":
+        ops: list[Any] = [["s", [*at, "more"], nested(MAX_SNAPSHOT_DEPTH - 7)]]
+    else:  # the held value, copied one step further down than it was
+        ops = [["s", [*at, "box"], {}], ["v", [*at, "box", "held"], [*at, "held"]]]
+    try:
+        assert await store.journal_write(
+            key, [jsonutil.dumps(base)], version="v1", expected=None, replace=True
+        )
+        reader = Checkpoint(store, run_id=RUN)
+        assert await reader.load_latest() is not None  # at the limit: loads
+        found = await load_journal(store, key, MAX_SNAPSHOT_DEPTH)
+        assert found is not None and found[1].within_depth  # and known to, without a walk
+        assert await store.journal_write(
+            key, [jsonutil.dumps(ops)], version="v2", expected="v1", replace=False
+        )
+        with pytest.raises(CheckpointValidationError, match=r"nested \d+ levels deep"):
+            await reader.load_latest()
+        found = await load_journal(store, key, MAX_SNAPSHOT_DEPTH)
+        assert found is not None and not found[1].within_depth
+    finally:
+        await store.aclose()

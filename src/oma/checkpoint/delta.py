@@ -36,6 +36,8 @@ from typing import Any
 
 import orjson
 
+from oma import jsonutil
+
 Path = list[str | int]
 Op = list[Any]
 _BEFORE = ("o", "w")  # operations whose source is the document before the delta
@@ -44,18 +46,42 @@ _BEFORE = ("o", "w")  # operations whose source is the document before the delta
 def apply(doc: dict[str, Any], ops: list[Op]) -> dict[str, Any]:
     """Apply ``ops`` to ``doc`` in place (and return it). Raises ``ValueError`` on an
     operation that does not fit the document (a journal that does not belong to its base)."""
+    _apply(doc, ops, None)
+    return doc
+
+
+def apply_within(doc: dict[str, Any], ops: list[Op], limit: int) -> bool:
+    """``apply``, and whether every value the delta wrote is known to keep the document within
+    ``limit`` levels (``jsonutil.nesting_depth``) given that ``doc`` was: a value written at a
+    path of n steps adds at most n levels to its own. Only what the delta writes is measured
+    (copies are bounded by the parser that makes them), never the whole document. ``False``:
+    not known, for the caller to measure."""
+    return _apply(doc, ops, limit)
+
+
+def _apply(doc: dict[str, Any], ops: list[Op], limit: int | None) -> bool:
     ops = resolved(ops)
+    within = limit is not None
     try:
         # Sources in the document before the delta are read before anything changes.
-        before = {i: _source(doc, op) for i, op in enumerate(ops) if op[0] in _BEFORE}
+        before = {
+            i: _source(doc, op, _room(op, limit)) for i, op in enumerate(ops) if op[0] in _BEFORE
+        }
     except (KeyError, IndexError, TypeError, ValueError) as exc:
         raise ValueError(f"a journal operation's source does not exist: {exc}") from exc
     for index, op in enumerate(ops):
         try:
-            _apply_one(doc, op, before.get(index))
+            fits = _apply_one(doc, op, before.get(index), _room(op, limit))
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             raise ValueError(f"journal operation {str(op)[:120]} does not apply: {exc}") from exc
-    return doc
+        within = within and fits
+    return within
+
+
+def _room(op: Op, limit: int | None) -> int | None:
+    """How many levels the value an operation writes may nest (``limit`` less its path)."""
+    path = op[1]
+    return limit - len(path) if limit is not None and isinstance(path, list) else None
 
 
 def resolved(ops: list[Op]) -> list[Op]:
@@ -107,8 +133,10 @@ def _absolute(path: Any, base: Path) -> Any:
     return [*base[:keep], *path[1:]]
 
 
-def _source(doc: dict[str, Any], op: Op) -> Any:
-    """A deep copy of what a copying operation copies, read from ``doc`` as it is now."""
+def _source(doc: dict[str, Any], op: Op, room: int | None = None) -> tuple[Any, bool]:
+    """A deep copy of what a copying operation copies, read from ``doc`` as it is now, and
+    whether it is known to nest at most ``room`` levels (the copied items as one list, for a
+    range)."""
     found = _at(doc, op[2])
     if op[0] in ("c", "o"):
         if not isinstance(found, list):
@@ -119,43 +147,63 @@ def _source(doc: dict[str, Any], op: Op) -> Any:
         if stop > len(found):
             raise ValueError("the copy source is shorter than the copied range")
         found = found[start:stop]
-    return _copied(found)
+    return _copied(found, room)
 
 
-def _copied(value: Any) -> Any:
+def _copied(value: Any, room: int | None) -> tuple[Any, bool]:
     try:
-        return orjson.loads(orjson.dumps(value))
+        text = orjson.dumps(value)
     except (TypeError, orjson.JSONEncodeError):
-        return copy.deepcopy(value)  # lone surrogates or big integers: the slow, exact way
+        # Lone surrogates or big integers: the slow, exact way, and the depth measured.
+        copied = copy.deepcopy(value)
+        return copied, room is not None and jsonutil.nesting_depth(copied) <= room
+    if room is None:
+        return orjson.loads(text), False
+    if room <= 0:
+        copied = orjson.loads(text)
+        return copied, not isinstance(copied, dict | list)
+    copied, bounded = jsonutil.loads_within(text, room)
+    return copied, bounded or jsonutil.nesting_depth(copied) <= room
 
 
-def _apply_one(doc: dict[str, Any], op: Op, before: Any) -> None:
+def _fits(value: Any, room: int | None) -> bool:
+    return room is not None and jsonutil.nesting_depth(value) <= room
+
+
+def _apply_one(
+    doc: dict[str, Any], op: Op, before: tuple[Any, bool] | None, room: int | None
+) -> bool:
+    """Apply one operation; whether what it wrote fits in ``room`` levels."""
     kind, path = op[0], op[1]
     if kind in ("c", "o", "v", "w"):
-        value = before if kind in _BEFORE else _source(doc, op)
+        value, fits = before if before is not None else _source(doc, op, room)
         if kind in ("c", "o"):
             _list_at(doc, path).extend(value)
         else:
             _set(doc, path, value)
-    elif kind == "s":
+        return fits
+    if kind == "s":
         _set(doc, path, op[2])
-    elif kind == "x":
+        return _fits(op[2], room)
+    if kind == "x":
         items = op[2]
         if not isinstance(items, list):
             raise TypeError("extend needs a list of items")
         _list_at(doc, path).extend(items)
-    elif kind == "t":
+        return _fits(items, room)
+    if kind == "t":
         target, size = _list_at(doc, path), op[2]
         if type(size) is not int or not 0 <= size <= len(target):
             raise ValueError("truncation outside the list")
         del target[size:]
-    elif kind == "d":
+        return True  # removing never deepens
+    if kind == "d":
         parent = _at(doc, path[:-1])
         if not isinstance(parent, dict):
             raise TypeError("delete from a value that is not an object")
         del parent[path[-1]]
-    else:
-        raise ValueError(f"unknown operation {kind!r}")
+        return True
+    raise ValueError(f"unknown operation {kind!r}")
 
 
 def _set(doc: dict[str, Any], path: Path, value: Any) -> None:

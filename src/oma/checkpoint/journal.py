@@ -42,15 +42,25 @@ class StoredCheckpoint:
     token: str
     records: int = 1
     bytes: int = 0
+    # The document is known to nest no deeper than the load's limit (see ``load_journal``).
+    within_depth: bool = False
 
 
-async def load_journal(store: JournalStore, key: str) -> tuple[Any, StoredCheckpoint] | None:
-    """The document a journal holds (base with every delta applied), or ``None``."""
+async def load_journal(
+    store: JournalStore, key: str, depth_limit: int | None = None
+) -> tuple[Any, StoredCheckpoint] | None:
+    """The document a journal holds (base with every delta applied), or ``None``. With a
+    ``depth_limit``, ``StoredCheckpoint.within_depth`` says whether the document is known to
+    nest at most that many levels: the base bounded by the parser, each delta by what it wrote
+    (``delta.apply_within``), so the reader need not walk the whole document."""
     entry = await store.journal_get(key)
     if entry is None:
         return None
     try:
-        document = jsonutil.loads(entry.records[0])
+        if depth_limit is None:
+            document, within = jsonutil.loads(entry.records[0]), False
+        else:
+            document, within = jsonutil.loads_within(entry.records[0], depth_limit)
     except ValueError as exc:
         raise CheckpointDecodeError(key, f"journal base: {exc}") from exc
     if not isinstance(document, dict):
@@ -60,11 +70,15 @@ async def load_journal(store: JournalStore, key: str) -> tuple[Any, StoredCheckp
             ops = jsonutil.loads(record)
             if not isinstance(ops, list):
                 raise ValueError("a journal record is a JSON array of operations")
-            delta.apply(document, ops)
+            if within and depth_limit is not None:
+                within = delta.apply_within(document, ops, depth_limit)
+            else:
+                delta.apply(document, ops)
         except ValueError as exc:
             raise CheckpointDecodeError(key, f"journal record {number}: {exc}") from exc
     size = sum(len(record) for record in entry.records)
-    return document, StoredCheckpoint("journal", entry.version, len(entry.records), size)
+    stored = StoredCheckpoint("journal", entry.version, len(entry.records), size, within)
+    return document, stored
 
 
 def base_records(wire: dict[str, Any]) -> list[str]:

@@ -47,10 +47,10 @@ class Checkpoint:
     async def load_stored(self) -> tuple[CheckpointSnapshot | None, StoredCheckpoint | None]:
         """The snapshot and where it was found (what a fenced claim compares)."""
         if supports_journal(self.store):
-            found = await load_journal(self.store, self.key)
+            found = await load_journal(self.store, self.key, MAX_SNAPSHOT_DEPTH)
             if found is not None:
                 document, stored = found
-                return parse_snapshot(document, self.key), stored
+                return parse_snapshot(document, self.key, depth_checked=stored.within_depth), stored
         entry = await self.store.get(self.key)
         if entry is None:
             return None, None

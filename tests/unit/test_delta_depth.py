@@ -1,0 +1,101 @@
+"""A journal's depth bound: ``apply_within`` says a delta kept the document within a limit by
+measuring only what it wrote, and never says so of a document that is deeper (the reader then
+skips the walk of the whole document that the snapshot layout's parser makes unnecessary)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import orjson
+import pytest
+
+from oma.checkpoint.delta import Op, apply, apply_within
+from oma.checkpoint.delta_diff import diff
+from oma.jsonutil import nesting_depth
+from tests.unit import snapshot_fixtures
+
+LIMIT = 12
+
+
+def deep(levels: int) -> Any:
+    """``levels`` nested containers (objects and lists alternating) around a string."""
+    value: Any = "leaf"
+    for level in range(levels):
+        value = {"k": value} if level % 2 else [value]
+    return value
+
+
+def to_leaf(levels: int) -> list[str | int]:
+    """The path from the top of ``deep(levels)`` to its leaf (``levels`` steps)."""
+    return ["k" if level % 2 else 0 for level in range(levels - 1, -1, -1)]
+
+
+def _copy_over(kind: str, m: int) -> list[Op]:
+    return [["s", ["b", "d"], deep(m)], [kind, ["b", "d", *to_leaf(m)], ["held"]]]
+
+
+def _extend_innermost(m: int) -> list[Op]:
+    return [["s", ["b", "d"], deep(m)], ["c", ["b", "d", *to_leaf(m)[:-1]], ["a"], 0, 1]]
+
+
+def _doc() -> dict[str, Any]:
+    # depth 3: root, "a" (a list), its object; "held" a value of 5 levels one step down.
+    return {"a": [{"x": 1}], "held": deep(5), "b": {"c": []}}
+
+
+def _check(ops: list[Op]) -> tuple[bool, int]:
+    doc = _doc()
+    within = apply_within(doc, ops, LIMIT)
+    plain = apply(_doc(), ops)
+    assert orjson.dumps(doc) == orjson.dumps(plain)  # the same document either way
+    return within, nesting_depth(doc)
+
+
+@pytest.mark.parametrize(
+    ("name", "at_limit", "one_over"),
+    [
+        # set at a path of 2 steps: 2 + depth(value)
+        ("set", [["s", ["b", "d"], deep(10)]], [["s", ["b", "d"], deep(11)]]),
+        # extend the list at ["b", "c"] (2 steps): 2 + depth(items as a list)
+        ("extend", [["x", ["b", "c"], [deep(9)]]], [["x", ["b", "c"], [deep(10)]]]),
+        # copy "held" (5 levels) over the leaf of deep(m) at ["b", "d"]: 2 + m + 5 levels
+        ("copy deeper", _copy_over("v", 5), _copy_over("v", 6)),
+        ("copy deeper, from before the delta", _copy_over("w", 5), _copy_over("w", 6)),
+        # extend the innermost list of deep(m) (m + 1 steps) with "a"'s item: m + 1 + 2 levels
+        ("copy a range deeper", _extend_innermost(9), _extend_innermost(10)),
+    ],
+)
+def test_a_delta_is_within_the_limit_exactly_up_to_it(
+    name: str, at_limit: list[Op], one_over: list[Op]
+) -> None:
+    within, depth = _check(at_limit)
+    assert (within, depth) == (True, LIMIT), name
+    within, depth = _check(one_over)
+    assert (within, depth) == (False, LIMIT + 1), name
+
+
+def test_removals_keep_the_bound() -> None:
+    within, _ = _check([["t", ["a"], 0], ["d", ["held"]]])
+    assert within
+
+
+def test_a_copy_the_parser_cannot_bound_is_measured() -> None:
+    """A copied integer beyond 64 bits goes through the exact parser: still measured."""
+    doc = {"a": [[2**70]], "b": []}
+    assert apply_within(doc, [["c", ["b"], ["a"], 0, 1]], LIMIT)
+    assert doc["b"] == [[2**70]]
+    doc = {"a": [[2**70, deep(LIMIT)]], "b": []}
+    assert not apply_within(doc, [["c", ["b"], ["a"], 0, 1]], LIMIT)
+
+
+def test_real_deltas_of_a_snapshot_stay_within_and_rebuild_it() -> None:
+    old = snapshot_fixtures.v4_completed_in_flight()
+    new = copy.deepcopy(old)
+    task = new["inFlightTasks"][0]
+    task["conversationMessages"] = task["conversationMessages"] * 3
+    new["completedTaskResults"] = new["completedTaskResults"][::-1]
+    ops = diff(old, new)
+    doc = copy.deepcopy(old)
+    assert apply_within(doc, ops, 64)
+    assert orjson.dumps(doc) == orjson.dumps(new)
