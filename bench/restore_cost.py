@@ -1,6 +1,7 @@
 """Restore cost: from a stored snapshot to the first model call of the resumed run, per backend.
 
     .venv/bin/python bench/restore_cost.py [--quick] [--backends memory,file,redis,postgres]
+        [--layout snapshot|journal]
 
 For snapshots of about 100 KB, 1 MB and 10 MB (half completed tasks with their results, half
 the conversation of one in-flight task, as a long run leaves them), times the real
@@ -9,13 +10,21 @@ read, JSON decode, strict validation, rebuild of the queue, results, identity an
 conversation. Also prints the read alone and decode + validation alone (same run, same store).
 Garbage of the previous repeat is collected before each one (a restore runs in a fresh runner
 process). Redis and PostgreSQL are started as child processes. p50/p99 in ms.
+
+``--layout journal`` stores the same document as a journal (what ``oma run`` and runner pods
+write where the store keeps journals: memory, Redis, PostgreSQL): a base written as a compaction
+writes it, then ``JOURNAL_DELTAS`` deltas of one message each, so a restore assembles it from
+records; ``read`` is then the store's ``journal_get`` and ``parse`` its assembly and validation.
+The baseline stays the client's plain read of the whole snapshot text plus ``orjson.loads``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import gc
+import itertools
 import statistics
 import tempfile
 import time
@@ -29,15 +38,21 @@ from plain_writes import PlainWriter
 
 from oma import jsonutil
 from oma.checkpoint import Checkpoint, parse_snapshot
+from oma.checkpoint.delta import relative
+from oma.checkpoint.delta_diff import diff
+from oma.checkpoint.journal import base_records, load_journal
 from oma.checkpoint.manager import decode_snapshot
 from oma.checkpoint.snapshot import CheckpointSnapshot
+from oma.checkpoint.validation import MAX_SNAPSHOT_DEPTH
 from oma.llm.types import ChatRequest, ChatResponse
 from oma.orchestrator import CheckpointOptions, OpenMultiAgent
 from oma.store import MemoryStore
 from oma.store.base import close_store
+from oma.store.journal import JournalStore, supports_journal
 from oma.team import AgentConfig, Team
 
 SIZES = {"100 KB": 100_000, "1 MB": 1_000_000, "10 MB": 10_000_000}
+JOURNAL_DELTAS = 20  # deltas after the base: one appended message each
 STAMP = "2026-11-29T00:00:00.000Z"
 LOREM = "lorem ipsum dolor sit amet, consectetur adipiscing elit. "
 RUN_ID = "restore-bench"
@@ -199,14 +214,53 @@ def _ms(since: float) -> float:
     return (time.perf_counter() - since) * 1000
 
 
+def journal_records(document: dict[str, Any], deltas: int) -> list[str]:
+    """``document`` as a journal: the base a compaction writes of it without its in-flight
+    task's last ``deltas`` messages, then one delta per message put back."""
+    states = []
+    for back in range(deltas, -1, -1):
+        state = copy.deepcopy(document)
+        task = state["inFlightTasks"][0]
+        for field in ("conversationMessages", "messages"):
+            task[field] = task[field][: max(1, len(task[field]) - back)]
+        states.append(state)
+    records = base_records(states[0])
+    for before, after in itertools.pairwise(states):
+        records.append(jsonutil.dumps(relative(diff(before, after))))
+    return records
+
+
+async def _store_journal(store: JournalStore, key: str, text: str) -> None:
+    records = journal_records(orjson.loads(text), JOURNAL_DELTAS)
+    assert await store.journal_write(key, records, version="bench", expected=None, replace=True)
+    found = await load_journal(store, key, MAX_SNAPSHOT_DEPTH)
+    assert found is not None and jsonutil.dumps(found[0]) == text  # the same document
+    assert found[1].within_depth  # bounded without a walk of the whole document
+
+
+async def _parse_journal(store: JournalStore, key: str) -> None:
+    found = await load_journal(store, key, MAX_SNAPSHOT_DEPTH)
+    assert found is not None
+    parse_snapshot(found[0], key, depth_checked=found[1].within_depth)
+
+
 async def measure(
-    store: MemoryStore, plain: PlainWriter, snapshot: CheckpointSnapshot, repeats: int
+    store: MemoryStore,
+    plain: PlainWriter,
+    snapshot: CheckpointSnapshot,
+    repeats: int,
+    journal: bool = False,
 ) -> Row:
     checkpoint = Checkpoint(store, run_id=RUN_ID)
-    await checkpoint.save(snapshot)
-    entry = await store.get(checkpoint.key)
-    assert entry is not None
-    text = entry.value
+    text = snapshot.to_json()
+    if journal:
+        assert supports_journal(store)
+        await _store_journal(store, checkpoint.key, text)
+    else:
+        await checkpoint.save(snapshot)
+        entry = await store.get(checkpoint.key)
+        assert entry is not None
+        text = entry.value
     await plain.write("plain-restore", text)
     row = Row([], [], [], [], [], len(text))
     expected_messages = len(snapshot.in_flight_tasks[0].conversation_messages)  # type: ignore[union-attr]
@@ -221,12 +275,20 @@ async def measure(
         row.client.append(_ms(started))
         del raw
         gc.collect()
-        started = time.perf_counter()
-        await store.get(checkpoint.key)
-        row.read.append(_ms(started))
-        started = time.perf_counter()
-        decode_snapshot(text, checkpoint.key)
-        row.parse.append(_ms(started))
+        if journal and supports_journal(store):
+            started = time.perf_counter()
+            await store.journal_get(checkpoint.key)
+            row.read.append(_ms(started))
+            started = time.perf_counter()
+            await _parse_journal(store, checkpoint.key)  # its own read included
+            row.parse.append(_ms(started) - row.read[-1])
+        else:
+            started = time.perf_counter()
+            await store.get(checkpoint.key)
+            row.read.append(_ms(started))
+            started = time.perf_counter()
+            decode_snapshot(text, checkpoint.key)
+            row.parse.append(_ms(started))
         gc.collect()
         started = time.perf_counter()
         loaded = await checkpoint.load_latest()
@@ -237,8 +299,11 @@ async def measure(
         elapsed, messages = await restore_once(store)
         assert messages == expected_messages, (messages, expected_messages)
         row.restore.append(elapsed)
-        stored = await store.get(checkpoint.key)
-        assert stored is not None and stored.value == text  # nothing was written meanwhile
+        if journal and supports_journal(store):  # nothing was written meanwhile
+            assert await store.journal_version(checkpoint.key) == "bench"
+        else:
+            stored = await store.get(checkpoint.key)
+            assert stored is not None and stored.value == text
     return row
 
 
@@ -248,6 +313,11 @@ def _pair(samples: list[float]) -> str:
 
 async def main(args: argparse.Namespace) -> None:
     print(header("restore cost", args.quick))
+    if args.layout == "journal":
+        print(
+            f"layout journal: a base and {JOURNAL_DELTAS} deltas; read = journal_get, parse = "
+            "its assembly + validation\n"
+        )
     print(
         "times in ms, p50 and p99 of each; client = the client library's plain read of the same"
         " text + orjson.loads\n(the baseline); read = our store's get; parse = JSON decode +"
@@ -263,6 +333,10 @@ async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="oma-bench-") as tmp:
         async with backend_pairs(Path(tmp), args.backends) as pairs:
             for name, (make, make_plain) in pairs.items():
+                journal = args.layout == "journal"
+                if journal and name == "file":
+                    print(f"{name:9} (keeps no journals: snapshot layout only)")
+                    continue
                 plain = await make_plain()
                 for size_name in args.sizes:
                     # Built per measurement and dropped after: a live heap holding every size
@@ -270,7 +344,7 @@ async def main(args: argparse.Namespace) -> None:
                     snapshot = parse_snapshot(snapshot_of_size(SIZES[size_name]), "bench")
                     repeats = args.repeats[size_name]
                     store = await make()
-                    row = await measure(store, plain, snapshot, repeats)
+                    row = await measure(store, plain, snapshot, repeats, journal)
                     base = statistics.median(row.client)
                     print(
                         f"{name:9} {size_name:>6} {repeats:>3} {_pair(row.client)} "
@@ -288,6 +362,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="100 KB and 1 MB, memory and file")
     parser.add_argument("--backends", type=parse_backends, default=None, help="comma-separated")
+    parser.add_argument(
+        "--layout",
+        choices=("snapshot", "journal"),
+        default="snapshot",
+        help="how the checkpoint is stored (journal: memory, Redis, PostgreSQL)",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.sizes = ["100 KB", "1 MB"]

@@ -70,6 +70,19 @@ def test_restore_cost_prints_its_table() -> None:
     assert all(row[14].endswith("x") and row[15].endswith("x") for row in rows)
 
 
+def test_restore_cost_restores_a_journal_too() -> None:
+    """The same document stored as a base and deltas (each run checks that the journal
+    rebuilds it exactly and is bounded without a walk); the file store keeps no journals."""
+    output = _bench("restore_cost.py", "--layout", "journal")
+    assert "layout journal: a base and 20 deltas" in output
+    rows = _rows(output, "backend")
+    assert [(row[0], " ".join(row[1:3])) for row in rows if len(row) == 17] == [
+        ("memory", "100 KB"),
+        ("memory", "1 MB"),
+    ]
+    assert ["file", "(keeps", "no", "journals:", "snapshot", "layout", "only)"] in rows
+
+
 def test_checkpoint_overhead_measures_saves_against_the_clients_plain_write() -> None:
     output = _bench("checkpoint_overhead.py", "--parts", "saves", "--backends", "memory,file")
     assert "client = the client library's plain write of the same string" in output
