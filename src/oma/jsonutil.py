@@ -43,7 +43,9 @@ def loads(data: str | bytes) -> Any:
 PARSER_DEPTH_LIMIT = 1024
 
 
-def loads_within(data: str | bytes, max_depth: int) -> tuple[Any, bool]:
+def loads_within(
+    data: str | bytes, max_depth: int, *, orjson_text: bool = False
+) -> tuple[Any, bool]:
     """``loads``, and whether the document is known to nest at most ``max_depth`` levels.
 
     The bound comes for free from the parser: the text is parsed wrapped in
@@ -51,9 +53,11 @@ def loads_within(data: str | bytes, max_depth: int) -> tuple[Any, bool]:
     wrapper must then hold exactly one element, or the text was not one JSON value (``1],[2``
     would close a wrapper early). ``False``: not known (a long integer, a lone surrogate, too
     deep, invalid), and the value comes from ``loads``, for the caller to measure.
+    ``orjson_text``: ``data`` is what ``orjson.dumps`` wrote, which holds no integer orjson
+    cannot read exactly, so the scan for one is skipped.
     """
     pad = PARSER_DEPTH_LIMIT - max_depth
-    if pad > 0 and not _may_hold_a_long_integer(data):
+    if pad > 0 and (orjson_text or not _may_hold_a_long_integer(data)):
         try:
             if isinstance(data, bytes):
                 value = orjson.loads(b"[" * pad + data + b"]" * pad)

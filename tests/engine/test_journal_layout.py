@@ -320,3 +320,44 @@ async def test_a_journal_whose_delta_nests_too_deep_is_refused_as_a_snapshot_is(
         assert found is not None and not found[1].within_depth
     finally:
         await store.aclose()
+
+
+async def test_a_journal_base_the_parser_cannot_bound_is_walked(
+    redis_server: RedisServer,
+) -> None:
+    """A base nested past the limit, or holding a 19-digit run (read by the exact parser): not
+    known to be within the limit, so the document is measured: refused in the first case,
+    loaded in the second."""
+    store = RedisStore(redis_server.url, namespace="j-deep-base")
+    key = checkpoint_key(RUN)
+    deep = snapshot_fixtures.v4_completed_in_flight()
+    deep["inFlightTasks"][0]["conversationMessages"][1]["content"][0]["input"] = {
+        "held": nested(MAX_SNAPSHOT_DEPTH - 7)
+    }
+    digits = snapshot_fixtures.v4_completed_in_flight()
+    digits["inFlightTasks"][0]["conversationMessages"][1]["content"][0]["input"] = {
+        "id": 1234567890123456789012
+    }
+    try:
+        for version, base in (("deep", deep), ("digits", digits)):
+            assert await store.journal_write(
+                key, [jsonutil.dumps(base)], version=version, expected=None, replace=True,
+                force=True,
+            )  # fmt: skip
+            found = await load_journal(store, key, MAX_SNAPSHOT_DEPTH)
+            assert found is not None and not found[1].within_depth
+        loaded = await Checkpoint(store, run_id=RUN).load_latest()  # the digits: exact
+        assert loaded is not None
+        assert (
+            jsonutil.dumps(loaded.model_dump(mode="json", by_alias=True)).count(
+                "1234567890123456789012"
+            )
+            == 1
+        )
+        await store.journal_write(
+            key, [jsonutil.dumps(deep)], version="deep", expected=None, replace=True, force=True
+        )
+        with pytest.raises(CheckpointValidationError, match=r"nested \d+ levels deep"):
+            await Checkpoint(store, run_id=RUN).load_latest()
+    finally:
+        await store.aclose()

@@ -8,7 +8,7 @@ import pytest
 from oma_operator import events, runtime
 
 ROUTINE = ("Queued", "AttemptStarted", "AttemptSucceeded")
-NOTABLE = ("Resumed", "AttemptDisruption", "AttemptFailed", "Retried", "Unsuspended", "X")
+NOTABLE = ("Resumed", "AttemptDisruption", "AttemptCrash", "Retried", "Unsuspended", "X")
 
 
 def test_notable_leaves_out_the_routine_events_only(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -19,7 +19,3 @@ def test_notable_leaves_out_the_routine_events_only(monkeypatch: pytest.MonkeyPa
 def test_all_posts_every_event(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(runtime, "EVENTS", "all")
     assert all(events.posted(r) for r in ROUTINE + NOTABLE)
-
-
-def test_the_default_is_notable() -> None:
-    assert runtime.EVENTS == "notable" and events.VERBOSITIES == ("notable", "all")

@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from oma.checkpoint.delta import Op, apply, apply_within
+from oma.checkpoint.delta import Op, apply, apply_within, relative
 from oma.checkpoint.delta_diff import diff
 from oma.jsonutil import nesting_depth
 from tests.unit import snapshot_fixtures
@@ -35,8 +35,8 @@ def _copy_over(kind: str, m: int) -> list[Op]:
     return [["s", ["b", "d"], deep(m)], [kind, ["b", "d", *to_leaf(m)], ["held"]]]
 
 
-def _extend_innermost(m: int) -> list[Op]:
-    return [["s", ["b", "d"], deep(m)], ["c", ["b", "d", *to_leaf(m)[:-1]], ["a"], 0, 1]]
+def _extend_innermost(m: int, kind: str = "c") -> list[Op]:
+    return [["s", ["b", "d"], deep(m)], [kind, ["b", "d", *to_leaf(m)[:-1]], ["a"], 0, 1]]
 
 
 def _doc() -> dict[str, Any]:
@@ -64,15 +64,30 @@ def _check(ops: list[Op]) -> tuple[bool, int]:
         ("copy deeper, from before the delta", _copy_over("w", 5), _copy_over("w", 6)),
         # extend the innermost list of deep(m) (m + 1 steps) with "a"'s item: m + 1 + 2 levels
         ("copy a range deeper", _extend_innermost(9), _extend_innermost(10)),
+        (
+            "copy a range deeper, from before the delta",
+            _extend_innermost(9, "o"),
+            _extend_innermost(10, "o"),
+        ),
     ],
 )
 def test_a_delta_is_within_the_limit_exactly_up_to_it(
     name: str, at_limit: list[Op], one_over: list[Op]
 ) -> None:
-    within, depth = _check(at_limit)
-    assert (within, depth) == (True, LIMIT), name
-    within, depth = _check(one_over)
-    assert (within, depth) == (False, LIMIT + 1), name
+    for form in (lambda ops: ops, relative):  # as written, and as journals store them
+        within, depth = _check(form(at_limit))
+        assert (within, depth) == (True, LIMIT), name
+        within, depth = _check(form(one_over))
+        assert (within, depth) == (False, LIMIT + 1), name
+
+
+def test_at_the_limit_only_a_scalar_fits() -> None:
+    """A value written where the limit leaves no room: a scalar keeps the depth, a copied
+    container does not (the parser's bound at 0 levels)."""
+    scalar = [["s", ["b", "d"], deep(10)], ["v", ["b", "d", *to_leaf(10)], ["a", 0, "x"]]]
+    assert _check(scalar) == (True, LIMIT)
+    container = [["s", ["b", "d"], deep(10)], ["v", ["b", "d", *to_leaf(10)], ["held"]]]
+    assert _check(container) == (False, LIMIT + 5)
 
 
 def test_removals_keep_the_bound() -> None:

@@ -159,10 +159,9 @@ def _copied(value: Any, room: int | None) -> tuple[Any, bool]:
         return copied, room is not None and jsonutil.nesting_depth(copied) <= room
     if room is None:
         return orjson.loads(text), False
-    if room <= 0:
-        copied = orjson.loads(text)
-        return copied, not isinstance(copied, dict | list)
-    copied, bounded = jsonutil.loads_within(text, room)
+    if room < 0:  # the path is deeper than the limit already: nothing written there fits
+        return orjson.loads(text), False
+    copied, bounded = jsonutil.loads_within(text, room, orjson_text=True)
     return copied, bounded or jsonutil.nesting_depth(copied) <= room
 
 
