@@ -88,10 +88,13 @@ async def ensure_pod(
             # Held between the check above and the creation: stop it at once (it drains, and
             # its recorded end applies the hold).
             await runtime.kube().delete_pod(meta["namespace"], pod)
-    if pod_creation_failed(dict(teamrun.get("status") or {})):
+    refused_before = pod_creation_failed(dict(teamrun.get("status") or {}))
+    if refused_before:
         await _note_pod_creation(meta["namespace"], meta["name"], attempt, pod, None)
     if not created:
         return
+    if refused_before:  # answers the PodCreateFailed warning(s), so posted in any mode
+        await events.info(teamrun, "PodCreated", f"attempt {attempt}: pod {pod}, at last")
     await events.info(teamrun, "AttemptStarted", f"attempt {attempt}: pod {pod}")
     if resume is not None:
         METRICS.resumed(resume)

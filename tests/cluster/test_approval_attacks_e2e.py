@@ -308,6 +308,7 @@ async def test_a_store_decision_while_pods_are_refused_resumes_once_they_are_all
     assert await effects.ledger() == ["charge"]
     counts = await event_counts(kube, namespace, "quota")
     assert counts.get("Resumed") == 1 and "AttemptStarted" not in counts, counts
+    assert counts.get("PodCreated") == 1, counts  # the refusals answered
 
 
 @pytest.mark.timeout(300)

@@ -114,3 +114,14 @@ def test_real_deltas_of_a_snapshot_stay_within_and_rebuild_it() -> None:
     doc = copy.deepcopy(old)
     assert apply_within(doc, ops, 64)
     assert orjson.dumps(doc) == orjson.dumps(new)
+
+
+def test_a_copy_nested_too_deeply_to_copy_is_refused_as_a_bad_record() -> None:
+    """A hostile store's document (read by the exact parser, so not bounded at 200 levels)
+    whose delta copies a part too deep for Python's recursion: a ``ValueError`` (the journal
+    record is refused as ``CheckpointDecodeError``), never a ``RecursionError``."""
+    doc: dict[str, Any] = {"a": [[2**70, deep(5000)]], "b": []}
+    with pytest.raises(ValueError, match="nested too deeply to copy"):
+        apply_within(doc, [["c", ["b"], ["a"], 0, 1]], LIMIT)
+    with pytest.raises(ValueError, match="nested too deeply to copy"):
+        apply(doc, [["c", ["b"], ["a"], 0, 1]])

@@ -155,7 +155,10 @@ def _copied(value: Any, room: int | None) -> tuple[Any, bool]:
         text = orjson.dumps(value)
     except (TypeError, orjson.JSONEncodeError):
         # Lone surrogates or big integers: the slow, exact way, and the depth measured.
-        copied = copy.deepcopy(value)
+        try:
+            copied = copy.deepcopy(value)
+        except RecursionError:
+            raise ValueError("the copied value is nested too deeply to copy") from None
         return copied, room is not None and jsonutil.nesting_depth(copied) <= room
     if room is None:
         return orjson.loads(text), False
