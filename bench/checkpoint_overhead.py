@@ -72,6 +72,7 @@ from oma.team import AgentConfig, Team  # noqa: E402
 from oma.tools import ToolContext, define_tool  # noqa: E402
 
 SIZES = {"10 KB": 10_000, "100 KB": 100_000, "1 MB": 1_000_000}
+WARM_UP_ROUNDS = 5  # untimed rounds before a size is measured
 
 
 def snapshot_of_size(target: int) -> CheckpointSnapshotV4:
@@ -169,15 +170,28 @@ async def measure_size(
 ) -> str:
     text = snapshot.to_json()
     checkpoint = Checkpoint(store, run_id=f"bench-{label}")
-    plain_write = await timed(lambda: client.write("bench/plain", text), count)
-    raw = await timed(lambda: store.set("bench/raw", text), count)
-    plain = await timed(lambda: checkpoint.save(snapshot), count)
 
     async def encode() -> None:
         snapshot.to_json()
         snapshot_metadata(snapshot)
 
-    encoding = statistics.median(await timed(encode, count))
+    # Round by round, so that a change of the machine's pace during the run (other processes,
+    # the server's own work) weighs on the baseline and on our write alike; a few untimed
+    # rounds first (connections, the server's prepared statements).
+    actions = (
+        lambda: client.write("bench/plain", text),
+        lambda: store.set("bench/raw", text),
+        lambda: checkpoint.save(snapshot),
+        encode,
+    )
+    for _ in range(WARM_UP_ROUNDS):
+        for action in actions:
+            await action()
+    plain_write, raw, plain, encodings = [], [], [], []
+    for _ in range(count):
+        for action, samples in zip(actions, (plain_write, raw, plain, encodings), strict=True):
+            samples.extend(await timed(action, 1))
+    encoding = statistics.median(encodings)
     stored = await store.get(checkpoint.key)
     state: dict[str, str | None] = {"expected": stored.value if stored else None}
 

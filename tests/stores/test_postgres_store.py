@@ -14,7 +14,13 @@ from psycopg_pool import AsyncConnectionPool
 from oma.errors import StoreError
 from oma.store import PostgresStore, StoreAuthError, StoreUnavailableError
 from oma.store.postgres_migrations import migrate
-from oma.store.postgres_sql import MIGRATIONS
+from oma.store.postgres_sql import (
+    CREATE_MIGRATIONS_TABLE,
+    JOURNAL_RECORDS_SUFFIX,
+    JOURNAL_SUFFIX,
+    MIGRATIONS,
+    RECORD_MIGRATION,
+)
 from tests.servers.postgres_server import PostgresServer
 from tests.servers.process import free_port
 from tests.stores.conftest import unique_name
@@ -90,7 +96,16 @@ async def test_unknown_newer_schema_version_is_refused(
     await store.aclose()
 
 
-async def test_layout_digest_position_and_created_at(
+async def _columns(conn: psycopg.AsyncConnection, schema: str, table: str) -> list[str]:
+    cursor = await conn.execute(
+        "SELECT column_name FROM information_schema.columns"
+        " WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
+        (schema, table),
+    )
+    return [row[0] for row in await cursor.fetchall()]
+
+
+async def test_layout_position_and_created_at(
     postgres_server: PostgresServer, conn: psycopg.AsyncConnection
 ) -> None:
     schema = unique_name("layout")
@@ -100,15 +115,76 @@ async def test_layout_digest_position_and_created_at(
         await store.set("b", "beta2")
         cursor = await conn.execute(
             sql.SQL(
-                "SELECT key, value, value_sha256, metadata::text, expires_at_turn,"
+                "SELECT key, value, metadata::text, expires_at_turn,"
                 " created_at < updated_at FROM {} ORDER BY position"
             ).format(sql.Identifier(schema, "oma_store"))
         )
         rows = await cursor.fetchall()
-    assert rows == [
-        ("b", b"beta2", hashlib.sha256(b"beta2").digest(), None, None, True),
-        ("a", b"alpha", hashlib.sha256(b"alpha").digest(), '{"m":"x"}', 3, False),
-    ]
+    assert rows == [("b", b"beta2", None, None, True), ("a", b"alpha", '{"m":"x"}', 3, False)]
+    assert await _columns(conn, schema, "oma_store") == [
+        "key", "position", "value", "metadata", "expires_at_turn", "created_at", "updated_at"
+    ]  # fmt: skip
+
+
+async def test_a_table_of_the_previous_schema_migrates_with_its_rows_and_swaps_exactly(
+    postgres_server: PostgresServer, conn: psycopg.AsyncConnection
+) -> None:
+    """A table an oma before migration 4 made and wrote (with its generated value_sha256)
+    loses the column and keeps every row; compare_and_set then compares the values
+    themselves: equal bytes swap, a value differing in one byte does not."""
+    schema, table = unique_name("mig4"), "kv"
+    target = sql.Identifier(schema, table)
+    migrations = sql.Identifier(schema, "oma_store_migrations")
+    async with conn.transaction():
+        await conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+        await conn.execute(CREATE_MIGRATIONS_TABLE.format(migrations=migrations))
+        for migration in MIGRATIONS[:3]:
+            for statement in migration.statements:
+                await conn.execute(
+                    statement.format(
+                        table=target,
+                        position_index=sql.Identifier(f"{table}_position_idx"),
+                        journal=sql.Identifier(schema, table + JOURNAL_SUFFIX),
+                        journal_records=sql.Identifier(schema, table + JOURNAL_RECORDS_SUFFIX),
+                    )
+                )
+            await conn.execute(
+                RECORD_MIGRATION.format(migrations=migrations),
+                (f"{schema}.{table}", migration.version, migration.description),
+            )
+    old = "snapshot \ud800 é" * 3000
+    await conn.execute(
+        sql.SQL("INSERT INTO {} (key, value, metadata) VALUES (%s, %s, %s::json)").format(target),
+        ("ckpt", old.encode("utf-8", "surrogatepass"), '{"v": 1}'),
+    )
+    assert "value_sha256" in await _columns(conn, schema, table)
+    async with PostgresStore(postgres_server.dsn(), schema=schema, table=table) as store:
+        entry = await store.get("ckpt")
+        assert entry is not None and entry.value == old and entry.metadata == {"v": 1}
+        assert await _applied(conn, schema, table) == LATEST
+        assert "value_sha256" not in await _columns(conn, schema, table)
+        assert not await store.compare_and_set("ckpt", old[:-1] + "f", "lost", {"v": 9})
+        assert await store.compare_and_set("ckpt", old, "new", {"v": 2})
+        assert not await store.compare_and_set("ckpt", old, "again")  # no longer the value
+        entry = await store.get("ckpt")
+        assert entry is not None and (entry.value, entry.metadata) == ("new", {"v": 2})
+
+
+async def test_an_older_oma_s_swap_on_a_migrated_table_fails_loudly_and_writes_nothing(
+    postgres_server: PostgresServer, conn: psycopg.AsyncConnection
+) -> None:
+    """An oma process from before migration 4 that still has the table open compares the
+    dropped column: its statement is refused (a StoreError in that process), never a swap."""
+    schema = unique_name("mig4old")
+    async with PostgresStore(postgres_server.dsn(), schema=schema) as store:
+        await store.set("k", "v1")
+        older_swap = sql.SQL(
+            "UPDATE {} SET value = %s WHERE key = %s AND value_sha256 = %s"
+        ).format(sql.Identifier(schema, "oma_store"))
+        with pytest.raises(psycopg.errors.UndefinedColumn):
+            await conn.execute(older_swap, (b"v2", "k", hashlib.sha256(b"v1").digest()))
+        entry = await store.get("k")
+        assert entry is not None and entry.value == "v1"
 
 
 async def test_odd_strings_round_trip(postgres_server: PostgresServer) -> None:

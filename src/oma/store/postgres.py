@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import UTC, datetime
@@ -185,7 +184,7 @@ class PostgresStore:
             statement = q.INSERT_IF_ABSENT
         else:
             statement = q.SWAP
-            params["expected"] = hashlib.sha256(_encode(expected)).digest()
+            params["expected"] = _encode(expected)
         await self.open()
         # Retried only while no connection was had (nothing sent): if the connection drops
         # after the statement went out, the swap may have happened, and a second attempt would

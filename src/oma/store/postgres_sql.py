@@ -86,6 +86,17 @@ MIGRATIONS: tuple[Migration, ...] = (
             ),
         ),
     ),
+    Migration(
+        4,
+        "compare values directly: drop the generated value_sha256 column",
+        (
+            # The column was computed on every write, twice for an upsert (the speculative
+            # insert and the update: a third of a 100 KB set), to serve only compare_and_set,
+            # which now compares the value itself (SWAP): cheaper than the hash even with the
+            # expected value sent. Metadata only: no rewrite of the table.
+            sql.SQL("ALTER TABLE {table} DROP COLUMN IF EXISTS value_sha256"),
+        ),
+    ),
 )
 # Suffixes of the journal tables' names: with the longest table name (48) they fit in 63 bytes.
 JOURNAL_SUFFIX = "_jhead"
@@ -139,7 +150,8 @@ INSERT_IF_ABSENT = sql.SQL(
 
 # compare_and_set(expected=str): one statement. A concurrent swap holding the row lock makes
 # this one wait, then re-check the WHERE clause against the new row version (READ COMMITTED),
-# so of N racing swaps from the same expected value exactly one updates a row.
+# so of N racing swaps from the same expected value exactly one updates a row. The stored
+# value is compared byte for byte with the expected one (bytea equality).
 SWAP = sql.SQL(
     """
     UPDATE {table} SET
@@ -147,7 +159,7 @@ SWAP = sql.SQL(
         metadata = %(metadata)s::json,
         expires_at_turn = NULL,
         updated_at = statement_timestamp()
-    WHERE key = %(key)s AND value_sha256 = %(expected)s
+    WHERE key = %(key)s AND value = %(expected)s
     """
 )
 
