@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
+import logging
 from collections.abc import AsyncIterator
 
 import psycopg
@@ -12,7 +14,7 @@ from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 from oma.errors import StoreError
-from oma.store import PostgresStore, StoreAuthError, StoreUnavailableError
+from oma.store import PostgresStore, StoreAuthError, StoreUnavailableError, postgres_migrations
 from oma.store.postgres_migrations import migrate
 from oma.store.postgres_sql import (
     CREATE_MIGRATIONS_TABLE,
@@ -126,19 +128,16 @@ async def test_layout_position_and_created_at(
     ]  # fmt: skip
 
 
-async def test_a_table_of_the_previous_schema_migrates_with_its_rows_and_swaps_exactly(
-    postgres_server: PostgresServer, conn: psycopg.AsyncConnection
-) -> None:
-    """A table an oma before migration 4 made and wrote (with its generated value_sha256)
-    loses the column and keeps every row; compare_and_set then compares the values
-    themselves: equal bytes swap, a value differing in one byte does not."""
-    schema, table = unique_name("mig4"), "kv"
+async def _table_before_migration_4(
+    conn: psycopg.AsyncConnection, schema: str, table: str, upto: int = 3
+) -> sql.Identifier:
+    """A store table as an oma before migration 4 left it (migrations 1 to ``upto``)."""
     target = sql.Identifier(schema, table)
     migrations = sql.Identifier(schema, "oma_store_migrations")
     async with conn.transaction():
         await conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
         await conn.execute(CREATE_MIGRATIONS_TABLE.format(migrations=migrations))
-        for migration in MIGRATIONS[:3]:
+        for migration in MIGRATIONS[:upto]:
             for statement in migration.statements:
                 await conn.execute(
                     statement.format(
@@ -152,6 +151,123 @@ async def test_a_table_of_the_previous_schema_migrates_with_its_rows_and_swaps_e
                 RECORD_MIGRATION.format(migrations=migrations),
                 (f"{schema}.{table}", migration.version, migration.description),
             )
+    return target
+
+
+async def _least_privileged(
+    postgres_server: PostgresServer, conn: psycopg.AsyncConnection, schema: str, table: str
+) -> str:
+    """A role that may use the table (and its journals), not create or alter; its DSN."""
+    role = unique_name("app")
+    grants = [
+        "CREATE ROLE {role} LOGIN PASSWORD 'app-pw'",
+        "GRANT USAGE ON SCHEMA {schema} TO {role}",
+        "GRANT SELECT ON {schema}.oma_store_migrations TO {role}",
+    ] + [
+        f"GRANT SELECT, INSERT, UPDATE, DELETE ON {{schema}}.{name} TO {{role}}"
+        for name in (table, table + JOURNAL_SUFFIX, table + JOURNAL_RECORDS_SUFFIX)
+    ]
+    for grant in grants:
+        with contextlib.suppress(psycopg.errors.UndefinedTable):  # journals: from migration 3
+            await conn.execute(
+                sql.SQL(grant).format(role=sql.Identifier(role), schema=sql.Identifier(schema))
+            )
+    return postgres_server.dsn(password="app-pw").replace("//oma:", f"//{role}:")
+
+
+async def test_a_role_that_may_not_alter_the_table_skips_migration_4_and_works(
+    postgres_server: PostgresServer,
+    conn: psycopg.AsyncConnection,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Migration 4 is optional: the table works with the column there (the swap compares
+    values either way). A role that does not own the table uses it, with a warning that
+    names the migration and what it needs; the owner's next open applies it."""
+    schema, table = unique_name("mig4role"), "kv"
+    await _table_before_migration_4(conn, schema, table)
+    app_dsn = await _least_privileged(postgres_server, conn, schema, table)
+    with caplog.at_level(logging.WARNING, logger="oma.store.postgres_migrations"):
+        async with PostgresStore(app_dsn, schema=schema, table=table) as app:
+            await app.set("k", "v1")
+            assert not await app.compare_and_set("k", "v2", "lost")
+            assert await app.compare_and_set("k", "v1", "v3")
+            entry = await app.get("k")
+            assert entry is not None and entry.value == "v3"
+    assert await _applied(conn, schema, table) == [1, 2, 3]
+    assert "value_sha256" in await _columns(conn, schema, table)
+    warned = [r.getMessage() for r in caplog.records]
+    assert any("optional schema migration 4" in w and "owns the table" in w for w in warned)
+    async with PostgresStore(postgres_server.dsn(), schema=schema, table=table) as owner:
+        entry = await owner.get("k")
+        assert entry is not None and entry.value == "v3"
+    assert await _applied(conn, schema, table) == LATEST
+    assert "value_sha256" not in await _columns(conn, schema, table)
+
+
+async def test_migration_4_waits_for_the_table_briefly_then_leaves_it_for_later(
+    postgres_server: PostgresServer,
+    conn: psycopg.AsyncConnection,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A long transaction that read the table (an idle psql session, a backup) holds a lock
+    the migration must wait for; every statement on the table would queue behind the waiting
+    migration. It waits at most LOCK_TIMEOUT_MS, then the store opens without it."""
+    monkeypatch.setattr(postgres_migrations, "LOCK_TIMEOUT_MS", 200)
+    schema, table = unique_name("mig4lock"), "kv"
+    target = await _table_before_migration_4(conn, schema, table)
+    async with await psycopg.AsyncConnection.connect(postgres_server.dsn()) as reader:
+        await reader.execute(sql.SQL("SELECT count(*) FROM {}").format(target))  # stays open
+        async with PostgresStore(postgres_server.dsn(), schema=schema, table=table) as store:
+            await store.set("k", "v")
+            assert await store.compare_and_set("k", "v", "w")
+        assert await _applied(conn, schema, table) == [1, 2, 3]
+        await reader.rollback()
+    async with PostgresStore(postgres_server.dsn(), schema=schema, table=table) as store:
+        entry = await store.get("k")
+        assert entry is not None and entry.value == "w"
+    assert await _applied(conn, schema, table) == LATEST
+
+
+async def test_a_required_migration_the_role_may_not_run_says_what_it_needs(
+    postgres_server: PostgresServer, conn: psycopg.AsyncConnection
+) -> None:
+    schema, table = unique_name("mig3role"), "kv"
+    await _table_before_migration_4(conn, schema, table, upto=2)
+    app_dsn = await _least_privileged(postgres_server, conn, schema, table)
+    store = PostgresStore(app_dsn, schema=schema, table=table)
+    with pytest.raises(StoreError) as refused:
+        await store.open()
+    await store.aclose()
+    message = str(refused.value)
+    assert "needs schema migration 3 (create the journal tables)" in message, message
+    assert "permission denied" in message and "owns the table" in message, message
+    assert not refused.value.transient
+
+
+async def test_a_reader_uses_a_table_without_the_optional_migration(
+    postgres_server: PostgresServer, conn: psycopg.AsyncConnection
+) -> None:
+    schema, table = unique_name("mig4read"), "kv"
+    target = await _table_before_migration_4(conn, schema, table)
+    await conn.execute(
+        sql.SQL("INSERT INTO {} (key, value) VALUES ('k', 'v'::bytea)").format(target)
+    )
+    async with PostgresStore(
+        postgres_server.dsn(), schema=schema, table=table, migrate=False
+    ) as reader:
+        entry = await reader.get("k")
+        assert entry is not None and entry.value == "v"
+    assert await _applied(conn, schema, table) == [1, 2, 3]  # a reader migrates nothing
+
+
+async def test_a_table_of_the_previous_schema_migrates_with_its_rows_and_swaps_exactly(
+    postgres_server: PostgresServer, conn: psycopg.AsyncConnection
+) -> None:
+    """A table an oma before migration 4 made and wrote (with its generated value_sha256)
+    loses the column and keeps every row; compare_and_set then compares the values
+    themselves: equal bytes swap, a value differing in one byte does not."""
+    schema, table = unique_name("mig4"), "kv"
+    target = await _table_before_migration_4(conn, schema, table)
     old = "snapshot \ud800 é" * 3000
     await conn.execute(
         sql.SQL("INSERT INTO {} (key, value, metadata) VALUES (%s, %s, %s::json)").format(target),
@@ -163,7 +279,8 @@ async def test_a_table_of_the_previous_schema_migrates_with_its_rows_and_swaps_e
         assert entry is not None and entry.value == old and entry.metadata == {"v": 1}
         assert await _applied(conn, schema, table) == LATEST
         assert "value_sha256" not in await _columns(conn, schema, table)
-        assert not await store.compare_and_set("ckpt", old[:-1] + "f", "lost", {"v": 9})
+        same_length = old[:-1] + "è"  # one byte different, the same length
+        assert not await store.compare_and_set("ckpt", same_length, "lost", {"v": 9})
         assert await store.compare_and_set("ckpt", old, "new", {"v": 2})
         assert not await store.compare_and_set("ckpt", old, "again")  # no longer the value
         entry = await store.get("ckpt")

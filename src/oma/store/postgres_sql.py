@@ -24,6 +24,9 @@ class Migration:
     version: int
     description: str
     statements: tuple[sql.SQL, ...]
+    # Optional: the table works as well without it (a speed-up). A role that may not run it,
+    # or a lock not had in time, skips it with a warning; later migrations must not need it.
+    optional: bool = False
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -33,7 +36,8 @@ MIGRATIONS: tuple[Migration, ...] = (
         (
             # value is bytea, not text: text refuses NUL characters, and a store takes any string.
             # value_sha256 is computed by the server, so it can never disagree with value;
-            # compare_and_set compares it with sha256(expected) computed by the client.
+            # compare_and_set compared it with sha256(expected) computed by the client (until
+            # migration 4 dropped it: the swap compares the value itself).
             # metadata is json, not jsonb: json keeps the document exactly as written.
             sql.SQL(
                 """
@@ -96,6 +100,7 @@ MIGRATIONS: tuple[Migration, ...] = (
             # expected value sent. Metadata only: no rewrite of the table.
             sql.SQL("ALTER TABLE {table} DROP COLUMN IF EXISTS value_sha256"),
         ),
+        optional=True,  # SWAP compares values, so it works with the column there too
     ),
 )
 # Suffixes of the journal tables' names: with the longest table name (48) they fit in 63 bytes.
@@ -116,6 +121,7 @@ CREATE_MIGRATIONS_TABLE = sql.SQL(
     """
 )
 FIND_TABLE = sql.SQL("SELECT to_regclass(%s)")
+FIND_SCHEMA = sql.SQL("SELECT to_regnamespace(%s)")
 APPLIED_VERSIONS = sql.SQL("SELECT version FROM {migrations} WHERE store_table = %s")
 RECORD_MIGRATION = sql.SQL(
     "INSERT INTO {migrations} (store_table, version, description) VALUES (%s, %s, %s)"
