@@ -94,7 +94,9 @@ async def ensure_pod(
     if not created:
         return
     if refused_before:  # answers the PodCreateFailed warning(s), so posted in any mode
-        await events.info(teamrun, "PodCreated", f"attempt {attempt}: pod {pod}, at last")
+        await events.info(
+            teamrun, "PodCreated", f"attempt {attempt}: pod {pod} created after the refusals"
+        )
     await events.info(teamrun, "AttemptStarted", f"attempt {attempt}: pod {pod}")
     if resume is not None:
         METRICS.resumed(resume)
