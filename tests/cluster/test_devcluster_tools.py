@@ -14,6 +14,7 @@ import pytest
 
 from devcluster import ControlPlane, MissingBinaryError, PortInUseError
 from devcluster.controlplane import ControlPlaneOptions, Ports
+from devcluster.images import prune_archives
 from devcluster.podenv import expand, field_value
 from devcluster.podstatus import exit_code
 from tests.cluster.helpers import wait_for
@@ -123,3 +124,32 @@ async def test_spawned_process_group_is_stopped(tmp_path: Path) -> None:
     await wait_for(trapped, 10, "the shell to ignore SIGTERM", interval=0.02)
     code = await child.stop(grace=0.5)  # ignores SIGTERM: SIGKILL after the grace period
     assert exit_code(code) == 137
+
+
+def test_old_podman_archives_are_pruned_and_recent_ones_kept(tmp_path: Path) -> None:
+    """Each image build leaves a ~470 MB archive in the real node's cache: the newest few and
+    any young enough to be in use by a start under way stay, the rest go."""
+    now = 1_000_000_000.0
+    hour = 3600.0
+    ages = {"a": 0.1, "b": 1, "c": 3, "d": 4, "e": 5, "f": 6}  # hours old
+    for name, age in ages.items():
+        path = tmp_path / f"podman-{name}.tar"
+        path.write_bytes(b"x")
+        os.utime(path, (now - age * hour, now - age * hour))
+    (tmp_path / "busybox-1.tar").write_bytes(b"x")  # not a podman archive: never touched
+    os.utime(tmp_path / "busybox-1.tar", (now - 100 * hour, now - 100 * hour))
+    just_written = tmp_path / "podman-f.tar"  # the oldest mtime, yet the one being used
+    deleted = prune_archives(tmp_path, keep=just_written, now=now)
+    # Kept: f (just written) and the 3 newest others (a, b, c); d and e are old enough to go.
+    assert sorted(p.name for p in deleted) == ["podman-d.tar", "podman-e.tar"]
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == ["busybox-1.tar", "podman-a.tar", "podman-b.tar", "podman-c.tar", "podman-f.tar"]
+    # Four newer builds: c (3 hours old) is no longer among the newest and goes; a, b and the
+    # fourth new one stay beyond the newest few, young enough that a start may import them.
+    for name in "ghij":
+        path = tmp_path / f"podman-{name}.tar"
+        path.write_bytes(b"x")
+        os.utime(path, (now, now))
+    deleted = prune_archives(tmp_path, keep=just_written, now=now)
+    assert [p.name for p in deleted] == ["podman-c.tar"]
+    assert len(list(tmp_path.glob("podman-*.tar"))) == 7

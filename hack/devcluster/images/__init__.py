@@ -15,6 +15,7 @@ import json
 import shutil
 import subprocess
 import tarfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -169,7 +170,27 @@ def podman_image(cache: Path, name: str) -> ImageSource | None:
         partial = archive.with_suffix(".partial")
         _run(*podman, "save", "--format", "docker-archive", "-o", str(partial), name)
         partial.rename(archive)
+        prune_archives(cache, keep=archive)
     return ImageSource(name, ident[:16], archive)
+
+
+ARCHIVES_KEPT = 3  # the newest podman archives, besides the one just written
+ARCHIVE_MAX_AGE_S = 2 * 3600  # younger ones may be about to be imported by a start under way
+
+
+def prune_archives(cache: Path, keep: Path, now: float | None = None) -> list[Path]:
+    """Delete the podman archives of older builds (one per image built, ~470 MB each): all but
+    ``keep`` and the ``ARCHIVES_KEPT`` newest, and only those over ``ARCHIVE_MAX_AGE_S`` old.
+    Returns what was deleted."""
+    moment = time.time() if now is None else now
+    found = sorted(cache.glob("podman-*.tar"), key=lambda p: p.stat().st_mtime, reverse=True)
+    older = [p for p in found if p != keep][ARCHIVES_KEPT:]
+    deleted = []
+    for path in older:
+        if moment - path.stat().st_mtime > ARCHIVE_MAX_AGE_S:
+            path.unlink(missing_ok=True)
+            deleted.append(path)
+    return deleted
 
 
 def ensure_imported(ctr: tuple[str, ...], stamps: Path, images: list[ImageSource]) -> None:
