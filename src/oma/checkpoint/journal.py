@@ -22,7 +22,7 @@ from oma import jsonutil
 from oma.checkpoint import delta, delta_diff
 from oma.checkpoint.delta_diff import DeltaEncoder
 from oma.errors import CheckpointDecodeError, CheckpointFencedError, CheckpointLostError
-from oma.store.journal import JournalStore, new_version
+from oma.store.journal import JournalEntry, JournalStore, new_version
 
 # A new base once the deltas since the last one hold more than 4 times its bytes: a reader reads
 # at most 5 times the base's bytes, and the bases grow geometrically, so they add up to a bounded
@@ -54,8 +54,13 @@ async def load_journal(
     nest at most that many levels: the base bounded by the parser, each delta by what it wrote
     (``delta.apply_within``), so the reader need not walk the whole document."""
     entry = await store.journal_get(key)
-    if entry is None:
-        return None
+    return None if entry is None else assemble_journal(entry, key, depth_limit)
+
+
+def assemble_journal(
+    entry: JournalEntry, key: str, depth_limit: int | None = None
+) -> tuple[Any, StoredCheckpoint]:
+    """The document of a journal already read (``load_journal`` without the read)."""
     try:
         if depth_limit is None:
             document, within = jsonutil.loads(entry.records[0]), False
