@@ -71,7 +71,9 @@ def _apply(doc: dict[str, Any], ops: list[Op], limit: int | None) -> bool:
         raise ValueError(f"a journal operation's source does not exist: {exc}") from exc
     for index, op in enumerate(ops):
         try:
-            fits = _apply_one(doc, op, before.get(index), _room(op, limit))
+            # Once one operation is not known to fit, the rest need not be measured.
+            room = _room(op, limit) if within else None
+            fits = _apply_one(doc, op, before.get(index), room)
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             raise ValueError(f"journal operation {str(op)[:120]} does not apply: {exc}") from exc
         within = within and fits
@@ -160,9 +162,7 @@ def _copied(value: Any, room: int | None) -> tuple[Any, bool]:
         except RecursionError:
             raise ValueError("the copied value is nested too deeply to copy") from None
         return copied, room is not None and jsonutil.nesting_depth(copied) <= room
-    if room is None:
-        return orjson.loads(text), False
-    if room < 0:  # the path is deeper than the limit already: nothing written there fits
+    if room is None or room < 0:  # not measured, or the path alone is past the limit
         return orjson.loads(text), False
     copied, bounded = jsonutil.loads_within(text, room, orjson_text=True)
     return copied, bounded or jsonutil.nesting_depth(copied) <= room
