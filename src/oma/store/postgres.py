@@ -186,13 +186,18 @@ class PostgresStore:
             statement = q.SWAP
             params["expected"] = _encode(expected)
         await self.open()
-        # Retried only while no connection was had (nothing sent): if the connection drops
-        # after the statement went out, the swap may have happened, and a second attempt would
-        # report False to the writer that won. That error is typed; the caller resolves it.
-        rowcount = await self._run(
-            lambda conn: _execute(conn, self._sql(statement), params), retry=False
-        )
-        return rowcount == 1
+        swap = self._sql(statement)
+
+        async def once(conn: psycopg.AsyncConnection[Any]) -> bool:
+            return await _execute(conn, swap, params) == 1
+
+        try:
+            # Retried only while no connection was had (nothing sent): once the statement went
+            # out, the swap may have happened, and a second one would report False to the
+            # writer that won.
+            return await self._run(once, retry=False)
+        except StoreUnavailableError:
+            return await self._settle_swap(key, expected, value, once)
 
     async def journal_get(self, key: str) -> JournalEntry | None:
         await self.open()
@@ -290,6 +295,41 @@ class PostgresStore:
         return template.format(
             table=self._table, journal=self._journal, journal_records=self._journal_records
         )
+
+    async def _settle_swap(
+        self,
+        key: str,
+        expected: str | None,
+        value: str,
+        swap: Callable[[psycopg.AsyncConnection[Any]], Awaitable[bool]],
+    ) -> bool:
+        """After a compare_and_set whose answer never came (as in ``RedisStore``): done if the
+        row holds our value, lost if it holds neither value, else (not applied) sent again;
+        for ``retry_for`` seconds, then the outage is the caller's."""
+        select = self._sql(q.SELECT_ONE)
+        retrying = AsyncRetrying(
+            stop=stop_after_delay(self._retry_for),
+            wait=wait_exponential(multiplier=_FIRST_WAIT, max=1.0),
+            retry=retry_if_exception_type(StoreUnavailableError),
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                rows = await self._try(lambda conn: _fetch(conn, select, {"key": key}))
+                current = _entry(rows[0]).value if rows else None
+                if current == value:
+                    return True
+                if current != expected:
+                    return False
+                return await self._try(swap)
+        raise AssertionError("unreachable: tenacity reraises the last error")
+
+    async def _try(self, work: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]) -> T:
+        """``work`` once (a retry loop of its own is the caller's)."""
+        try:
+            return await self._once(work, retry=True)
+        except _Retryable as exc:
+            raise exc.error from None
 
     async def _idempotent(
         self, template: sql.SQL, params: dict[str, Any], *, fetch: bool = False
