@@ -137,6 +137,75 @@ async def test_compare_and_set_sends_a_digest_not_the_expected_value(
         await writer.wait_closed()
 
 
+async def test_a_set_sends_its_value_beside_the_script_in_one_transaction(
+    redis_server: RedisServer,
+) -> None:
+    """A value handed to a Lua script is copied through the interpreter (costlier than the
+    write itself): a set writes it with an HSET inside the script's MULTI instead."""
+    marker = ("VALUE-" + "v" * 5000).encode()
+    reader, writer = await asyncio.open_connection("127.0.0.1", redis_server.port, limit=2**20)
+    writer.write(f"AUTH {redis_server.password}\r\nMONITOR\r\n".encode())
+    await writer.drain()
+    assert await reader.readline() == b"+OK\r\n"
+    assert await reader.readline() == b"+OK\r\n"
+    try:
+        async with RedisStore(redis_server.url, namespace=unique_name("wire")) as store:
+            await store.set_with_expiry("k", marker.decode(), 3, {"m": 1})
+            await store.ping()
+            lines = await _monitored_until_ping(reader)
+    finally:
+        writer.close()
+        await writer.wait_closed()
+    # MONITOR shows a transaction's commands at EXEC, in order; script calls as "lua" lines.
+    commands = [line.split(b"] ", 1)[1].split(None, 1)[0].upper() for line in lines]
+    client_commands = [c for line, c in zip(lines, commands, strict=True) if b" lua] " not in line]
+    start = client_commands.index(b'"MULTI"')  # after the connection's handshake
+    assert client_commands[start : start + 4] == [b'"MULTI"', b'"HSET"', b'"EVAL"', b'"EXEC"']
+    carrying = [line for line in lines if marker in line]
+    assert len(carrying) == 1 and b'"HSET"' in carrying[0].upper()
+
+
+async def test_a_value_its_digest_and_metadata_are_written_together(
+    redis_server: RedisServer, client: aioredis.Redis
+) -> None:
+    """Two writers and a reader at once: every read finds one write's value, digest and
+    metadata, never a mix (the value is written outside the script, in the same MULTI)."""
+    namespace = unique_name("together")
+    prefix = f"{{{namespace}}}:"
+    stop = asyncio.Event()
+    reads = 0
+
+    async def write(tag: str) -> None:
+        async with RedisStore(redis_server.url, namespace=namespace) as store:
+            for i in range(150):
+                value = f"{tag}{i}-" + tag * 3000
+                if i % 2:
+                    await store.set("k", value, {"of": value[:12]})
+                else:
+                    await store.set_with_expiry("k", value, i, {"of": value[:12]})
+
+    async def read() -> None:
+        nonlocal reads
+        while not stop.is_set():
+            pipe = client.pipeline(transaction=True)
+            for field in ("values", "digests", "metadata", "expiry"):
+                pipe.hget(prefix + field, "k")
+            value, digest, metadata, expiry = await pipe.execute()
+            if value is None:
+                continue
+            reads += 1
+            assert digest == hashlib.sha256(value).hexdigest().encode()
+            assert metadata == b'{"of":"' + value[:12] + b'"}'
+            number = int(value.split(b"-", 1)[0][1:])
+            assert (expiry is None) == bool(number % 2)
+
+    reader = asyncio.create_task(read())
+    await asyncio.gather(write("a"), write("b"))
+    stop.set()
+    await reader
+    assert reads > 0
+
+
 async def test_existing_client_is_used_and_left_open(
     redis_server: RedisServer, client: aioredis.Redis
 ) -> None:

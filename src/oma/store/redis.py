@@ -1,7 +1,8 @@
 """``RedisStore``: a ``MemoryStore`` in a Redis server, safe for any number of writers.
 
-Mutations are Lua scripts (see ``redis_scripts``), so each is atomic on the server and
-``compare_and_set`` holds across processes and machines. The script compares sha256 digests:
+Mutations are Lua scripts (see ``redis_scripts``; ``set`` sends the value beside its script
+in one MULTI), so each is atomic on the server and ``compare_and_set`` holds across processes
+and machines. The script compares sha256 digests:
 the client hashes ``expected`` locally and sends 64 hex characters, never the expected value.
 """
 
@@ -160,15 +161,31 @@ class RedisStore:
         return _decode_entries(await self._idempotent(lambda: self._read(self._keys, [])))
 
     async def set(self, key: str, value: str, metadata: Metadata | None = None) -> None:
-        args = _write_args(key, value, metadata, None, "s", "")
-        await self._idempotent(lambda: self._write(self._keys, args))
-        self._wrote(key, value, args)
+        await self._put(key, value, metadata, None)
 
     async def set_with_expiry(
         self, key: str, value: str, expires_at_turn: int, metadata: Metadata | None = None
     ) -> None:
-        args = _write_args(key, value, metadata, expires_at_turn, "s", "")
-        await self._idempotent(lambda: self._write(self._keys, args))
+        await self._put(key, value, metadata, expires_at_turn)
+
+    async def _put(
+        self, key: str, value: str, metadata: Metadata | None, expires_at_turn: int | None
+    ) -> None:
+        # One MULTI: an HSET of the value, then the write script for the other fields. Kept
+        # out of the script, the value is not copied through its interpreter (at 100 KB that
+        # copy cost about what the whole SET does; at 1 MB four times as much). The script is
+        # sent whole (EVAL): an EVALSHA refused inside EXEC would leave the value written
+        # without its digest. A swap stays one script: its compare decides whether to write.
+        args = _write_args(key, value, metadata, expires_at_turn, "w", "")
+        value_field, args[1] = args[1], b""
+
+        async def write() -> None:
+            pipe = self._client.pipeline(transaction=True)
+            pipe.hset(self._keys[0], args[0], value_field)
+            pipe.eval(redis_scripts.WRITE, len(self._keys), *self._keys, *args)
+            await pipe.execute()
+
+        await self._idempotent(write)
         self._wrote(key, value, args)
 
     async def compare_and_set(

@@ -40,12 +40,14 @@ FIELDS = (
 
 # KEYS: the FIELDS keys, in order.
 # ARGV: key, value, digest, metadata JSON or "", expiry or "", mode, expected digest.
-# mode "s": plain upsert; "a": only if absent; "c": only if the current digest is ARGV[7].
-# Returns 1 when written, 0 when a compare failed.
+# mode "s": plain upsert; "a": only if absent; "c": only if the current digest is ARGV[7];
+# "w": plain upsert whose value the same MULTI sets with HSET (ARGV[2] is empty): a value handed
+# to a script is copied through the interpreter, which costs more than the write itself
+# (RedisStore.set). Returns 1 when written, 0 when a compare failed.
 WRITE = """
 local key = ARGV[1]
 local mode = ARGV[6]
-if mode ~= 's' then
+if mode == 'a' or mode == 'c' then
   local current = redis.call('HGET', KEYS[2], key)
   if mode == 'a' then
     if current then return 0 end
@@ -60,7 +62,9 @@ local created = now[1] .. string.format('%06d', tonumber(now[2]))
 if redis.call('HSETNX', KEYS[4], key, created) == 1 then
   redis.call('ZADD', KEYS[6], redis.call('INCR', KEYS[7]), key)
 end
-redis.call('HSET', KEYS[1], key, ARGV[2])
+if mode ~= 'w' then
+  redis.call('HSET', KEYS[1], key, ARGV[2])
+end
 redis.call('HSET', KEYS[2], key, ARGV[3])
 if ARGV[4] == '' then
   redis.call('HDEL', KEYS[3], key)
