@@ -282,19 +282,34 @@ def render_deploy() -> str:
     return HEADER + yaml.safe_dump_all(documents(), sort_keys=False)
 
 
+# MutatingAdmissionPolicy is GA (admissionregistration.k8s.io/v1) from Kubernetes 1.36: on an
+# older cluster the chart stops with what to do instead of failing on an unknown kind.
+# (KubeVersion, not APIVersions.Has: helm template's default API list lacks the kind.)
+CREATOR_POLICY_GUARD = """{{- if semverCompare "<1.36.0-0" .Capabilities.KubeVersion.Version }}
+{{- fail (printf "approvals.creatorPolicy needs Kubernetes 1.36 or newer (MutatingAdmissionPolicy, \
+admissionregistration.k8s.io/v1); this cluster is %s. Set approvals.creatorPolicy=false: \
+TeamRuns asking for approvals.separationOfDuties then end Failed (CreatorUnknown), all others \
+run as usual" .Capabilities.KubeVersion.Version) }}
+{{- end }}
+"""
+
+
 def render_chart() -> str:
     parts = [HEADER]
     for value, policies in GROUPS:
         text = yaml.safe_dump_all(_with_bindings(policies), sort_keys=False)
-        for policy in policies:
-            name = policy["metadata"]["name"]
-            text = text.replace(
-                f"\n  name: {name}\n",
-                f'\n  name: {name}\n  labels: {{{{- include "oma.labels" . | nindent 4 }}}}\n',
-            )
+        # One labels line per document: a policy and its binding share a name.
+        text = text.replace(
+            "\nmetadata:\n  name: ",
+            '\nmetadata:\n  labels: {{- include "oma.labels" . | nindent 4 }}\n  name: ',
+        )
         text = text.replace(RELEASE, '{{ include "oma.clusterName" . }}')
         values = "teamRuns" if value == "referencePolicy" else "approvals"
-        parts.append(f"{{{{- if .Values.{values}.{value} }}}}\n---\n{text}{{{{- end }}}}\n")
+        condition = f".Values.{values}.{value}"
+        guard = ""
+        if value == "creatorPolicy":  # true: installed here; "external": installed elsewhere
+            condition, guard = f'eq (toString {condition}) "true"', CREATOR_POLICY_GUARD
+        parts.append(f"{{{{- if {condition} }}}}\n{guard}---\n{text}{{{{- end }}}}\n")
     return "".join(parts)
 
 

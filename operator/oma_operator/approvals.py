@@ -15,7 +15,7 @@ from oma.approval.ledger import ApprovalRecord, DurableApprovalLedger
 from oma.approval.words import RESOURCE_SPELLING, DecisionWord, word_of
 from oma.checkpoint import Checkpoint, CheckpointSnapshotV4
 from oma.store.base import MemoryStore
-from oma_operator import events
+from oma_operator import events, runtime
 from oma_operator.approval_binding import (
     earlier_own,
     ignored_status,
@@ -28,7 +28,12 @@ from oma_operator.approval_resources import decision_manifest
 from oma_operator.client import Kube, KubeError
 from oma_operator.models import ReviewerSet, TeamRunSpec
 from oma_operator.pods import run_id_of
-from oma_operator.reviewers import excluded_reviewers, reviewer_problem, reviewers_for
+from oma_operator.reviewers import (
+    excluded_reviewers,
+    missing_creator,
+    reviewer_problem,
+    reviewers_for,
+)
 from oma_operator.stores import STORES
 
 
@@ -60,7 +65,9 @@ async def sync_approvals(kube: Kube, teamrun: dict[str, Any], spec: TeamRunSpec)
     store = await STORES.store_of(kube, namespace, spec)
     records = {r.request.id: r for r in await run_records(store, run_id_of(teamrun))}
     found = {d["metadata"]["name"]: d for d in await kube.list_decisions(namespace, name)}
-    excluded = excluded_reviewers(spec.approvals, teamrun)
+    excluded = excluded_reviewers(spec.approvals, teamrun, runtime.CREATOR_RECORDED)
+    if missing_creator(spec.approvals, teamrun, runtime.CREATOR_RECORDED) is not None:
+        return False  # publish nothing a creator could decide; the run itself is refused
     published: set[str] = set()
     for request_id, record in records.items():
         reviewers = reviewers_for(spec.approvals, record.request)

@@ -108,16 +108,17 @@ async def teamrun_present(body: dict[str, Any]) -> float:
     except TeamRunSpecError as exc:
         await _refuse(body, "InvalidSpec", str(exc), exc.problems)
         return 0.0
+    # Before any hold is acted on too: a run let go after a restart must not start unchecked.
+    unknown_creator = missing_creator(spec.approvals, body, runtime.CREATOR_RECORDED)
+    if unknown_creator is not None:
+        await _refuse(body, "CreatorUnknown", unknown_creator, unknown_creator)
+        return 0.0
     if action_for(status.get("phase"), hold_of(spec)) is not None:
         written = await apply_hold(body)  # suspended, cancelled, or let go: then queued
         if written is not None:
             await _start_or_queue(written)
         return 0.0
     if status.get("phase") in WAITING_PHASES:
-        return 0.0
-    unknown_creator = missing_creator(spec.approvals, body)
-    if unknown_creator is not None:
-        await _refuse(body, "CreatorUnknown", unknown_creator, unknown_creator)
         return 0.0
     if not status.get("attempt") or status.get("phase") == "Queued":
         await _start_or_queue(body)

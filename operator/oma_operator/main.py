@@ -21,6 +21,7 @@ from oma_operator.uninstall import stop_operator
 
 T = TypeVar("T")
 LOG_LEVELS = ("debug", "info", "warning")
+CREATOR_POLICIES = ("installed", "absent")
 DEFAULT_METRICS_PORT = 8000  # 8080 is the chart's liveness port
 
 
@@ -102,6 +103,17 @@ def main() -> None:
         "notable)",
     )
     parser.add_argument(
+        "--creator-policy",
+        choices=CREATOR_POLICIES,
+        type=_one_of(CREATOR_POLICIES),
+        default=os.environ.get("OMA_CREATOR_POLICY", "absent"),
+        help="installed: the cluster runs the chart's creator policy, so a TeamRun's "
+        "oma.dev/created-by annotation was written by the API server and separation of duties "
+        "can exclude its creator; absent (the default): the annotation is not believed and "
+        "TeamRuns asking for separationOfDuties end Failed (CreatorUnknown) "
+        "(env OMA_CREATOR_POLICY; the chart sets it from approvals.creatorPolicy)",
+    )
+    parser.add_argument(
         "--log-format",
         choices=LOG_FORMATS,
         type=_one_of(LOG_FORMATS),
@@ -122,6 +134,7 @@ def main() -> None:
     configure_logging(args.log_format, args.log_level)
     runtime.LOG_FORMAT = args.log_format
     runtime.EVENTS = args.events
+    runtime.CREATOR_RECORDED = args.creator_policy == "installed"
     if args.stop_deployment:
         if not args.namespace or len(args.namespace) != 1:
             parser.error("--stop-deployment needs exactly one --namespace (the Deployment's)")

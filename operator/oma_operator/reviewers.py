@@ -40,27 +40,43 @@ def _entry(table: dict[str, ReviewerSet], name: str) -> ReviewerSet | None:
     return table.get(name) or table.get(ANY)
 
 
-def creator_of(teamrun: dict[str, Any]) -> str | None:
+def creator_of(teamrun: dict[str, Any], recorded: bool) -> str | None:
+    """The TeamRun's creator, when the API server recorded it: ``recorded`` says the creator
+    policy is installed (without it the annotation is whatever the author wrote)."""
+    if not recorded:
+        return None
     annotations = (teamrun.get("metadata") or {}).get("annotations") or {}
     creator = annotations.get(CREATOR_ANNOTATION)
     return str(creator) if creator else None
 
 
 def excluded_reviewers(
-    approvals: TeamRunApprovals | None, teamrun: dict[str, Any]
+    approvals: TeamRunApprovals | None, teamrun: dict[str, Any], recorded: bool
 ) -> list[str] | None:
     """The users who may not decide: the creator, when the TeamRun asks for separation of
     duties (``missing_creator`` tells when that cannot be known)."""
     if approvals is None or not approvals.separation_of_duties:
         return None
-    creator = creator_of(teamrun)
+    creator = creator_of(teamrun, recorded)
     return [creator] if creator else None
 
 
-def missing_creator(approvals: TeamRunApprovals | None, teamrun: dict[str, Any]) -> str | None:
+def missing_creator(
+    approvals: TeamRunApprovals | None, teamrun: dict[str, Any], recorded: bool
+) -> str | None:
     """Why the TeamRun cannot run as asked, when it wants separation of duties and the API
     server did not record its creator; None when all is well."""
-    if approvals is None or not approvals.separation_of_duties or creator_of(teamrun):
+    if approvals is None or not approvals.separation_of_duties:
+        return None
+    if not recorded:
+        return (
+            "approvals.separationOfDuties needs the TeamRun's creator as recorded by the API "
+            "server, and this operator runs without the creator policy (approvals.creatorPolicy "
+            f"in the chart, env OMA_CREATOR_POLICY): the {CREATOR_ANNOTATION} annotation could "
+            "have been written by anyone. Install the policy (Kubernetes 1.36+) and create the "
+            "TeamRun again, or drop separationOfDuties"
+        )
+    if creator_of(teamrun, recorded):
         return None
     return (
         "approvals.separationOfDuties needs the TeamRun's creator as recorded by the API server "

@@ -21,6 +21,9 @@ RUNNER_METRICS_PORT: int | None = None
 RUNNER_OTLP_ENDPOINT = os.environ.get("OMA_RUNNER_OTLP_ENDPOINT", "").strip()
 # Which Events the operator posts ("notable" or "all", ``events.VERBOSITIES``); set by ``main``.
 EVENTS = "notable"
+# Whether the creator policy (the chart's approvals.creatorPolicy) records who created each
+# TeamRun, so that its oma.dev/created-by annotation can be believed; set by ``main``.
+CREATOR_RECORDED = False
 LOG_FORMAT = "plain"  # the operator's (``--log-format``), and so its runner pods'
 # The namespaces this operator watches (empty: every namespace); set by ``main``.
 NAMESPACES: list[str] = []

@@ -37,10 +37,11 @@ CHART = Path(__file__).resolve().parents[2] / "charts" / "oma"
 KUBE_VERSION = "1.37.2"  # what `helm template` is told (the test helm has no version ldflags)
 CHART_METRICS_PORT = 8000  # the chart's metrics.port and metrics.runners.port
 # The suites install the admission policies they test from deploy/ (cluster-wide, once); a
-# release per test leaves its own off unless the test asks for them.
+# release per test leaves its own off unless the test asks for them (the creator policy as
+# "external": installed from deploy/, so the operator believes the created-by annotation).
 QUIET_CHART = (
     "approvals.reviewerPolicy=false",
-    "approvals.creatorPolicy=false",
+    "approvals.creatorPolicy=external",
     "teamRuns.referencePolicy=false",
 )
 
@@ -107,6 +108,9 @@ class OperatorSettings:
     per_namespace: int | None = None
     log_format: str | None = None  # logging.format / OMA_LOG_FORMAT
     events: str | None = None  # operator.events / OMA_EVENTS ("notable" or "all")
+    # approvals.creatorPolicy (QUIET_CHART: "external") / OMA_CREATOR_POLICY; "false": the
+    # operator is told the policy is absent and believes no created-by annotation.
+    creator_policy: str | None = None
     # retention.ttlSecondsAfterFinished / OMA_TTL_SECONDS_AFTER_FINISHED
     ttl_after_finished: int | None = None
     delete_store_records: bool = False  # retention.deleteStoreRecords / OMA_DELETE_STORE_RECORDS
@@ -225,7 +229,9 @@ class ProcessOperator(Operator):
         self._settings = settings
         self._release = f"op-{uuid.uuid4().hex[:6]}" if settings.as_chart else None
         self._args = [arg for other in settings.other_namespaces for arg in ("--namespace", other)]
-        self._env = dict(settings.env)
+        # As the chart's release does (QUIET_CHART): the creator policy comes from deploy/.
+        told = "absent" if settings.creator_policy == "false" else "installed"
+        self._env = {"OMA_CREATOR_POLICY": told, **settings.env}
         if settings.progress_seconds is not None:
             self._env["OMA_PROGRESS_SECONDS"] = str(settings.progress_seconds)
         if settings.per_namespace is not None:
@@ -344,6 +350,8 @@ class DeploymentOperator(Operator):
             values.append(f"logging.format={self._settings.log_format}")
         if self._settings.events is not None:
             values.append(f"operator.events={self._settings.events}")
+        if self._settings.creator_policy is not None:
+            values.append(f"approvals.creatorPolicy={self._settings.creator_policy}")
         if self._settings.ttl_after_finished is not None:
             values.append(f"retention.ttlSecondsAfterFinished={self._settings.ttl_after_finished}")
         if self._settings.delete_store_records:

@@ -46,6 +46,7 @@ from tests.cluster.operator_kit import (
     redis_secret,
     status_of,
 )
+from tests.cluster.operators import OperatorSettings, operating
 
 __all__ = ["admission_policies", "crds_installed", "operator", "redis_secret"]
 pytestmark = pytest.mark.cluster
@@ -433,6 +434,10 @@ async def test_separation_of_duties_without_a_recorded_creator_fails_before_any_
         body = gated("nobody", effects, "charged", approvals=approvals)
         created = await kube.create(TEAMRUNS.format(ns=namespace), body)
         assert "oma.dev/created-by" not in (created["metadata"].get("annotations") or {})
+        # Created held: refused at once too, not when let go (maybe while the operator is down).
+        held = gated("nobody-held", effects, "charged", approvals=approvals)
+        held["spec"]["suspend"] = True
+        await kube.create(TEAMRUNS.format(ns=namespace), held)
     finally:
         meta = saved["metadata"]
         saved["metadata"] = {"name": meta["name"], "annotations": meta.get("annotations") or {}}
@@ -444,3 +449,32 @@ async def test_separation_of_duties_without_a_recorded_creator_fails_before_any_
     assert "attempt" not in final or not final.get("attempts"), final
     assert await runner_pods(kube, namespace) == [] and await effects.ledger() == []
     assert "CreatorUnknown" in await event_counts(kube, namespace, "nobody")
+    held_final = await finished(kube, namespace, "nobody-held", 60)
+    held_failed = next(c for c in held_final["conditions"] if c["type"] == "Failed")
+    assert held_failed["reason"] == "CreatorUnknown"
+
+
+@pytest.mark.timeout(180)
+async def test_an_operator_told_the_creator_policy_is_absent_believes_no_creator(
+    cluster: ClusterHandle,
+    kube: KubeClient,
+    namespace: str,
+    crds_installed: None,
+    redis_secret: str,
+    admission_policies: None,
+    effects: SideEffects,
+    tmp_path: Path,
+) -> None:
+    """Without the policy a TeamRun's author writes oma.dev/created-by herself, naming anyone
+    but herself; so an operator installed without it (approvals.creatorPolicy=false) believes
+    no annotation, even a true one, and separation of duties refuses to run."""
+    settings = OperatorSettings(creator_policy="false")
+    async with operating(cluster, kube, namespace, tmp_path / "operator.log", settings):
+        body = gated("unsure", effects, "charged", approvals={"separationOfDuties": True})
+        created = await kube.create(TEAMRUNS.format(ns=namespace), body)
+        assert created["metadata"]["annotations"]["oma.dev/created-by"]  # recorded, not believed
+        final = await finished(kube, namespace, "unsure", 60)
+    failed = next(c for c in final["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "CreatorUnknown"
+    assert "without the creator policy" in failed["message"]
+    assert await runner_pods(kube, namespace) == [] and await effects.ledger() == []

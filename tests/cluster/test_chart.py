@@ -554,6 +554,72 @@ def test_bad_metrics_values_fail_with_a_message(
     assert result.returncode != 0 and message in result.stderr, result.stderr
 
 
+def test_the_creator_policy_value_tells_the_operator_whether_to_believe_the_annotation(
+    cluster: ClusterHandle,
+) -> None:
+    """true: the chart installs the policy and the operator believes oma.dev/created-by;
+    "external": installed from deploy/, believed; false: not installed, not believed (a
+    TeamRun's author could write the annotation herself)."""
+    for value, policy, told in [
+        ("true", True, "installed"),
+        ("external", False, "installed"),
+        ("false", False, "absent"),
+    ]:
+        rendered = helm(
+            cluster, "template", "t", str(CHART), "--kube-version", KUBE_VERSION,
+            "--set", f"approvals.creatorPolicy={value}",
+        ).stdout  # fmt: skip
+        docs = [d for d in yaml.safe_load_all(rendered) if d]
+        kinds = [d["kind"] for d in docs]
+        assert ("MutatingAdmissionPolicy" in kinds) is policy, value
+        (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["OMA_CREATOR_POLICY"] == told, value
+    refused = helm(
+        cluster, "template", "t", str(CHART), "--kube-version", KUBE_VERSION,
+        "--set", "approvals.creatorPolicy=maybe", check=False,
+    )  # fmt: skip
+    assert refused.returncode != 0 and "/approvals/creatorPolicy" in refused.stderr
+
+
+def test_the_creator_policy_on_a_cluster_without_it_stops_the_install_with_what_to_do(
+    cluster: ClusterHandle,
+) -> None:
+    """MutatingAdmissionPolicy is GA from 1.36: before that the install would fail on an
+    unknown kind; the chart says what to set instead, and installs with it."""
+    old = helm(cluster, "template", "t", str(CHART), "--kube-version", "1.33.0", check=False)
+    assert old.returncode != 0
+    assert "approvals.creatorPolicy needs Kubernetes 1.36 or newer" in old.stderr
+    assert "this cluster is v1.33.0" in old.stderr and "creatorPolicy=false" in old.stderr
+    allowed = helm(
+        cluster, "template", "t", str(CHART), "--kube-version", "1.33.0",
+        "--set", "approvals.creatorPolicy=false",
+    ).stdout  # fmt: skip
+    assert "kind: Deployment" in allowed and "MutatingAdmissionPolicy" not in allowed
+
+
+def test_no_rendered_document_repeats_a_key(cluster: ClusterHandle) -> None:
+    """Strict YAML readers refuse a mapping with a key twice (the admission policies had two
+    labels lines each)."""
+
+    class Strict(yaml.SafeLoader):
+        pass
+
+    def mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+        keys = [key.value for key, _ in node.value]
+        assert len(keys) == len(set(keys)), f"a key repeated in {keys}"
+        return loader.construct_mapping(node)
+
+    Strict.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    rendered = helm(
+        cluster, "template", "t", str(CHART), "--kube-version", KUBE_VERSION,
+        "--set", "operator.watchAllNamespaces=true",
+    ).stdout  # fmt: skip
+    docs = [d for d in yaml.load_all(rendered, Loader=Strict) if d]
+    assert sum(d["kind"].endswith("AdmissionPolicy") for d in docs) == 4
+
+
 def test_operator_env_is_added_and_the_charts_own_variables_are_refused(
     cluster: ClusterHandle,
 ) -> None:
@@ -569,6 +635,7 @@ def test_operator_env_is_added_and_the_charts_own_variables_are_refused(
     for name, hint in [
         ("OMA_PROGRESS_SECONDS", "use operator.progressSeconds"),
         ("OMA_EVENTS", "use operator.events"),
+        ("OMA_CREATOR_POLICY", "use approvals.creatorPolicy"),
         ("OMA_RUNNER_IMAGE", "use image.repository/image.tag"),
         ("OMA_RUNNER_IMAGE_PULL_SECRETS", "use imagePullSecrets"),
         ("OMA_MAX_RUNNING_PER_NAMESPACE", "use concurrency.perNamespace"),

@@ -252,12 +252,25 @@ def test_reviewers_per_gate_with_wildcards_and_a_default() -> None:
 
 def test_separation_of_duties_excludes_the_creator_the_api_server_recorded() -> None:
     strict = TeamRunApprovals(separation_of_duties=True)
-    assert excluded_reviewers(strict, TEAMRUN) == ["alice"]
-    assert excluded_reviewers(TeamRunApprovals(), TEAMRUN) is None
+    assert excluded_reviewers(strict, TEAMRUN, recorded=True) == ["alice"]
+    assert excluded_reviewers(TeamRunApprovals(), TEAMRUN, recorded=True) is None
     unknown = {"metadata": {"name": "pay", "namespace": "ns", "uid": "u"}}
-    assert missing_creator(strict, TEAMRUN) is None
-    assert "oma.dev/created-by" in str(missing_creator(strict, unknown))
-    assert missing_creator(TeamRunApprovals(), unknown) is None
+    assert missing_creator(strict, TEAMRUN, recorded=True) is None
+    assert "oma.dev/created-by" in str(missing_creator(strict, unknown, recorded=True))
+    assert missing_creator(TeamRunApprovals(), unknown, recorded=True) is None
+
+
+def test_without_the_creator_policy_a_created_by_annotation_is_not_believed() -> None:
+    """Without the policy, the author writes the annotation herself: naming someone else
+    there would let her decide her own run. Separation of duties then refuses to run."""
+    strict = TeamRunApprovals(separation_of_duties=True)
+    forged = {"metadata": {"name": "pay", "namespace": "ns", "uid": "u",
+                           "annotations": {"oma.dev/created-by": "nobody"}}}  # fmt: skip
+    assert excluded_reviewers(strict, forged, recorded=False) is None
+    problem = missing_creator(strict, forged, recorded=False)
+    assert problem is not None and "without the creator policy" in problem
+    assert "OMA_CREATOR_POLICY" in problem and "approvals.creatorPolicy" in problem
+    assert missing_creator(TeamRunApprovals(), forged, recorded=False) is None  # not asked for
 
 
 def test_the_operator_rechecks_reviewer_names_it_can_see() -> None:

@@ -124,6 +124,7 @@ def test_an_unknown_log_format_stops_the_operator_with_the_choices(
         ("OMA_LOG_FORMAT", "xml", "plain, json"),
         ("OMA_LOG_LEVEL", "verbose", "debug, info, warning"),
         ("OMA_EVENTS", "some", "notable, all"),
+        ("OMA_CREATOR_POLICY", "yes", "installed, absent"),
     ],
 )
 def test_a_bad_choice_in_the_environment_stops_the_operator_before_it_starts(
@@ -166,7 +167,13 @@ def test_the_events_setting_comes_from_the_flag_or_the_environment(
 
     monkeypatch.setattr(entry, "serve", serve)
     monkeypatch.setattr(entry, "configure_logging", lambda *_: None)  # process-wide
-    for setting in ("EVENTS", "LOG_FORMAT", "RUNNER_METRICS_PORT", "NAMESPACES"):
+    for setting in (
+        "EVENTS",
+        "LOG_FORMAT",
+        "RUNNER_METRICS_PORT",
+        "NAMESPACES",
+        "CREATOR_RECORDED",
+    ):
         monkeypatch.setattr(runtime, setting, getattr(runtime, setting))
     for setting in ("default_ttl", "delete_store_records"):
         monkeypatch.setattr(FINISHED, setting, getattr(FINISHED, setting))
@@ -193,3 +200,41 @@ def test_a_bad_delete_store_records_setting_stops_the_operator(
     assert str(exited.value) == (
         "oma-operator: OMA_DELETE_STORE_RECORDS='sometimes': give true or false (or 1 or 0)"
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "recorded"),
+    [
+        ([], None, False),  # fails closed: the annotation is not believed
+        ([], "installed", True),
+        (["--creator-policy", "absent"], "installed", False),
+    ],
+)
+def test_the_creator_policy_setting_comes_from_the_flag_or_the_environment(
+    monkeypatch: pytest.MonkeyPatch, argv: list[str], env: str | None, recorded: bool
+) -> None:
+    from oma_operator import main as entry
+
+    def serve(*_: object) -> None:
+        raise _Started
+
+    monkeypatch.setattr(entry, "serve", serve)
+    monkeypatch.setattr(entry, "configure_logging", lambda *_: None)
+    for setting in (
+        "EVENTS",
+        "LOG_FORMAT",
+        "RUNNER_METRICS_PORT",
+        "NAMESPACES",
+        "CREATOR_RECORDED",
+    ):
+        monkeypatch.setattr(runtime, setting, getattr(runtime, setting))
+    for setting in ("default_ttl", "delete_store_records"):
+        monkeypatch.setattr(FINISHED, setting, getattr(FINISHED, setting))
+    if env is None:
+        monkeypatch.delenv("OMA_CREATOR_POLICY", raising=False)
+    else:
+        monkeypatch.setenv("OMA_CREATOR_POLICY", env)
+    monkeypatch.setattr("sys.argv", ["oma-operator", "--namespace", "team-a", *argv])
+    with pytest.raises(_Started):
+        entry.main()
+    assert runtime.CREATOR_RECORDED is recorded

@@ -40,7 +40,7 @@ release of the same name in another namespace has its own. */}}
 
 {{/* operator.env may not set what the chart sets from its own values. */}}
 {{- define "oma.checkOperatorEnv" -}}
-{{- $own := dict "POD_ID" "" "OMA_RUNNER_IMAGE" "image.repository/image.tag" "OMA_PROGRESS_SECONDS" "operator.progressSeconds" "OMA_EVENTS" "operator.events" "OMA_RUNNER_SERVICE_ACCOUNT" "runner.serviceAccountName" "OMA_RUNNER_IMAGE_PULL_SECRETS" "imagePullSecrets" "OMA_MAX_RUNNING_PER_NAMESPACE" "concurrency.perNamespace" "OMA_MAX_RUNNING_PER_PROVIDER" "concurrency.perProvider" "OMA_LOG_FORMAT" "logging.format" "OMA_LOG_LEVEL" "logging.level" "OMA_TTL_SECONDS_AFTER_FINISHED" "retention.ttlSecondsAfterFinished" "OMA_DELETE_STORE_RECORDS" "retention.deleteStoreRecords" "OMA_RUNNER_OTLP_ENDPOINT" "tracing.otlpEndpoint" -}}
+{{- $own := dict "POD_ID" "" "OMA_RUNNER_IMAGE" "image.repository/image.tag" "OMA_PROGRESS_SECONDS" "operator.progressSeconds" "OMA_EVENTS" "operator.events" "OMA_CREATOR_POLICY" "approvals.creatorPolicy" "OMA_RUNNER_SERVICE_ACCOUNT" "runner.serviceAccountName" "OMA_RUNNER_IMAGE_PULL_SECRETS" "imagePullSecrets" "OMA_MAX_RUNNING_PER_NAMESPACE" "concurrency.perNamespace" "OMA_MAX_RUNNING_PER_PROVIDER" "concurrency.perProvider" "OMA_LOG_FORMAT" "logging.format" "OMA_LOG_LEVEL" "logging.level" "OMA_TTL_SECONDS_AFTER_FINISHED" "retention.ttlSecondsAfterFinished" "OMA_DELETE_STORE_RECORDS" "retention.deleteStoreRecords" "OMA_RUNNER_OTLP_ENDPOINT" "tracing.otlpEndpoint" -}}
 {{- range .Values.operator.env -}}
 {{- if hasKey $own .name -}}
 {{- $use := get $own .name -}}
