@@ -300,6 +300,8 @@ def test_oma_run_errors_go_to_stderr_with_their_exit_code(tmp_path: Path) -> Non
     assert unreachable.returncode == Exit.TRANSIENT, unreachable  # transient: run it again
     assert "is unreachable" in unreachable.stderr and "hunter2" not in unreachable.stderr
     assert "error" not in unreachable.stdout
+    # The error's code, for scripts (as the runner's termination message has it).
+    assert unreachable.stderr.startswith("error: STORE_UNAVAILABLE: "), unreachable.stderr
 
 
 def test_sigterm_drains_at_a_durable_boundary_and_a_rerun_resumes(tmp_path: Path) -> None:

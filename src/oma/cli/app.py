@@ -86,7 +86,7 @@ def run(
         raise typer.Exit(Exit.FENCED) from exc
     except OmaError as exc:
         again = " (transient: run it again)" if exc.transient else ""
-        errors.print(f"[red]error:[/] {escape(str(exc))}{again}")
+        errors.print(f"[red]error:[/] {exc.code}: {escape(str(exc))}{again}")
         raise typer.Exit(exit_for_error(exc)) from exc
     raise typer.Exit(code)
 
