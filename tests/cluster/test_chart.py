@@ -620,6 +620,28 @@ def test_no_rendered_document_repeats_a_key(cluster: ClusterHandle) -> None:
     assert sum(d["kind"].endswith("AdmissionPolicy") for d in docs) == 4
 
 
+def test_a_runner_account_named_in_the_values_is_used_in_every_namespace(
+    cluster: ClusterHandle,
+) -> None:
+    """With watchAllNamespaces the default runner account exists only in the release's
+    namespace, so runner pods use each namespace's default account; a name given in
+    runner.serviceAccountName is used everywhere (it was silently ignored)."""
+
+    def operator_env(*values: str) -> dict[str, str | None]:
+        args = [a for value in values for a in ("--set", value)]
+        rendered = helm(
+            cluster, "template", "t", str(CHART), "--kube-version", KUBE_VERSION, *args
+        ).stdout
+        (deployment,) = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "Deployment"]
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        return {e["name"]: e.get("value") for e in container["env"]}
+
+    assert operator_env()["OMA_RUNNER_SERVICE_ACCOUNT"] == "t-runner"
+    assert "OMA_RUNNER_SERVICE_ACCOUNT" not in operator_env("operator.watchAllNamespaces=true")
+    named = operator_env("operator.watchAllNamespaces=true", "runner.serviceAccountName=robot")
+    assert named["OMA_RUNNER_SERVICE_ACCOUNT"] == "robot"
+
+
 def test_operator_env_is_added_and_the_charts_own_variables_are_refused(
     cluster: ClusterHandle,
 ) -> None:
