@@ -13,6 +13,10 @@
 - ``teamrun-references`` (ValidatingAdmissionPolicy): whoever creates a TeamRun, or changes its
   spec, must be able to ``get`` every Secret and ConfigMap it hands to its runner pod (store,
   model keys, ``runner.env``): a TeamRun grants nothing its author does not have.
+- ``runner-pods`` (ValidatingAdmissionPolicy): only whoever holds the ``start`` verb on
+  ``teamruns`` (the operator) creates a pod labelled ``oma.dev/teamrun``, or gives a pod that
+  label: the operator records how a TeamRun's attempt ended from such a pod, so a forged one
+  could end someone else's run.
 
 The reviewer lists are read from the *old* object: a change cannot widen its own check.
 """
@@ -29,6 +33,8 @@ from oma_operator.models import CREATOR_ANNOTATION, GROUP, VERSION
 
 ADMISSION = "admissionregistration.k8s.io/v1"
 PUBLISH_VERB = "publish"  # the RBAC verb that lets a user create ApprovalDecisions
+START_VERB = "start"  # the RBAC verb (on teamruns) that lets a user create runner pods
+POD_LABELS = ("oma.dev/teamrun", "oma.dev/attempt")  # oma_operator.pods: what names the attempt
 RELEASE = "__RELEASE__"  # the name prefix: "oma" in deploy/, the Helm release in the chart
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY_FILE = REPO / "deploy" / "admission-policies.yaml"
@@ -50,6 +56,19 @@ NOT_EXCLUDED = (
     "!has(oldObject.spec.excludedReviewers) || "
     "!(request.userInfo.username in oldObject.spec.excludedReviewers)"
 )
+
+
+MAY_START = (
+    f"authorizer.group('{GROUP}').resource('teamruns')"
+    f".namespace(request.namespace).check('{START_VERB}').allowed()"
+)
+
+
+def _label(obj: str, key: str) -> str:
+    return (
+        f"(has({obj}.metadata.labels) && '{key}' in {obj}.metadata.labels"
+        f" ? {obj}.metadata.labels['{key}'] : '')"
+    )
 
 
 def _annotation(obj: str) -> str:
@@ -163,6 +182,43 @@ def creator_policy() -> dict[str, Any]:
     }
 
 
+def runner_pods_policy() -> dict[str, Any]:
+    """A runner pod's end is a TeamRun attempt's end: only the operator makes such pods."""
+    same_labels = " && ".join(
+        f"{_label('oldObject', k)} == {_label('object', k)}" for k in POD_LABELS
+    )
+    return {
+        "apiVersion": ADMISSION,
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": f"{RELEASE}-runner-pods"},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE", "UPDATE"],
+                        "resources": ["pods"],
+                    }
+                ]
+            },
+            # Every other pod is left alone (and a failing policy cannot stop it).
+            "matchConditions": [
+                {"name": "runner-pod", "expression": f"{_label('object', POD_LABELS[0])} != ''"}
+            ],
+            "validations": [
+                _check(
+                    f"(request.operation == 'UPDATE' && {same_labels}) || {MAY_START}",
+                    f"only the oma operator creates runner pods (a pod labelled {POD_LABELS[0]}"
+                    f"; that needs the '{START_VERB}' verb on teamruns.{GROUP}): the operator "
+                    "records how a TeamRun's attempt ended from such a pod",
+                ),
+            ],
+        },
+    }
+
+
 SPEC = "object.spec"
 _ENV = f"(has({SPEC}.runner) && has({SPEC}.runner.env) ? {SPEC}.runner.env : [])"
 # The Secrets and ConfigMaps a TeamRun hands to its runner pod, by name, each once.
@@ -260,7 +316,9 @@ GROUPS: list[tuple[str, list[dict[str, Any]]]] = [
     ("reviewerPolicy", [approval_decisions_policy()]),
     ("creatorPolicy", [creator_mutation(), creator_policy()]),
     ("referencePolicy", [references_policy()]),
+    ("runnerPodPolicy", [runner_pods_policy()]),
 ]
+VALUES_OF = {"referencePolicy": "teamRuns", "runnerPodPolicy": "teamRuns"}  # else "approvals"
 
 
 def documents(prefix: str = "oma") -> list[dict[str, Any]]:
@@ -304,7 +362,7 @@ def render_chart() -> str:
             '\nmetadata:\n  labels: {{- include "oma.labels" . | nindent 4 }}\n  name: ',
         )
         text = text.replace(RELEASE, '{{ include "oma.clusterName" . }}')
-        values = "teamRuns" if value == "referencePolicy" else "approvals"
+        values = VALUES_OF.get(value, "approvals")
         condition = f".Values.{values}.{value}"
         guard = ""
         if value == "creatorPolicy":  # true: installed here; "external": installed elsewhere

@@ -104,7 +104,10 @@ async def policies_loaded(cluster: ClusterHandle, kube: KubeClient) -> None:
         60,
         "the ApprovalDecision policy to refuse a decided ApprovalDecision",
     )
-    rules = [{"apiGroups": ["oma.dev"], "resources": ["teamruns"], "verbs": ["create", "patch"]}]
+    rules = [
+        {"apiGroups": ["oma.dev"], "resources": ["teamruns"], "verbs": ["create", "patch"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]},
+    ]
     name = f"policy-probe-{uuid.uuid4().hex[:8]}"
     rbac = "/apis/rbac.authorization.k8s.io/v1/namespaces/default"
     path = f"{PROBES}/{name}"
@@ -120,6 +123,14 @@ async def policies_loaded(cluster: ClusterHandle, kube: KubeClient) -> None:
                 ),
                 60,
                 "the reference policy to refuse a Secret its creator cannot read",
+            )
+            await wait_for(
+                lambda: refused(
+                    prober.create("/api/v1/namespaces/default/pods?dryRun=All", forged_pod(name)),
+                    "only the oma operator creates runner pods",
+                ),
+                60,
+                "the runner-pods policy to refuse a pod labelled for a TeamRun",
             )
         await create_admitted(kube, "default", teamrun(name, []))
         forged = {"metadata": {"annotations": {CREATOR: "someone-else"}}}
@@ -281,3 +292,22 @@ KUBECTL_PATCH = ["patch", "approvaldecision", "--type=merge", "-p"]
 def kubectl_as(cluster: ClusterHandle, user: str, groups: tuple[str, ...] = ()) -> list[str]:
     """The real kubectl, as ``user``."""
     return [cluster.tool("kubectl"), "--kubeconfig", str(cluster.mint_kubeconfig(user, groups))]
+
+
+def forged_pod(teamrun_name: str, labels: bool = True) -> dict[str, Any]:
+    """A pod dressed as TeamRun ``teamrun_name``'s first attempt: what a user who may create
+    pods would make to end that run as she likes."""
+    meta: dict[str, Any] = {"name": f"{teamrun_name}-a1"}
+    if labels:
+        meta["labels"] = {"oma.dev/teamrun": teamrun_name, "oma.dev/attempt": "1"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [
+                {"name": "runner", "image": "localhost/not-there:1", "command": ["true"]}
+            ],
+        },
+    }

@@ -43,6 +43,7 @@ QUIET_CHART = (
     "approvals.reviewerPolicy=false",
     "approvals.creatorPolicy=external",
     "teamRuns.referencePolicy=false",
+    "teamRuns.runnerPodPolicy=false",
 )
 
 

@@ -28,6 +28,7 @@ from tests.cluster.approval_kit import (
     admission_policies,
     as_user,
     creator_recorded,
+    forged_pod,
     gated,
     grant,
     grant_reviewers,
@@ -478,3 +479,39 @@ async def test_an_operator_told_the_creator_policy_is_absent_believes_no_creator
     assert failed["reason"] == "CreatorUnknown"
     assert "without the creator policy" in failed["message"]
     assert await runner_pods(kube, namespace) == [] and await effects.ledger() == []
+
+
+@pytest.mark.timeout(180)
+async def test_only_the_operator_makes_runner_pods(
+    cluster: ClusterHandle,
+    kube: KubeClient,
+    namespace: str,
+    operator: Path,
+    redis_secret: str,
+    admission_policies: None,
+    effects: SideEffects,
+) -> None:
+    """The operator takes a runner pod's end as its TeamRun attempt's end: a user who may create
+    pods could otherwise end (or pass) someone else's run with a pod of her own making. The
+    operator's own pods still run (the gated run below starts and suspends)."""
+    pods = f"/api/v1/namespaces/{namespace}/pods"
+    rules = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "patch", "get"]}]
+    await grant(kube, namespace, "pod-makers", rules, ("mallory",))
+    await kube.create(TEAMRUNS.format(ns=namespace), gated("victim", effects, "ok"))
+    await pending_decision(kube, namespace, "victim")  # the operator's pod ran and suspended
+    async with as_user(cluster, "mallory") as mallory:
+        with pytest.raises(ApiError) as refusal:
+            await mallory.create(pods, forged_pod("victim"))
+        assert refusal.value.status == 403, refusal.value
+        assert "only the oma operator creates runner pods" in str(refusal.value)
+        # An ordinary pod is hers to make; labelling it as a runner pod afterwards is not.
+        await mallory.create(f"{pods}?dryRun=All", forged_pod("other", labels=False))
+        plain = forged_pod("plain", labels=False)
+        await mallory.create(pods, plain)
+        labels = {"oma.dev/teamrun": "victim", "oma.dev/attempt": "2"}
+        with pytest.raises(ApiError) as relabel:
+            await mallory.patch(f"{pods}/plain-a1", {"metadata": {"labels": labels}})
+        assert relabel.value.status == 403, relabel.value
+        assert "only the oma operator creates runner pods" in str(relabel.value)
+    status = await status_of(kube, namespace, "victim")
+    assert status["phase"] == "AwaitingApproval", status

@@ -63,6 +63,8 @@ def test_lint_and_template(cluster: ClusterHandle) -> None:
             "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
             # the pre-delete hook that stops the operator before its RBAC goes
             "Role",
             "RoleBinding",
@@ -76,7 +78,12 @@ def test_lint_and_template(cluster: ClusterHandle) -> None:
         "t-oma-approval-decisions",
         "t-oma-teamrun-creator",
         "t-oma-teamrun-references",
+        "t-oma-runner-pods",
     } <= names
+    teamruns = next(
+        r for r in docs["Role", "t-operator"]["rules"] if r["resources"] == ["teamruns"]
+    )
+    assert "start" in teamruns["verbs"]  # what the runner-pods policy asks of pod makers
     assert ("ServiceAccount", "t-runner") in docs  # per release: two in one namespace coexist
     hook = docs["Job", "t-operator-stop"]
     assert hook["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
@@ -107,6 +114,8 @@ def test_lint_and_template(cluster: ClusterHandle) -> None:
         "approvals.reviewerPolicy=false",
         "--set",
         "teamRuns.referencePolicy=false",
+        "--set",
+        "teamRuns.runnerPodPolicy=false",
     ).stdout
     assert "AdmissionPolicy" not in off
     wide = helm(
@@ -411,6 +420,7 @@ async def test_installed_chart_policies_and_rbac_run_an_approval(
         "approvals.reviewerPolicy=true",
         "approvals.creatorPolicy=true",
         "teamRuns.referencePolicy=true",
+        "teamRuns.runnerPodPolicy=true",
     )
     settings = OperatorSettings(as_chart=True, chart_values=policies)
     async with operating(cluster, kube, namespace, log, settings) as operator:
@@ -617,7 +627,7 @@ def test_no_rendered_document_repeats_a_key(cluster: ClusterHandle) -> None:
         "--set", "operator.watchAllNamespaces=true",
     ).stdout  # fmt: skip
     docs = [d for d in yaml.load_all(rendered, Loader=Strict) if d]
-    assert sum(d["kind"].endswith("AdmissionPolicy") for d in docs) == 4
+    assert sum(d["kind"].endswith("AdmissionPolicy") for d in docs) == 5
 
 
 def test_a_runner_account_named_in_the_values_is_used_in_every_namespace(
