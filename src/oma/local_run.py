@@ -137,7 +137,7 @@ async def run_spec(
         try:
             if resumed:
                 result = await orchestrator.restore(
-                    team, checkpoint=checkpoint, coordinator=coordinator
+                    team, checkpoint=checkpoint, coordinator=coordinator, expect_checkpoint=True
                 )
             elif spec.mode == "team":
                 assert spec.goal is not None

@@ -7,13 +7,17 @@ TeamRun's own ``spec.runner.env`` may not use the names reserved here.
 | exit | meaning | what the operator does |
 |---|---|---|
 | 0 | succeeded | ``Succeeded`` |
-| 1 | transient failure (store or model provider unreachable) | retries after a backoff |
+| 1 | transient: the store unreachable, or another transient error | retries after a backoff |
 | 2 | permanent failure (bad input; a failed or rejected run) | ``Failed`` (``Rejected``) |
 | 10 | suspended: approvals pending | ``AwaitingApproval`` |
 | 11 | drained after SIGTERM, checkpoint flushed | next attempt (a disruption) |
 | 12 | fenced: another writer replaced the run's checkpoint | next attempt's or ``Superseded`` |
 | 13 | checkpoint lost: saved before, missing now; nothing run | ``Failed`` (``CheckpointLost``) |
 | 130 | interrupted (``oma run`` only: Ctrl-C) | |
+
+A model provider outage is not a 1: a model call that still fails after its retries fails its
+task, and a run with a failed task exits 2 (docs/limitations.md). A store that fails at a strict
+save (a suspension, a ``started`` mark) ends the attempt: 1 when transient.
 """
 
 from __future__ import annotations

@@ -1,9 +1,15 @@
 """A suspension is reported only once it is durable: when the save that carries an approval
 request fails, no approval row is written and no ``approval_pending`` event is emitted (a
-reviewer must never decide a request the checkpoint does not hold); the run stops instead."""
+reviewer must never decide a request the checkpoint does not hold); the run stops instead.
+
+How it stops depends on the failure: a store that failed ends the attempt with the store's
+error (``StoreUnavailableError`` is transient: the attempt is retried); any other failure of
+the save is the request's (``APPROVAL_INTEGRITY_ERROR``: a dispatch gate's error). See also
+``test_attempt_ending_suspension_saves``."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +17,8 @@ import pytest
 
 from oma.approval import Suspend, get_approval_record
 from oma.errors import StoreUnavailableError
-from oma.orchestrator import CheckpointOptions, OpenMultiAgent
+from oma.orchestrator import CheckpointOptions, OpenMultiAgent, TeamRunResult
+from oma.pod_contract import Exit, exit_for_error
 from oma.store import FileStore
 from tests.engine.approval_fixtures import (
     CHARGE_REQUEST,
@@ -30,17 +37,23 @@ PLAN = {
 
 
 class RequestLosingStore(FileStore):
-    """A file store whose disk fails exactly when a checkpoint carries an approval request."""
+    """A file store whose disk fails exactly when a checkpoint carries an approval request
+    (``fails`` makes the error: by default the store's own, unreachable)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(
+        self,
+        path: Path,
+        fails: Callable[[], Exception] = lambda: StoreUnavailableError("disk full (injected)"),
+    ) -> None:
         super().__init__(path)
+        self.fails = fails
         self.refused = 0
 
     def _check(self, key: str, value: str) -> None:
         carries = '"approvalRequest"' in value or '"pendingApprovals":[{' in value
         if key.startswith("__oma_checkpoint__/") and carries:
             self.refused += 1
-            raise StoreUnavailableError("disk full (injected)")
+            raise self.fails()
 
     async def set(self, key: str, value: str, metadata: dict[str, Any] | None = None) -> None:
         self._check(key, value)
@@ -66,22 +79,19 @@ async def test_a_tool_call_suspension_that_cannot_be_saved_is_not_reported(
         on_progress=lambda e: events.append(e.type),
     )
     options = CheckpointOptions(store=store, run_id="lost", fence=fence)
-    try:
-        result = await orchestrator.run_from_plan(team, PLAN, checkpoint=options)
-    except Exception:  # the save's failure may end the run by raising: that is safe too
-        result = None
-    assert store.refused >= 1  # the suspension save was tried, and failed
+    # The store failed, not the task: the attempt ends (transient), the task is not failed.
+    with pytest.raises(StoreUnavailableError):
+        await orchestrator.run_from_plan(team, PLAN, checkpoint=options)
+    assert store.refused == 1  # the suspension save was tried once, and failed
     assert await get_approval_record(store, CHARGE_REQUEST) is None  # no row for a reviewer
     assert "approval_pending" not in events
     assert recorder.tool_calls == []  # and the gated call did not run
-    if result is not None:
-        assert result.status.code != "suspended" and not result.pending_approvals
 
 
-async def test_a_dispatch_suspension_that_cannot_be_saved_is_not_reported(tmp_path: Path) -> None:
+def _dispatch_run(
+    store: RequestLosingStore, events: list[str]
+) -> tuple[Awaitable[TeamRunResult], Any]:
     team, model = deploy_team()
-    store = RequestLosingStore(tmp_path / "store.json")
-    events: list[str] = []
 
     def dispatch(task: object) -> object:
         return Suspend("Change board review") if getattr(task, "title", "") == "Deploy" else True
@@ -93,9 +103,36 @@ async def test_a_dispatch_suspension_that_cannot_be_saved_is_not_reported(tmp_pa
     orchestrator = OpenMultiAgent(
         on_task_dispatch=dispatch, on_progress=lambda e: events.append(e.type)
     )
-    result = await orchestrator.run_tasks(
+    run = orchestrator.run_tasks(
         team, tasks, checkpoint=CheckpointOptions(store=store, run_id="lost-d")
     )
+    return run, model
+
+
+async def test_a_dispatch_suspension_the_store_cannot_save_ends_the_attempt(
+    tmp_path: Path,
+) -> None:
+    store = RequestLosingStore(tmp_path / "store.json")
+    events: list[str] = []
+    run, model = _dispatch_run(store, events)
+    with pytest.raises(StoreUnavailableError) as caught:
+        await run
+    assert exit_for_error(caught.value) == Exit.TRANSIENT  # retried, not failed for good
+    assert store.refused == 1
+    rows = [e.key for e in await store.list() if e.key.startswith("__oma_approval__/")]
+    assert rows == [] and "approval_pending" not in events
+    assert len(model.calls) == 1  # the Build task's one model call, nothing for Deploy
+
+
+async def test_a_dispatch_suspension_that_cannot_be_saved_otherwise_is_the_gates_error(
+    tmp_path: Path,
+) -> None:
+    """Not the store's failure (here a bare OSError no store would let through): the request's,
+    APPROVAL_INTEGRITY_ERROR, which a dispatch gate reports as its error, as the reference."""
+    store = RequestLosingStore(tmp_path / "store.json", lambda: OSError("disk full"))
+    events: list[str] = []
+    run, model = _dispatch_run(store, events)
+    result = await run
     assert result.status.code == "error" and "could not be checkpointed" in str(
         result.status.message
     )

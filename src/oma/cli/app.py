@@ -1,11 +1,13 @@
 """The ``oma`` command line.
 
 Exit codes (``oma run``, the same table a runner pod exits with, ``oma.pod_contract``): 0
-success; 1 transient: the store or the model provider was unreachable, run it again; 2 the run
-did not succeed (a task failed, it was rejected) or bad input (an unreadable or invalid spec, a
-bad option): the message says which; 10 the run is suspended waiting for approvals; 12 fenced:
-a newer attempt of the same run took over and this process stopped without running further
-tools; 130 interrupted (Ctrl-C): run the same command again to resume.
+success; 1 transient: the store was unreachable (or another transient error ended the
+attempt), run it again; 2 the run did not succeed (a task failed, e.g. after its model calls'
+retries; it was rejected) or bad input (an unreadable or invalid spec, a bad option): the
+message says which; 10 the run is suspended waiting for approvals; 12 fenced: a newer attempt
+of the same run took over and this process stopped without running further tools; 13 the
+checkpoint was lost; 130 interrupted (Ctrl-C): run the same command again to resume. An error
+is printed as ``error: CODE: message`` (the code of ``docs/errors.md``).
 """
 
 from __future__ import annotations
@@ -86,7 +88,8 @@ def run(
         raise typer.Exit(Exit.FENCED) from exc
     except OmaError as exc:
         again = " (transient: run it again)" if exc.transient else ""
-        errors.print(f"[red]error:[/] {exc.code}: {escape(str(exc))}{again}")
+        named = "" if exc.code == OmaError.code else f"{exc.code}: "  # bad input says what
+        errors.print(f"[red]error:[/] {named}{escape(str(exc))}{again}")
         raise typer.Exit(exit_for_error(exc)) from exc
     raise typer.Exit(code)
 

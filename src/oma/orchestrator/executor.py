@@ -11,9 +11,11 @@ import asyncio
 
 from oma.approval.errors import DurableApprovalError
 from oma.approval.gates import Allow, Deny, ask_gate
+from oma.approval.models import ApprovalRequest
 from oma.orchestrator.context import RunContext, Stop
 from oma.orchestrator.events import OrchestratorEvent
 from oma.orchestrator.gating import (
+    ENDS_THE_ATTEMPT,
     callback_failure,
     dispatch_request,
     persist_pending_approval,
@@ -90,12 +92,18 @@ async def _round_gate(context: RunContext, completed: list[Task], upcoming: list
             )
             return
         request = round_request(context.identity.run_id, completed, upcoming, outcome.reason)
-        await persist_pending_approval(context, request)
+    except Exception as exc:  # a failing gate: no pending request
+        failure: Exception | None = exc
+    else:
+        failure = await _persist(context, request)
+    if failure is None:
         context.stop = Stop("suspended", "Round approval pending.")
-    except Exception as exc:
-        context.stop = Stop(
-            "error", f"Approval callback failed: {exc}", f"Skipped: approval callback error — {exc}"
-        )
+        return
+    context.stop = Stop(
+        "error",
+        f"Approval callback failed: {failure}",
+        f"Skipped: approval callback error — {failure}",
+    )
 
 
 async def _may_dispatch(context: RunContext, task: Task) -> bool:
@@ -124,11 +132,30 @@ async def _may_dispatch(context: RunContext, task: Task) -> bool:
             )
             return False
         request = dispatch_request(context.identity.run_id, task, outcome.reason)
-        await persist_pending_approval(context, request)
+    except Exception as exc:  # a failing gate: no pending request
+        failure: Exception | None = exc
+    else:
+        failure = await _persist(context, request)
+    if failure is None:
         context.stop = Stop("suspended", DISPATCH_SUSPENDED)
-    except Exception as exc:  # any failure in the gate or its suspension: no pending request
-        context.stop = callback_failure("Task dispatch", exc)
+    else:
+        context.stop = callback_failure("Task dispatch", failure)
     return False
+
+
+async def _persist(context: RunContext, request: ApprovalRequest) -> Exception | None:
+    """Save a gate's suspension; the failure, if any, that makes it the gate's error (as in the
+    reference: APPROVAL_INTEGRITY_ERROR, no pending request). A failure of the store or of the
+    attempt (``ENDS_THE_ATTEMPT``: fenced, lost, a store error) is not the gate's: it
+    propagates and ends the attempt with its own exit code. (A gate callback that raises such
+    an error itself is still a callback error.)"""
+    try:
+        await persist_pending_approval(context, request)
+    except ENDS_THE_ATTEMPT:
+        raise
+    except Exception as exc:
+        return exc
+    return None
 
 
 DRAINED = "Stopped at a durable boundary (drain requested); resume continues from there."

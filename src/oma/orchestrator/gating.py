@@ -7,12 +7,20 @@ from collections.abc import Sequence
 from oma.approval.errors import DurableApprovalError
 from oma.approval.models import ApprovalRequest
 from oma.approval.requests import create_approval_request
+from oma.errors import CheckpointFencedError, StoreError
 from oma.orchestrator.context import RunContext, Stop
 from oma.orchestrator.events import OrchestratorEvent
 from oma.orchestrator.saver import save_run
 from oma.tasks.task import Task
 
 PLAN_BOUNDARY = "coordinator-plan"
+
+# Errors of a save that end the attempt rather than describe what was being saved: a newer
+# attempt took the run over or its checkpoint is gone (fenced, exit 12; lost, 13), or the
+# store failed (exit 1 when transient). A suspension, a gate or a task that meets one lets it
+# through unchanged, so the process exits with its code: as an approval or task failure it
+# would be a permanent failure of the run (exit 2) that no retry repairs.
+ENDS_THE_ATTEMPT: tuple[type[Exception], ...] = (CheckpointFencedError, StoreError)
 
 
 def dispatch_request(run_id: str, task: Task, reason: str | None = None) -> ApprovalRequest:
@@ -62,7 +70,12 @@ def plan_request(
 
 
 async def persist_pending_approval(context: RunContext, request: ApprovalRequest) -> None:
-    """Checkpoint the request strictly, then create its ledger row, then report it."""
+    """Checkpoint the request strictly, then create its ledger row, then report it.
+
+    When the save fails the request is dropped again and nothing is reported (no row, no
+    ``approval_pending``). A failure of the store or of the attempt (``ENDS_THE_ATTEMPT``)
+    propagates unchanged; any other (the snapshot could not be built) is the request's:
+    ``APPROVAL_INTEGRITY_ERROR``, as in the reference."""
     if context.ledger is None:
         raise DurableApprovalError(
             "APPROVAL_ATOMIC_STORE_REQUIRED",
@@ -73,6 +86,9 @@ async def persist_pending_approval(context: RunContext, request: ApprovalRequest
     context.pending_approvals.append(request)
     try:
         await save_run(context, strict=True)
+    except ENDS_THE_ATTEMPT:
+        context.pending_approvals.remove(request)
+        raise
     except Exception as exc:
         context.pending_approvals.remove(request)
         raise DurableApprovalError(

@@ -9,8 +9,9 @@ from typing import Any
 from oma.agent.result import AgentRunResult, RunIdentity, RunStatus
 from oma.approval.gates import ToolCallGate
 from oma.approval.ledger import DurableApprovalLedger
+from oma.checkpoint.attempts import load_attempt_log
 from oma.checkpoint.snapshot import CheckpointSnapshotV4, RunMode
-from oma.errors import CheckpointFencedError
+from oma.errors import CheckpointFencedError, CheckpointLostError
 from oma.orchestrator.activation import Activation, CheckpointConfigError, activate
 from oma.orchestrator.approval_restore import continue_approvals
 from oma.orchestrator.context import RunContext
@@ -153,8 +154,14 @@ class OpenMultiAgent:
         run_id: str | None = None,
         metadata: dict[str, Any] | None = None,
         coordinator: AgentConfig | None = None,
+        expect_checkpoint: bool = False,
     ) -> TeamRunResult:
-        """Resume the run in the checkpoint; with none, run ``source`` fresh (or do nothing)."""
+        """Resume the run in the checkpoint; with none, run ``source`` fresh (or do nothing).
+
+        A run known to have a checkpoint is never started fresh (nor reported done) without it:
+        ``CheckpointLostError``, before anything runs, when ``expect_checkpoint`` (the caller
+        saw it, or an earlier attempt saved it), when this restore read it and it went before
+        the claim, or when the run's attempt log (``attempt_log``) shows earlier attempts."""
         options = self._options(checkpoint, default=True)
         if options is None:
             raise CheckpointConfigError(
@@ -166,10 +173,13 @@ class OpenMultiAgent:
         if metadata is not None:
             metadata = validate_run_metadata(metadata)
         activation = activate(options, team, self._fallback_store)
+        seen = False
         for _ in range(CLAIM_ATTEMPTS):
             snapshot, loaded = await activation.checkpoint.load_stored()
             if snapshot is None:
+                await _refuse_if_lost(activation, options, seen=seen, expected=expect_checkpoint)
                 return await self._fresh_from(team, source, options, run_id, metadata)
+            seen = True
             context = await rebuild_context(
                 snapshot,
                 team,
@@ -298,6 +308,25 @@ class OpenMultiAgent:
     def _announce(self, identity: RunIdentity) -> None:
         if self.on_attempt is not None:
             self.on_attempt(identity)
+
+
+async def _refuse_if_lost(
+    activation: Activation, options: CheckpointOptions, *, seen: bool, expected: bool
+) -> None:
+    """No checkpoint to resume: lost (``CheckpointLostError``) if the run is known to have
+    one; else a run never started (``restore`` runs its source fresh, as the reference)."""
+    checkpoint = activation.checkpoint
+    if seen:  # read by this restore, then changed, and now gone
+        why = "it was read a moment ago, while this attempt was resuming it"
+    elif expected:
+        why = "one was expected (the caller saw it, or an earlier attempt saved it)"
+    elif (
+        options.attempt_log and await load_attempt_log(checkpoint.store, checkpoint.key) is not None
+    ):
+        why = "the store's attempt log shows that earlier attempts of this run saved one"
+    else:
+        return
+    raise CheckpointLostError(checkpoint.key, None, why)
 
 
 def _warn_if_unfenced(context: RunContext, activation: Activation | None) -> None:

@@ -12,9 +12,10 @@ from oma.agent.tool_approvals import ToolApprovalSupport
 from oma.approval.errors import DurableApprovalError
 from oma.approval.models import ApprovalRequest
 from oma.checkpoint.runner_state import InFlightTask
-from oma.errors import CheckpointFencedError, RunDrained
+from oma.errors import RunDrained
 from oma.orchestrator.context import FatalRunError, RunContext, Stop
 from oma.orchestrator.events import OrchestratorEvent
+from oma.orchestrator.gating import ENDS_THE_ATTEMPT
 from oma.orchestrator.prompts import task_prompt
 from oma.orchestrator.saver import save_run
 from oma.tasks.task import Task
@@ -74,7 +75,11 @@ async def run_task(context: RunContext, task: Task) -> None:
             outcome = await runner.run(prompt, resume if attempt == 1 else None)
         except RunDrained:
             return  # stays in progress; its runner state is in the checkpoint
-        except (FatalRunError, DurableApprovalError, CheckpointFencedError):
+        except (FatalRunError, DurableApprovalError):
+            raise
+        except ENDS_THE_ATTEMPT:
+            # Not the task's failure: a strict save (a tool's suspension, the "started" mark
+            # before a non-idempotent tool) met a store that failed, or a newer attempt.
             raise
         except Exception as exc:  # a task's failure (model error, bad script) may be retried
             error = exc
