@@ -113,11 +113,15 @@ def _open_store(spec: StoreSpec | None, default_path: Path) -> MemoryStore:
         store = InMemoryStore()
     elif spec.redis is not None:
         url = _from_env(spec.redis.url, spec.redis.url_env, "redis URL")
-        store = open_store_url(url, namespace=spec.redis.namespace)
+        # The spec's defaults yield to the URL's query (?namespace=, ?table=): only a value the
+        # spec writes out is passed, so one the URL also names, differently, is refused.
+        store = open_store_url(url, namespace=spec.redis.given_namespace())
     else:
         assert spec.postgres is not None  # the spec model requires exactly one backend
         dsn = _from_env(spec.postgres.dsn, spec.postgres.dsn_env, "postgres DSN")
-        store = open_store_url(dsn, table=spec.postgres.table, schema=spec.postgres.schema_name)
+        store = open_store_url(
+            dsn, table=spec.postgres.given_table(), schema=spec.postgres.schema_name
+        )
     if spec.tenant is not None:
         store = PrefixedStore(store, tenant_prefix(spec.tenant))
     return RedactingStore(store) if spec.redact else store

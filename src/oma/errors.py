@@ -70,13 +70,17 @@ class StoreCorruptError(StoreError):
     code = "STORE_CORRUPT"
     transient = False
 
-    def __init__(self, location: str, problem: str) -> None:
+    def __init__(self, location: str, problem: str, *, remedy: str | None = None) -> None:
         self.location = location
         self.problem = problem
-        super().__init__(
-            f"store file {location!r} is unusable: {problem}. Nothing was changed; restore the "
-            "file from a backup or move it away to start with an empty store."
-        )
+        if remedy is None:  # a store file
+            message = (
+                f"store file {location!r} is unusable: {problem}. Nothing was changed; restore "
+                "the file from a backup or move it away to start with an empty store."
+            )
+        else:  # a damaged key of a server's store (``oma.store.damaged``)
+            message = f"{location} is damaged: {problem}. Nothing was changed. {remedy}"
+        super().__init__(message)
 
 
 _DAMAGED = (

@@ -100,6 +100,12 @@ class RedisStoreSpec(SpecModel):
             raise ValueError("redis store needs exactly one of 'url' or 'urlEnv'")
         return self
 
+    def given_namespace(self) -> str | None:
+        """The namespace the spec names, or None when it leaves it to the URL's
+        ``?namespace=`` (and, without one, to the default ``oma``): written out, even as
+        ``oma``, it is given, and a URL naming another is refused."""
+        return self.namespace if "namespace" in self.model_fields_set else None
+
 
 class PostgresStoreSpec(SpecModel):
     """``dsn`` (postgresql://...) or ``dsnEnv``: the variable holding it (secrets)."""
@@ -123,6 +129,11 @@ class PostgresStoreSpec(SpecModel):
         if (self.dsn is None) == (self.dsn_env is None):
             raise ValueError("postgres store needs exactly one of 'dsn' or 'dsnEnv'")
         return self
+
+    def given_table(self) -> str | None:
+        """The table the spec names, or None when it leaves it to the DSN's ``?table=`` (and,
+        without one, to the default ``oma_store``), as ``given_namespace`` for Redis."""
+        return self.table if "table" in self.model_fields_set else None
 
 
 class StoreSpec(SpecModel):

@@ -163,10 +163,11 @@ class PostgresStore:
 
     async def get(self, key: str) -> MemoryEntry | None:
         rows = await self._idempotent(q.SELECT_ONE, {"key": key}, fetch=True)
-        return _entry(rows[0]) if rows else None
+        return _entry(rows[0], self._label) if rows else None
 
     async def list(self) -> Entries:
-        return [_entry(row) for row in await self._idempotent(q.SELECT_ALL, {}, fetch=True)]
+        rows = await self._idempotent(q.SELECT_ALL, {}, fetch=True)
+        return [_entry(row, self._label) for row in rows]
 
     async def set(self, key: str, value: str, metadata: Metadata | None = None) -> None:
         await self._idempotent(q.UPSERT, _params(key, value, metadata, expires=None))
@@ -203,7 +204,7 @@ class PostgresStore:
         await self.open()
         statement = self._sql(q.JOURNAL_READ)
         result: JournalEntry | None = await self._run(
-            lambda conn: postgres_journal.read(conn, statement, key), retry=True
+            lambda conn: postgres_journal.read(conn, statement, key, self._label), retry=True
         )
         return result
 
@@ -216,11 +217,15 @@ class PostgresStore:
         if not rows:
             return None
         records, version, metadata, created_at = rows[0]
+        where = f"{self._label}, journal"
+        if records < 1:  # every write leaves at least the base record
+            problem = f"its record count ({self.table}{q.JOURNAL_SUFFIX}.records) is {records}"
+            raise postgres_journal.corrupt(where, key, problem)
         return JournalHead(
             key=key,
             records=records,
             version=version,
-            metadata=jsonutil.loads(metadata) if metadata is not None else None,
+            metadata=postgres_journal.metadata_of(metadata, where, key),
             created_at=created_at.astimezone(UTC),
         )
 
@@ -316,7 +321,7 @@ class PostgresStore:
         async for attempt in retrying:
             with attempt:
                 rows = await self._try(lambda conn: _fetch(conn, select, {"key": key}))
-                current = _entry(rows[0]).value if rows else None
+                current = _entry(rows[0], self._label).value if rows else None
                 if current == value:
                     return True
                 if current != expected:
@@ -443,6 +448,11 @@ class PostgresStore:
     def _clean(self, exc: BaseException) -> str:
         return sentence(scrub(str(exc) or type(exc).__name__, self._secrets))
 
+    @property
+    def _label(self) -> str:
+        """The store as damaged-data messages name it (password masked)."""
+        return f"PostgreSQL at {self._where}, table {self.qualified_name!r}"
+
 
 class _Retryable(Exception):
     """Carries a ``StoreUnavailableError`` that may be retried (tenacity retries on type)."""
@@ -496,12 +506,15 @@ def _params(
     }
 
 
-def _entry(row: Row) -> MemoryEntry:
+def _entry(row: Row, where: str) -> MemoryEntry:
+    """One row of ``SELECT_ONE`` / ``SELECT_ALL``; a damaged one (a value that is not UTF-8,
+    metadata that is not a JSON object) is a ``StoreCorruptError`` naming ``where`` and the
+    key: a listing fails rather than leave it out."""
     key, value, metadata, created_at, expires_at_turn = row
     return MemoryEntry(
         key=key,
-        value=bytes(value).decode("utf-8", "surrogatepass"),
-        metadata=jsonutil.loads(metadata) if metadata is not None else None,
+        value=postgres_journal.text(value, where, key, "its value"),
+        metadata=postgres_journal.metadata_of(metadata, where, key),
         created_at=created_at.astimezone(UTC),
         expires_at_turn=expires_at_turn,
     )

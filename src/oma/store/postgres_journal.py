@@ -15,6 +15,8 @@ import psycopg
 from psycopg import sql
 
 from oma import jsonutil
+from oma.errors import StoreCorruptError
+from oma.store import damaged
 from oma.store import postgres_sql as q
 from oma.store.base import Metadata
 from oma.store.journal import JournalEntry
@@ -23,22 +25,45 @@ Compose = Any  # a callable turning a template into the store's composed stateme
 
 
 async def read(
-    conn: psycopg.AsyncConnection[Any], statement: sql.Composed, key: str
+    conn: psycopg.AsyncConnection[Any], statement: sql.Composed, key: str, where: str
 ) -> JournalEntry | None:
+    """The journal of ``key``; damaged rows are a ``StoreCorruptError`` naming ``where`` (the
+    store) and the key."""
     cursor = await conn.execute(statement, {"key": key})
     rows = await cursor.fetchall()
     if not rows:
         return None
+    where = f"{where}, journal"
     version, metadata, created_at, _ = rows[0]
+    if rows[0][3] is None:  # the head joined no record: every write leaves the base record
+        raise corrupt(where, key, "it has no records (its head row has none in *_jrec)")
     return JournalEntry(
         key=key,
-        records=[
-            bytes(row[3]).decode("utf-8", "surrogatepass") for row in rows if row[3] is not None
-        ],
+        records=[text(row[3], where, key, f"record {index}") for index, row in enumerate(rows)],
         version=version,
-        metadata=jsonutil.loads(metadata) if metadata is not None else None,
+        metadata=metadata_of(metadata, where, key),
         created_at=created_at.astimezone(UTC),
     )
+
+
+# Rows read back are checked (``oma.store.damaged``); PostgresStore decodes its entries so too.
+_STORE = "PostgresStore"
+
+
+def corrupt(where: str, key: str, problem: str) -> StoreCorruptError:
+    """The typed error for a damaged row of ``key`` in the store ``where``."""
+    return damaged.corrupt(where, key, problem, _STORE)
+
+
+def text(raw: bytes | memoryview, where: str, key: str, what: str) -> str:
+    """A ``bytea`` column's UTF-8 text (lone surrogates pass, as written)."""
+    return damaged.text(raw, where, key, what, _STORE)
+
+
+def metadata_of(raw: str | None, where: str, key: str) -> Metadata | None:
+    """A ``metadata::text`` column: a JSON object or NULL (the server checked the syntax;
+    not the shape, nor a depth our parsers take)."""
+    return damaged.metadata_of(raw, where, key, "its metadata", _STORE)
 
 
 async def write(

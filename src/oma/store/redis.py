@@ -12,7 +12,6 @@ import asyncio
 import hashlib
 import re
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
@@ -42,7 +41,7 @@ from tenacity import (
 
 from oma import jsonutil
 from oma.errors import StoreConfigError, StoreError
-from oma.store import redis_scripts
+from oma.store import damaged, redis_rows, redis_scripts
 from oma.store.base import Entries, MemoryEntry, Metadata
 from oma.store.capabilities import StoreCapabilities
 from oma.store.digests import DigestMemo
@@ -59,10 +58,9 @@ from oma.store.remote import (
 )
 
 T = TypeVar("T")
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MAX_RECORDS = 1_000_000  # a journal record count beyond this is damage, not a journal
 _WATCHED_READ_TRIES = 3  # journal reads raced by a write before the read script is used
 _FIRST_WAIT = 0.05  # seconds before the first retry, doubled at each next one (up to 1 s)
-_ENTRY_WIDTH = 5  # key, value, metadata, created, expiry (see redis_scripts.READ)
 # Refusals redis-py has no class for that pass by themselves: a script running past its time
 # limit, too few replicas in sync for min-replicas-to-write.
 _PASSING_REFUSALS = ("BUSY ", "NOREPLICAS ")
@@ -155,10 +153,11 @@ class RedisStore:
         value, meta, made, expires = await self._idempotent(read)
         if value is None:
             return None
-        return _decode_entries([field, value, meta, made, expires])[0]
+        return redis_rows.entries([field, value, meta, made, expires], self._label, self._keys)[0]
 
     async def list(self) -> Entries:
-        return _decode_entries(await self._idempotent(lambda: self._read(self._keys, [])))
+        rows = await self._idempotent(lambda: self._read(self._keys, []))
+        return redis_rows.entries(rows, self._label, self._keys)
 
     async def set(self, key: str, value: str, metadata: Metadata | None = None) -> None:
         await self._put(key, value, metadata, None)
@@ -228,12 +227,23 @@ class RedisStore:
         if not rows:
             return None
         version, metadata, created, *records = rows
+        where = f"{self._label}, journal"
+        if not records:  # every write leaves at least the base record
+            raise redis_rows.corrupt(
+                where, key, f"its record count ({self._keys[8]}) is missing or below 1"
+            )
+        texts = []
+        for index, record in enumerate(records):
+            if record is None:
+                problem = f"record {index} of the {len(records)} its count names is missing"
+                raise redis_rows.corrupt(where, key, f"{problem} ({self._keys[9]})")
+            texts.append(redis_rows.text(record, where, key, f"record {index}"))
         return JournalEntry(
             key=key,
-            records=[_decode(record) for record in records],
-            version=_decode(version),
-            metadata=jsonutil.loads(metadata) if metadata is not None else None,
-            created_at=_EPOCH + timedelta(microseconds=int(created)),
+            records=texts,
+            version=redis_rows.text(version, where, key, "its version"),
+            metadata=redis_rows.metadata(metadata, where, key, f"its metadata ({self._keys[10]})"),
+            created_at=redis_rows.created(created, where, key, self._keys[11]),
         )
 
     async def _journal_rows(self, key: str) -> Sequence[Any]:
@@ -253,7 +263,10 @@ class RedisStore:
                     pipe.hget(versions, field)
                     pipe.hget(meta, field)
                     pipe.hget(created, field)
-                    names = [str(i).encode() + b":" + field for i in range(int(count or 0))]
+                    number = damaged.integer(count) if count is not None else 0
+                    if number is not None and number > _MAX_RECORDS:
+                        number = None  # damaged: never build a list of a billion field names
+                    names = [str(i).encode() + b":" + field for i in range(number or 0)]
                     if names:
                         pipe.hmget(records, names)
                     found = await pipe.execute()
@@ -261,25 +274,45 @@ class RedisStore:
                     continue
                 if found[0] is None:
                     return []
+                if number is None:  # not an integer (a missing or low one reads no records,
+                    assert count is not None  # which journal_get reports)
+                    raise redis_rows.corrupt(
+                        f"{self._label}, journal",
+                        key,
+                        f"its record count ({counts}) {damaged.excerpt(count)} is not an integer "
+                        f"up to {_MAX_RECORDS} "
+                        f"(set it to the number of the key's records in {records}, or 1, "
+                        "before deleting the key: the delete script counts by it)",
+                    )
                 return [*found[:3], *(found[3] if names else [])]
         rows: Sequence[Any] = await self._journal_read(self._keys, [field])
         return rows
 
     async def journal_version(self, key: str) -> str | None:
         raw = await self._idempotent(lambda: self._client.hget(self._keys[7], _encode(key)))
-        return _decode(raw) if raw is not None else None
+        where = f"{self._label}, journal"
+        return redis_rows.text(raw, where, key, "its version") if raw is not None else None
 
     async def journal_head(self, key: str) -> JournalHead | None:
         rows = await self._idempotent(lambda: self._journal_head(self._keys, [_encode(key)]))
         if not rows:
             return None
         version, metadata, created, count = rows
+        where = f"{self._label}, journal"
+        number = damaged.integer(count) if count is not None else None
+        if number is None or number < 1:  # every write leaves at least the base record
+            problem = (
+                "is missing"
+                if count is None
+                else f"{damaged.excerpt(count)} is not an integer >= 1"
+            )
+            raise redis_rows.corrupt(where, key, f"its record count ({self._keys[8]}) {problem}")
         return JournalHead(
             key=key,
-            records=int(count),
-            version=_decode(version),
-            metadata=jsonutil.loads(metadata) if metadata is not None else None,
-            created_at=_EPOCH + timedelta(microseconds=int(created)),
+            records=number,
+            version=redis_rows.text(version, where, key, "its version"),
+            metadata=redis_rows.metadata(metadata, where, key, f"its metadata ({self._keys[10]})"),
+            created_at=redis_rows.created(created, where, key, self._keys[11]),
         )
 
     async def journal_write(
@@ -327,7 +360,10 @@ class RedisStore:
 
     async def journal_keys(self) -> JournalKeys:
         raw = await self._idempotent(lambda: self._client.hkeys(self._keys[7]))
-        return sorted(_decode(key) for key in raw)
+        where = f"{self._label}, journal"
+        return sorted(
+            redis_rows.text(key, where, key, f"its key (a field of {self._keys[7]})") for key in raw
+        )
 
     async def ping(self) -> None:
         """Check that the server answers and accepts the credentials (typed errors if not)."""
@@ -369,7 +405,7 @@ class RedisStore:
         async for attempt in self._retrying():
             with attempt:
                 rows = await self._translate(self._read(self._keys, [_encode(key)]))
-                entries = _decode_entries(rows)
+                entries = redis_rows.entries(rows, self._label, self._keys)
                 current = entries[0].value if entries else None
                 if current == value:
                     return True
@@ -448,6 +484,11 @@ class RedisStore:
     def _clean(self, exc: BaseException) -> str:
         return sentence(scrub(str(exc) or type(exc).__name__, self._secrets))
 
+    @property
+    def _label(self) -> str:
+        """The store as damaged-data messages name it (password masked)."""
+        return f"Redis at {self._where}, namespace {self.namespace!r}"
+
 
 def _url_secrets(url: str) -> tuple[str | None, ...]:
     return url_passwords(url)
@@ -456,10 +497,6 @@ def _url_secrets(url: str) -> tuple[str | None, ...]:
 def _encode(text: str) -> bytes:
     # surrogatepass: a Python str may hold lone surrogates (from JSON "\ud800"); they round-trip.
     return text.encode("utf-8", "surrogatepass")
-
-
-def _decode(raw: bytes | str) -> str:
-    return raw.decode("utf-8", "surrogatepass") if isinstance(raw, bytes) else raw
 
 
 def _digest(data: bytes) -> str:
@@ -484,20 +521,3 @@ def _write_args(
         mode,
         expected_digest,
     ]
-
-
-def _decode_entries(rows: Sequence[bytes | str | None]) -> Entries:
-    entries: Entries = []
-    for start in range(0, len(rows), _ENTRY_WIDTH):
-        key, value, metadata, created, expiry = rows[start : start + _ENTRY_WIDTH]
-        assert key is not None and value is not None and created is not None
-        entries.append(
-            MemoryEntry(
-                key=_decode(key),
-                value=_decode(value),
-                metadata=jsonutil.loads(metadata) if metadata is not None else None,
-                created_at=_EPOCH + timedelta(microseconds=int(created)),
-                expires_at_turn=int(expiry) if expiry is not None else None,
-            )
-        )
-    return entries

@@ -11,9 +11,11 @@
 The store's own options can ride in the URL's query, so one string (a ``--store`` flag, an
 env variable) names them too: ``redis://host/0?namespace=team-a``,
 ``postgresql://host/db?schema=runs&table=oma_store``. They are taken out of the URL before the
-driver sees it; the same option given twice (in the URL and as an argument) with two values
-is refused. Redis and Postgres are imported only when asked for, so a memory or file store
-never loads their drivers. ``redact=True`` wraps the store in a ``RedactingStore``.
+driver sees it; the same option given twice (in the URL and as an argument, such as a run
+spec's field) with two values is refused, and the defaults (namespace ``oma``, table
+``oma_store``) apply only when neither gives one. Redis and Postgres are imported only when
+asked for, so a memory or file store never loads their drivers. ``redact=True`` wraps the store
+in a ``RedactingStore``.
 """
 
 from __future__ import annotations
@@ -96,7 +98,8 @@ def _take_options(url: str, given: dict[str, str | None]) -> tuple[str, dict[str
         if given[name] is not None and given[name] != value:
             raise StoreConfigError(
                 f"store URL {redact_url(url)!r} sets {name}={value!r} but {name}="
-                f"{given[name]!r} was also given; give it once"
+                f"{given[name]!r} was also given (by a run spec's store field, or an argument "
+                "of open_store); give it in one place, or the same value in both"
             )
         options[name] = value
     rest = f"?{urlencode(kept)}" if kept else ""
