@@ -25,7 +25,7 @@ from oma_operator.later import LATER, Key
 from oma_operator.metrics import METRICS, Resume
 from oma_operator.models import TeamRunSpec
 from oma_operator.outcomes import Outcome
-from oma_operator.pods import FINALIZER, attempt_of, run_id_of, runner_pod
+from oma_operator.pods import FINALIZER, attempt_of, made_for, run_id_of, runner_pod
 from oma_operator.progress import read_progress
 from oma_operator.run_queue import RUN_QUEUE
 from oma_operator.specs import spec_of
@@ -81,7 +81,19 @@ async def ensure_pod(
         if exc.status != 409:
             await _creation_failed(teamrun, attempt, pod, exc)
             return
-        created = False  # it exists: created before (by us, or by a retry meanwhile)
+        # It exists: created before (by us, or by a retry meanwhile), or someone else's pod
+        # holds the name, which would leave the attempt waiting for a pod that never reports.
+        existing = await runtime.kube().get_pod(meta["namespace"], pod)
+        if existing is not None and not made_for(existing, teamrun, attempt):
+            squatted = KubeError(
+                409,
+                f"a pod named {pod} exists that the operator did not make for this attempt "
+                "(other labels, or no controller reference to this TeamRun): delete it and "
+                "the attempt starts",
+            )
+            await _creation_failed(teamrun, attempt, pod, squatted)
+            return
+        created = False
     else:
         created = True
         if hold_now(teamrun) is not None:

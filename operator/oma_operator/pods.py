@@ -43,6 +43,21 @@ def pod_name(teamrun: str, attempt: int) -> str:
     return f"{teamrun}-a{attempt}"
 
 
+def made_for(pod: dict[str, Any], teamrun: dict[str, Any], attempt: int) -> bool:
+    """Whether ``pod`` is the one ``runner_pod`` makes for this TeamRun (by uid) and attempt:
+    its labels and its controller reference say so. (Only the operator may give a pod these
+    labels where the runner-pods admission policy is installed.)"""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    owner = teamrun["metadata"]
+    if labels.get(LABEL_TEAMRUN) != owner["name"] or labels.get(LABEL_ATTEMPT) != str(attempt):
+        return False
+    return any(
+        ref.get("controller") and ref.get("kind") == "TeamRun" and ref.get("uid") == owner["uid"]
+        for ref in meta.get("ownerReferences") or []
+    )
+
+
 def attempt_of(pod: dict[str, Any]) -> tuple[str, str, int]:
     """A runner pod's namespace, TeamRun name and attempt number, from its labels."""
     meta = pod["metadata"]

@@ -515,3 +515,34 @@ async def test_only_the_operator_makes_runner_pods(
         assert "only the oma operator creates runner pods" in str(relabel.value)
     status = await status_of(kube, namespace, "victim")
     assert status["phase"] == "AwaitingApproval", status
+
+
+@pytest.mark.timeout(240)
+async def test_a_pod_squatting_an_attempts_name_holds_the_run_until_it_is_gone(
+    cluster: ClusterHandle,
+    kube: KubeClient,
+    namespace: str,
+    operator: Path,
+    redis_secret: str,
+    admission_policies: None,
+    effects: SideEffects,
+) -> None:
+    """A pod that takes the name of a run's next attempt first (anyone who may create pods can,
+    without the operator's labels) is not taken for the runner, whose end would then never
+    come: the attempt waits with PodCreated=False saying why, and starts once it is gone."""
+    pods = f"/api/v1/namespaces/{namespace}/pods"
+    await kube.create(pods, forged_pod("squatted", labels=False))  # squatted-a1
+    await kube.create(TEAMRUNS.format(ns=namespace), gated("squatted", effects, "ok"))
+
+    async def held() -> dict[str, Any] | None:
+        conditions = (await status_of(kube, namespace, "squatted")).get("conditions") or []
+        created = next((c for c in conditions if c["type"] == "PodCreated"), None)
+        if created is None or created["status"] != "False":
+            return None
+        return created if "did not make" in created["message"] else None
+
+    await wait_for(held, 60, "the attempt to wait on the squatted pod name")
+    await kube.delete(f"{pods}/squatted-a1?gracePeriodSeconds=0")
+    decision = await pending_decision(kube, namespace, "squatted")  # the real runner ran
+    assert decision is not None and decision["spec"]["scope"] == "tool_call"
+    assert "PodCreateFailed" in await event_counts(kube, namespace, "squatted")
