@@ -182,10 +182,31 @@ def creator_policy() -> dict[str, Any]:
     }
 
 
+def _same_oma_annotations() -> str:
+    """The oma.dev/ annotations (the operator trusts some, e.g. its watchdog's) unchanged,
+    whatever the order of the maps."""
+    old, new = "oldObject.metadata.annotations", "object.metadata.annotations"
+    return (
+        f"(!has({old}) || {old}.all(k, !k.startsWith('oma.dev/') || "
+        f"(has({new}) && k in {new} && {new}[k] == {old}[k]))) && "
+        f"(!has({new}) || {new}.all(k, !k.startsWith('oma.dev/') || "
+        f"(has({old}) && k in {old})))"
+    )
+
+
 def runner_pods_policy() -> dict[str, Any]:
-    """A runner pod's end is a TeamRun attempt's end: only the operator makes such pods."""
+    """A runner pod's end is a TeamRun attempt's end: only the operator makes such pods or
+    changes what they run."""
     same_labels = " && ".join(
         f"{_label('oldObject', k)} == {_label('object', k)}" for k in POD_LABELS
+    )
+    # What others may still do to a runner pod: metadata the garbage collector and tools touch
+    # (owner references, finalizers, other labels and annotations); never its spec (image,
+    # activeDeadlineSeconds, ephemeral containers), its oma labels or oma annotations.
+    harmless = (
+        "request.operation == 'UPDATE' && "
+        "(!has(request.subResource) || request.subResource == '') && "
+        f"object.spec == oldObject.spec && {same_labels} && {_same_oma_annotations()}"
     )
     return {
         "apiVersion": ADMISSION,
@@ -199,20 +220,27 @@ def runner_pods_policy() -> dict[str, Any]:
                         "apiGroups": [""],
                         "apiVersions": ["v1"],
                         "operations": ["CREATE", "UPDATE"],
-                        "resources": ["pods"],
+                        "resources": ["pods", "pods/ephemeralcontainers"],
                     }
                 ]
             },
             # Every other pod is left alone (and a failing policy cannot stop it).
             "matchConditions": [
-                {"name": "runner-pod", "expression": f"{_label('object', POD_LABELS[0])} != ''"}
+                {
+                    "name": "runner-pod",
+                    "expression": f"{_label('object', POD_LABELS[0])} != '' || "
+                    "(request.operation == 'UPDATE' && "
+                    f"{_label('oldObject', POD_LABELS[0])} != '')",
+                }
             ],
             "validations": [
                 _check(
-                    f"(request.operation == 'UPDATE' && {same_labels}) || {MAY_START}",
-                    f"only the oma operator creates runner pods (a pod labelled {POD_LABELS[0]}"
-                    f"; that needs the '{START_VERB}' verb on teamruns.{GROUP}): the operator "
-                    "records how a TeamRun's attempt ended from such a pod",
+                    f"({harmless}) || {MAY_START}",
+                    f"only the oma operator creates runner pods or changes what they run (a pod "
+                    f"labelled {POD_LABELS[0]}: creating one, labelling one, changing its spec, "
+                    f"its oma.dev/ labels or annotations, or adding an ephemeral container needs "
+                    f"the '{START_VERB}' verb on teamruns.{GROUP}): the operator records how a "
+                    "TeamRun's attempt ended from such a pod",
                 ),
             ],
         },
@@ -352,6 +380,20 @@ run as usual" .Capabilities.KubeVersion.Version) }}
 """
 
 
+RUNNER_PODS_BINDING = (
+    '  policyName: {{ include "oma.clusterName" . }}-runner-pods\n  validationActions:\n  - Deny\n'
+)
+# A release's operator makes runner pods in its own namespace (unless it watches all): another
+# release elsewhere, whose Role may predate the 'start' verb, is not held to this one's policy.
+RELEASE_NAMESPACES = """{{- if not .Values.operator.watchAllNamespaces }}
+  matchResources:
+    namespaceSelector:
+      matchLabels:
+        kubernetes.io/metadata.name: {{ .Release.Namespace }}
+{{- end }}
+"""
+
+
 def render_chart() -> str:
     parts = [HEADER]
     for value, policies in GROUPS:
@@ -367,6 +409,8 @@ def render_chart() -> str:
         guard = ""
         if value == "creatorPolicy":  # true: installed here; "external": installed elsewhere
             condition, guard = f'eq (toString {condition}) "true"', CREATOR_POLICY_GUARD
+        if value == "runnerPodPolicy":
+            text = text.replace(RUNNER_PODS_BINDING, RUNNER_PODS_BINDING + RELEASE_NAMESPACES)
         parts.append(f"{{{{- if {condition} }}}}\n{guard}---\n{text}{{{{- end }}}}\n")
     return "".join(parts)
 

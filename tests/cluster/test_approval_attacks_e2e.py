@@ -513,6 +513,23 @@ async def test_only_the_operator_makes_runner_pods(
             await mallory.patch(f"{pods}/plain-a1", {"metadata": {"labels": labels}})
         assert relabel.value.status == 403, relabel.value
         assert "only the oma operator creates runner pods" in str(relabel.value)
+        # The operator's own runner pod: what it runs, its labels and the annotations the
+        # operator trusts are not hers to change; other metadata (as the garbage collector
+        # and tools change it) is.
+        (runner,) = await runner_pods(kube, namespace)
+        path = f"{pods}/{runner['metadata']['name']}"
+        image = runner["spec"]["containers"][0]["image"] + "-hers"
+        for change in (
+            {"spec": {"containers": [{"name": "runner", "image": image}]}},
+            {"spec": {"activeDeadlineSeconds": 1}},
+            {"metadata": {"labels": {"oma.dev/teamrun": None}}},
+            {"metadata": {"annotations": {"oma.dev/start-timeout-seconds": "1"}}},
+        ):
+            with pytest.raises(ApiError) as changed:
+                await mallory.patch(path, change, kind="strategic")
+            assert changed.value.status == 403, (change, changed.value)
+            assert "only the oma operator" in str(changed.value), change
+        await mallory.patch(path, {"metadata": {"annotations": {"example.com/seen": "yes"}}})
     status = await status_of(kube, namespace, "victim")
     assert status["phase"] == "AwaitingApproval", status
 

@@ -84,6 +84,11 @@ def test_lint_and_template(cluster: ClusterHandle) -> None:
         r for r in docs["Role", "t-operator"]["rules"] if r["resources"] == ["teamruns"]
     )
     assert "start" in teamruns["verbs"]  # what the runner-pods policy asks of pod makers
+    # held to in the release's namespace only: releases elsewhere (maybe of an older chart,
+    # without the verb) keep making their pods
+    binding = docs["ValidatingAdmissionPolicyBinding", "t-oma-runner-pods"]["spec"]
+    selector = binding["matchResources"]["namespaceSelector"]
+    assert selector == {"matchLabels": {"kubernetes.io/metadata.name": "oma"}}
     assert ("ServiceAccount", "t-runner") in docs  # per release: two in one namespace coexist
     hook = docs["Job", "t-operator-stop"]
     assert hook["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
@@ -129,6 +134,14 @@ def test_lint_and_template(cluster: ClusterHandle) -> None:
         "operator.watchAllNamespaces=true",
     ).stdout
     assert "kind: ClusterRole" in wide and "--all-namespaces" in wide
+    (everywhere,) = [
+        d
+        for d in yaml.safe_load_all(wide)
+        if d
+        and d["kind"] == "ValidatingAdmissionPolicyBinding"
+        and "runner-pods" in d["metadata"]["name"]
+    ]
+    assert "matchResources" not in everywhere["spec"]  # its operator makes pods everywhere
 
 
 def test_helm_template_works_without_a_cluster_with_the_built_helm(
