@@ -8,6 +8,7 @@ deciding nothing, and its status and a TeamRun Event say why.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from oma.approval.errors import DurableApprovalError
@@ -35,6 +36,8 @@ from oma_operator.reviewers import (
     reviewers_for,
 )
 from oma_operator.stores import STORES
+
+log = logging.getLogger(__name__)
 
 
 async def run_records(store: MemoryStore, run_id: str) -> list[ApprovalRecord]:
@@ -66,8 +69,10 @@ async def sync_approvals(kube: Kube, teamrun: dict[str, Any], spec: TeamRunSpec)
     records = {r.request.id: r for r in await run_records(store, run_id_of(teamrun))}
     found = {d["metadata"]["name"]: d for d in await kube.list_decisions(namespace, name)}
     excluded = excluded_reviewers(spec.approvals, teamrun, runtime.CREATOR_RECORDED)
-    if missing_creator(spec.approvals, teamrun, runtime.CREATOR_RECORDED) is not None:
-        return False  # publish nothing a creator could decide; the run itself is refused
+    unknown = missing_creator(spec.approvals, teamrun, runtime.CREATOR_RECORDED)
+    if unknown is not None:  # publish nothing its creator could decide
+        log.warning("%s/%s: its requests are not published: %s", namespace, name, unknown)
+        return False
     published: set[str] = set()
     for request_id, record in records.items():
         reviewers = reviewers_for(spec.approvals, record.request)

@@ -108,9 +108,12 @@ async def teamrun_present(body: dict[str, Any]) -> float:
     except TeamRunSpecError as exc:
         await _refuse(body, "InvalidSpec", str(exc), exc.problems)
         return 0.0
-    # Before any hold is acted on too: a run let go after a restart must not start unchecked.
+    # Before any pod starts, and before a hold is acted on too (a run let go while the
+    # operator was down must not start unchecked). A run already under way was checked when
+    # it started: an operator run without the policy since then publishes none of its
+    # requests (approvals.sync_approvals) rather than fail it under a live pod.
     unknown_creator = missing_creator(spec.approvals, body, runtime.CREATOR_RECORDED)
-    if unknown_creator is not None:
+    if unknown_creator is not None and not status.get("attempt"):
         await _refuse(body, "CreatorUnknown", unknown_creator, unknown_creator)
         return 0.0
     if action_for(status.get("phase"), hold_of(spec)) is not None:
