@@ -12,6 +12,7 @@ from redis.exceptions import OutOfMemoryError, ResponseError, TryAgainError
 
 from oma.errors import StoreError
 from oma.store import RedisStore, StoreAuthError, StoreUnavailableError
+from oma.store.redis import major_version
 from tests.servers.fixtures import missing
 from tests.servers.process import free_port
 from tests.servers.redis_server import RedisServer, redis_binary
@@ -165,11 +166,13 @@ async def test_a_set_sends_its_value_beside_the_script_in_one_transaction(
     assert len(carrying) == 1 and b'"HSET"' in carrying[0].upper()
 
 
+@pytest.mark.parametrize("beside", [True, False], ids=["redis-7", "redis-6.2"])
 async def test_a_value_its_digest_and_metadata_are_written_together(
-    redis_server: RedisServer, client: aioredis.Redis
+    redis_server: RedisServer, client: aioredis.Redis, beside: bool
 ) -> None:
     """Two writers and a reader at once: every read finds one write's value, digest and
-    metadata, never a mix (the value is written outside the script, in the same MULTI)."""
+    metadata, never a mix (on Redis 7 the value is written beside the script, in the same
+    MULTI; before, through the script, as a 6.2 server gets it)."""
     namespace = unique_name("together")
     prefix = f"{{{namespace}}}:"
     stop = asyncio.Event()
@@ -177,6 +180,7 @@ async def test_a_value_its_digest_and_metadata_are_written_together(
 
     async def write(tag: str) -> None:
         async with RedisStore(redis_server.url, namespace=namespace) as store:
+            store._multi_write = beside  # as _beside_scripts would find on such a server
             for i in range(150):
                 value = f"{tag}{i}-" + tag * 3000
                 if i % 2:
@@ -204,6 +208,47 @@ async def test_a_value_its_digest_and_metadata_are_written_together(
     stop.set()
     await reader
     assert reads > 0
+
+
+def test_the_server_version_decides_how_values_are_written() -> None:
+    assert [major_version(v) for v in ("7.0.15", "6.2.14", "8.0.0", "", None, "x.1")] == [
+        7,
+        6,
+        8,
+        0,
+        0,
+        0,
+    ]
+
+
+async def test_a_set_on_this_server_writes_beside_the_script_and_swaps_after_either_way(
+    redis_server: RedisServer,
+) -> None:
+    namespace = unique_name("either")
+    async with RedisStore(redis_server.url, namespace=namespace) as store:
+        await store.set("k", "v1")
+        assert store._multi_write is True  # Debian's Redis 7: asked once, then remembered
+        assert await store.compare_and_set("k", "v1", "v2")
+        store._multi_write = False  # the 6.2 way, through the script
+        await store.set_with_expiry("k", "v3", 5, {"m": 1})
+        assert await store.compare_and_set("k", "v3", "v4")
+        entry = await store.get("k")
+        assert entry is not None and entry.value == "v4" and entry.expires_at_turn is None
+
+
+async def test_a_refused_set_does_not_echo_the_value(
+    redis_server: RedisServer, client: aioredis.Redis
+) -> None:
+    """redis-py prefixes a pipeline's error with the command and its arguments: the value
+    would reach logs, termination messages and Events."""
+    namespace = unique_name("echo")
+    await client.set(f"{{{namespace}}}:values", "not a hash")  # damaged: every set fails
+    async with RedisStore(redis_server.url, namespace=namespace) as store:
+        with pytest.raises(StoreError) as refused:
+            await store.set("secret-key", "SECRET-VALUE-" + "x" * 100)
+    message = str(refused.value)
+    assert "WRONGTYPE" in message and "SECRET-VALUE" not in message, message
+    assert "pipeline" not in message
 
 
 async def test_existing_client_is_used_and_left_open(

@@ -114,6 +114,7 @@ class RedisStore:
             self._owns_client = False
         self._keys = [f"{{{namespace}}}:{field}" for field in redis_scripts.FIELDS]
         self._digests = DigestMemo()
+        self._multi_write: bool | None = None  # set writes its value beside the script (7+)
         self._write = self._client.register_script(redis_scripts.WRITE)
         self._delete = self._client.register_script(redis_scripts.DELETE)
         self._read = self._client.register_script(redis_scripts.READ)
@@ -129,6 +130,7 @@ class RedisStore:
         store does not own the client, so closing it leaves this one working."""
         other = RedisStore(self._client, namespace=namespace, retry_for=self._retry_for)
         other._secrets, other._where = self._secrets, self._where
+        other._multi_write = self._multi_write
         return other
 
     async def get(self, key: str) -> MemoryEntry | None:
@@ -175,6 +177,14 @@ class RedisStore:
         # copy cost about what the whole SET does; at 1 MB four times as much). The script is
         # sent whole (EVAL): an EVALSHA refused inside EXEC would leave the value written
         # without its digest. A swap stays one script: its compare decides whether to write.
+        # Only on Redis 7+: 6.2 checks memory for a script inside EXEC against a flag left by
+        # the last script sent directly, so under maxmemory the HSET could land and the
+        # script be refused: the value without its digest. There the value goes through it.
+        if not await self._beside_scripts():
+            args = _write_args(key, value, metadata, expires_at_turn, "s", "")
+            await self._idempotent(lambda: self._write(self._keys, args))
+            self._wrote(key, value, args)
+            return
         args = _write_args(key, value, metadata, expires_at_turn, "w", "")
         value_field, args[1] = args[1], b""
 
@@ -186,6 +196,19 @@ class RedisStore:
 
         await self._idempotent(write)
         self._wrote(key, value, args)
+
+    async def _beside_scripts(self) -> bool:
+        """Whether values may be written beside their script (``_put``): the server is Redis 7
+        or newer (or a fork that says so). Asked once; a server that will not say is 6.2."""
+        if self._multi_write is None:
+            try:
+                info = await self._idempotent(lambda: self._client.info("server"))
+            except StoreUnavailableError:
+                raise
+            except StoreError:  # e.g. an ACL without INFO: the older way works everywhere
+                info = {}
+            self._multi_write = major_version(info.get("redis_version")) >= 7
+        return self._multi_write
 
     async def compare_and_set(
         self, key: str, expected: str | None, value: str, metadata: Metadata | None = None
@@ -482,12 +505,23 @@ class RedisStore:
         return result
 
     def _clean(self, exc: BaseException) -> str:
-        return sentence(scrub(str(exc) or type(exc).__name__, self._secrets))
+        # redis-py prefixes a pipeline's error with the command, arguments (a value) and all.
+        text = _PIPELINE_COMMAND.sub("", str(exc))
+        return sentence(scrub(text or type(exc).__name__, self._secrets))
 
     @property
     def _label(self) -> str:
         """The store as damaged-data messages name it (password masked)."""
         return f"Redis at {self._where}, namespace {self.namespace!r}"
+
+
+_PIPELINE_COMMAND = re.compile(r"^Command # \d+ \(.*\) of pipeline caused error: ", re.DOTALL)
+
+
+def major_version(text: object) -> int:
+    """The major number of a ``redis_version`` (0 when there is none to read)."""
+    head = str(text or "").split(".", 1)[0]
+    return int(head) if head.isdigit() else 0
 
 
 def _url_secrets(url: str) -> tuple[str | None, ...]:
