@@ -15,7 +15,9 @@ class CuttingProxy:
       connection is cut instead (every command sent meanwhile ran, no answer arrives).
     - ``cut_on(marker, before=...)``: once, when a chunk from the client holds ``marker``, cut
       that connection: before forwarding the chunk (the server never sees the command) or
-      after, dropping the server's next chunk (the command ran, its answer is lost).
+      after, dropping the server's next chunk (the command ran, its answer is lost); with
+      ``at_once``, right after forwarding it (the command may still be running, e.g. waiting
+      for a lock, when the client sees the connection gone).
     """
 
     def __init__(self, target_port: int) -> None:
@@ -24,11 +26,11 @@ class CuttingProxy:
         self.cuts = 0
         self.port = 0
         self._marker: bytes | None = None
-        self._before = False
+        self._before = self._at_once = False
         self._server: asyncio.Server | None = None
 
-    def cut_on(self, marker: bytes, *, before: bool) -> None:
-        self._marker, self._before = marker, before
+    def cut_on(self, marker: bytes, *, before: bool, at_once: bool = False) -> None:
+        self._marker, self._before, self._at_once = marker, before, at_once
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -53,6 +55,9 @@ class CuttingProxy:
                     drop_reply.set()
                 server_w.write(data)
                 await server_w.drain()
+                if marked and self._at_once:
+                    self.cuts += 1
+                    return
                 if marked:
                     await asyncio.Event().wait()  # the reply's cut ends this connection
 

@@ -4,9 +4,12 @@ would report False to its writer) or giving up (an outage of a second would fail
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 
+import psycopg
 import pytest
+from psycopg import sql
 
 from oma.store import PostgresStore, RedisStore
 from oma.store.base import CompareAndSetStore
@@ -144,3 +147,46 @@ async def test_before_the_store_ever_worked_a_lost_reply_is_a_typed_error(
     proxy.drop_next = 1_000_000  # nothing ever answers: a wrong address looks like this
     with pytest.raises(StoreUnavailableError):
         await store.compare_and_set("k", None, "v")
+
+
+async def test_a_postgres_swap_still_running_when_its_connection_went_is_not_reported_lost(
+    postgres_server: PostgresServer,
+) -> None:
+    """The first statement waits on a row lock when the connection goes; the settle reads the
+    expected value and sends the swap again, which waits behind the first. The first then
+    applies: the second finds the row changed, and the swap is ours all the same."""
+    proxy = CuttingProxy(postgres_server.port)
+    await proxy.start()
+    schema = unique_name("lock")
+    dsn = postgres_server.dsn().replace(f":{postgres_server.port}/", f":{proxy.port}/")
+    store = PostgresStore(dsn, schema=schema, retry_for=10)
+    try:
+        await store.set("k", "v1")
+        async with await psycopg.AsyncConnection.connect(postgres_server.dsn()) as holder:
+            locked = sql.SQL("SELECT 1 FROM {}.oma_store WHERE key = 'k' FOR UPDATE").format(
+                sql.Identifier(schema)
+            )
+            await holder.execute(locked)  # a transaction holds the row
+            proxy.cut_on(b"v2-waited", before=False, at_once=True)
+            swap = asyncio.create_task(store.compare_and_set("k", "v1", "v2-waited"))
+            await _until_waiting(postgres_server, 2)  # the first swap and the one sent again
+            await holder.commit()  # the lock goes: the first swap applies, then the second
+        assert await swap is True
+        assert proxy.cuts == 1
+        entry = await store.get("k")
+        assert entry is not None and entry.value == "v2-waited"
+    finally:
+        await store.aclose()
+        await proxy.close()
+
+
+async def _until_waiting(server: PostgresServer, count: int) -> None:
+    """Until ``count`` statements wait on a lock in the server."""
+    query = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+    async with await psycopg.AsyncConnection.connect(server.dsn(), autocommit=True) as conn:
+        for _ in range(200):
+            row = await (await conn.execute(query)).fetchone()
+            if row is not None and row[0] >= count:
+                return
+            await asyncio.sleep(0.05)
+    raise AssertionError(f"never {count} statements waiting on a lock")

@@ -318,15 +318,24 @@ class PostgresStore:
             retry=retry_if_exception_type(StoreUnavailableError),
             reraise=True,
         )
+
+        async def current() -> str | None:
+            rows = await self._try(lambda conn: _fetch(conn, select, {"key": key}))
+            return _entry(rows[0], self._label).value if rows else None
+
         async for attempt in retrying:
             with attempt:
-                rows = await self._try(lambda conn: _fetch(conn, select, {"key": key}))
-                current = _entry(rows[0], self._label).value if rows else None
-                if current == value:
+                found = await current()
+                if found == value:
                     return True
-                if current != expected:
+                if found != expected:
                     return False
-                return await self._try(swap)
+                if await self._try(swap):
+                    return True
+                # The first statement may still have been running on the server (waiting on
+                # a lock, or for a synchronous standby): ours then waited for it and found
+                # the row changed, perhaps by that very statement.
+                return await current() == value
         raise AssertionError("unreachable: tenacity reraises the last error")
 
     async def _try(self, work: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]) -> T:
