@@ -252,9 +252,11 @@ class RedisStore:
         version, metadata, created, *records = rows
         where = f"{self._label}, journal"
         if not records:  # every write leaves at least the base record
-            raise redis_rows.corrupt(
-                where, key, f"its record count ({self._keys[8]}) is missing or below 1"
+            problem = (
+                f"its record count ({self._keys[8]}) is missing or not a whole number from 1 "
+                f"to {_MAX_RECORDS}"
             )
+            raise redis_rows.corrupt(where, key, problem)
         texts = []
         for index, record in enumerate(records):
             if record is None:
@@ -303,9 +305,7 @@ class RedisStore:
                         f"{self._label}, journal",
                         key,
                         f"its record count ({counts}) {damaged.excerpt(count)} is not an integer "
-                        f"up to {_MAX_RECORDS} "
-                        f"(set it to the number of the key's records in {records}, or 1, "
-                        "before deleting the key: the delete script counts by it)",
+                        f"up to {_MAX_RECORDS}",
                     )
                 return [*found[:3], *(found[3] if names else [])]
         rows: Sequence[Any] = await self._journal_read(self._keys, [field])

@@ -86,9 +86,11 @@ for i = 1, 5 do
   redis.call('HDEL', KEYS[i], key)
 end
 redis.call('ZREM', KEYS[6], key)
-local count = tonumber(redis.call('HGET', KEYS[9], key) or '0')
-for i = 0, count - 1 do
-  redis.call('HDEL', KEYS[10], i .. ':' .. key)
+-- Records are 0, 1, ... without gaps: removed up to the first missing one, so that a damaged
+-- record count (not a number, absurd) neither stops the delete nor keeps the server busy.
+local i = 0
+while redis.call('HDEL', KEYS[10], i .. ':' .. key) == 1 do
+  i = i + 1
 end
 redis.call('HDEL', KEYS[8], key)
 redis.call('HDEL', KEYS[9], key)
@@ -113,12 +115,14 @@ if mode ~= 'f' then
   end
 end
 if mode == 'a' and not current then return 0 end
-local count = tonumber(redis.call('HGET', KEYS[9], key) or '0')
-if mode ~= 'a' then
-  for i = 0, count - 1 do
-    redis.call('HDEL', KEYS[10], i .. ':' .. key)
+local count = 0
+if mode == 'a' then
+  count = tonumber(redis.call('HGET', KEYS[9], key) or '0')
+else
+  local i = 0  -- the old records, as DELETE removes them
+  while redis.call('HDEL', KEYS[10], i .. ':' .. key) == 1 do
+    i = i + 1
   end
-  count = 0
 end
 for j = 7, #ARGV do
   redis.call('HSET', KEYS[10], count .. ':' .. key, ARGV[j])
@@ -137,13 +141,16 @@ return 1
 """
 
 # KEYS: the FIELDS keys, in order. ARGV: key.
-# Returns {} when there is no journal, else version, metadata (false = none), created, records.
+# Returns {} when there is no journal, else version, metadata (false = none), created, records
+# (none when the record count is damaged: not a whole number from 1 to 1,000,000, which the
+# reader reports).
 JOURNAL_READ = """
 local key = ARGV[1]
 local version = redis.call('HGET', KEYS[8], key)
 if not version then return {} end
 local out = {version, redis.call('HGET', KEYS[11], key), redis.call('HGET', KEYS[12], key)}
 local count = tonumber(redis.call('HGET', KEYS[9], key) or '0')
+if not count or count < 1 or count > 1000000 or count % 1 ~= 0 then return out end
 for i = 0, count - 1 do
   out[#out + 1] = redis.call('HGET', KEYS[10], i .. ':' .. key)
 end
