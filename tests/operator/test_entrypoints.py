@@ -153,13 +153,11 @@ class _Started(Exception):
     """Raised where the operator would start serving: its settings are all taken by then."""
 
 
-@pytest.mark.parametrize(
-    ("argv", "env", "expected"),
-    [([], None, "notable"), ([], "all", "all"), (["--events", "notable"], "all", "notable")],
-)
-def test_the_events_setting_comes_from_the_flag_or_the_environment(
-    monkeypatch: pytest.MonkeyPatch, argv: list[str], env: str | None, expected: str
+def _start(
+    monkeypatch: pytest.MonkeyPatch, argv: list[str], variable: str, value: str | None
 ) -> None:
+    """Run the operator's entry point with ``variable`` set to ``value`` (unset: None) up to
+    where it would serve; the settings it wrote are put back after the test."""
     from oma_operator import main as entry
 
     def serve(*_: object) -> None:
@@ -177,13 +175,23 @@ def test_the_events_setting_comes_from_the_flag_or_the_environment(
         monkeypatch.setattr(runtime, setting, getattr(runtime, setting))
     for setting in ("default_ttl", "delete_store_records"):
         monkeypatch.setattr(FINISHED, setting, getattr(FINISHED, setting))
-    if env is None:
-        monkeypatch.delenv("OMA_EVENTS", raising=False)
+    if value is None:
+        monkeypatch.delenv(variable, raising=False)
     else:
-        monkeypatch.setenv("OMA_EVENTS", env)
+        monkeypatch.setenv(variable, value)
     monkeypatch.setattr("sys.argv", ["oma-operator", "--namespace", "team-a", *argv])
     with pytest.raises(_Started):
         entry.main()
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "expected"),
+    [([], None, "notable"), ([], "all", "all"), (["--events", "notable"], "all", "notable")],
+)
+def test_the_events_setting_comes_from_the_flag_or_the_environment(
+    monkeypatch: pytest.MonkeyPatch, argv: list[str], env: str | None, expected: str
+) -> None:
+    _start(monkeypatch, argv, "OMA_EVENTS", env)
     assert expected == runtime.EVENTS
 
 
@@ -213,28 +221,5 @@ def test_a_bad_delete_store_records_setting_stops_the_operator(
 def test_the_creator_policy_setting_comes_from_the_flag_or_the_environment(
     monkeypatch: pytest.MonkeyPatch, argv: list[str], env: str | None, recorded: bool
 ) -> None:
-    from oma_operator import main as entry
-
-    def serve(*_: object) -> None:
-        raise _Started
-
-    monkeypatch.setattr(entry, "serve", serve)
-    monkeypatch.setattr(entry, "configure_logging", lambda *_: None)
-    for setting in (
-        "EVENTS",
-        "LOG_FORMAT",
-        "RUNNER_METRICS_PORT",
-        "NAMESPACES",
-        "CREATOR_RECORDED",
-    ):
-        monkeypatch.setattr(runtime, setting, getattr(runtime, setting))
-    for setting in ("default_ttl", "delete_store_records"):
-        monkeypatch.setattr(FINISHED, setting, getattr(FINISHED, setting))
-    if env is None:
-        monkeypatch.delenv("OMA_CREATOR_POLICY", raising=False)
-    else:
-        monkeypatch.setenv("OMA_CREATOR_POLICY", env)
-    monkeypatch.setattr("sys.argv", ["oma-operator", "--namespace", "team-a", *argv])
-    with pytest.raises(_Started):
-        entry.main()
+    _start(monkeypatch, argv, "OMA_CREATOR_POLICY", env)
     assert runtime.CREATOR_RECORDED is recorded
