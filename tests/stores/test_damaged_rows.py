@@ -46,6 +46,14 @@ def _check(exc: StoreCorruptError, *words: str) -> None:
         assert remedy in message.lower(), (remedy, message)
 
 
+async def _the_good_journal_reads_whole(store: RedisStore | PostgresStore) -> None:
+    """The fixtures' undamaged journal beside the damaged one still reads whole."""
+    good = await store.journal_get("good")
+    assert good is not None and good.records == ["base", "d1"] and good.metadata == {"m": 1}
+    good_head = await store.journal_head("good")
+    assert good_head is not None and good_head.records == 2
+
+
 # ---------------------------------------------------------------------------------- Redis
 
 
@@ -173,10 +181,7 @@ async def test_a_damaged_redis_journal_is_store_corrupt(
         with pytest.raises(StoreCorruptError) as head:
             await store.journal_head("bad")
         _check(head.value, "journal", "'bad'", *words)
-    good = await store.journal_get("good")
-    assert good is not None and good.records == ["base", "d1"] and good.metadata == {"m": 1}
-    good_head = await store.journal_head("good")
-    assert good_head is not None and good_head.records == 2
+    await _the_good_journal_reads_whole(store)
     # The delete removes records up to the first missing one, whatever the count says (not a
     # number, absurd: it neither fails nor keeps the server busy).
     await store.delete("bad")
@@ -363,10 +368,7 @@ async def test_a_damaged_postgres_journal_is_store_corrupt(
         with pytest.raises(StoreCorruptError) as head:
             await pg_store.journal_head("bad")
         _check(head.value, "journal", "'bad'", *words)
-    good = await pg_store.journal_get("good")
-    assert good is not None and good.records == ["base", "d1"] and good.metadata == {"m": 1}
-    good_head = await pg_store.journal_head("good")
-    assert good_head is not None and good_head.records == 2
+    await _the_good_journal_reads_whole(pg_store)
     await pg_store.delete("bad")
     assert await pg_store.journal_get("bad") is None and await pg_store.journal_head("bad") is None
 
