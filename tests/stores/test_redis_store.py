@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 from collections.abc import AsyncIterator
 
@@ -104,6 +105,21 @@ async def test_a_second_client_sees_every_write(redis_server: RedisServer) -> No
         assert entry is not None and entry.value == "v2"
 
 
+@contextlib.asynccontextmanager
+async def _monitor(redis_server: RedisServer) -> AsyncIterator[asyncio.StreamReader]:
+    """A connection in MONITOR mode: every command the server receives, a line each."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", redis_server.port, limit=2**20)
+    writer.write(f"AUTH {redis_server.password}\r\nMONITOR\r\n".encode())
+    await writer.drain()
+    try:
+        assert await reader.readline() == b"+OK\r\n"
+        assert await reader.readline() == b"+OK\r\n"
+        yield reader
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
 async def _monitored_until_ping(reader: asyncio.StreamReader) -> list[bytes]:
     lines: list[bytes] = []
     while not lines or b'"PING"' not in lines[-1].upper():
@@ -116,26 +132,20 @@ async def test_compare_and_set_sends_a_digest_not_the_expected_value(
 ) -> None:
     """MONITOR shows every command the server receives: the expected value is never in them."""
     marker = ("EXPECTED-" + "z" * 5000).encode()
-    reader, writer = await asyncio.open_connection("127.0.0.1", redis_server.port, limit=2**20)
-    writer.write(f"AUTH {redis_server.password}\r\nMONITOR\r\n".encode())
-    await writer.drain()
-    assert await reader.readline() == b"+OK\r\n"
-    assert await reader.readline() == b"+OK\r\n"
-    try:
-        async with RedisStore(redis_server.url, namespace=unique_name("wire")) as store:
-            await store.set("k", marker.decode())
-            await store.ping()
-            set_commands = await _monitored_until_ping(reader)
-            assert any(marker in line for line in set_commands)  # the monitor does see values
-            assert await store.compare_and_set("k", marker.decode(), "new") is True
-            await store.ping()
-            cas_commands = await _monitored_until_ping(reader)
-        digest = hashlib.sha256(marker).hexdigest().encode()
-        assert any(digest in line and b"EVALSHA" in line.upper() for line in cas_commands)
-        assert not any(marker in line for line in cas_commands)
-    finally:
-        writer.close()
-        await writer.wait_closed()
+    async with (
+        _monitor(redis_server) as reader,
+        RedisStore(redis_server.url, namespace=unique_name("wire")) as store,
+    ):
+        await store.set("k", marker.decode())
+        await store.ping()
+        set_commands = await _monitored_until_ping(reader)
+        assert any(marker in line for line in set_commands)  # the monitor does see values
+        assert await store.compare_and_set("k", marker.decode(), "new") is True
+        await store.ping()
+        cas_commands = await _monitored_until_ping(reader)
+    digest = hashlib.sha256(marker).hexdigest().encode()
+    assert any(digest in line and b"EVALSHA" in line.upper() for line in cas_commands)
+    assert not any(marker in line for line in cas_commands)
 
 
 async def test_a_set_sends_its_value_beside_the_script_in_one_transaction(
@@ -144,19 +154,13 @@ async def test_a_set_sends_its_value_beside_the_script_in_one_transaction(
     """A value handed to a Lua script is copied through the interpreter (costlier than the
     write itself): a set writes it with an HSET inside the script's MULTI instead."""
     marker = ("VALUE-" + "v" * 5000).encode()
-    reader, writer = await asyncio.open_connection("127.0.0.1", redis_server.port, limit=2**20)
-    writer.write(f"AUTH {redis_server.password}\r\nMONITOR\r\n".encode())
-    await writer.drain()
-    assert await reader.readline() == b"+OK\r\n"
-    assert await reader.readline() == b"+OK\r\n"
-    try:
-        async with RedisStore(redis_server.url, namespace=unique_name("wire")) as store:
-            await store.set_with_expiry("k", marker.decode(), 3, {"m": 1})
-            await store.ping()
-            lines = await _monitored_until_ping(reader)
-    finally:
-        writer.close()
-        await writer.wait_closed()
+    async with (
+        _monitor(redis_server) as reader,
+        RedisStore(redis_server.url, namespace=unique_name("wire")) as store,
+    ):
+        await store.set_with_expiry("k", marker.decode(), 3, {"m": 1})
+        await store.ping()
+        lines = await _monitored_until_ping(reader)
     # MONITOR shows a transaction's commands at EXEC, in order; script calls as "lua" lines.
     commands = [line.split(b"] ", 1)[1].split(None, 1)[0].upper() for line in lines]
     client_commands = [c for line, c in zip(lines, commands, strict=True) if b" lua] " not in line]
