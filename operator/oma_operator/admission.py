@@ -78,14 +78,16 @@ def _annotation(obj: str) -> str:
     )
 
 
-def _rule(resource: str, *operations: str) -> dict[str, Any]:
+def _rule(
+    resources: str | list[str], *operations: str, group: str = GROUP, version: str = VERSION
+) -> dict[str, Any]:
     return {
         "resourceRules": [
             {
-                "apiGroups": [GROUP],
-                "apiVersions": [VERSION],
+                "apiGroups": [group],
+                "apiVersions": [version],
                 "operations": list(operations),
-                "resources": [resource],
+                "resources": [resources] if isinstance(resources, str) else resources,
             }
         ]
     }
@@ -214,16 +216,9 @@ def runner_pods_policy() -> dict[str, Any]:
         "metadata": {"name": f"{RELEASE}-runner-pods"},
         "spec": {
             "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "operations": ["CREATE", "UPDATE"],
-                        "resources": ["pods", "pods/ephemeralcontainers"],
-                    }
-                ]
-            },
+            "matchConstraints": _rule(
+                ["pods", "pods/ephemeralcontainers"], "CREATE", "UPDATE", group="", version="v1"
+            ),
             # Every other pod is left alone (and a failing policy cannot stop it).
             "matchConditions": [
                 {
