@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 
 from oma.assemble import open_store
+from oma.cli.run import describe_store
 from oma.errors import StoreConfigError
-from oma.spec import RunSpec, load_run_spec
+from oma.spec import RunSpec, StoreSpec, load_run_spec
 from oma.store import PostgresStore, PrefixedStore, RedactingStore, RedisStore
 from oma.store.base import MemoryStore
 
@@ -165,3 +166,19 @@ def test_a_spec_file_with_a_url_namespace_loads_and_opens() -> None:
     assert spec.store is not None
     opened = open_store(spec.store, Path("unused.json"))
     assert isinstance(opened, RedisStore) and opened.namespace == "from-yaml"
+
+
+def test_oma_run_announces_where_the_namespace_and_table_come_from() -> None:
+    """It said "namespace oma" for a URL that names another."""
+
+    def said(store: dict[str, Any]) -> str:
+        return describe_store(StoreSpec.model_validate(store), Path("unused.json"))
+
+    assert said({"redis": {"url": f"{REDIS}?namespace=team-a"}}).endswith(
+        "namespace from its ?namespace=, else oma"
+    )
+    assert said({"redis": {"url": REDIS, "namespace": "team-b"}}).endswith("namespace team-b")
+    assert said({"postgres": {"dsn": PG, "schema": "s"}}).endswith(
+        "table from its ?table=, else s.oma_store"
+    )
+    assert said({"postgres": {"dsn": PG, "table": "t"}}).endswith("table t")

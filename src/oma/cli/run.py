@@ -142,11 +142,14 @@ def describe_store(store: StoreSpec | None, default_path: Path) -> str:
     if store.redis is not None:
         redis = store.redis
         url = redact_url(redis.url) if redis.url else f"${redis.url_env}"
-        return f"redis {url} namespace {redis.namespace}"
+        named = redis.given_namespace()
+        return f"redis {url} namespace {named or 'from its ?namespace=, else oma'}"
     assert store.postgres is not None
     pg = store.postgres
     dsn = redact_url(pg.dsn) if pg.dsn else f"${pg.dsn_env}"
-    table = f"{pg.schema_name}.{pg.table}" if pg.schema_name else pg.table
+    schema = f"{pg.schema_name}." if pg.schema_name else ""
+    named = pg.given_table()
+    table = f"{schema}{named}" if named else f"from its ?table=, else {schema}oma_store"
     return f"postgresql {dsn} table {table}"
 
 
