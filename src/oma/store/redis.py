@@ -58,7 +58,6 @@ from oma.store.remote import (
 )
 
 T = TypeVar("T")
-_MAX_RECORDS = 1_000_000  # a journal record count beyond this is damage, not a journal
 _WATCHED_READ_TRIES = 3  # journal reads raced by a write before the read script is used
 _FIRST_WAIT = 0.05  # seconds before the first retry, doubled at each next one (up to 1 s)
 # Refusals redis-py has no class for that pass by themselves: a script running past its time
@@ -254,7 +253,7 @@ class RedisStore:
         if not records:  # every write leaves at least the base record
             problem = (
                 f"its record count ({self._keys[8]}) is missing or not a whole number from 1 "
-                f"to {_MAX_RECORDS}"
+                f"to {redis_scripts.MAX_RECORDS}"
             )
             raise redis_rows.corrupt(where, key, problem)
         texts = []
@@ -289,7 +288,7 @@ class RedisStore:
                     pipe.hget(meta, field)
                     pipe.hget(created, field)
                     number = damaged.integer(count) if count is not None else 0
-                    if number is not None and number > _MAX_RECORDS:
+                    if number is not None and number > redis_scripts.MAX_RECORDS:
                         number = None  # damaged: never build a list of a billion field names
                     names = [str(i).encode() + b":" + field for i in range(number or 0)]
                     if names:
@@ -305,7 +304,7 @@ class RedisStore:
                         f"{self._label}, journal",
                         key,
                         f"its record count ({counts}) {damaged.excerpt(count)} is not an integer "
-                        f"up to {_MAX_RECORDS}",
+                        f"up to {redis_scripts.MAX_RECORDS}",
                     )
                 return [*found[:3], *(found[3] if names else [])]
         rows: Sequence[Any] = await self._journal_read(self._keys, [field])

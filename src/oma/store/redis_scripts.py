@@ -23,6 +23,8 @@ Journals (``oma.store.journal``), beside the entries:
 
 from __future__ import annotations
 
+MAX_RECORDS = 1_000_000  # a journal record count beyond this is damage, not a journal
+
 FIELDS = (
     "values",
     "digests",
@@ -142,7 +144,7 @@ return 1
 
 # KEYS: the FIELDS keys, in order. ARGV: key.
 # Returns {} when there is no journal, else version, metadata (false = none), created, records
-# (none when the record count is damaged: not a whole number from 1 to 1,000,000, which the
+# (none when the record count is damaged: not a whole number from 1 to MAX_RECORDS, which the
 # reader reports).
 JOURNAL_READ = """
 local key = ARGV[1]
@@ -150,12 +152,12 @@ local version = redis.call('HGET', KEYS[8], key)
 if not version then return {} end
 local out = {version, redis.call('HGET', KEYS[11], key), redis.call('HGET', KEYS[12], key)}
 local count = tonumber(redis.call('HGET', KEYS[9], key) or '0')
-if not count or count < 1 or count > 1000000 or count % 1 ~= 0 then return out end
+if not count or count < 1 or count > MAX_RECORDS or count % 1 ~= 0 then return out end
 for i = 0, count - 1 do
   out[#out + 1] = redis.call('HGET', KEYS[10], i .. ':' .. key)
 end
 return out
-"""
+""".replace("MAX_RECORDS", str(MAX_RECORDS))
 
 # KEYS: the FIELDS keys, in order. ARGV: one key, or none for every key in insertion order
 # (``list``; ``get`` reads one key's fields with a MULTI of HGETs instead, see RedisStore.get).
