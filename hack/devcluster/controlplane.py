@@ -231,7 +231,9 @@ class ControlPlane:
                 f"--root-ca-file={self.ca.pair.cert}",
                 f"--cluster-signing-cert-file={self.ca.pair.cert}",
                 f"--cluster-signing-key-file={self.ca.pair.key}",
-                "--use-service-account-credentials=false",
+                # Each controller acts as its own service account, as on a real cluster: the
+                # admission policies see a Job's pods made by the job controller, not an admin.
+                "--use-service-account-credentials=true",
                 "--node-monitor-period=2s",
                 f"--node-monitor-grace-period={self.options.node_monitor_grace}",
                 f"--service-cluster-ip-range={SERVICE_CIDR}",

@@ -15,8 +15,9 @@
   model keys, ``runner.env``): a TeamRun grants nothing its author does not have.
 - ``runner-pods`` (ValidatingAdmissionPolicy): only whoever holds the ``start`` verb on
   ``teamruns`` (the operator) creates a pod labelled ``oma.dev/teamrun``, or gives a pod that
-  label: the operator records how a TeamRun's attempt ended from such a pod, so a forged one
-  could end someone else's run.
+  label; only the node (and Kubernetes' controllers) writes such a pod's status; only the
+  operator or Kubernetes deletes a live one: the operator records how a TeamRun's attempt
+  ended from such a pod, so a forged one, or a forged status, could end someone else's run.
 
 The reviewer lists are read from the *old* object: a change cannot widen its own check.
 """
@@ -196,20 +197,43 @@ def _same_oma_annotations() -> str:
     )
 
 
+# Who keeps a runner pod's status and deletes it as Kubernetes itself does: the node that runs
+# it (the kubelet: the NodeRestriction plugin holds it to its own pods), the scheduler, and the
+# controllers (node lifecycle, pod and namespace garbage collection, disruption conditions),
+# which act as service accounts of kube-system (kube-controller-manager
+# --use-service-account-credentials) or, without that flag, as system:kube-controller-manager.
+KUBERNETES_ITSELF = (
+    "(has(request.userInfo.groups) && 'system:nodes' in request.userInfo.groups) || "
+    "request.userInfo.username in ['system:kube-scheduler', 'system:kube-controller-manager'] || "
+    "request.userInfo.username.startsWith('system:serviceaccount:kube-system:')"
+)
+SUBRESOURCE = "(has(request.subResource) ? request.subResource : '')"
+_ENDED = "['Succeeded', 'Failed']"
+
+
+def _has_label(obj: str, key: str) -> str:
+    return f"(has({obj}.metadata.labels) && '{key}' in {obj}.metadata.labels)"
+
+
 def runner_pods_policy() -> dict[str, Any]:
     """A runner pod's end is a TeamRun attempt's end: only the operator makes such pods or
-    changes what they run."""
+    changes what they run, only Kubernetes itself writes their status, and only the operator
+    or Kubernetes deletes a live one (an eviction stays open: the Eviction API deletes the pod
+    without this policy, and a drain is a disruption)."""
     same_labels = " && ".join(
-        f"{_label('oldObject', k)} == {_label('object', k)}" for k in POD_LABELS
+        f"{_label('oldObject', k)} == {_label('object', k)}"
+        f" && {_has_label('oldObject', k)} == {_has_label('object', k)}"
+        for k in POD_LABELS
     )
     # What others may still do to a runner pod: metadata the garbage collector and tools touch
     # (owner references, finalizers, other labels and annotations); never its spec (image,
     # activeDeadlineSeconds, ephemeral containers), its oma labels or oma annotations.
     harmless = (
-        "request.operation == 'UPDATE' && "
-        "(!has(request.subResource) || request.subResource == '') && "
+        f"request.operation == 'UPDATE' && {SUBRESOURCE} == '' && "
         f"object.spec == oldObject.spec && {same_labels} && {_same_oma_annotations()}"
     )
+    old_phase = "oldObject.status.phase"
+    ended = f"has(oldObject.status) && has({old_phase}) && {old_phase} in {_ENDED}"
     return {
         "apiVersion": ADMISSION,
         "kind": "ValidatingAdmissionPolicy",
@@ -217,25 +241,47 @@ def runner_pods_policy() -> dict[str, Any]:
         "spec": {
             "failurePolicy": "Fail",
             "matchConstraints": _rule(
-                ["pods", "pods/ephemeralcontainers"], "CREATE", "UPDATE", group="", version="v1"
+                ["pods", "pods/ephemeralcontainers", "pods/status"],
+                "CREATE",
+                "UPDATE",
+                "DELETE",
+                group="",
+                version="v1",
             ),
-            # Every other pod is left alone (and a failing policy cannot stop it).
+            # Every other pod is left alone (and a failing policy cannot stop it). A label with
+            # an empty value marks a runner pod too: the operator watches the key.
             "matchConditions": [
                 {
                     "name": "runner-pod",
-                    "expression": f"{_label('object', POD_LABELS[0])} != '' || "
-                    "(request.operation == 'UPDATE' && "
-                    f"{_label('oldObject', POD_LABELS[0])} != '')",
+                    "expression": "(request.operation != 'DELETE' && "
+                    f"{_has_label('object', POD_LABELS[0])}) || "
+                    "(request.operation != 'CREATE' && "
+                    f"{_has_label('oldObject', POD_LABELS[0])})",
                 }
             ],
             "validations": [
                 _check(
+                    f"request.operation == 'DELETE' || {SUBRESOURCE} == 'status' || "
                     f"({harmless}) || {MAY_START}",
                     f"only the oma operator creates runner pods or changes what they run (a pod "
                     f"labelled {POD_LABELS[0]}: creating one, labelling one, changing its spec, "
                     f"its oma.dev/ labels or annotations, or adding an ephemeral container needs "
                     f"the '{START_VERB}' verb on teamruns.{GROUP}): the operator records how a "
                     "TeamRun's attempt ended from such a pod",
+                ),
+                _check(
+                    f"{SUBRESOURCE} != 'status' || {KUBERNETES_ITSELF} || {MAY_START}",
+                    "only the node that runs a runner pod (and Kubernetes' own controllers) "
+                    "writes its status: the operator records how a TeamRun's attempt ended "
+                    "from it",
+                ),
+                _check(
+                    f"request.operation != 'DELETE' || ({ended}) || {KUBERNETES_ITSELF} || "
+                    f"{MAY_START}",
+                    "only the oma operator deletes a running runner pod (deleting one ends its "
+                    f"TeamRun's attempt; it needs the '{START_VERB}' verb on teamruns.{GROUP}): "
+                    "suspend or cancel the run instead (oma suspend / oma cancel), or evict "
+                    "the pod (a drain) where a disruption is meant",
                 ),
             ],
         },

@@ -24,8 +24,15 @@ from oma_operator.holds import hold_of
 from oma_operator.later import LATER, Key
 from oma_operator.metrics import METRICS, Resume
 from oma_operator.models import TeamRunSpec
-from oma_operator.outcomes import Outcome
-from oma_operator.pods import FINALIZER, attempt_of, made_for, run_id_of, runner_pod
+from oma_operator.outcomes import SUCCESS_NOT_CONFIRMED, Outcome, confirmed
+from oma_operator.pods import (
+    FINALIZER,
+    attempt_of,
+    made_for,
+    not_made_for,
+    run_id_of,
+    runner_pod,
+)
 from oma_operator.progress import read_progress
 from oma_operator.run_queue import RUN_QUEUE
 from oma_operator.specs import spec_of
@@ -197,17 +204,21 @@ async def _note_pod_creation(
 
 
 async def record_outcome(
-    namespace: str,
-    name: str,
-    attempt: int,
+    pod_body: dict[str, Any],
     outcome: Outcome,
-    pod: str,
     ended: datetime,
     on_recorded: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
     """Write the attempt's end into the status, then start what the retry policy says.
     ``on_recorded`` runs once the outcome is in the status (by this call or an earlier one),
-    before any backoff."""
+    before any backoff.
+
+    The end is believed only from the pod the operator made for this TeamRun (by uid) and
+    attempt (``pods.not_made_for``): a pod dressed as a runner pod by someone else, or one
+    left over from an earlier TeamRun of the same name, ends nothing (a Warning Event says
+    so). A success is believed only when the run's store confirms it (``confirmed``)."""
+    namespace, name, attempt = attempt_of(pod_body)
+    pod = pod_body["metadata"]["name"]
 
     async def recorded() -> None:
         if on_recorded is not None:
@@ -220,11 +231,17 @@ async def record_outcome(
             if teamrun is None:
                 await recorded()
                 return
+            foreign = not_made_for(pod_body, teamrun, attempt)
+            if foreign is not None:
+                await _ignore_foreign_pod(teamrun, pod, attempt, foreign)
+                return
             status = dict(teamrun.get("status") or {})
             if any(a.get("attempt") == attempt for a in status.get("attempts") or []):
                 await recorded()
                 return  # recorded before (another watcher, or before an operator restart)
             spec = spec_of(teamrun)
+            progress = await store_progress(teamrun, spec)
+            outcome = confirmed(outcome, progress)
             stopped = status.get("stoppedForHold") == pod
             decision = decide(outcome, status, spec.retry_policy, attempt, hold_of(spec), stopped)
             generation = int(teamrun["metadata"].get("generation", 1))
@@ -233,7 +250,7 @@ async def record_outcome(
             update = after_attempt(
                 status, decision, record, generation, next_attempt, outcome.report
             )
-            update |= await store_progress(teamrun, spec)
+            update |= progress
             if (outcome.report and outcome.report.checkpointed) or update.get("lastCheckpointAt"):
                 update["checkpointSaved"] = True  # from now on, an attempt must find a checkpoint
             try:
@@ -255,7 +272,8 @@ async def record_outcome(
         await recorded()
     METRICS.attempt_ended(outcome.kind)
     METRICS.runner_report(outcome.report)
-    await events.info(
+    post = events.warn if outcome.reason == SUCCESS_NOT_CONFIRMED else events.info
+    await post(
         teamrun,
         f"Attempt{outcome.kind.capitalize()}",
         f"attempt {attempt} ended: {outcome.reason}; {decision.message}",
@@ -274,6 +292,16 @@ async def record_outcome(
             await start()
         else:  # waited out apart: a watch worker is not held for minutes (kopf caps them)
             _after_backoff(decision.delay_seconds, start, (namespace, name))
+
+
+async def _ignore_foreign_pod(teamrun: dict[str, Any], pod: str, attempt: int, why: str) -> None:
+    """A pod labelled as this TeamRun's attempt that the operator did not make for it ended:
+    nothing is recorded (the caller lets go of the pod), and the run's users are told."""
+    meta = teamrun["metadata"]
+    message = f"pod {pod} is labelled as attempt {attempt} of this run, but {why}: its end "
+    message += "is ignored"
+    log.warning("TeamRun %s/%s: %s", meta["namespace"], meta["name"], message)
+    await events.warn(teamrun, "ForeignPodIgnored", message)
 
 
 def _after_backoff(seconds: float, start: Callable[[], Awaitable[None]], key: Key) -> None:
@@ -303,14 +331,14 @@ async def give_up(pod: dict[str, Any], outcome: Outcome) -> None:
     again and repeats only what is left (recording is idempotent).
     """
     meta = pod["metadata"]
-    namespace, name, attempt = attempt_of(pod)
+    namespace = meta["namespace"]
     log.info("giving up on pod %s/%s: %s", namespace, meta["name"], outcome.message)
 
     async def delete() -> None:
         await runtime.kube().delete_pod(namespace, meta["name"])
 
     now = datetime.now(UTC)
-    await record_outcome(namespace, name, attempt, outcome, meta["name"], now, on_recorded=delete)
+    await record_outcome(pod, outcome, now, on_recorded=delete)
     await runtime.kube().remove_finalizer(namespace, meta["name"], FINALIZER, pod)
 
 

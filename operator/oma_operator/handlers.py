@@ -28,7 +28,7 @@ from oma_operator.metrics import METRICS, pod_ended_at
 from oma_operator.models import GROUP, VERSION
 from oma_operator.outcomes import classify
 from oma_operator.phases import FINAL_PHASES, WAITING_PHASES
-from oma_operator.pods import FINALIZER, LABEL_TEAMRUN, attempt_of
+from oma_operator.pods import FINALIZER, LABEL_TEAMRUN, attempt_of, labelled_attempt
 from oma_operator.progress import changed
 from oma_operator.queued_runs import queue_run, start_attempt, start_queued
 from oma_operator.release import release_runner_pods
@@ -241,6 +241,8 @@ async def _refuse(teamrun: dict[str, Any], reason: str, message: str, detail: st
 async def runner_pod_changed(body: kopf.Body, event: kopf.RawEvent, **_: Any) -> None:
     pod = dict(body)
     meta = pod["metadata"]
+    if not labelled_attempt(pod):
+        return  # an empty TeamRun name or a bad attempt number: no run's pod (and none to read)
     if event.get("type") == "DELETED":
         TIMERS.disarm(meta["uid"])
         if meta["uid"] not in _let_go:
@@ -259,10 +261,10 @@ async def runner_pod_changed(body: kopf.Body, event: kopf.RawEvent, **_: Any) ->
         TIMERS.arm(pod)  # a pod that never starts, or whose node is lost, reports nothing
         return
     TIMERS.disarm(meta["uid"])
-    namespace, name, attempt = attempt_of(pod)
+    namespace, name, _attempt = attempt_of(pod)
     ended = pod_ended_at(pod) or datetime.now(UTC)
     try:
-        await record_outcome(namespace, name, attempt, outcome, meta["name"], ended)
+        await record_outcome(pod, outcome, ended)
     except Exception as exc:
         ref = {"metadata": {"namespace": namespace, "name": name}}
         await trouble.report(ref, f"recording how pod {meta['name']} ended", exc)

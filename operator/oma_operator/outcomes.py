@@ -93,6 +93,36 @@ def classify(pod: dict[str, Any]) -> Outcome:
     return Outcome("crash", (terminated or {}).get("reason") or "Error", message, exit_code)
 
 
+SUCCESS_NOT_CONFIRMED = "SuccessNotConfirmed"
+
+
+def confirmed(outcome: Outcome, progress: dict[str, Any]) -> Outcome:
+    """A runner pod's success as the run's store confirms it: every task of the checkpoint
+    completed (``progress``: what ``progress.read_progress`` read, ``{}`` when it could not).
+
+    The pod's exit code and report are only what its status says, and a status is not proof of
+    work done; the checkpoint is written by the runner as the work happens. A success the store
+    does not show is taken for a disruption: the next attempt resumes from the checkpoint (and
+    ends at once if the work was in fact done), so nothing is lost and nothing passes unrun.
+    """
+    if outcome.kind != "succeeded":
+        return outcome
+    done, _, total = str(progress.get("taskSummary") or "").partition("/")
+    if done.isdigit() and done == total and int(total) > 0:
+        return outcome
+    seen = f"tasks {progress['taskSummary']} completed" if "taskSummary" in progress else None
+    if seen is None:
+        seen = "no checkpoint" if "lastCheckpointAt" not in progress else "no tasks"
+    return Outcome(
+        "disruption",
+        SUCCESS_NOT_CONFIRMED,
+        f"the runner pod reported success (exit {outcome.exit_code}), but the run's store "
+        f"shows {seen} (or could not be read): not taken for the run's end; the next attempt "
+        "resumes from the checkpoint",
+        outcome.exit_code,
+    )
+
+
 def _terminated(status: dict[str, Any]) -> dict[str, Any] | None:
     for container in status.get("containerStatuses") or []:
         state = container.get("state") or {}

@@ -35,6 +35,11 @@ from oma_operator.watchdog import NODE_LOSS_GRACE_ANNOTATION, START_TIMEOUT_ANNO
 
 FINALIZER = "oma.dev/outcome"
 LABEL_TEAMRUN, LABEL_ATTEMPT, LABEL_RUN_ID = "oma.dev/teamrun", "oma.dev/attempt", "oma.dev/run-id"
+# The uid of the TeamRun the operator made the pod for. Owner references stay open to anyone
+# who may patch pods (the garbage collector edits them); oma.dev/ annotations of a runner pod
+# are the operator's alone (the runner-pods policy), so a pod re-pointed at another TeamRun
+# of the same name (deleted with --cascade=orphan and created again) still names its own.
+UID_ANNOTATION = "oma.dev/teamrun-uid"
 RUNNER_COMMAND = ["oma-runner"]  # the image's runner entrypoint
 SPEC_INLINE_LIMIT = 64 * 1024  # bytes of spec JSON passed as is; more is gzipped
 
@@ -44,18 +49,37 @@ def pod_name(teamrun: str, attempt: int) -> str:
 
 
 def made_for(pod: dict[str, Any], teamrun: dict[str, Any], attempt: int) -> bool:
-    """Whether ``pod`` is the one ``runner_pod`` makes for this TeamRun (by uid) and attempt:
-    its labels and its controller reference say so. (Only the operator may give a pod these
-    labels where the runner-pods admission policy is installed.)"""
+    """Whether ``pod`` is the one ``runner_pod`` makes for this TeamRun (by uid) and attempt."""
+    return not_made_for(pod, teamrun, attempt) is None
+
+
+def not_made_for(pod: dict[str, Any], teamrun: dict[str, Any], attempt: int) -> str | None:
+    """Why ``pod`` is not the one ``runner_pod`` made for this TeamRun and attempt (None: it
+    is). Its labels, its controller reference and its uid annotation must all name them: a
+    pod made by someone else (a Job's, a forged one) has another controller, and a pod of an
+    earlier TeamRun of the same name keeps that one's uid. (Only the operator may make such
+    pods or change these where the runner-pods admission policy is installed.)"""
     meta = pod.get("metadata") or {}
-    labels = meta.get("labels") or {}
+    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
     owner = teamrun["metadata"]
     if labels.get(LABEL_TEAMRUN) != owner["name"] or labels.get(LABEL_ATTEMPT) != str(attempt):
-        return False
-    return any(
-        ref.get("controller") and ref.get("kind") == "TeamRun" and ref.get("uid") == owner["uid"]
-        for ref in meta.get("ownerReferences") or []
-    )
+        return f"its labels do not name attempt {attempt} of TeamRun {owner['name']}"
+    controllers = [r for r in meta.get("ownerReferences") or [] if r.get("controller")]
+    if not any(r.get("kind") == "TeamRun" and r.get("uid") == owner["uid"] for r in controllers):
+        found = ", ".join(f"{r.get('kind')} {r.get('name')} ({r.get('uid')})" for r in controllers)
+        return f"its controller is {found or 'nobody'}, not this TeamRun (uid {owner['uid']})"
+    made = annotations.get(UID_ANNOTATION)
+    if made is not None and made != owner["uid"]:
+        return f"it was made for another TeamRun of this name (uid {made})"
+    return None
+
+
+def labelled_attempt(pod: dict[str, Any]) -> bool:
+    """Whether a pod's oma labels name a run's attempt at all: a TeamRun name and a positive
+    attempt number. (A pod labelled ``oma.dev/teamrun: ""`` names no TeamRun to read.)"""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    attempt = str(labels.get(LABEL_ATTEMPT, "1"))
+    return bool(labels.get(LABEL_TEAMRUN)) and attempt.isdigit() and int(attempt) > 0
 
 
 def attempt_of(pod: dict[str, Any]) -> tuple[str, str, int]:
@@ -147,6 +171,7 @@ def runner_pod(
         **(spec.runner.annotations or {}),
         START_TIMEOUT_ANNOTATION: str(policy.start_timeout_seconds),
         NODE_LOSS_GRACE_ANNOTATION: str(policy.node_loss_grace_seconds),
+        UID_ANNOTATION: meta["uid"],
     }
     if metrics_port:
         container["ports"] = [{"name": "metrics", "containerPort": metrics_port, "protocol": "TCP"}]

@@ -15,27 +15,30 @@ from oma_operator import runtime
 from oma_operator.attempts import record_outcome
 from oma_operator.metrics import pod_ended_at
 from oma_operator.outcomes import outcome_when_gone, untracked_action
-from oma_operator.pods import FINALIZER, attempt_of
+from oma_operator.pods import FINALIZER, attempt_of, made_for
 
 log = logging.getLogger(__name__)
 
 
 async def _teamrun_status(pod: dict[str, Any]) -> dict[str, Any] | None:
-    """The status of the pod's TeamRun, or None when the TeamRun is gone or going."""
-    namespace, name, _ = attempt_of(pod)
+    """The status of the pod's TeamRun, or None when the TeamRun is gone or going, or the pod
+    is not one the operator made for it (nothing of such a pod is recorded or tracked)."""
+    namespace, name, attempt = attempt_of(pod)
     teamrun = await runtime.kube().get_teamrun(namespace, name)
     if teamrun is None or teamrun["metadata"].get("deletionTimestamp"):
+        return None
+    if not made_for(pod, teamrun, attempt):
         return None
     return dict(teamrun.get("status") or {})
 
 
 async def _record(pod: dict[str, Any], why: str) -> None:
     """Record what the pod last showed (``outcome_when_gone``: as it ended, or a lost pod)."""
-    namespace, name, attempt = attempt_of(pod)
+    namespace = pod["metadata"]["namespace"]
     outcome = outcome_when_gone(pod)
     log.warning("pod %s/%s %s: %s", namespace, pod["metadata"]["name"], why, outcome.message)
     ended = pod_ended_at(pod) or datetime.now(UTC)
-    await record_outcome(namespace, name, attempt, outcome, pod["metadata"]["name"], ended)
+    await record_outcome(pod, outcome, ended)
 
 
 async def pod_gone(pod: dict[str, Any]) -> None:

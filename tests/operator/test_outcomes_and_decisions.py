@@ -11,7 +11,7 @@ from oma.pod_contract import model_key_env
 from oma.spec import RunSpec
 from oma_operator.decisions import decide
 from oma_operator.models import RetryPolicy, TeamRunSpec, to_run_spec
-from oma_operator.outcomes import Outcome, classify
+from oma_operator.outcomes import SUCCESS_NOT_CONFIRMED, Outcome, classify, confirmed
 from oma_operator.pods import FINALIZER, runner_pod
 from tests.operator.pod_fixtures import BODY, SPEC, runner_pod_in
 
@@ -186,3 +186,37 @@ def test_examples_kubernetes_holds_only_kubernetes_objects_and_examples_only_run
             assert body["apiVersion"] and body["kind"], path
     for path in sorted(examples.glob("*.yaml")):
         RunSpec.model_validate(yaml.safe_load(path.read_text()))
+
+
+@pytest.mark.parametrize(
+    ("progress", "believed"),
+    [
+        ({"taskSummary": "3/3", "lastCheckpointAt": "t"}, True),
+        ({"taskSummary": "0/1", "lastCheckpointAt": "t"}, False),  # the forged "succeeded"
+        ({"taskSummary": "2/3", "lastCheckpointAt": "t"}, False),
+        ({"lastCheckpointAt": "t"}, False),  # a checkpoint with no task planned yet
+        ({}, False),  # no checkpoint, or the store could not be read
+        ({"taskSummary": "0/0", "lastCheckpointAt": "t"}, False),
+    ],
+)
+def test_a_success_counts_only_when_the_store_shows_every_task_completed(
+    progress: dict[str, str], believed: bool
+) -> None:
+    """A pod's status is not proof of work done (anyone who could write it could say
+    "succeeded"): a success the checkpoint does not show is a disruption, so the next attempt
+    resumes from the checkpoint and nothing passes unrun."""
+    said = classify(runner_pod_in("Succeeded", exit_code=0, reason="Completed"))
+    seen = confirmed(said, progress)
+    if believed:
+        assert seen is said
+        return
+    assert (seen.kind, seen.reason, seen.exit_code) == ("disruption", SUCCESS_NOT_CONFIRMED, 0)
+    assert "reported success" in seen.message and seen.report is None
+    decision = decide(seen, {"attempt": 1}, RetryPolicy(), 1)
+    assert (decision.action, decision.reason) == ("next_attempt", SUCCESS_NOT_CONFIRMED)
+
+
+def test_only_a_success_is_checked_against_the_store() -> None:
+    for exit_code in (10, 11, 2):
+        said = classify(runner_pod_in("Failed", exit_code=exit_code))
+        assert confirmed(said, {}) is said

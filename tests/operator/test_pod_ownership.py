@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 
 from oma_operator.models import TeamRunSpec
-from oma_operator.pods import made_for, runner_pod
+from oma_operator.pods import UID_ANNOTATION, labelled_attempt, made_for, not_made_for, runner_pod
 
 TEAMRUN = {"metadata": {"name": "pay", "namespace": "ns", "uid": "uid-1"}, "spec": {}}
 SPEC = TeamRunSpec.model_validate(
@@ -40,3 +40,42 @@ def test_a_pod_holding_the_name_without_the_operators_marks_is_not() -> None:
     other_run = copy.deepcopy(ours)
     other_run["metadata"]["labels"]["oma.dev/teamrun"] = "other"
     assert not made_for(other_run, TEAMRUN, 1)
+
+
+def test_a_pod_made_by_a_job_is_not_the_runner_whatever_its_labels_say() -> None:
+    """A Job's pod template may carry the oma labels, the outcome finalizer and even the uid
+    annotation: its controller is the Job, so its end is nobody's attempt's end."""
+    jobs = copy.deepcopy(runner_pod(TEAMRUN, SPEC, 1, "img"))
+    jobs["metadata"]["ownerReferences"] = [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "job-1", "controller": True}
+    ]
+    why = not_made_for(jobs, TEAMRUN, 1)
+    assert why is not None and "Job j" in why and "uid-1" in why
+
+
+def test_a_pod_re_pointed_at_a_new_teamrun_of_the_same_name_keeps_its_own_uid() -> None:
+    """An orphaned pod of a deleted TeamRun whose owner reference someone set to the new
+    TeamRun of the same name (owner references stay open to anyone who may patch pods): the
+    uid annotation, which only the operator may write, still names the old one."""
+    old = runner_pod({**TEAMRUN, "metadata": {**TEAMRUN["metadata"], "uid": "uid-0"}}, SPEC, 1, "i")
+    assert old["metadata"]["annotations"][UID_ANNOTATION] == "uid-0"
+    old["metadata"]["ownerReferences"][0]["uid"] = "uid-1"
+    why = not_made_for(old, TEAMRUN, 1)
+    assert why is not None and "uid-0" in why
+    orphaned = runner_pod(
+        {**TEAMRUN, "metadata": {**TEAMRUN["metadata"], "uid": "uid-0"}}, SPEC, 1, "i"
+    )
+    orphaned["metadata"]["ownerReferences"] = []  # what kubectl delete --cascade=orphan leaves
+    assert "nobody" in str(not_made_for(orphaned, TEAMRUN, 1))
+
+
+def test_only_labels_that_name_a_run_and_an_attempt_make_a_runner_pod() -> None:
+    def labelled(labels: dict[str, str]) -> bool:
+        return labelled_attempt({"metadata": {"labels": labels}})
+
+    assert labelled({"oma.dev/teamrun": "pay", "oma.dev/attempt": "2"})
+    assert labelled({"oma.dev/teamrun": "pay"})  # attempt 1 by default
+    assert not labelled({"oma.dev/teamrun": ""})  # names no TeamRun: nothing to read
+    assert not labelled({"oma.dev/teamrun": "pay", "oma.dev/attempt": "x"})
+    assert not labelled({"oma.dev/teamrun": "pay", "oma.dev/attempt": "0"})
+    assert not labelled({"oma.dev/teamrun": "pay", "oma.dev/attempt": "-1"})
