@@ -19,6 +19,7 @@ from oma.store.file import FileStore
 from oma.store.memory import InMemoryStore
 from oma.store.prefixed import PrefixedStore, memory_prefix, tenant_prefix
 from oma.store.redacting import RedactingStore
+from oma.store.urls import POSTGRES_SCHEMES, REDIS_SCHEMES, open_secret_store
 from oma.store.urls import open_store as open_store_url
 from oma.team import AgentConfig, Team
 from oma.tools.define import AnyTool
@@ -112,19 +113,56 @@ def _open_store(spec: StoreSpec | None, default_path: Path) -> MemoryStore:
     elif spec.memory is not None:
         store = InMemoryStore()
     elif spec.redis is not None:
-        url = _from_env(spec.redis.url, spec.redis.url_env, "redis URL")
         # The spec's defaults yield to the URL's query (?namespace=, ?table=): only a value the
         # spec writes out is passed, so one the URL also names, differently, is refused.
-        store = open_store_url(url, namespace=spec.redis.given_namespace())
+        store = _open_url(
+            spec.redis.url,
+            spec.redis.url_env,
+            "redis URL",
+            REDIS_SCHEMES,
+            namespace=spec.redis.given_namespace(),
+        )
     else:
         assert spec.postgres is not None  # the spec model requires exactly one backend
-        dsn = _from_env(spec.postgres.dsn, spec.postgres.dsn_env, "postgres DSN")
-        store = open_store_url(
-            dsn, table=spec.postgres.given_table(), schema=spec.postgres.schema_name
+        store = _open_url(
+            spec.postgres.dsn,
+            spec.postgres.dsn_env,
+            "postgres DSN",
+            POSTGRES_SCHEMES,
+            table=spec.postgres.given_table(),
+            schema=spec.postgres.schema_name,
         )
     if spec.tenant is not None:
         store = PrefixedStore(store, tenant_prefix(spec.tenant))
     return RedactingStore(store) if spec.redact else store
+
+
+def _open_url(
+    value: str | None,
+    env: str | None,
+    what: str,
+    schemes: tuple[str, ...],
+    *,
+    namespace: str | None = None,
+    table: str | None = None,
+    schema: str | None = None,
+) -> MemoryStore:
+    """A redis or postgres spec's store: only its own schemes (a redis spec never opens a file
+    or memory store). A URL from the environment is a secret (a runner pod's comes from the
+    TeamRun's Secret): its errors show nothing of it (``open_secret_store``)."""
+    url = _from_env(value, env, what)
+    if value is not None:
+        return open_store_url(url, schemes=schemes, namespace=namespace, table=table, schema=schema)
+    kind = "redis" if schemes == REDIS_SCHEMES else "postgres"
+    return open_secret_store(
+        url,
+        f"${env}",
+        schemes=schemes,
+        user=f"a run spec's {kind} store",
+        namespace=namespace,
+        table=table,
+        schema=schema,
+    )
 
 
 def _from_env(value: str | None, env: str | None, what: str) -> str:
