@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from oma_operator import masking
 from oma_operator.models import RetryPolicy
 from oma_operator.outcomes import Outcome
 
@@ -114,7 +115,7 @@ def attempt_record(attempt: int, outcome: Outcome, pod: str, ended_at: str) -> d
         "outcome": outcome.kind,
         "reason": outcome.reason,
         "exitCode": outcome.exit_code,
-        "message": outcome.message[:1024],
+        "message": masking.mask(outcome.message)[:1024],  # a runner's: it may quote a Secret
         "endedAt": ended_at,
     }
 

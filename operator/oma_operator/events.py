@@ -9,7 +9,8 @@ Each Event is one API request, so by default (``notable``) the operator posts on
 tell what the status does not or that need a person: warnings, resumed attempts, ends other than
 success, holds, retries. The routine ones (``ROUTINE``: a run queued, an attempt started, an
 attempt succeeded) are in ``status.conditions`` with their times; ``all`` posts them too
-(``--events``, env ``OMA_EVENTS``, the chart's ``operator.events``).
+(``--events``, env ``OMA_EVENTS``, the chart's ``operator.events``). Every message has the
+Secret values the operator read masked (``masking``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any, Literal
 import httpx
 
 from oma.timeutil import now_iso
-from oma_operator import runtime
+from oma_operator import masking, runtime
 from oma_operator.client import KubeError
 from oma_operator.models import GROUP, VERSION
 
@@ -55,7 +56,7 @@ def event_body(
             "uid": meta.get("uid", ""),
         },
         "reason": reason,
-        "message": message[:MESSAGE_LIMIT],
+        "message": masking.mask(message)[:MESSAGE_LIMIT],
         "type": kind,
         "source": {"component": COMPONENT},
         "reportingComponent": COMPONENT,

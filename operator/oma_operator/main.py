@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import kopf
 
 from oma.pod_contract import LOG_FORMATS
-from oma_operator import handlers, login, runtime  # noqa: F401 (importing registers handlers)
+from oma_operator import handlers, login, masking, runtime  # noqa: F401 (importing registers handlers)
 from oma_operator.events import VERBOSITIES
 from oma_operator.metrics import serve
 from oma_operator.retention import FINISHED
@@ -195,6 +195,7 @@ def configure_logging(log_format: str, level: str) -> None:
         log_refkey="object",
     )
     logging.getLogger("httpx").setLevel(logging.DEBUG if level == "debug" else logging.WARNING)
+    masking.install_log_masking()  # every record: Secret values the operator read masked
 
 
 async def _connected(work: Coroutine[Any, Any, T]) -> T:

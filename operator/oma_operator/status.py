@@ -1,4 +1,7 @@
-"""TeamRun status as a projection of pod outcomes (pure): phase, conditions, attempts."""
+"""TeamRun status as a projection of pod outcomes (pure): phase, conditions, attempts.
+
+Every condition's message and the status message have the Secret values the operator read
+masked (``masking``): they may quote a runner's termination message."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ from typing import Any
 
 from oma.pod_contract import TerminationReport
 from oma.timeutil import format_iso, now_iso, parse_iso
+from oma_operator import masking
 from oma_operator.decisions import MAX_ATTEMPT_HISTORY, Decision
 
 PHASE_BY_ACTION = {
@@ -27,7 +31,7 @@ def condition(
         "type": kind,
         "status": "True" if status else "False",
         "reason": reason,
-        "message": message[:1024],
+        "message": masking.mask(message)[:1024],
         "lastTransitionTime": now_iso(),
         "observedGeneration": generation,
     }
@@ -146,7 +150,7 @@ def after_attempt(
         "phase": phase,
         "attempts": history,
         "observedGeneration": generation,
-        "message": decision.message[:1024],
+        "message": masking.mask(decision.message)[:1024],
         "conditions": merge_conditions(status.get("conditions") or [], updates),
         **decision.counters,
     }

@@ -3,7 +3,8 @@
 A failure in a periodic loop or a watch handler used to reach only the operator's log. Here it
 becomes a Warning Event ``OperatorError`` and the condition ``Reconciled=False`` with its
 message (once per distinct message, not on every retry); the next success sets ``Reconciled``
-back to ``True``. Reporting never raises: it is a report, and the work is retried anyway.
+back to ``True``. Reporting never raises: it is a report, and the work is retried anyway. The
+message has every Secret value the operator read masked (``masking``), whatever quotes it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from oma_operator import events, runtime
+from oma_operator import events, masking, runtime
 from oma_operator.client import KubeError
 from oma_operator.status import condition, merge_conditions
 
@@ -29,7 +30,7 @@ def _key(teamrun: dict[str, Any]) -> tuple[str, str]:
 
 async def report(teamrun: dict[str, Any], what: str, error: BaseException) -> None:
     """``what`` failed for ``teamrun`` with ``error``; it will be tried again."""
-    message = f"{what} failed: {type(error).__name__}: {error}; retrying"[:1024]
+    message = masking.mask(f"{what} failed: {type(error).__name__}: {error}; retrying")[:1024]
     key = _key(teamrun)
     log.warning("%s/%s: %s", *key, message)
     if _reported.get(key) == message:
