@@ -10,6 +10,7 @@ and exits 11. It needs no Kubernetes API access.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -33,6 +34,7 @@ from oma.pod_contract import (
     TerminationReport,
     exit_for_error,
 )
+from oma.store.remote import mask_secret
 from oma_runner.config import RunnerConfig, RunnerConfigError, termination_log_path
 from oma_runner.logs import RunnerLog
 from oma_runner.metrics import RunnerMetrics, serve
@@ -96,6 +98,7 @@ def _both(
 def _report(
     config: RunnerConfig, status: str, message: str, metrics: RunnerMetrics, log: RunnerLog
 ) -> None:
+    message = _masked(config, message)
     log.line("error", "attempt_end", f"{status}: {message}", status=status)
     report = TerminationReport(
         run_id=config.run_id,
@@ -106,6 +109,24 @@ def _report(
         checkpointed=_saved(metrics),
     )
     write_termination_message(config.termination_log, report)
+
+
+def _masked(config: RunnerConfig, message: str) -> str:
+    """``message`` with the store URL the pod got from the TeamRun's Secret masked, should
+    anything quote it: the termination message goes into the TeamRun's status. (The store's
+    errors already show nothing of it; this is the belt to that brace.)"""
+    store = config.spec.store
+    env = None
+    if store is not None:
+        env = (
+            store.redis.url_env
+            if store.redis
+            else store.postgres.dsn_env
+            if store.postgres
+            else None
+        )
+    secret = os.environ.get(env, "") if env else ""
+    return mask_secret(message, secret, min_length=4) if secret.strip() else message
 
 
 def _saved(metrics: RunnerMetrics) -> bool:

@@ -65,3 +65,30 @@ def test_an_unreachable_store_shows_no_password(tmp_path: Path) -> None:
     assert code == 1, shown  # transient: the operator tries again
     assert "127.0.0.1" in shown
     assert all(piece not in shown for piece in pieces(SECRET)), shown
+
+
+def test_a_message_that_quotes_the_store_url_anyway_is_masked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The belt: whatever ends the attempt, its termination message and log line have the
+    store URL the pod got from the Secret masked."""
+    from oma_runner.config import RunnerConfig
+    from oma_runner.logs import RunnerLog
+    from oma_runner.main import _report
+    from oma_runner.metrics import RunnerMetrics
+
+    url = f"redis://:{SECRET}@db.invalid:6379/0?ssl_password=Zq9-ssl-Kx7wv"
+    monkeypatch.setenv("OMA_STORE_URL", url)
+    store = {"redis": {"urlEnv": "OMA_STORE_URL"}}
+    config = RunnerConfig.from_env(runner_env(tmp_path, runner_spec(store)))
+    _report(
+        config,
+        "failed",
+        f"STORE_ERROR: echoed {url!r}, {SECRET}, Zq9-ssl-Kx7wv",
+        RunnerMetrics(),
+        RunnerLog("plain", {}),
+    )
+    message = termination_message(tmp_path)["message"]
+    assert message.startswith("STORE_ERROR: echoed")
+    for secret in (SECRET, "Zq9-ssl-Kx7wv"):
+        assert all(piece not in message for piece in pieces(secret)), message
