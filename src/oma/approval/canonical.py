@@ -79,6 +79,47 @@ def _write(value: Any, out: list[str], active: set[int]) -> None:
         )
 
 
+def readable_json(value: Any, indent: int | None = None) -> str:
+    """``value`` as its canonical JSON holds it (the same numbers, string escapes and key
+    order: ``1000000`` even when Python holds ``1000000.0``), laid out for reading: on one line
+    with ``", "`` and ``": "``, or with ``indent``, one item a line (as ``json.dumps`` lays it
+    out). Only for display: hashes bind ``canonical_json``."""
+    parts: list[str] = []
+    _write_readable(value, parts, set(), indent, 0)
+    return "".join(parts)
+
+
+def _write_readable(
+    value: Any, out: list[str], active: set[int], indent: int | None, level: int
+) -> None:
+    if not isinstance(value, list | dict) or not value:
+        _write(value, out, active)
+        return
+    _enter(value, active)
+    if indent is None:
+        inner, separator, closing = "", ", ", ""
+    else:
+        inner = "\n" + " " * (indent * (level + 1))
+        separator, closing = "," + inner, "\n" + " " * (indent * level)
+    out.append("[" if isinstance(value, list) else "{")
+    out.append(inner)
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            if index:
+                out.append(separator)
+            _write_readable(item, out, active, indent, level + 1)
+    else:
+        for index, key in enumerate(sorted(value, key=_utf16_key)):
+            if index:
+                out.append(separator)
+            out.append(js_string(key))
+            out.append(": ")
+            _write_readable(value[key], out, active, indent, level + 1)
+    out.append(closing)
+    out.append("]" if isinstance(value, list) else "}")
+    active.discard(id(value))
+
+
 def _enter(container: list[Any] | dict[Any, Any], active: set[int]) -> None:
     if len(active) >= MAX_CONTENT_DEPTH:
         raise DurableApprovalError(
