@@ -2,16 +2,18 @@
 
 A resource carries what the reviewer decides on twice: ``summary`` in words (cut, and saying so,
 past 16 KiB) and ``content``, the canonical JSON that ``requestHash`` binds, which anyone can
-check against the hash (``oma approve`` does, then prints it).
+check against the hash (``oma approve`` does, then prints it). The summary shows control, bidi
+and invisible characters escaped (``oma.visible``, with a legend line when it did), each value on
+its line, and numbers as the content holds them; ``content`` keeps every character it hashes.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from oma.approval.canonical import canonical_json
+from oma.approval.canonical import canonical_json, readable_json
 from oma.approval.models import ApprovalRequest
+from oma.visible import LEGEND, hides_in, visible
 from oma_operator.models import (
     CONTENT_LIMIT,
     GROUP,
@@ -36,8 +38,10 @@ def content_text(request: ApprovalRequest) -> str | None:
 
 
 def summary(request: ApprovalRequest) -> str:
-    """What the reviewer decides on, in words, ending with the content hash. Past the limit
-    the words are cut, and a line says so and where the whole content is."""
+    """What the reviewer decides on, in words, ending with the content hash. Every line shows
+    its values escaped (a newline in a value does not start a line; a legend line before the
+    hash says when anything was escaped). Past the limit the words are cut, and a line says so
+    and where the whole content is."""
     content = request.content
     lines: list[str] = []
     if request.scope == "uncertain_tool_call":
@@ -59,7 +63,7 @@ def summary(request: ApprovalRequest) -> str:
             f"in task {content.get('taskId')} (call {content.get('toolCallId')})."
         )
         lines.append("Input: " + _json(content.get("input")))
-        if content.get("rawInput") != content.get("input"):
+        if _differs(content.get("rawInput"), content.get("input")):
             lines.append("Model's raw input: " + _json(content.get("rawInput")))
         if content.get("consequential"):
             lines.append("The tool is marked consequential.")
@@ -82,11 +86,15 @@ def summary(request: ApprovalRequest) -> str:
         )
     if request.reason:
         lines.append(f"Reason: {request.reason}")
-    return _fit("\n".join(lines), request)
+    escaped = hides_in(content) or hides_in(request.reason)
+    text = "\n".join(visible(line) for line in lines)
+    return _fit(text, request, escaped)
 
 
-def _fit(text: str, request: ApprovalRequest) -> str:
+def _fit(text: str, request: ApprovalRequest, escaped: bool) -> str:
     hash_line = f"Content hash: {request.request_hash}"
+    if escaped:  # the legend stays with the hash, past any cut
+        hash_line = f"{LEGEND}\n{hash_line}"
     if len(text) + 1 + len(hash_line) <= SUMMARY_LIMIT:
         return f"{text}\n{hash_line}"
     if content_text(request) is not None:
@@ -152,4 +160,12 @@ def decision_manifest(
 
 
 def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    """One line of JSON, numbers as the content holds them (escaped by ``summary``)."""
+    return readable_json(value)
+
+
+def _differs(raw: Any, parsed: Any) -> bool:
+    """Whether the model's raw input says something other than the validated input: compared
+    as the content holds them (``1000000`` and ``1000000.0`` are one JSON number, ``1`` and
+    ``true`` are not)."""
+    return canonical_json(raw) != canonical_json(parsed)

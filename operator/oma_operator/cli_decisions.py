@@ -10,7 +10,8 @@ Before patching it prints everything the reviewer decides on: the whole summary 
 content, checked against the request hash (a resource whose content does not hash to it is
 refused). A resource that holds no exact content (too large, or published by an older operator)
 is decided only with ``--summary-only``. At a terminal it asks for confirmation (``--yes``
-skips the question).
+skips the question). Everything it prints shows control, bidi and invisible characters escaped
+(``oma.visible``): the content's, and the API's and the resource's words in its errors.
 
 Exit codes: 0 decided; 1 the cluster refused or there is nothing to decide (no such
 ApprovalDecision, already decided, RBAC or the reviewer policy forbids it: the API's message is
@@ -34,6 +35,7 @@ import httpx
 import typer
 
 from oma.approval.words import ResourceDecision, resource_fields
+from oma.visible import visible, visible_json
 from oma_operator.decision_view import ContentMismatch, verified_content, view
 
 if TYPE_CHECKING:
@@ -191,10 +193,10 @@ def _command(
     except DecisionRefused as exc:
         refuse(exc, as_json)
     if as_json:
-        typer.echo(json.dumps(result, ensure_ascii=False, indent=2))
+        typer.echo(visible_json(json.dumps(result, ensure_ascii=False, indent=2)))
     else:
         settled = f" ({result['resolution']})" if result.get("resolution") else ""
-        typer.echo(f"{verdict.lower()}{settled} by {result['reviewer']}")
+        typer.echo(visible(f"{verdict.lower()}{settled} by {result['reviewer']}"))
 
 
 async def decide(
@@ -257,8 +259,8 @@ async def decide(
 
 def refuse(exc: DecisionRefused, as_json: bool) -> NoReturn:
     """A refused command: its one-line error (and JSON with ``--json``), and its exit code."""
-    typer.echo(f"error: {exc}", err=True)
-    if as_json:
+    typer.echo(visible(f"error: {exc}"), err=True)  # it may quote the resource or the API
+    if as_json:  # ASCII JSON: every other character is an escape
         typer.echo(json.dumps({"error": str(exc), "exitCode": exc.exit_code}))
     raise typer.Exit(exc.exit_code) from None
 

@@ -2,18 +2,20 @@
 
 The summary is words; ``spec.content`` is the exact content, the canonical JSON that
 ``spec.requestHash`` binds. It is checked against the hash here, so what is printed is what the
-decision will bind to, whoever wrote the resource.
+decision will bind to, whoever wrote the resource. Every line shows control, bidi and
+invisible characters escaped (``oma.visible``; a legend line says so), whoever wrote the
+summary, and the content's numbers as its canonical JSON holds them.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from oma import jsonutil
-from oma.approval.canonical import canonical_json
+from oma.approval.canonical import canonical_json, readable_json
 from oma.approval.errors import DurableApprovalError
 from oma.approval.models import hash_approval_request
+from oma.visible import LEGEND, hides, hides_in, visible, visible_json
 
 
 class ContentMismatch(Exception):
@@ -44,27 +46,38 @@ def verified_content(spec: dict[str, Any]) -> Any | None:
 
 def view(decision: dict[str, Any], content: Any | None) -> list[str]:
     """Every line a reviewer reads: where it is, the whole summary, the exact content (when the
-    resource holds it) and the hash."""
+    resource holds it), a legend when anything is shown escaped, and the hash, last."""
     meta, spec = decision["metadata"], decision.get("spec") or {}
     lines = [
         f"{meta['namespace']}/{meta['name']}: {spec.get('scope')} in TeamRun "
         f"{spec.get('teamRun')} (request {spec.get('requestId')})"
     ]
     hash_line = f"Content hash: {spec.get('requestHash')}"
-    summary = [line for line in str(spec.get("summary") or "").splitlines() if line != hash_line]
-    lines += [f"  {line}" for line in summary if line.strip()]
+    # Lines are split at newlines only: any other line break shows as its escape. The hash
+    # line comes last, once: a summary's line naming another hash says it is the summary's.
+    summary = [
+        f"(the summary says) {line}" if line.lstrip().startswith("Content hash:") else line
+        for line in str(spec.get("summary") or "").split("\n")
+        if line.strip() and line not in (hash_line, LEGEND)
+    ]
+    escaped = LEGEND in str(spec.get("summary") or "")
+    lines += [f"  {line}" for line in summary]
     reviewers = spec.get("reviewers")
     if reviewers:
         named = [
             *(reviewers.get("users") or []),
             *(f"group {g}" for g in reviewers.get("groups") or []),
         ]
-        lines.append("  Reviewers: " + ", ".join(named))
+        lines.append("  Reviewers: " + ", ".join(str(n) for n in named))
+    escaped = escaped or any(hides(line) for line in [*lines, hash_line])
+    lines = [visible(line) for line in lines]
     if content is not None:
         lines.append("  Exact content (checked against the hash):")
-        pretty = json.dumps(content, ensure_ascii=False, indent=2, sort_keys=True)
-        # A lone surrogate (legal in the content) cannot be printed: show its escape.
-        pretty = pretty.encode("utf-8", "backslashreplace").decode("utf-8")
-        lines += [f"    {line}" for line in pretty.splitlines()]
-    lines.append(f"  {hash_line}")
+        pretty = readable_json(content, indent=2)
+        escaped = escaped or hides_in(content)
+        # Escaped as JSON escapes (a lone surrogate, legal in the content, too): still JSON.
+        lines += [f"    {line}" for line in visible_json(pretty).split("\n")]
+    if escaped:
+        lines.append(f"  {LEGEND}")
+    lines.append(f"  {visible(hash_line)}")
     return lines
