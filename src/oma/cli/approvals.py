@@ -11,6 +11,10 @@ the model), ``failed`` records it as not done (as ``reject`` does).
 Deciding requires ``--hash`` with (a prefix of at least 12 characters of) the request hash that
 ``show`` prints: a reviewer confirms exactly the content they looked at, and a request whose
 content changed since then is refused as stale.
+
+What is printed shows control, bidi and invisible characters escaped (``oma.visible``, with a
+legend line when ``show`` escaped any), ``--json`` as JSON escapes, and the content's numbers as
+its canonical JSON (what the hash binds) holds them; the store keeps every character.
 """
 
 from __future__ import annotations
@@ -22,11 +26,13 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 
+from oma.approval.canonical import readable_json
 from oma.approval.errors import DurableApprovalError
 from oma.approval.ledger import ApprovalRecord, DurableApprovalLedger
 from oma.approval.models import ApprovalDecisionRecord, Resolution
 from oma.cli.store import EXIT_BAD_INPUT, JsonOption, StoreOption, TenantOption, with_store
 from oma.store.base import MemoryStore
+from oma.visible import LEGEND, hides_in, visible, visible_json
 
 T = TypeVar("T")
 
@@ -68,7 +74,7 @@ def list_requests(
     """Every approval request in the store (or of one run), decided or not."""
     records = _with_store(store, lambda s: DurableApprovalLedger(s).records(run_id), tenant)
     if as_json:
-        typer.echo(json.dumps([r.to_wire() for r in records], indent=2, ensure_ascii=False))
+        typer.echo(_json([r.to_wire() for r in records]))
         return
     if not records:
         console.print("no approval requests")
@@ -77,11 +83,11 @@ def list_requests(
     rows = [("REQUEST", "RUN", "SCOPE", "STATE", "REVIEWER", "BOUNDARY")] + [
         (
             r.request.id,
-            r.request.run_id,
+            visible(r.request.run_id),
             r.request.scope,
             _state(r),
-            r.decision.reviewer.id if r.decision else "-",
-            r.request.boundary,
+            visible(r.decision.reviewer.id) if r.decision else "-",
+            visible(r.request.boundary),
         )
         for r in records
     ]
@@ -101,34 +107,49 @@ def show(
     """The exact content a decision binds to, and its hash."""
     record = _with_store(store, lambda s: _one(s, request_id), tenant)
     if as_json:
-        typer.echo(json.dumps(record.to_wire(), indent=2, ensure_ascii=False))
+        typer.echo(_json(record.to_wire()))
         return
     request = record.request
-    console.print(
-        f"request   {request.id}\nrun       {request.run_id}\nscope     {request.scope}"
-        f"\nboundary  {request.boundary}\nrequested {request.requested_at}"
-    )
+    lines = [
+        f"request   {request.id}",
+        f"run       {request.run_id}",
+        f"scope     {request.scope}",
+        f"boundary  {request.boundary}",
+        f"requested {request.requested_at}",
+    ]
     if request.reason:
-        console.print(f"reason    {request.reason}")
-    console.print(f"hash      {request.request_hash}\ncontent:")
-    console.print_json(json.dumps(request.content, ensure_ascii=False))
+        lines.append(f"reason    {request.reason}")
+    lines.append(f"hash      {request.request_hash}")
+    for line in lines:
+        typer.echo(visible(line))
+    typer.echo("content:")
+    typer.echo(visible_json(readable_json(request.content, indent=2)))
     if record.decision is not None:
         d = record.decision
-        console.print(f"decision  {_state(record)} by {d.reviewer.id} at {d.decided_at}")
+        typer.echo(visible(f"decision  {_state(record)} by {d.reviewer.id} at {d.decided_at}"))
         if d.reason is not None:
-            console.print(f"because   {d.reason}")
+            typer.echo(visible(f"because   {d.reason}"))
         if d.result is not None:
-            console.print(f"result    {d.result}")
-    elif request.scope == "uncertain_tool_call":
-        console.print(
+            typer.echo(visible(f"result    {d.result}"))
+    if hides_in(record.to_wire()):
+        typer.echo(LEGEND)
+    if record.decision is not None:
+        return
+    if request.scope == "uncertain_tool_call":
+        typer.echo(
             f"settle with: oma approvals resolve {request.id} retry|done|failed --reviewer NAME "
             f"--hash {request.request_hash[:MIN_HASH_PREFIX]} [--result TEXT]"
         )
     else:
-        console.print(
+        typer.echo(
             f"decide with: oma approvals approve {request.id} --reviewer NAME "
             f"--hash {request.request_hash[:MIN_HASH_PREFIX]}"
         )
+
+
+def _json(value: Any) -> str:
+    """Indented JSON whose hidden characters are escapes (it parses to the same values)."""
+    return visible_json(json.dumps(value, indent=2, ensure_ascii=False))
 
 
 async def _one(store: MemoryStore, request_id: str) -> ApprovalRecord:
@@ -192,9 +213,11 @@ def _decide(
         )
 
     decision = _with_store(store, decide, tenant, read_only=False)
-    console.print(
-        f"{_decided(decision)} {request_id} as {decision.reviewer.id} "
-        f"(hash {decision.request_hash})"
+    typer.echo(
+        visible(
+            f"{_decided(decision)} {request_id} as {decision.reviewer.id} "
+            f"(hash {decision.request_hash})"
+        )
     )
 
 
