@@ -104,7 +104,12 @@ def _material(section: dict[str, Any], field: str, base: Path) -> bytes | None:
 
 
 def load_kubeconfig(path: Path | None = None, context: str | None = None) -> KubeConfig:
-    """Read ``path`` (default: first file of ``$KUBECONFIG``, else ~/.kube/config)."""
+    """Read ``path`` (default: first file of ``$KUBECONFIG``, else ~/.kube/config).
+
+    Meant for the kubeconfigs devcluster writes (tokens, client certificates): it reads one
+    file and refuses exec credential plugins. A user's cluster is reached with the product's
+    client instead (``oma_operator.client.Kube``; the tests: ``tests/cluster/kube_access.py``),
+    which merges several files and runs exec plugins."""
     if path is None:
         env = os.environ.get("KUBECONFIG", "")
         first = env.split(os.pathsep)[0] if env else ""
@@ -117,7 +122,10 @@ def load_kubeconfig(path: Path | None = None, context: str | None = None) -> Kub
     cluster = _named(doc.get("clusters") or [], ctx["cluster"], "cluster")
     user = _named(doc.get("users") or [], ctx["user"], "user") if ctx.get("user") else {}
     if "exec" in user or "auth-provider" in user:
-        raise ValueError(f"{path}: exec/auth-provider credentials are not supported")
+        raise ValueError(
+            f"{path}: exec/auth-provider credentials are not supported by devcluster's client "
+            "(use oma_operator.client.Kube)"
+        )
     base = path.parent
     token = user.get("token")
     if not token and user.get("tokenFile"):

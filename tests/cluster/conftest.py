@@ -4,19 +4,23 @@ Default: a session-wide devcluster (etcd + kube-apiserver + kube-controller-mana
 the binaries built by hack/k8s/ensure-binaries) with a real node (kubelet + containerd) when the
 tests run inside ``python -m devcluster sandbox`` (what hack/test does), else the node agent
 that runs pods as local processes (the fallback).
-``E2E_CLUSTER=existing``: use the cluster in ``KUBECONFIG`` instead (e.g. kind); tests that
-need the local cluster (its nodes, its CA) are skipped there, and the stores and runner image
-come from the ``OMA_E2E_*`` variables described in ``tests/cluster/e2e_env.py``.
+``E2E_CLUSTER=existing``: use the cluster in ``KUBECONFIG`` instead (e.g. kind), reached as the
+product reaches it (``tests/cluster/kube_access.py``: merged files, ``OMA_E2E_CONTEXT``, exec
+credential plugins); tests that need the local cluster (its nodes, its CA) are skipped there,
+and the stores and runner image come from the ``OMA_E2E_*`` variables described in
+``tests/cluster/e2e_env.py``.
 Missing binaries skip these tests, unless ``OMA_REQUIRE_CLUSTER=1`` (CI) makes it an error.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from dataclasses import dataclass
@@ -28,6 +32,7 @@ import pytest
 from devcluster import DevCluster, KubeClient, MissingBinaryError, NodeAgent
 from devcluster.binaries import build_times, find_binary, find_tool
 from devcluster.kubeconfig import load_kubeconfig
+from oma_operator.kubeconfig import KubeconfigError
 from tests.cluster.e2e_env import (
     EXISTING,
     REAL_NODE,
@@ -38,6 +43,7 @@ from tests.cluster.e2e_env import (
     for_pods,
 )
 from tests.cluster.helpers import create_namespace, delete_namespace, with_pythonpath
+from tests.cluster.kube_access import CONTEXT_VARIABLE, ProductKubeClient, existing_kubeconfig
 from tests.servers.postgres_server import PostgresServer
 from tests.servers.redis_server import RedisServer
 
@@ -52,6 +58,26 @@ class ClusterHandle:
 
     kubeconfig: Path
     local: DevCluster | None
+
+    @contextlib.asynccontextmanager
+    async def client(
+        self, *, impersonate_user: str | None = None, impersonate_groups: tuple[str, ...] = ()
+    ) -> AsyncIterator[KubeClient]:
+        """A client as the kubeconfig's user (or impersonating another): devcluster's for its
+        own cluster, the product's client on an existing one (``kube_access``)."""
+        if self.local is not None:
+            config = load_kubeconfig(self.kubeconfig)
+            async with KubeClient(
+                config, impersonate_user=impersonate_user, impersonate_groups=impersonate_groups
+            ) as kube:
+                yield kube
+            return
+        async with await ProductKubeClient.connect(
+            self.kubeconfig,
+            impersonate_user=impersonate_user,
+            impersonate_groups=impersonate_groups,
+        ) as kube:
+            yield kube
 
     def mint_kubeconfig(self, user: str, groups: tuple[str, ...] = ()) -> Path:
         if self.local is None:
@@ -129,10 +155,13 @@ class ClusterHandle:
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[ClusterHandle]:
     if EXISTING:
-        kubeconfig = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
-        path = Path(kubeconfig) if kubeconfig else Path.home() / ".kube" / "config"
-        _timings["cluster"] = f"existing cluster from {path}"
-        yield ClusterHandle(path, None)
+        # One private file with the chosen context, for the test process, kubectl, helm and
+        # the operator processes alike; removed at the end.
+        folder = Path(tempfile.mkdtemp(prefix="oma-e2e-"))
+        try:
+            yield _existing_cluster(folder)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
         return
     try:
         names = ["etcd", "kube-apiserver", "kube-controller-manager"]
@@ -152,6 +181,36 @@ def cluster() -> Iterator[ClusterHandle]:
         yield ClusterHandle(local.kubeconfig, local)
     finally:
         local.stop()
+
+
+def _existing_cluster(folder: Path) -> ClusterHandle:
+    """The cluster of ``$KUBECONFIG`` (and ``OMA_E2E_CONTEXT``), once the product's client
+    reached it."""
+    listed, context = os.environ.get("KUBECONFIG", ""), os.environ.get(CONTEXT_VARIABLE) or None
+    try:
+        handle = ClusterHandle(existing_kubeconfig(listed, context, folder / "kubeconfig"), None)
+    except KubeconfigError as exc:
+        pytest.fail(f"E2E_CLUSTER=existing: {exc}", pytrace=False)
+
+    async def whoami() -> str:
+        review = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+        async with handle.client() as kube:
+            assert isinstance(kube, ProductKubeClient)
+            made = await kube.create("/apis/authentication.k8s.io/v1/selfsubjectreviews", review)
+            user = (made.get("status") or {}).get("userInfo") or {}
+            return f"{kube.kube.server} as {user.get('username', '?')}"
+
+    try:
+        reached = asyncio.run(whoami())
+    except Exception as exc:  # credentials, an exec plugin, the network, the server's answer
+        where = f"context {context}" if context else "the current context"
+        pytest.fail(
+            f"E2E_CLUSTER=existing: cannot reach the cluster of {where} in "
+            f"{listed or '~/.kube/config'}: {type(exc).__name__}: {exc}",
+            pytrace=False,
+        )
+    _timings["cluster"] = f"existing cluster {reached}"
+    return handle
 
 
 def _tools_image(site: Path) -> str:
@@ -219,7 +278,7 @@ def effects(e2e_redis: Endpoint) -> SideEffects:
 
 @pytest.fixture
 async def kube(cluster: ClusterHandle) -> AsyncIterator[KubeClient]:
-    async with KubeClient(load_kubeconfig(cluster.kubeconfig)) as client:
+    async with cluster.client() as client:
         yield client
 
 

@@ -197,6 +197,16 @@ print(json.dumps({{
     "status": {status},
 }}))
 """
+# The same for a user whose credentials an exec plugin prints already (a managed cluster's, with
+# E2E_CLUSTER=existing): that plugin runs and its answer is passed on.
+EXEC_RELAY = """#!{python}
+import os, pathlib, subprocess, sys
+ran = pathlib.Path({ran!r})
+ran.write_text(str(int(ran.read_text() or 0) + 1) if ran.exists() else "1")
+env = {{**os.environ, **{env!r}}}
+answer = subprocess.run({argv!r}, env=env, stdout=subprocess.PIPE, text=True, check=True)
+sys.stdout.write(answer.stdout)
+"""
 
 
 def exec_kubeconfig(source: Path, folder: Path) -> tuple[str, Path]:
@@ -213,19 +223,38 @@ def exec_kubeconfig(source: Path, folder: Path) -> tuple[str, Path]:
     current = next(c for c in config["contexts"] if c["name"] == config["current-context"])
     cluster = next(c for c in config["clusters"] if c["name"] == current["context"]["cluster"])
     user = next(u for u in config["users"] if u["name"] == current["context"]["user"])["user"]
-    if "token" in user:
-        status = {"token": user["token"]}
-    else:
-        status = {
-            "clientCertificateData": base64.b64decode(user["client-certificate-data"]).decode(),
-            "clientKeyData": base64.b64decode(user["client-key-data"]).decode(),
-        }
+
+    def material(field: str) -> str:
+        inline = user.get(f"{field}-data")
+        return base64.b64decode(inline).decode() if inline else Path(user[field]).read_text()
+
     folder.mkdir(parents=True, exist_ok=True)
     ran, plugin = folder / "plugin-runs", folder / "credential-plugin"
-    plugin.write_text(EXEC_PLUGIN.format(python=sys.executable, ran=str(ran), status=status))
-    plugin.chmod(0o755)
+    api_version = "client.authentication.k8s.io/v1"
+    if "exec" in user:
+        own = user["exec"]
+        api_version = own.get("apiVersion", api_version)
+        env = {e["name"]: e["value"] for e in own.get("env") or []}
+        argv = [own["command"], *(own.get("args") or [])]
+        plugin.write_text(
+            EXEC_RELAY.format(python=sys.executable, ran=str(ran), env=env, argv=argv)
+        )
+    else:
+        if "token" in user or "tokenFile" in user:
+            token = user.get("token") or Path(user["tokenFile"]).read_text().strip()
+            status: dict[str, str] = {"token": token}
+        else:
+            status = {
+                "clientCertificateData": material("client-certificate"),
+                "clientKeyData": material("client-key"),
+            }
+        plugin.write_text(EXEC_PLUGIN.format(python=sys.executable, ran=str(ran), status=status))
+    plugin.chmod(0o700)
     users = folder / "clusters-and-users.kubeconfig"
-    exec_user = {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": str(plugin)}}
+    # kubectl requires interactiveMode with the v1 API (managed clusters' kubeconfigs set it).
+    exec_user = {
+        "exec": {"apiVersion": api_version, "command": str(plugin), "interactiveMode": "Never"}
+    }
     users.write_text(
         yaml.safe_dump(
             {"clusters": [cluster], "users": [{"name": "via-plugin", "user": exec_user}]}

@@ -115,9 +115,7 @@ async def test_user_without_rbac_is_forbidden(
     cluster: ClusterHandle, kube: KubeClient, namespace: str
 ) -> None:
     pods = f"/api/v1/namespaces/{namespace}/pods"
-    async with KubeClient(
-        load_kubeconfig(cluster.kubeconfig), impersonate_user="mallory"
-    ) as mallory:
+    async with cluster.client(impersonate_user="mallory") as mallory:
         with pytest.raises(ApiError) as info:
             await mallory.get(pods)
         assert info.value.status == 403
