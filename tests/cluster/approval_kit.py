@@ -4,7 +4,6 @@ RBAC, users with groups, gated TeamRuns, and ApprovalDecisions built from real r
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import uuid
@@ -22,9 +21,10 @@ from oma.approval.requests import create_approval_request
 from oma_operator.admission import DEPLOY_FILE
 from oma_operator.approval_resources import decision_manifest
 from oma_operator.models import ReviewerSet
+from tests.cluster.cluster_wide import ClusterWide, ClusterWideMismatch
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import Endpoint, SideEffects, teamrun_store
-from tests.cluster.helpers import get_or_none, wait_for
+from tests.cluster.helpers import create_namespace, delete_namespace, get_or_none, wait_for
 from tests.cluster.operator_kit import TEAMRUNS, create_admitted, teamrun
 
 DECISIONS = "/apis/oma.dev/v1alpha1/namespaces/{ns}/approvaldecisions"
@@ -34,20 +34,26 @@ APPLIED = "oma.dev/test-applied"  # on each policy: the digest of the manifest i
 
 
 @pytest.fixture(scope="module")
-def admission_policies(cluster: ClusterHandle, crds_installed: None) -> None:
+def admission_policies(
+    cluster: ClusterHandle, crds_installed: None, cluster_wide: ClusterWide | None
+) -> None:
     """deploy/admission-policies.yaml applied as shipped (replacing an older copy); left in
     place, as on a real cluster (each applies to every namespace). A copy applied from this
     very text is kept: replacing it would leave a moment without it after the probes of
-    ``policies_loaded`` found it in force."""
+    ``policies_loaded`` found it in force. On an existing cluster (``cluster_wide``) each is
+    installed only when absent, removed at the end if so, and never replaced."""
 
     async def apply() -> None:
-        async with KubeClient(load_kubeconfig(cluster.kubeconfig)) as kube:
+        async with cluster.client() as kube:
             for doc in yaml.safe_load_all(DEPLOY_FILE.read_text()):
                 digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
                 doc["metadata"].setdefault("annotations", {})[APPLIED] = digest
                 kind = doc["kind"].lower()
                 plural = kind[:-1] + "ies" if kind.endswith("y") else kind + "s"
                 path = f"{ADMISSION}/{plural}"
+                if cluster_wide is not None:
+                    await cluster_wide.ensure(kube, path, doc)
+                    continue
                 found = await get_or_none(kube, f"{path}/{doc['metadata']['name']}")
                 if found is not None:
                     if (found["metadata"].get("annotations") or {}).get(APPLIED) == digest:
@@ -56,7 +62,10 @@ def admission_policies(cluster: ClusterHandle, crds_installed: None) -> None:
                 await kube.create(path, doc)
             await policies_loaded(cluster, kube)
 
-    asyncio.run(apply())
+    try:
+        asyncio.run(apply())
+    except ClusterWideMismatch as exc:
+        pytest.fail(str(exc), pytrace=False)
 
 
 PROBE_USER = "oma-policy-probe"  # may create and patch TeamRuns in namespace default, nothing else
@@ -93,7 +102,8 @@ async def policies_loaded(cluster: ClusterHandle, kube: KubeClient) -> None:
     """Wait until the API server applies every policy of deploy/admission-policies.yaml (it
     loads them a moment after they are created): the creator is recorded, and for each
     validating policy a probe request it refuses is refused. The probes are dry runs but one:
-    the creator policy's update rule needs a TeamRun that exists (in default, deleted after)."""
+    the creator policy's update rule needs a TeamRun that exists (in a namespace of its own,
+    deleted after, with the probe user's Role)."""
     await wait_for(lambda: creator_recorded(kube), 60, "the creator policy to record creators")
     owner = {"metadata": {"name": "probe", "namespace": "default", "uid": str(uuid.uuid4())}}
     decided = decision_manifest(owner, tool_request(), None)
@@ -109,16 +119,15 @@ async def policies_loaded(cluster: ClusterHandle, kube: KubeClient) -> None:
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]},
     ]
     name = f"policy-probe-{uuid.uuid4().hex[:8]}"
-    rbac = "/apis/rbac.authorization.k8s.io/v1/namespaces/default"
-    path = f"{PROBES}/{name}"
-    await grant(kube, "default", name, rules, (PROBE_USER,))
+    probes = await create_namespace(kube)
+    teamruns = TEAMRUNS.format(ns=probes)
+    path = f"{teamruns}/{name}"
     try:
-        async with KubeClient(
-            load_kubeconfig(cluster.kubeconfig), impersonate_user=PROBE_USER
-        ) as prober:
+        await grant(kube, probes, name, rules, (PROBE_USER,))
+        async with cluster.client(impersonate_user=PROBE_USER) as prober:
             await wait_for(
                 lambda: refused(
-                    prober.create(f"{PROBES}?dryRun=All", teamrun(name, [])),
+                    prober.create(f"{teamruns}?dryRun=All", teamrun(name, [])),
                     "you cannot read (get) Secret store",
                 ),
                 60,
@@ -126,13 +135,13 @@ async def policies_loaded(cluster: ClusterHandle, kube: KubeClient) -> None:
             )
             await wait_for(
                 lambda: refused(
-                    prober.create("/api/v1/namespaces/default/pods?dryRun=All", forged_pod(name)),
+                    prober.create(f"/api/v1/namespaces/{probes}/pods?dryRun=All", forged_pod(name)),
                     "only the oma operator creates runner pods",
                 ),
                 60,
                 "the runner-pods policy to refuse a pod labelled for a TeamRun",
             )
-        await create_admitted(kube, "default", teamrun(name, []))
+        await create_admitted(kube, probes, teamrun(name, []))
         forged = {"metadata": {"annotations": {CREATOR: "someone-else"}}}
         await wait_for(
             lambda: refused(kube.patch(f"{path}?dryRun=All", forged), "cannot be changed"),
@@ -140,9 +149,7 @@ async def policies_loaded(cluster: ClusterHandle, kube: KubeClient) -> None:
             "the creator policy to refuse a changed creator",
         )
     finally:
-        for kind in ("rolebindings", "roles", None):
-            with contextlib.suppress(ApiError):
-                await kube.delete(path if kind is None else f"{rbac}/{kind}/{name}")
+        await delete_namespace(kube, probes)
 
 
 async def grant(

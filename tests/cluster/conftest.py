@@ -7,8 +7,9 @@ that runs pods as local processes (the fallback).
 ``E2E_CLUSTER=existing``: use the cluster in ``KUBECONFIG`` instead (e.g. kind), reached as the
 product reaches it (``tests/cluster/kube_access.py``: merged files, ``OMA_E2E_CONTEXT``, exec
 credential plugins); tests that need the local cluster (its nodes, its CA) are skipped there,
-and the stores and runner image come from the ``OMA_E2E_*`` variables described in
-``tests/cluster/e2e_env.py``.
+the stores and runner image come from the ``OMA_E2E_*`` variables described in
+``tests/cluster/e2e_env.py``, and oma's CRDs and admission policies are installed only if absent
+and never deleted or replaced when they were there (``tests/cluster/cluster_wide.py``).
 Missing binaries skip these tests, unless ``OMA_REQUIRE_CLUSTER=1`` (CI) makes it an error.
 """
 
@@ -33,6 +34,7 @@ from devcluster import DevCluster, KubeClient, MissingBinaryError, NodeAgent
 from devcluster.binaries import build_times, find_binary, find_tool
 from devcluster.kubeconfig import load_kubeconfig
 from oma_operator.kubeconfig import KubeconfigError
+from tests.cluster.cluster_wide import ClusterWide
 from tests.cluster.e2e_env import (
     EXISTING,
     REAL_NODE,
@@ -211,6 +213,33 @@ def _existing_cluster(folder: Path) -> ClusterHandle:
         )
     _timings["cluster"] = f"existing cluster {reached}"
     return handle
+
+
+@pytest.fixture(scope="session")
+def cluster_wide(cluster: ClusterHandle) -> Iterator[ClusterWide | None]:
+    """On an existing cluster, what this run installed cluster-wide (oma's CRDs and admission
+    policies, each only when absent), removed at the end when nothing else depends on it (see
+    ``cluster_wide.py``); None on the local cluster, which is the suite's own."""
+    if cluster.local is not None:
+        yield None
+        return
+    try:
+        ledger = ClusterWide.from_env()
+    except ValueError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        yield ledger
+    finally:
+
+        async def release() -> None:
+            async with cluster.client() as kube:
+                await ledger.release(kube)
+
+        try:
+            asyncio.run(release())
+        finally:
+            if ledger.notes:
+                _timings["cluster-wide objects"] = "; ".join(ledger.notes)
 
 
 def _tools_image(site: Path) -> str:

@@ -1,6 +1,12 @@
 """What the operator tests on the API server share: the CRDs installed as shipped, an operator
 per test, the store Secret, TeamRuns of one scripted clerk, and waiting for their status.
 
+The CRDs: on the local devcluster (the suite's own) each module replaces them with this
+repository's; on an existing cluster they are installed only when absent and never deleted or
+replaced when they were there, since deleting a CRD deletes every TeamRun or ApprovalDecision
+on the cluster (``cluster_wide.py``; the ``cluster_wide`` fixture removes at the end what it
+installed, when nothing else is left in it).
+
 The fixtures are imported by name into the test modules that use them (with those they depend
 on: ``crds_installed`` for ``operator``); ``cluster``, ``kube``, ``namespace``, ``e2e_redis`` and
 ``effects`` come from ``tests/cluster/conftest.py``.
@@ -19,21 +25,25 @@ import pytest
 
 from devcluster import KubeClient
 from devcluster.kube import ApiError
-from devcluster.kubeconfig import load_kubeconfig
 from oma_operator.crdgen import approvaldecision_crd, teamrun_crd
+from tests.cluster.cluster_wide import CRDS, ClusterWide, ClusterWideMismatch
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import Endpoint, SideEffects
 from tests.cluster.helpers import get_or_none, run_tool, wait_for
 from tests.cluster.operators import operating
 
 TEAMRUNS = "/apis/oma.dev/v1alpha1/namespaces/{ns}/teamruns"
-CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 # What `kubectl get teamruns` shows (crds/teamruns.oma.dev.yaml), and with `-o wide`.
 TEAMRUN_COLUMNS = ["NAME", "PHASE", "ATTEMPT", "TASKS", "APPROVALS", "CHECKPOINT", "AGE"]
 TEAMRUN_WIDE = [*TEAMRUN_COLUMNS, "RUN", "DISRUPTIONS", "FAILURES", "MESSAGE"]  # -o wide
 
 
-async def replace_crd(kube: KubeClient, crd: dict[str, Any]) -> None:
+async def replace_crd(
+    kube: KubeClient, crd: dict[str, Any], shared: ClusterWide | None = None
+) -> None:
+    """Install ``crd`` and wait until it is served: replaced (deleted, with every object of its
+    kind, and created again) on the suite's own cluster; with ``shared`` (an existing cluster)
+    created only when absent, never deleted (``ClusterWide.ensure``)."""
     path = f"{CRDS}/{crd['metadata']['name']}"
 
     async def absent() -> bool:
@@ -44,10 +54,13 @@ async def replace_crd(kube: KubeClient, crd: dict[str, Any]) -> None:
         conditions = (body.get("status") or {}).get("conditions") or []
         return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
-    if await kube.exists(path):
-        await kube.delete(path)
-        await wait_for(absent, 30, "the old CRD to go")
-    await kube.create(CRDS, crd)
+    if shared is not None:
+        await shared.ensure(kube, CRDS, crd)
+    else:
+        if await kube.exists(path):
+            await kube.delete(path)
+            await wait_for(absent, 30, "the old CRD to go")
+        await kube.create(CRDS, crd)
     await wait_for(established, 30, "the CRD to be established")
     group, plural = crd["spec"]["group"], crd["spec"]["names"]["plural"]
     version = crd["spec"]["versions"][0]["name"]
@@ -98,14 +111,17 @@ async def create_admitted(kube: KubeClient, namespace: str, body: dict[str, Any]
 
 
 @pytest.fixture(scope="module")
-def crds_installed(cluster: ClusterHandle) -> None:
+def crds_installed(cluster: ClusterHandle, cluster_wide: ClusterWide | None) -> None:
     async def apply() -> None:
-        async with KubeClient(load_kubeconfig(cluster.kubeconfig)) as kube:
+        async with cluster.client() as kube:
             for crd in (teamrun_crd(), approvaldecision_crd()):
-                await replace_crd(kube, crd)
+                await replace_crd(kube, crd, cluster_wide)
             await teamruns_admitted(kube)
 
-    asyncio.run(apply())
+    try:
+        asyncio.run(apply())
+    except ClusterWideMismatch as exc:
+        pytest.fail(str(exc), pytrace=False)
 
 
 @pytest.fixture
