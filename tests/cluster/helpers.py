@@ -140,6 +140,22 @@ async def run_tool(*argv: str) -> str:
     return out.decode()
 
 
+def outcomes(junit: Path) -> dict[str, tuple[str, str]]:
+    """Each test case's outcome (passed, skipped, failed) and message, from a JUnit XML file
+    (what a child pytest wrote)."""
+    from xml.etree import ElementTree
+
+    found: dict[str, tuple[str, str]] = {}
+    for case in ElementTree.parse(junit).getroot().iter("testcase"):
+        outcome, message = "passed", ""
+        for child in case:
+            if child.tag in ("skipped", "failure", "error"):
+                outcome = "skipped" if child.tag == "skipped" else "failed"
+                message = child.get("message", "") + (child.text or "")
+        found[case.get("name", "")] = (outcome, message)
+    return found
+
+
 async def event_counts(kube: KubeClient, namespace: str, name: str) -> dict[str, int]:
     """How many times each reason was posted about the TeamRun (timestamps have 1 s steps,
     so order within a second is not known)."""

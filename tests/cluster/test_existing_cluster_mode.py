@@ -12,13 +12,13 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 import pytest
 
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import REAL_NODE_IMAGE, Endpoint
+from tests.cluster.helpers import outcomes
 
 pytestmark = pytest.mark.cluster
 REPO = Path(__file__).resolve().parents[2]
@@ -30,19 +30,6 @@ PORTABLE = [
     "test_a_crash_is_retried_after_the_backoff_and_the_retry_succeeds",
 ]
 AGENT_ONLY = "test_kubelet_eviction_resumes_from_the_last_checkpoint"
-
-
-def outcomes(junit: Path) -> dict[str, tuple[str, str]]:
-    """Each test case's outcome (passed, skipped, failed) and message, from a JUnit XML file."""
-    found: dict[str, tuple[str, str]] = {}
-    for case in ElementTree.parse(junit).getroot().iter("testcase"):
-        outcome, message = "passed", ""
-        for child in case:
-            if child.tag in ("skipped", "failure", "error"):
-                outcome = "skipped" if child.tag == "skipped" else "failed"
-                message = child.get("message", "") + (child.text or "")
-        found[case.get("name", "")] = (outcome, message)
-    return found
 
 
 @pytest.mark.timeout(600)
