@@ -11,6 +11,9 @@ wherever the cluster puts them, so the tests are told where things are:
 - ``OMA_E2E_POSTGRES_DSN`` and ``OMA_E2E_POSTGRES_LOCAL_DSN``: the same for PostgreSQL.
 - ``OMA_E2E_RUNNER_IMAGE``: an image with ``oma-runner`` that the cluster's nodes have
   (``hack/build-image``, then e.g. ``kind load``), default ``localhost/oma:dev``.
+- ``OMA_E2E_CONTEXT``: the kubeconfig context (``kube_access.py``; default: the current one);
+  ``OMA_E2E_CLUSTER_WIDE``: what to do with oma's CRDs and policies that differ
+  (``cluster_wide.py``).
 
 A test whose endpoint is not given is skipped, naming the variable. The side effects of the
 built-in ``ledger_append`` and ``tally`` tools go to a Redis list per test (``OMA_LEDGER_URL``),
