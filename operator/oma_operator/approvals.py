@@ -15,7 +15,9 @@ from oma.approval.errors import DurableApprovalError
 from oma.approval.ledger import ApprovalRecord, DurableApprovalLedger
 from oma.approval.words import RESOURCE_SPELLING, DecisionWord, word_of
 from oma.checkpoint import Checkpoint, CheckpointSnapshotV4
+from oma.checkpoint.keys import checkpoint_key
 from oma.store.base import MemoryStore
+from oma.store.journal import supports_journal
 from oma_operator import events, runtime
 from oma_operator.approval_binding import (
     earlier_own,
@@ -42,17 +44,34 @@ log = logging.getLogger(__name__)
 
 async def run_records(store: MemoryStore, run_id: str) -> list[ApprovalRecord]:
     """The run's approval records: the requests its latest checkpoint names (one read each),
-    or, for a checkpoint that names none (older formats), every approval row of the store."""
+    or, for a checkpoint that names none (older formats), every approval row of the store.
+
+    The ids come from the journal's head where the runner wrote them there (a few hundred
+    bytes): a run waiting with a checkpoint of 100 MB is not read whole every poll."""
     ledger = DurableApprovalLedger(store)
-    snapshot = await Checkpoint(store, run_id=run_id).load_latest()
-    if isinstance(snapshot, CheckpointSnapshotV4) and snapshot.pending_approvals:
-        ids = dict.fromkeys(
-            [r.id for r in snapshot.pending_approvals]
-            + [d.request_id for d in snapshot.approval_decisions]
-        )
-        found = [await ledger.get(request_id) for request_id in ids]
+    ids = await _ids_from_head(store, run_id)
+    if ids is None:
+        snapshot = await Checkpoint(store, run_id=run_id).load_latest()
+        if isinstance(snapshot, CheckpointSnapshotV4) and snapshot.pending_approvals:
+            ids = [r.id for r in snapshot.pending_approvals]
+            ids += [d.request_id for d in snapshot.approval_decisions]
+    if ids:
+        found = [await ledger.get(request_id) for request_id in dict.fromkeys(ids)]
         return [r for r in found if r is not None and r.request.run_id == run_id]
     return await ledger.records(run_id)
+
+
+async def _ids_from_head(store: MemoryStore, run_id: str) -> list[str] | None:
+    """The request ids the journal's head names (pending, then decided); None when it names
+    none (no journal, or one written by an older runner): then the checkpoint is read."""
+    if not supports_journal(store):
+        return None
+    head = await store.journal_head(checkpoint_key(run_id))
+    approvals = ((head.metadata or {}) if head is not None else {}).get("approvals")
+    if not isinstance(approvals, dict):
+        return None
+    ids = [*(approvals.get("pending") or []), *(approvals.get("decided") or [])]
+    return [i for i in ids if isinstance(i, str)] or None
 
 
 def decision_word(scope: str, spec: dict[str, Any]) -> DecisionWord:

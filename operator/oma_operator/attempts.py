@@ -311,14 +311,19 @@ def _after_backoff(seconds: float, start: Callable[[], Awaitable[None]], key: Ke
     LATER.after(seconds, key, start, "starting the next attempt after its backoff")
 
 
+STORE_READ_SECONDS = 15.0  # a store that accepts and never answers holds no recording longer
+
+
 async def store_progress(teamrun: dict[str, Any], spec: TeamRunSpec) -> dict[str, Any]:
-    """Tasks done/total and the last checkpoint time from the run's store ({} if unknown)."""
+    """Tasks done/total and the last checkpoint time from the run's store ({} if unknown, or
+    not known within ``STORE_READ_SECONDS``)."""
     name = teamrun["metadata"]["name"]
     try:
-        store = await STORES.store_of(runtime.kube(), teamrun["metadata"]["namespace"], spec)
-        return await read_progress(store, run_id_of(teamrun)) or {}
-    except (KubeError, OmaError) as exc:
-        log.warning("no progress for %s: %s", name, exc)
+        async with asyncio.timeout(STORE_READ_SECONDS):
+            store = await STORES.store_of(runtime.kube(), teamrun["metadata"]["namespace"], spec)
+            return await read_progress(store, run_id_of(teamrun)) or {}
+    except (KubeError, OmaError, TimeoutError) as exc:
+        log.warning("no progress for %s: %s", name, exc or "the store did not answer in time")
         return {}
 
 

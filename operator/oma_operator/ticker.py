@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -17,12 +18,30 @@ Work = Callable[[dict[str, Any]], Awaitable[None]]
 OnError = Callable[[dict[str, Any], str, Exception], Awaitable[None]]
 
 
+VISIT_SECONDS = 20.0  # one visit's limit: a store that accepts and never answers ends here
+PER_NAMESPACE = 2  # visits of one namespace (tenant) at once
+
+
 class Ticker:
-    def __init__(self, concurrency: int = 8) -> None:
+    """Each kind of work visits its TeamRuns every ``seconds``; a visit of a run starts only
+    once the run's previous one has ended, and lasts at most ``VISIT_SECONDS``. Visits of one
+    namespace share ``PER_NAMESPACE`` places, out of ``concurrency`` in all: a tenant whose
+    store is slow, or never answers, uses its own places, and every other tenant's runs are
+    still visited on time (one round does not wait for its slowest visit)."""
+
+    def __init__(
+        self,
+        concurrency: int = 64,
+        per_namespace: int = PER_NAMESPACE,
+        visit_seconds: float = VISIT_SECONDS,
+    ) -> None:
         self._runs: dict[tuple[str, str], dict[str, Any]] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self._visits: set[asyncio.Task[None]] = set()
         self._phases: set[str] = set()  # the phases some work visits
         self._concurrency = concurrency
+        self._per_namespace = per_namespace
+        self._visit_seconds = visit_seconds
         # Set by the operator: how a TeamRun hears of its periodic work failing, then working.
         self.on_error: OnError | None = None
         self.on_success: Work | None = None
@@ -47,32 +66,66 @@ class Ticker:
         self._tasks.append(task)
 
     async def close(self) -> None:
-        for task in self._tasks:
+        tasks = [*self._tasks, *self._visits]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         self._tasks.clear()
+        self._visits.clear()
 
     async def _loop(self, seconds: float, phase: str, work: Work, name: str) -> None:
         gate = asyncio.Semaphore(self._concurrency)
+        tenants: defaultdict[str, asyncio.Semaphore] = defaultdict(
+            lambda: asyncio.Semaphore(self._per_namespace)
+        )
+        visiting: set[tuple[str, str]] = set()
 
-        async def visit(body: dict[str, Any]) -> None:
-            async with gate:
-                try:
-                    await work(body)
-                except Exception as exc:  # one TeamRun's trouble must not stop the others'
-                    meta = body.get("metadata") or {}
-                    log.exception(
-                        "%s/%s: periodic work failed", meta.get("namespace"), meta.get("name")
-                    )
-                    if self.on_error is not None:
-                        await self.on_error(body, f"periodic work '{name}'", exc)
-                    return
-                if self.on_success is not None:
-                    await self.on_success(body)
+        async def visit(key: tuple[str, str], body: dict[str, Any]) -> None:
+            try:
+                async with tenants[key[0]], gate:
+                    await self._visit(body, work, name)
+            finally:
+                visiting.discard(key)
 
         while True:
-            await asyncio.gather(*(visit(body) for body in self.in_phase(phase)))
+            for body in self.in_phase(phase):
+                meta = body.get("metadata") or {}
+                key = (str(meta.get("namespace")), str(meta.get("name")))
+                if key in visiting:
+                    continue  # its last visit is still under way (a slow store)
+                visiting.add(key)
+                task = asyncio.create_task(visit(key, body), name=f"{name}-{key[0]}/{key[1]}")
+                self._visits.add(task)
+                task.add_done_callback(self._visits.discard)
             await asyncio.sleep(seconds)
+
+    async def _visit(self, body: dict[str, Any], work: Work, name: str) -> None:
+        meta = body.get("metadata") or {}
+        try:
+            async with asyncio.timeout(self._visit_seconds):
+                await work(body)
+        except Exception as exc:  # one TeamRun's trouble must not stop the others'
+            if isinstance(exc, TimeoutError):
+                exc = TimeoutError(
+                    f"it did not finish within {self._visit_seconds:.0f} s (is the run's store "
+                    "answering?); tried again in the next round"
+                )
+                log.warning(
+                    "%s/%s: periodic work %s: %s",
+                    meta.get("namespace"),
+                    meta.get("name"),
+                    name,
+                    exc,
+                )
+            else:
+                log.exception(
+                    "%s/%s: periodic work failed", meta.get("namespace"), meta.get("name")
+                )
+            if self.on_error is not None:
+                await self.on_error(body, f"periodic work '{name}'", exc)
+            return
+        if self.on_success is not None:
+            await self.on_success(body)
 
 
 TICKER = Ticker()

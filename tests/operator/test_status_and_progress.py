@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from oma.approval import Suspend
 from oma.checkpoint.journal import JournalWriter
 from oma.checkpoint.keys import checkpoint_key
 from oma.errors import CheckpointValidationError
+from oma.orchestrator import CheckpointOptions, OpenMultiAgent
 from oma.store import InMemoryStore, JournalEntry
 from oma.store.urls import open_store
 from oma.timeutil import parse_iso
@@ -22,7 +24,14 @@ from oma_operator.outcomes import Outcome
 from oma_operator.progress import changed, read_progress
 from oma_operator.status import after_attempt, backoff_left
 from tests.conformance_data import require_conformance_dir
+from tests.engine.approval_fixtures import CHARGE_REQUEST, CHARGE_TASK, Recorder, charge_team
 
+CHARGE_PLAN = {
+    "version": 1,
+    "tasks": [
+        {"id": CHARGE_TASK, "title": "Charge", "description": "Charge.", "assignee": "operator"}
+    ],
+}
 NEXT = Decision("next_attempt", {"failures": 1}, "Error", "starting the next one", 20)
 DONE = Decision("succeeded", {}, "RunSucceeded", "the run completed")
 
@@ -131,3 +140,26 @@ async def test_progress_of_a_journal_comes_from_its_head_not_its_records() -> No
     with pytest.raises(CheckpointValidationError):
         await read_progress(store, "j")
     assert store.reads == [checkpoint_key("j")]
+
+
+async def test_a_waiting_runs_requests_come_from_its_journal_head_not_its_records() -> None:
+    """The operator polls a run that waits for approvals every few seconds: with a checkpoint
+    of 100 MB, reading it whole each time cost one tenant's two runs half a GB of the
+    operator's memory. The runner writes the request ids into the journal's head; the poll
+    reads that and the ledger rows, never the journal's records."""
+    recorder = Recorder()
+    team, _ = charge_team(recorder)
+    store = _CountingReads()
+    options = CheckpointOptions(store=store, run_id="conf-c", journal=True)
+    orchestrator = OpenMultiAgent(on_tool_call=recorder.gate(Suspend("Finance review")))
+    result = await orchestrator.run_from_plan(team, CHARGE_PLAN, checkpoint=options)
+    assert result.status.code == "suspended"
+    head = await store.journal_head(checkpoint_key("conf-c"))
+    assert head is not None and (head.metadata or {})["approvals"] == {
+        "pending": [CHARGE_REQUEST],
+        "decided": [],
+    }
+    store.reads.clear()
+    (record,) = await run_records(store, "conf-c")
+    assert record.request.id == CHARGE_REQUEST and record.decision is None
+    assert store.reads == []  # the journal itself was not read

@@ -118,6 +118,14 @@ class _Written:
     tail_bytes: int
 
 
+def _ids(items: Any, field: str) -> list[str]:
+    if not isinstance(items, list):
+        return []
+    return [
+        item[field] for item in items if isinstance(item, dict) and isinstance(item.get(field), str)
+    ]
+
+
 class JournalWriter:
     """One attempt's writes of a checkpoint journal. ``fenced``: every write compares the
     version this attempt wrote last, and losing that comparison stops the attempt; otherwise
@@ -134,14 +142,20 @@ class JournalWriter:
 
     @staticmethod
     def _with_progress(wire: dict[str, Any], metadata: dict[str, Any]) -> dict[str, Any]:
-        """The journal's metadata, with the tasks done and in all (what a progress poll reads
-        instead of the journal: ``journal_head``)."""
+        """The journal's metadata, with the tasks done and in all, and the ids of the approval
+        requests it waits for and has decided, when there are any (what the operator's polls
+        read instead of the journal: ``journal_head``, a few hundred bytes)."""
         queue = wire.get("queue")
         if not isinstance(queue, dict) or not isinstance(queue.get("tasks"), list):
             return metadata
         completed = queue.get("completed")
         done = len(completed) if isinstance(completed, list) else 0
-        return {**metadata, "progress": {"tasks": len(queue["tasks"]), "completed": done}}
+        extra: dict[str, Any] = {"progress": {"tasks": len(queue["tasks"]), "completed": done}}
+        pending = _ids(wire.get("pendingApprovals"), "id")
+        if pending:
+            decided = _ids(wire.get("approvalDecisions"), "requestId")
+            extra["approvals"] = {"pending": pending, "decided": decided}
+        return {**metadata, **extra}
 
     async def claim(
         self, wire: dict[str, Any], metadata: dict[str, Any], loaded: StoredCheckpoint | None
