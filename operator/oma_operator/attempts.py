@@ -24,7 +24,12 @@ from oma_operator.holds import hold_of
 from oma_operator.later import LATER, Key
 from oma_operator.metrics import METRICS, Resume
 from oma_operator.models import TeamRunSpec
-from oma_operator.outcomes import SUCCESS_NOT_CONFIRMED, Outcome, confirmed
+from oma_operator.outcomes import (
+    COMPLETED_UNCONFIRMED,
+    SUCCESS_NOT_CONFIRMED,
+    Outcome,
+    confirmed,
+)
 from oma_operator.pods import (
     FINALIZER,
     attempt_of,
@@ -240,8 +245,8 @@ async def record_outcome(
                 await recorded()
                 return  # recorded before (another watcher, or before an operator restart)
             spec = spec_of(teamrun)
-            progress = await store_progress(teamrun, spec)
-            outcome = confirmed(outcome, progress)
+            progress, unreadable = await _end_progress(teamrun, spec, outcome)
+            outcome = confirmed(outcome, progress, unreadable)
             stopped = status.get("stoppedForHold") == pod
             decision = decide(outcome, status, spec.retry_policy, attempt, hold_of(spec), stopped)
             generation = int(teamrun["metadata"].get("generation", 1))
@@ -272,7 +277,8 @@ async def record_outcome(
         await recorded()
     METRICS.attempt_ended(outcome.kind)
     METRICS.runner_report(outcome.report)
-    post = events.warn if outcome.reason == SUCCESS_NOT_CONFIRMED else events.info
+    unconfirmed = (SUCCESS_NOT_CONFIRMED, COMPLETED_UNCONFIRMED)
+    post = events.warn if outcome.reason in unconfirmed else events.info
     await post(
         teamrun,
         f"Attempt{outcome.kind.capitalize()}",
@@ -317,14 +323,35 @@ STORE_READ_SECONDS = 15.0  # a store that accepts and never answers holds no rec
 async def store_progress(teamrun: dict[str, Any], spec: TeamRunSpec) -> dict[str, Any]:
     """Tasks done/total and the last checkpoint time from the run's store ({} if unknown, or
     not known within ``STORE_READ_SECONDS``)."""
+    return (await _progress_or_error(teamrun, spec))[0]
+
+
+async def _progress_or_error(
+    teamrun: dict[str, Any], spec: TeamRunSpec
+) -> tuple[dict[str, Any], str | None]:
+    """``store_progress``, and why the store could not be read (None: it was)."""
     name = teamrun["metadata"]["name"]
     try:
         async with asyncio.timeout(STORE_READ_SECONDS):
             store = await STORES.store_of(runtime.kube(), teamrun["metadata"]["namespace"], spec)
-            return await read_progress(store, run_id_of(teamrun)) or {}
+            return await read_progress(store, run_id_of(teamrun)) or {}, None
     except (KubeError, OmaError, TimeoutError) as exc:
-        log.warning("no progress for %s: %s", name, exc or "the store did not answer in time")
-        return {}
+        why = str(exc) or "the store did not answer in time"
+        log.warning("no progress for %s: %s", name, why)
+        return {}, why
+
+
+async def _end_progress(
+    teamrun: dict[str, Any], spec: TeamRunSpec, outcome: Outcome
+) -> tuple[dict[str, Any], str | None]:
+    """The store's progress at an attempt's end. A success is confirmed against it; when the
+    store cannot be read, its Secret is read afresh (it may have been fixed since) and the
+    store tried once more before the success is left unconfirmed."""
+    progress, error = await _progress_or_error(teamrun, spec)
+    if error is not None and outcome.kind == "succeeded":
+        STORES.forget_secrets(teamrun["metadata"]["namespace"])
+        progress, error = await _progress_or_error(teamrun, spec)
+    return progress, error
 
 
 async def give_up(pod: dict[str, Any], outcome: Outcome) -> None:

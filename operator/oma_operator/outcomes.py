@@ -94,11 +94,18 @@ def classify(pod: dict[str, Any]) -> Outcome:
 
 
 SUCCESS_NOT_CONFIRMED = "SuccessNotConfirmed"
+COMPLETED_UNCONFIRMED = "CompletedUnconfirmed"  # a success the store could not be read for
 
 
-def confirmed(outcome: Outcome, progress: dict[str, Any]) -> Outcome:
+def confirmed(outcome: Outcome, progress: dict[str, Any], unreadable: str | None = None) -> Outcome:
     """A runner pod's success as the run's store confirms it: every task of the checkpoint
-    completed (``progress``: what ``progress.read_progress`` read, ``{}`` when it could not).
+    completed (``progress``: what ``progress.read_progress`` read).
+
+    A store that could not be read (``unreadable``: why) confirms nothing and denies nothing:
+    the pod's word stands, with a reason that says it was not confirmed. Taking it for a
+    disruption would start attempt after attempt against a store the operator cannot reach
+    while the runners can (a Secret fixed after the operator read it), until the disruption
+    budget ran out; and only the node may write a runner pod's status (the runner-pods policy).
 
     The pod's exit code and report are only what its status says, and a status is not proof of
     work done; the checkpoint is written by the runner as the work happens. A success the store
@@ -107,6 +114,8 @@ def confirmed(outcome: Outcome, progress: dict[str, Any]) -> Outcome:
     """
     if outcome.kind != "succeeded":
         return outcome
+    if unreadable is not None:  # the message stays the runner's report (parsed for counts)
+        return Outcome(outcome.kind, COMPLETED_UNCONFIRMED, outcome.message, outcome.exit_code)
     done, _, total = str(progress.get("taskSummary") or "").partition("/")
     if done.isdigit() and done == total and int(total) > 0:
         return outcome
@@ -117,7 +126,7 @@ def confirmed(outcome: Outcome, progress: dict[str, Any]) -> Outcome:
         "disruption",
         SUCCESS_NOT_CONFIRMED,
         f"the runner pod reported success (exit {outcome.exit_code}), but the run's store "
-        f"shows {seen} (or could not be read): not taken for the run's end; the next attempt "
+        f"shows {seen}: not taken for the run's end; the next attempt "
         "resumes from the checkpoint",
         outcome.exit_code,
     )

@@ -91,6 +91,12 @@ class StoreCache:
             self._namespaces.popitem(last=False)
         return store
 
+    def forget_secrets(self, namespace: str) -> None:
+        """Read the namespace's store Secrets again at their next use (one may have been
+        fixed since it was read: a store that could not be opened is tried afresh)."""
+        for cached in [k for k in self._secrets if k[0] == namespace]:
+            del self._secrets[cached]
+
     async def close(self) -> None:
         self._namespaces.clear()
         stores, self._stores = list(self._stores.values()), {}

@@ -220,3 +220,16 @@ def test_only_a_success_is_checked_against_the_store() -> None:
     for exit_code in (10, 11, 2):
         said = classify(runner_pod_in("Failed", exit_code=exit_code))
         assert confirmed(said, {}) is said
+
+
+def test_a_success_the_store_cannot_be_read_for_stands_marked_unconfirmed() -> None:
+    """Neither confirmed nor denied: a store the operator cannot reach while the runners can
+    (a Secret fixed after the operator read it) must not start attempt after attempt."""
+    said = classify(runner_pod_in("Succeeded", exit_code=0, reason="Completed"))
+    seen = confirmed(said, {}, "the store did not answer in time")
+    assert (seen.kind, seen.reason, seen.message) == (
+        "succeeded",
+        "CompletedUnconfirmed",
+        said.message,
+    )
+    assert decide(seen, {"attempt": 1}, RetryPolicy(), 1).action == "succeeded"
