@@ -21,15 +21,17 @@ BOUND_FIELDS = ("teamRun", "requestId", "requestHash", "scope", "reviewers", "ex
 # Set only together with a decision (the API server refuses them on a Pending resource).
 DECISION_FIELDS = ("reviewer", "reason", "resolution", "result")
 
-Verdict = Literal["trusted", "adopt", "replace", "foreign"]
+Verdict = Literal["trusted", "adopt", "repair", "replace", "foreign"]
 
 
 @dataclass(frozen=True)
 class Trust:
     """``trusted``: the operator's own resource; ``adopt``: exactly what it would publish, left
-    unmarked by a crash between creating and marking it; ``replace``: not its own but still
-    Pending (delete it and publish again); ``foreign``: not its own and decided (ignored, and
-    said so in its status)."""
+    unmarked by a crash between creating and marking it; ``repair``: its own (verified,
+    bound to the stored request) whose metadata someone changed (owner references, labels,
+    finalizers): put back as published, decisions on it still count; ``replace``: not its
+    own but still Pending (delete it and publish again); ``foreign``: not its own and decided
+    (ignored, and said so in its status)."""
 
     verdict: Verdict
     problem: str = ""
@@ -57,6 +59,10 @@ def binding_problem(resource: dict[str, Any], expected: dict[str, Any]) -> str |
 def judge(resource: dict[str, Any], expected: dict[str, Any]) -> Trust:
     problem = binding_problem(resource, expected)
     verified = (resource.get("status") or {}).get("verified")
+    tampered = metadata_changes(resource, expected)
+    if verified is True and tampered and _spec_bound(resource, expected):
+        # Only the operator writes status: verified means it published this very request.
+        return Trust("repair", tampered)
     if problem is None and verified is True:
         return Trust("trusted")
     spec = resource.get("spec") or {}
@@ -65,6 +71,29 @@ def judge(resource: dict[str, Any], expected: dict[str, Any]) -> Trust:
         return Trust("adopt")
     why = problem or "it was not published by the operator (changed before it was verified)"
     return Trust("replace" if pending else "foreign", why)
+
+
+def metadata_changes(resource: dict[str, Any], expected: dict[str, Any]) -> str:
+    """What someone changed of the metadata the operator published ('' when nothing): the
+    controller owner (the TeamRun's uid), the oma labels, finalizers (it publishes none, and a
+    finalizer would keep a resource it deletes Terminating for good)."""
+    meta, want = resource.get("metadata") or {}, expected["metadata"]
+    changes = []
+    owners = [o.get("uid") for o in meta.get("ownerReferences") or [] if o.get("controller")]
+    if owners != [want["ownerReferences"][0]["uid"]]:
+        changes.append("its owner reference to the TeamRun was changed")
+    labels = meta.get("labels") or {}
+    if any(labels.get(key) != value for key, value in want["labels"].items()):
+        changes.append("its oma labels were changed")
+    if meta.get("finalizers"):
+        changes.append(f"finalizers were added ({', '.join(meta['finalizers'])})")
+    return "; ".join(changes)
+
+
+def _spec_bound(resource: dict[str, Any], expected: dict[str, Any]) -> bool:
+    spec, want = resource.get("spec") or {}, expected["spec"]
+    same_name = (resource.get("metadata") or {}).get("name") == expected["metadata"]["name"]
+    return same_name and all(spec.get(field) == want.get(field) for field in BOUND_FIELDS)
 
 
 def _pristine(resource: dict[str, Any], expected: dict[str, Any]) -> bool:

@@ -158,7 +158,23 @@ async def _settle(
     ledger into its status; replace or report a resource that is not the operator's."""
     meta = resource["metadata"]
     trust = judge(resource, expected)
+    if trust.verdict == "repair":
+        await kube.restore_decision_metadata(
+            meta["namespace"], meta["name"], meta["uid"], expected["metadata"]
+        )
+        await events.warn(
+            teamrun,
+            "ApprovalDecisionRepaired",
+            f"{meta['name']}: {trust.problem}; put back as the operator published it (its "
+            "request and any decision on it are unchanged)",
+        )
+        repaired = {**meta, **expected["metadata"], "finalizers": []}
+        trust = judge({**resource, "metadata": repaired}, expected)
     if trust.verdict == "replace":
+        if meta.get("finalizers"):  # someone else's: it would stay Terminating for good
+            await kube.restore_decision_metadata(
+                meta["namespace"], meta["name"], meta["uid"], expected["metadata"]
+            )
         await kube.delete_decision(meta["namespace"], meta["name"], meta["uid"])
         await events.warn(
             teamrun,

@@ -289,6 +289,26 @@ class Kube:
             if exc.status not in (404, 409):
                 raise
 
+    async def restore_decision_metadata(
+        self, namespace: str, name: str, uid: str, published: dict[str, Any]
+    ) -> None:
+        """Put back the owner references and labels the operator published and drop every
+        finalizer, on exactly the resource with ``uid`` (a merge patch naming the uid is refused
+        for another one)."""
+        await self._call(
+            "PATCH",
+            f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/approvaldecisions/{name}",
+            json={
+                "metadata": {
+                    "uid": uid,
+                    "ownerReferences": published["ownerReferences"],
+                    "labels": published["labels"],
+                    "finalizers": None,
+                }
+            },
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+
     async def list_decisions(self, namespace: str, teamrun: str) -> list[dict[str, Any]]:
         body = await self._call(
             "GET",

@@ -13,6 +13,7 @@ from oma.approval.ledger import ApprovalRecord
 from oma.approval.models import ApprovalDecisionRecord, ApprovalRequest
 from oma.approval.requests import create_approval_request
 from oma_operator.approval_binding import (
+    binding_problem,
     earlier_own,
     judge,
     mirrored_status,
@@ -170,7 +171,7 @@ def test_a_resource_owned_by_another_teamrun_or_named_otherwise_is_not_bound() -
     manifest = decision_manifest(TEAMRUN, _tool_request())
     other_owner = _published(manifest)
     other_owner["metadata"]["ownerReferences"][0]["uid"] = "uid-other"
-    assert "not owned by TeamRun pay" in judge(other_owner, manifest).problem
+    assert "not owned by TeamRun pay" in str(binding_problem(other_owner, manifest))
     renamed = _published(manifest)
     renamed["metadata"]["name"] = "pay-forged"
     assert "its name is not" in judge(renamed, manifest).problem
@@ -325,3 +326,32 @@ def test_a_pending_resource_of_a_run_that_is_over_says_so() -> None:
         )
         is None
     )
+
+
+@pytest.mark.parametrize(
+    ("tamper", "said"),
+    [
+        (lambda m: m.update(ownerReferences=[]), "owner reference"),
+        (lambda m: m.update(finalizers=["example.com/keep"]), "finalizers were added"),
+        (lambda m: m["labels"].pop("oma.dev/teamrun"), "oma labels"),
+    ],
+    ids=["owner-removed", "finalizer-added", "label-removed"],
+)
+def test_the_operators_own_resource_with_tampered_metadata_is_repaired_not_replaced(
+    tamper: Any, said: str
+) -> None:
+    """A reviewer of another run removed a pending decision's owner reference and added a
+    finalizer: the operator deleted it (stuck Terminating for good) and never published the
+    request again. Verified by the operator and bound to the stored request, it is its own:
+    the metadata is put back, and a decision on it still counts."""
+    manifest = decision_manifest(TEAMRUN, _tool_request(), ReviewerSet(users=["alice"]))
+    resource = _published(manifest)
+    tamper(resource["metadata"])
+    trust = judge(resource, manifest)
+    assert trust.verdict == "repair" and said in trust.problem
+    unverified = copy.deepcopy(resource)
+    unverified["status"] = {}  # not marked by the operator: not its own to repair
+    assert judge(unverified, manifest).verdict != "repair"
+    other_request = copy.deepcopy(resource)
+    other_request["spec"]["requestHash"] = "f" * 64
+    assert judge(other_request, manifest).verdict != "repair"
