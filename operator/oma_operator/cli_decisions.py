@@ -41,7 +41,8 @@ from oma_operator.decision_view import ContentMismatch, verified_content, view
 if TYPE_CHECKING:
     from oma_operator.client import Kube
 
-EXIT_REFUSED, EXIT_NO_CLUSTER = 1, 2
+EXIT_REFUSED, EXIT_NO_CLUSTER, EXIT_NOT_RECORDED = 1, 2, 3
+RECORD_WAIT_SECONDS = 60.0  # how long oma approve waits for the operator to record a decision
 Verdict = ResourceDecision
 Outcome = Literal["retry", "done", "failed"]
 
@@ -60,6 +61,7 @@ class Checks:
 
     yes: bool = False
     summary_only: bool = False
+    wait_seconds: float = RECORD_WAIT_SECONDS  # 0: do not wait for the operator to record it
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,15 @@ SummaryOnlyOption = Annotated[
         "alone, having read the content elsewhere (oma approvals show).",
     ),
 ]
+WaitOption = Annotated[
+    float,
+    typer.Option(
+        "--wait",
+        min=0,
+        help="Seconds to wait for the operator to record the decision in the run's store "
+        "(0: do not wait; the decision is then written, not known to be recorded).",
+    ),
+]
 NameArgument = Annotated[str, typer.Argument(help="ApprovalDecision name (kubectl get ad).")]
 
 
@@ -127,10 +138,11 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOption = False,
         yes: YesOption = False,
         summary_only: SummaryOnlyOption = False,
+        wait: WaitOption = RECORD_WAIT_SECONDS,
     ) -> None:
         """Approve an ApprovalDecision as your current Kubernetes user."""
         where = Target(name, namespace, kubeconfig, context, impersonate)
-        _command("Approved", where, reason, as_json, Checks(yes, summary_only))
+        _command("Approved", where, reason, as_json, Checks(yes, summary_only, wait))
 
     @app.command()
     def reject(
@@ -143,10 +155,11 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOption = False,
         yes: YesOption = False,
         summary_only: SummaryOnlyOption = False,
+        wait: WaitOption = RECORD_WAIT_SECONDS,
     ) -> None:
         """Reject an ApprovalDecision as your current Kubernetes user."""
         where = Target(name, namespace, kubeconfig, context, impersonate)
-        _command("Rejected", where, reason, as_json, Checks(yes, summary_only))
+        _command("Rejected", where, reason, as_json, Checks(yes, summary_only, wait))
 
     @app.command()
     def resolve(
@@ -167,11 +180,12 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOption = False,
         yes: YesOption = False,
         summary_only: SummaryOnlyOption = False,
+        wait: WaitOption = RECORD_WAIT_SECONDS,
     ) -> None:
         """Settle an uncertain tool call (scope uncertain_tool_call) as your Kubernetes user."""
         verdict, resolution = resource_fields(outcome)
         settle = {"resolution": resolution} | ({"result": result} if result is not None else {})
-        checks = Checks(yes, summary_only)
+        checks = Checks(yes, summary_only, wait)
         where = Target(name, namespace, kubeconfig, context, impersonate)
         _command(verdict, where, reason, as_json, checks, settle)
 
@@ -197,6 +211,9 @@ def _command(
     else:
         settled = f" ({result['resolution']})" if result.get("resolution") else ""
         typer.echo(visible(f"{verdict.lower()}{settled} by {result['reviewer']}"))
+        if not result.get("recorded"):
+            note = "note: written; not waited for the operator to record it (--wait 0)"
+            typer.echo(note, err=True)
 
 
 async def decide(
@@ -228,6 +245,11 @@ async def decide(
                 f"approvaldecision {target.name} not found in namespace {target.namespace}"
             )
         _ensure_pending(decision)
+        if decision["metadata"].get("deletionTimestamp"):
+            raise DecisionRefused(
+                f"approvaldecision {target.name} is being deleted: a decision on it would not "
+                "count; the operator publishes the request again, decide that one"
+            )
         content = _checked_content(decision, checks)
         if show is not None:
             show(decision, content)
@@ -254,7 +276,52 @@ async def decide(
             raise DecisionRefused(
                 f"approvaldecision {target.name} changed meanwhile: try again"
             ) from exc
-        return _result(decided, target.namespace)
+        result = _result(decided, target.namespace)
+        if checks.wait_seconds > 0:
+            await _await_recorded(kube, decided, checks.wait_seconds)
+            result["recorded"] = True
+        return result
+
+
+async def _await_recorded(kube: Kube, decided: dict[str, Any], seconds: float) -> None:
+    """Return once the operator has recorded this very decision in the run's store (its status
+    says so); raise ``DecisionRefused`` (exit 3) when it says it did not, or stays silent.
+    "Approved" is never printed for a decision that nothing acted on."""
+    meta, spec = decided["metadata"], decided.get("spec") or {}
+    deadline = asyncio.get_running_loop().time() + seconds
+    status: dict[str, Any] = {}
+    while True:
+        current = await kube.get_decision(meta["namespace"], meta["name"])
+        if current is None or current["metadata"].get("uid") != meta["uid"]:
+            raise DecisionRefused(
+                f"approvaldecision {meta['name']} was deleted after your decision was written, "
+                "before the operator recorded it: it does not count; decide the request the "
+                "operator publishes again",
+                EXIT_NOT_RECORDED,
+            )
+        status = dict(current.get("status") or {})
+        message = str(status.get("message") or "")
+        ours = status.get("reviewer") == spec.get("reviewer")
+        if status.get("recorded") and status.get("decision") == spec.get("decision") and ours:
+            return
+        if (
+            "not recorded" in message
+            or message.startswith("ignored")
+            or (status.get("recorded") and status.get("reviewer") != spec.get("reviewer"))
+        ):
+            raise DecisionRefused(
+                f"your decision on approvaldecision {meta['name']} was written but not "
+                f"recorded: {message or 'the request was decided otherwise first'}",
+                EXIT_NOT_RECORDED,
+            )
+        if asyncio.get_running_loop().time() > deadline:
+            raise DecisionRefused(
+                f"your decision on approvaldecision {meta['name']} was written, but the "
+                f"operator did not record it within {seconds:.0f} s (is it running?): see "
+                f"kubectl get approvaldecision {meta['name']} -o yaml",
+                EXIT_NOT_RECORDED,
+            )
+        await asyncio.sleep(0.5)
 
 
 def refuse(exc: DecisionRefused, as_json: bool) -> NoReturn:

@@ -32,7 +32,8 @@ from tests.cluster.approval_kit import (
 )
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import SideEffects
-from tests.cluster.helpers import oma, oma_command, tool_package
+from tests.cluster.helpers import oma as oma_waiting
+from tests.cluster.helpers import oma_command, tool_package
 from tests.cluster.operator_kit import (
     TEAMRUNS,
     crds_installed,
@@ -44,6 +45,15 @@ from tests.cluster.operator_kit import (
 
 __all__ = ["admission_policies", "crds_installed", "operator", "redis_secret"]
 pytestmark = pytest.mark.cluster
+DECIDING = ("approve", "reject", "resolve")
+
+
+async def oma(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``oma`` as a reviewer runs it, not waiting for an operator to record the decision
+    (most tests here publish a resource with no operator to record it; those that run one
+    call ``oma_waiting``)."""
+    more = ("--wait", "0") if args and args[0] in DECIDING else ()
+    return await oma_waiting(kubeconfig, *args, *more)
 
 
 async def _decision(
@@ -151,7 +161,7 @@ def _at_a_terminal(kubeconfig: Path, answer: str, *args: str) -> subprocess.Comp
     try:
         os.write(controller, answer.encode() + b"\n")
         return subprocess.run(
-            [oma_command(), *args],
+            [oma_command(), *args, "--wait", "0"],
             stdin=terminal,
             capture_output=True,
             text=True,
@@ -305,11 +315,12 @@ async def test_a_suspended_teamrun_resumes_after_oma_approve(
     await kube.create(TEAMRUNS.format(ns=namespace), gated("cli-gate", effects, "charged"))
     decision = await pending_decision(kube, namespace, "cli-gate")
     assert await effects.ledger() == []
-    done = await oma(
+    done = await oma_waiting(
         cluster.mint_kubeconfig("erin"), "approve", decision["metadata"]["name"], "-n", namespace
     )
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 0, done.stderr  # it waited: the operator recorded it
     assert '"amount": 7' in done.stdout and done.stdout.endswith("approved by erin\n")
+    assert "not waited" not in done.stderr
     final = await finished(kube, namespace, "cli-gate", 150)
     assert final["phase"] == "Succeeded" and final["attempt"] == 2
     assert await effects.ledger() == ["charge"]

@@ -235,7 +235,9 @@ def _oma(monkeypatch: pytest.MonkeyPatch, kube: _FakeKube, *args: str) -> tuple[
     monkeypatch.setattr(cli_decisions, "_require_credentials", lambda *_: None)
     app = typer.Typer()
     cli_decisions.register(app)
-    result = CliRunner().invoke(app, list(args))
+    # No operator here to record the decision: do not wait for it (tested below).
+    more = ["--wait", "0"] if args and args[0] in ("approve", "reject", "resolve") else []
+    result = CliRunner().invoke(app, [*args, *more])
     return result.exit_code, result.stdout, result.stderr
 
 
@@ -267,3 +269,60 @@ def test_oma_approve_json_and_errors_are_escaped(monkeypatch: pytest.MonkeyPatch
     assert code == 1
     assert not any(char in err for char in RAW)
     assert "\\x1b[8m\\u202e" in err
+
+
+class _RecordingKube(_FakeKube):
+    """The API as it looks once the operator has looked at the decision: its status says
+    ``status`` (what the operator wrote)."""
+
+    def __init__(self, resource: dict[str, Any], status: dict[str, Any]) -> None:
+        super().__init__(resource)
+        self.after_patch = status
+
+    async def patch_decision_spec(
+        self, namespace: str, name: str, spec: dict[str, Any], version: str
+    ) -> dict[str, Any]:
+        decided = await super().patch_decision_spec(namespace, name, spec, version)
+        self.resource["status"] = self.after_patch
+        return decided
+
+
+def _waiting(monkeypatch: pytest.MonkeyPatch, kube: _FakeKube) -> tuple[int, str, str]:
+    async def connect(target: cli_decisions.Target) -> _FakeKube:
+        return kube
+
+    monkeypatch.setattr(cli_decisions, "connect", connect)
+    monkeypatch.setattr(cli_decisions, "_require_credentials", lambda *_: None)
+    app = typer.Typer()
+    cli_decisions.register(app)
+    name = kube.resource["metadata"]["name"]
+    result = CliRunner().invoke(app, ["approve", name, "--yes", "--wait", "5"])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_oma_approve_says_approved_only_once_the_operator_recorded_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Attack 4's end: a decision written on a resource the operator did not record (it was
+    tampered with, or deleted) printed "approved", exit 0, and nothing happened."""
+    resource = _resource(_tool_request())
+    recorded = {"verified": True, "recorded": True, "decision": "Approved", "reviewer": "alice"}
+    code, out, err = _waiting(monkeypatch, _RecordingKube(resource, recorded))
+    assert code == 0 and out.endswith("approved by alice\n") and "not waited" not in err
+
+    refused = {"verified": True, "recorded": False, "message": "not recorded: not a reviewer"}
+    code, out, err = _waiting(monkeypatch, _RecordingKube(resource, refused))
+    assert code == cli_decisions.EXIT_NOT_RECORDED and "approved by" not in out
+    assert "written but not recorded: not recorded: not a reviewer" in err
+
+    first = {"verified": True, "recorded": True, "decision": "Rejected", "reviewer": "bob"}
+    code, out, err = _waiting(monkeypatch, _RecordingKube(resource, first))
+    assert code == cli_decisions.EXIT_NOT_RECORDED and "approved by" not in out
+
+
+def test_oma_approve_refuses_a_resource_being_deleted(monkeypatch: pytest.MonkeyPatch) -> None:
+    resource = _resource(_tool_request())
+    resource["metadata"]["deletionTimestamp"] = "2026-12-05T10:00:00Z"
+    kube = _FakeKube(resource)
+    code, out, err = _waiting(monkeypatch, kube)
+    assert code == 1 and out == "" and "being deleted" in err and kube.patched == []
