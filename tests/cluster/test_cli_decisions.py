@@ -547,7 +547,8 @@ async def test_approve_with_an_exec_plugin_two_kubeconfig_files_and_a_chosen_con
     )  # fmt: skip
     assert wrong.returncode != 0 and not ran.exists()  # the current context: no plugin, refused
     done = await asyncio.to_thread(
-        subprocess.run, [oma_command(), "approve", name, "--context", "exec", "--yes"],
+        subprocess.run,
+        [oma_command(), "approve", name, "--context", "exec", "--yes", "--wait", "0"],
         capture_output=True, text=True, env=env, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
