@@ -101,31 +101,25 @@ class Ticker:
 
     async def _visit(self, body: dict[str, Any], work: Work, name: str) -> None:
         meta = body.get("metadata") or {}
+        where = f"{meta.get('namespace')}/{meta.get('name')}"
         try:
             async with asyncio.timeout(self._visit_seconds):
                 await work(body)
+        except TimeoutError:
+            problem: Exception = TimeoutError(
+                f"it did not finish within {self._visit_seconds:.0f} s (is the run's store "
+                "answering?); tried again in the next round"
+            )
+            log.warning("%s: periodic work %s: %s", where, name, problem)
         except Exception as exc:  # one TeamRun's trouble must not stop the others'
-            if isinstance(exc, TimeoutError):
-                exc = TimeoutError(
-                    f"it did not finish within {self._visit_seconds:.0f} s (is the run's store "
-                    "answering?); tried again in the next round"
-                )
-                log.warning(
-                    "%s/%s: periodic work %s: %s",
-                    meta.get("namespace"),
-                    meta.get("name"),
-                    name,
-                    exc,
-                )
-            else:
-                log.exception(
-                    "%s/%s: periodic work failed", meta.get("namespace"), meta.get("name")
-                )
-            if self.on_error is not None:
-                await self.on_error(body, f"periodic work '{name}'", exc)
+            problem = exc
+            log.exception("%s: periodic work failed", where)
+        else:
+            if self.on_success is not None:
+                await self.on_success(body)
             return
-        if self.on_success is not None:
-            await self.on_success(body)
+        if self.on_error is not None:
+            await self.on_error(body, f"periodic work '{name}'", problem)
 
 
 TICKER = Ticker()
