@@ -56,6 +56,19 @@ async def _running_pod(kube: KubeClient, namespace: str, name: str) -> dict[str,
     return await wait_for(running, 120, f"the runner pod of {name} to run")
 
 
+def _succeeded(runner: dict[str, Any]) -> dict[str, Any]:
+    """A status patch saying the runner pod ended with exit 0, as a kubelet would write it."""
+    container = {
+        "name": "runner",
+        "ready": False,
+        "restartCount": 0,
+        "image": runner["spec"]["containers"][0]["image"],
+        "imageID": "",
+        "state": {"terminated": {"exitCode": 0, "reason": "Completed", "message": "{}"}},
+    }
+    return {"status": {"phase": "Succeeded", "containerStatuses": [container]}}
+
+
 async def _refused(request: Any, because: str) -> None:
     with pytest.raises(ApiError) as refusal:
         await request
@@ -86,23 +99,8 @@ async def test_nobody_but_the_node_writes_a_runner_pods_end_or_deletes_it_while_
     await kube.create(TEAMRUNS.format(ns=namespace), _paying("victim", effects))
     runner = await _running_pod(kube, namespace, "victim")
     path = f"/api/v1/namespaces/{namespace}/pods/{runner['metadata']['name']}"
-    ended = {
-        "status": {
-            "phase": "Succeeded",
-            "containerStatuses": [
-                {
-                    "name": "runner",
-                    "ready": False,
-                    "restartCount": 0,
-                    "image": runner["spec"]["containers"][0]["image"],
-                    "imageID": "",
-                    "state": {"terminated": {"exitCode": 0, "reason": "Completed"}},
-                }
-            ],
-        }
-    }
     async with as_user(cluster, "mallory") as mallory:
-        await _refused(mallory.patch(f"{path}/status", ended), "only the node")
+        await _refused(mallory.patch(f"{path}/status", _succeeded(runner)), "only the node")
         await _refused(mallory.delete(path), "only the oma operator deletes a running runner")
         await evict(mallory, namespace, runner["metadata"]["name"])
     status = await finished(kube, namespace, "victim", 180)
@@ -127,18 +125,7 @@ async def test_a_success_the_store_does_not_show_is_not_the_runs_end(
     await kube.create(TEAMRUNS.format(ns=namespace), _paying("forged", effects, pause=20.0))
     runner = await _running_pod(kube, namespace, "forged")
     path = f"/api/v1/namespaces/{namespace}/pods/{runner['metadata']['name']}"
-    terminated = {"terminated": {"exitCode": 0, "reason": "Completed", "message": "{}"}}
-    container = {
-        "name": "runner",
-        "ready": False,
-        "restartCount": 0,
-        "image": runner["spec"]["containers"][0]["image"],
-        "imageID": "",
-        "state": terminated,
-    }
-    await kube.patch(
-        f"{path}/status", {"status": {"phase": "Succeeded", "containerStatuses": [container]}}
-    )
+    await kube.patch(f"{path}/status", _succeeded(runner))
     status = await finished(kube, namespace, "forged", 240)
     assert (status["phase"], status["taskSummary"]) == ("Succeeded", "1/1"), status
     first = status["attempts"][0]
