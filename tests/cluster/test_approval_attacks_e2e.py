@@ -175,6 +175,49 @@ async def test_forged_approval_decisions_decide_nothing(
 
 
 @pytest.mark.timeout(300)
+async def test_a_decision_whose_owner_and_finalizers_were_tampered_with_is_put_back(
+    cluster: ClusterHandle,
+    kube: KubeClient,
+    namespace: str,
+    operator: Path,
+    redis_secret: str,
+    admission_policies: None,
+    effects: SideEffects,
+) -> None:
+    """Attack 4: a reviewer of another run removed a pending decision's owner reference and
+    added a finalizer. The operator deleted it (it stayed Terminating) and never published
+    the request again, while the real reviewer's oma approve said "approved". Now the
+    operator puts its own resource back, and the real reviewer's decision counts."""
+    await grant_reviewers(kube, namespace, "alice", "mallory")
+    await kube.create(TEAMRUNS.format(ns=namespace), gated("pay-t", effects, "ok", "charge-t"))
+    decision = await pending_decision(kube, namespace, "pay-t")
+    path = _path(namespace, decision["metadata"]["name"])
+    tampering = {"metadata": {"ownerReferences": None, "finalizers": ["example.com/keep"]}}
+    async with as_user(cluster, "mallory") as mallory:
+        tampered = await mallory.patch(path, tampering)
+    assert not tampered["metadata"].get("ownerReferences"), tampered["metadata"]
+
+    async def put_back() -> dict[str, Any] | None:
+        found = await kube.get(path)
+        meta = found["metadata"]
+        owners = [o["uid"] for o in meta.get("ownerReferences") or [] if o.get("controller")]
+        return found if owners and not meta.get("finalizers") else None
+
+    repaired = await wait_for(put_back, 60, "the operator to put the decision back")
+    assert repaired["metadata"]["uid"] == decision["metadata"]["uid"]  # the same, not replaced
+    assert not repaired["metadata"].get("deletionTimestamp")
+    assert "ApprovalDecisionRepaired" in await event_counts(kube, namespace, "pay-t")
+    assert await effects.ledger() == []
+    done = await oma(
+        cluster.mint_kubeconfig("alice"), "approve", path.rsplit("/", 1)[1], "-n", namespace
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.endswith("approved by alice\n")
+    assert (await finished(kube, namespace, "pay-t", 150))["phase"] == "Succeeded"
+    assert await effects.ledger() == ["charge-t"]
+
+
+@pytest.mark.timeout(300)
 async def test_a_decision_cannot_be_prepared_for_the_reviewer(
     cluster: ClusterHandle,
     kube: KubeClient,
