@@ -72,6 +72,8 @@ def test_a_message_that_quotes_the_store_url_anyway_is_masked(
 ) -> None:
     """The belt: whatever ends the attempt, its termination message and log line have the
     store URL the pod got from the Secret masked."""
+    from prometheus_client import CollectorRegistry
+
     from oma_runner.config import RunnerConfig
     from oma_runner.logs import RunnerLog
     from oma_runner.main import _report
@@ -85,7 +87,7 @@ def test_a_message_that_quotes_the_store_url_anyway_is_masked(
         config,
         "failed",
         f"STORE_ERROR: echoed {url!r}, {SECRET}, Zq9-ssl-Kx7wv",
-        RunnerMetrics(),
+        RunnerMetrics(CollectorRegistry()),  # not the process's default registry
         RunnerLog("plain", {}),
     )
     message = termination_message(tmp_path)["message"]
