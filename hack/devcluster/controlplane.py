@@ -245,6 +245,12 @@ class ControlPlane:
             tls=True,
             verify=False,
         )
+        # Healthy is not yet usable: until the service-account controller has made the default
+        # namespace's `default` account, every pod created there is refused ("serviceaccount
+        # default not found"). Up means a pod can be applied.
+        await self._wait_ready(
+            child, f"{self.server}/api/v1/namespaces/default/serviceaccounts/default", tls=True
+        )
 
     async def _start_scheduler(self, binary: Path) -> None:
         kubeconfig = str(self.admin_kubeconfig)
