@@ -242,6 +242,10 @@ def _validations(node: Schema, path: str) -> Iterator[tuple[str, str, str]]:
         yield from _validations(node["items"], f"{path}[]")
 
 
+def _root_rules(schema: Schema) -> list[dict[str, str]]:
+    return list(schema.get("x-kubernetes-validations") or [])
+
+
 def _crd_header(crd: Schema) -> list[str]:
     spec = crd["spec"]
     names, version = spec["names"], spec["versions"][0]
@@ -265,7 +269,9 @@ def _crd_header(crd: Schema) -> list[str]:
 
 def _rules_section(crd: Schema) -> list[str]:
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-    found = list(_validations(schema["properties"]["spec"], "spec"))
+    # The resource's own rules (they see its metadata and status), then the spec's.
+    found = [("(resource)", r["rule"], r.get("message", "")) for r in _root_rules(schema)]
+    found += list(_validations(schema["properties"]["spec"], "spec"))
     if not found:
         return []
     lines = [

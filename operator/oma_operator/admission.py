@@ -10,6 +10,10 @@
 - ``teamrun-creator`` (MutatingAdmissionPolicy + ValidatingAdmissionPolicy): the API server
   records who created a TeamRun in its ``oma.dev/created-by`` annotation, which nobody can set
   to anyone else or change (separation of duties rests on it).
+- ``teamrun-editors`` (MutatingAdmissionPolicy, validated by ``teamrun-creator``): the API
+  server appends whoever changes what a TeamRun executes (a work field of its spec, not a hold
+  field) to its ``oma.dev/edited-by`` annotation, one user per line, which nobody can set at
+  creation, shorten or change (separation of duties excludes them as it does the creator).
 - ``teamrun-references`` (ValidatingAdmissionPolicy): whoever creates a TeamRun, or changes its
   spec, must be able to ``get`` every Secret and ConfigMap it hands to its runner pod (store,
   model keys, ``runner.env``): a TeamRun grants nothing its author does not have.
@@ -30,7 +34,8 @@ from typing import Any
 
 import yaml
 
-from oma_operator.models import CREATOR_ANNOTATION, GROUP, VERSION
+from oma_operator.cel import all_unchanged
+from oma_operator.models import CREATOR_ANNOTATION, EDITORS_ANNOTATION, GROUP, VERSION, work_fields
 
 ADMISSION = "admissionregistration.k8s.io/v1"
 PUBLISH_VERB = "publish"  # the RBAC verb that lets a user create ApprovalDecisions
@@ -72,11 +77,22 @@ def _label(obj: str, key: str) -> str:
     )
 
 
-def _annotation(obj: str) -> str:
+def _annotation(obj: str, key: str = CREATOR_ANNOTATION) -> str:
     return (
-        f"(has({obj}.metadata.annotations) && '{CREATOR_ANNOTATION}' in {obj}.metadata.annotations"
-        f" ? {obj}.metadata.annotations['{CREATOR_ANNOTATION}'] : '')"
+        f"(has({obj}.metadata.annotations) && '{key}' in {obj}.metadata.annotations"
+        f" ? {obj}.metadata.annotations['{key}'] : '')"
     )
+
+
+# An update that changes what the TeamRun executes (a work field of its spec).
+WORK_CHANGED = f"!({all_unchanged('object.spec', 'oldObject.spec', work_fields())})"
+EDITORS_BEFORE = _annotation("oldObject", EDITORS_ANNOTATION)
+# The editors after this request: the ones before, and the user unless already among them.
+EDITORS_AFTER = (
+    f"{EDITORS_BEFORE} == '' ? request.userInfo.username : "
+    f"(request.userInfo.username in {EDITORS_BEFORE}.split('\\n') ? {EDITORS_BEFORE} : "
+    f"{EDITORS_BEFORE} + '\\n' + request.userInfo.username)"
+)
 
 
 def _rule(
@@ -130,8 +146,8 @@ def approval_decisions_policy() -> dict[str, Any]:
                 ),
                 _check(
                     f"!variables.deciding || {NOT_EXCLUDED}",
-                    "you created this TeamRun and its approvals require separation of duties: "
-                    "someone else must decide",
+                    "you created this TeamRun or changed what it executes, and its approvals "
+                    "require separation of duties: someone else must decide",
                 ),
             ],
         },
@@ -160,6 +176,30 @@ def creator_mutation() -> dict[str, Any]:
     }
 
 
+def editors_mutation() -> dict[str, Any]:
+    return {
+        "apiVersion": ADMISSION,
+        "kind": "MutatingAdmissionPolicy",
+        "metadata": {"name": f"{RELEASE}-teamrun-editors"},
+        "spec": {
+            "failurePolicy": "Fail",
+            "reinvocationPolicy": "Never",
+            "matchConstraints": _rule("teamruns", "UPDATE"),
+            # Holding, cancelling or retaining a run makes nobody its author.
+            "matchConditions": [{"name": "work-changed", "expression": WORK_CHANGED}],
+            "mutations": [
+                {
+                    "patchType": "ApplyConfiguration",
+                    "applyConfiguration": {
+                        "expression": "Object{metadata: Object.metadata{annotations: "
+                        f"{{'{EDITORS_ANNOTATION}': {EDITORS_AFTER}}}}}}}"
+                    },
+                }
+            ],
+        },
+    }
+
+
 def creator_policy() -> dict[str, Any]:
     return {
         "apiVersion": ADMISSION,
@@ -179,6 +219,19 @@ def creator_policy() -> dict[str, Any]:
                     "request.operation != 'UPDATE' || "
                     f"{_annotation('object')} == {_annotation('oldObject')}",
                     f"the {CREATOR_ANNOTATION} annotation cannot be changed",
+                ),
+                _check(
+                    "request.operation != 'CREATE' || "
+                    f"{_annotation('object', EDITORS_ANNOTATION)} == ''",
+                    f"the {EDITORS_ANNOTATION} annotation records who changed what a TeamRun "
+                    "executes (the API server sets it): a new TeamRun has none",
+                ),
+                _check(
+                    "request.operation != 'UPDATE' || "
+                    f"{_annotation('object', EDITORS_ANNOTATION)} in "
+                    f"[{EDITORS_BEFORE}, {EDITORS_AFTER}]",
+                    f"the {EDITORS_ANNOTATION} annotation cannot be changed: the API server "
+                    "appends whoever changes what the TeamRun executes",
                 ),
             ],
         },
@@ -383,7 +436,7 @@ def _binding(policy: dict[str, Any]) -> dict[str, Any]:
 # (chart value that enables them, documents)
 GROUPS: list[tuple[str, list[dict[str, Any]]]] = [
     ("reviewerPolicy", [approval_decisions_policy()]),
-    ("creatorPolicy", [creator_mutation(), creator_policy()]),
+    ("creatorPolicy", [creator_mutation(), editors_mutation(), creator_policy()]),
     ("referencePolicy", [references_policy()]),
     ("runnerPodPolicy", [runner_pods_policy()]),
 ]

@@ -17,13 +17,18 @@ import yaml
 from pydantic import BaseModel
 
 from oma.approval.words import resolutions_by_decision
+from oma_operator.cel import all_unchanged, unchanged
 from oma_operator.models import (
     GROUP,
+    HOLD_FIELDS,
     MAX_TEAMRUN_NAME,
+    PLACEMENT_FIELDS,
     VERSION,
     ApprovalDecisionSpec,
     TeamRunSpec,
+    work_fields,
 )
+from oma_operator.phases import FINAL_PHASES
 
 PRESERVE = {"x-kubernetes-preserve-unknown-fields": True}
 DROP = {"title", "$defs", "discriminator"}
@@ -145,12 +150,13 @@ def teamrun_crd() -> dict[str, Any]:
         short=["omatr"],  # not "tr": that is Tekton's TaskRun
         spec=spec,
         rules=[
+            _frozen_work_rule(),
             {
                 # <name>-a<attempt> names its pods and labels them: both stop at 63 characters.
                 "rule": f"self.metadata.name.size() <= {MAX_TEAMRUN_NAME}",
                 "message": f"a TeamRun name has at most {MAX_TEAMRUN_NAME} characters (its pods "
                 "are <name>-a<attempt>, and labels and host names stop at 63)",
-            }
+            },
         ],
         status=_status_schema(),
         columns=[
@@ -169,13 +175,28 @@ def teamrun_crd() -> dict[str, Any]:
     )
 
 
-def _unchanged(field: str) -> str:
-    """CEL: an optional field is neither added, removed nor changed (a rule on the field itself
-    would not see it added or removed)."""
-    return (
-        f"has(self.{field}) == has(oldSelf.{field}) && "
-        f"(!has(self.{field}) || self.{field} == oldSelf.{field})"
+def _frozen_work_rule() -> dict[str, str]:
+    """From a run's first attempt until it ends, what it executes stays what it started with
+    (and what its reviewers saw): a later attempt resumes the checkpoint under the same spec.
+    Root level, to see the status the operator keeps (users cannot write it)."""
+    status = "oldSelf.status"
+    not_started = (
+        f"!has({status}) || !has({status}.attempt) || {status}.attempt == 0 || "
+        f"(has({status}.phase) && {status}.phase in [{', '.join(map(repr, sorted(FINAL_PHASES)))}])"
     )
+    unchanged = all_unchanged("self.spec", "oldSelf.spec", work_fields())
+    placement = ", ".join(f"runner.{field}" for field in PLACEMENT_FIELDS)
+    return {
+        "rule": f"{not_started} || ({unchanged})",
+        "message": "the spec of a TeamRun is frozen while an attempt runs or waits (from its "
+        f"first attempt until it ends): only {', '.join(HOLD_FIELDS)} and {placement} may "
+        "change. To run other work, cancel it and create a new TeamRun; a Failed run's spec "
+        "may be fixed before oma retry",
+    }
+
+
+def _unchanged(field: str) -> str:
+    return unchanged("self", "oldSelf", field)
 
 
 # What a reviewer sets, once, in the one change that moves the decision out of Pending.

@@ -46,6 +46,22 @@ MAX_TEAMRUN_NAME = 52  # <name>-a<attempt> (a pod name, and its host name) fits 
 # Set by the API server (the chart's MutatingAdmissionPolicy) to the user who created a TeamRun;
 # a ValidatingAdmissionPolicy keeps anyone from forging or changing it.
 CREATOR_ANNOTATION = "oma.dev/created-by"
+# Likewise every user who changed what a TeamRun executes (its work fields), one per line, in
+# the order of their first change; separation of duties excludes them as it does the creator.
+EDITORS_ANNOTATION = "oma.dev/edited-by"
+# The spec fields that hold, stop, retry or retain a run without changing what it executes: open
+# while an attempt runs or waits, and changing them makes nobody an editor.
+HOLD_FIELDS = ("suspend", "cancel", "retryPolicy", "ttlSecondsAfterFinished")
+# Likewise the runner settings that say where its pod may go and what it may use, not what it
+# runs: a pod no node can take, or that needs more memory, is fixed in place. (Pod labels and
+# annotations are not among them: either can make a webhook inject a container or a Secret.)
+PLACEMENT_FIELDS = (
+    "resources",
+    "tolerations",
+    "nodeSelector",
+    "priorityClassName",
+    "terminationGracePeriodSeconds",
+)
 CONTENT_LIMIT = 262144  # characters of a request's canonical JSON an ApprovalDecision holds
 SUMMARY_LIMIT = 16384  # characters of an ApprovalDecision's summary
 Identity = Annotated[str, Field(min_length=1, max_length=253)]
@@ -344,8 +360,9 @@ class TeamRunApprovals(ApprovalsSpec):
     )
     separation_of_duties: bool = Field(
         default=False,
-        description="The TeamRun's creator (recorded by the API server in the "
-        f"{CREATOR_ANNOTATION} annotation) may not decide its requests.",
+        description="The TeamRun's creator and every user who changed what it executes "
+        f"(recorded by the API server in the {CREATOR_ANNOTATION} and {EDITORS_ANNOTATION} "
+        "annotations) may not decide its requests.",
     )
 
 
@@ -416,6 +433,17 @@ class TeamRunSpec(SpecModel):
         if self.shared_memory_scope is not None and not self.shared_memory:
             raise ValueError("sharedMemoryScope needs sharedMemory: true")
         return self
+
+
+def work_fields() -> list[str]:
+    """The spec fields (dotted paths, as the API names them) that say what a TeamRun executes:
+    all but the hold and placement fields, so a field added to the spec is frozen and recorded
+    unless said otherwise."""
+    top = [field.alias or name for name, field in TeamRunSpec.model_fields.items()]
+    runner = [field.alias or name for name, field in RunnerSettings.model_fields.items()]
+    return [field for field in top if field not in (*HOLD_FIELDS, "runner")] + [
+        f"runner.{field}" for field in runner if field not in PLACEMENT_FIELDS
+    ]
 
 
 def to_run_spec(spec: TeamRunSpec, namespace: str) -> dict[str, Any]:

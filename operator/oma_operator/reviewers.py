@@ -1,5 +1,5 @@
-"""Who may decide a request (pure): the TeamRun's reviewer sets, and its creator under
-separation of duties.
+"""Who may decide a request (pure): the TeamRun's reviewer sets, and its authors (its creator
+and every user who changed what it executes) under separation of duties.
 
 The API server enforces both (the approval-decisions admission policy checks
 ``request.userInfo`` against the resource's ``reviewers`` and ``excludedReviewers``); the
@@ -12,7 +12,12 @@ from __future__ import annotations
 from typing import Any
 
 from oma.approval.models import ApprovalRequest
-from oma_operator.models import CREATOR_ANNOTATION, ReviewerSet, TeamRunApprovals
+from oma_operator.models import (
+    CREATOR_ANNOTATION,
+    EDITORS_ANNOTATION,
+    ReviewerSet,
+    TeamRunApprovals,
+)
 
 ANY = "*"
 
@@ -50,15 +55,26 @@ def creator_of(teamrun: dict[str, Any], recorded: bool) -> str | None:
     return str(creator) if creator else None
 
 
+def editors_of(teamrun: dict[str, Any], recorded: bool) -> list[str]:
+    """The users who changed what the TeamRun executes, as the API server recorded them (one
+    per line; the same policy group as the creator's, so believed under the same condition)."""
+    if not recorded:
+        return []
+    annotations = (teamrun.get("metadata") or {}).get("annotations") or {}
+    return [name for name in str(annotations.get(EDITORS_ANNOTATION) or "").split("\n") if name]
+
+
 def excluded_reviewers(
     approvals: TeamRunApprovals | None, teamrun: dict[str, Any], recorded: bool
 ) -> list[str] | None:
-    """The users who may not decide: the creator, when the TeamRun asks for separation of
-    duties (``missing_creator`` tells when that cannot be known)."""
+    """The users who may not decide: the TeamRun's authors (creator, then editors), when it
+    asks for separation of duties (``missing_creator`` tells when that cannot be known)."""
     if approvals is None or not approvals.separation_of_duties:
         return None
     creator = creator_of(teamrun, recorded)
-    return [creator] if creator else None
+    authors = [creator] if creator else []
+    authors += [name for name in editors_of(teamrun, recorded) if name not in authors]
+    return authors or None
 
 
 def missing_creator(
@@ -92,7 +108,10 @@ def reviewer_problem(
     """Why ``reviewer`` may not decide, as far as names tell (None: allowed, or only group
     membership could tell, which the API server checked)."""
     if excluded and reviewer in excluded:
-        return f"{reviewer} created the TeamRun and its approvals require separation of duties"
+        return (
+            f"{reviewer} created this TeamRun or changed what it executes, and its approvals "
+            "require separation of duties: someone else must decide"
+        )
     if reviewers is not None and not reviewers.groups and reviewer not in reviewers.users:
         return f"{reviewer} is not a reviewer of this request ({describe(reviewers)})"
     return None

@@ -70,6 +70,7 @@ def admission_policies(
 
 PROBE_USER = "oma-policy-probe"  # may create and patch TeamRuns in namespace default, nothing else
 CREATOR = "oma.dev/created-by"
+EDITORS = "oma.dev/edited-by"
 PROBES = TEAMRUNS.format(ns="default")
 
 
@@ -148,6 +149,13 @@ async def policies_loaded(cluster: ClusterHandle, kube: KubeClient) -> None:
             60,
             "the creator policy to refuse a changed creator",
         )
+        edit = {"spec": {"maxConcurrency": 2}}
+
+        async def editor_recorded() -> bool:
+            edited = await kube.patch(f"{path}?dryRun=All", edit)
+            return EDITORS in (edited["metadata"].get("annotations") or {})
+
+        await wait_for(editor_recorded, 60, "the editors policy to record a spec's editor")
     finally:
         await delete_namespace(kube, probes)
 

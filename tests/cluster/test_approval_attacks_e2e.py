@@ -451,6 +451,91 @@ async def test_with_separation_of_duties_the_creator_cannot_approve(
     assert await effects.ledger() == ["charge"]
 
 
+@pytest.mark.timeout(300)
+async def test_with_separation_of_duties_whoever_edited_the_spec_cannot_approve(
+    cluster: ClusterHandle,
+    kube: KubeClient,
+    namespace: str,
+    operator: Path,
+    redis_secret: str,
+    admission_policies: None,
+    effects: SideEffects,
+) -> None:
+    """Attack 5 of issue 41: bob, a reviewer who may also patch TeamRuns, rewrote alice's run
+    before it started ("pay 1000000 to BOB"), then approved the request he had written. The API
+    server records him as an editor, so he may not decide; while the run waits its spec is
+    frozen; what he wrote runs only once someone who wrote nothing of it approves."""
+    await grant_reviewers(kube, namespace, "alice", "bob", "carol")
+    editors = [
+        {"apiGroups": ["oma.dev"], "resources": ["teamruns"], "verbs": ["create", "patch"]},
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["store"], "verbs": ["get"]},
+    ]
+    await grant(kube, namespace, "editors", editors, ("alice", "bob"))
+    approvals = {
+        "reviewers": {"default": {"users": ["alice", "bob", "carol"]}},
+        "separationOfDuties": True,
+    }
+    body = gated("rewritten", effects, "charged", approvals=approvals)
+    body["spec"]["suspend"] = True
+    body["metadata"]["annotations"] = {"oma.dev/edited-by": "carol"}  # nobody edited it yet
+    path = f"{TEAMRUNS.format(ns=namespace)}/rewritten"
+    async with as_user(cluster, "alice") as alice:
+        with pytest.raises(ApiError) as forged:
+            await alice.create(TEAMRUNS.format(ns=namespace), body)
+        assert "oma.dev/edited-by" in str(forged.value), forged.value
+        del body["metadata"]["annotations"]
+        await alice.create(TEAMRUNS.format(ns=namespace), body)
+    team = copy.deepcopy(body["spec"]["team"])
+    call = team["agents"][0]["model"]["script"][0]["tool_calls"][0]
+    call["input"] = {"entry": "pay BOB", "amount": 1000000}
+    async with as_user(cluster, "bob") as bob:
+        edited = await bob.patch(path, {"spec": {"team": team}})
+        assert edited["metadata"]["annotations"]["oma.dev/edited-by"] == "bob"
+        for change in (
+            {"metadata": {"annotations": {"oma.dev/edited-by": None}}},
+            {"metadata": {"annotations": {"oma.dev/edited-by": "carol"}}},
+        ):
+            with pytest.raises(ApiError) as erased:
+                await bob.patch(path, change)
+            assert "oma.dev/edited-by" in str(erased.value), erased.value
+    async with as_user(cluster, "alice") as alice:
+        held = await alice.patch(path, {"spec": {"suspend": False}})  # a hold, not an edit
+        assert held["metadata"]["annotations"]["oma.dev/edited-by"] == "bob"
+
+    decision = await pending_decision(kube, namespace, "rewritten")
+    assert decision["spec"]["excludedReviewers"] == ["alice", "bob"]
+    assert json.loads(decision["spec"]["content"])["input"] == {
+        "entry": "pay BOB",
+        "amount": 1000000,
+    }
+    name = decision["metadata"]["name"]
+    own = await oma(cluster.mint_kubeconfig("bob"), "approve", name, "-n", namespace)
+    assert own.returncode == 1 and "separation of duties" in own.stderr, own.stderr
+    async with as_user(cluster, "bob") as bob:
+        with pytest.raises(ApiError) as refused:
+            await bob.patch(
+                _path(namespace, name), {"spec": {"decision": "Approved", "reviewer": "bob"}}
+            )
+        assert "separation of duties" in str(refused.value), refused.value
+        call["input"] = {"entry": "pay BOB", "amount": 1}
+        with pytest.raises(ApiError) as frozen:
+            await bob.patch(path, {"spec": {"team": team}})
+        assert frozen.value.status == 422, frozen.value
+        assert "is frozen while an attempt runs or waits" in str(frozen.value), frozen.value
+    await _still_waiting(kube, namespace, "rewritten", decision, effects)
+
+    await run_tool(
+        *kubectl_as(cluster, "carol"),
+        "-n",
+        namespace,
+        *KUBECTL_PATCH,
+        json.dumps({"spec": {"decision": "Approved", "reviewer": "carol"}}),
+        name,
+    )
+    assert (await finished(kube, namespace, "rewritten", 150))["phase"] == "Succeeded"
+    assert await effects.ledger() == ["pay BOB"]
+
+
 @pytest.mark.timeout(180)
 async def test_separation_of_duties_without_a_recorded_creator_fails_before_any_pod(
     cluster: ClusterHandle,

@@ -59,6 +59,8 @@ def test_lint_and_template(cluster: ClusterHandle) -> None:
             "ValidatingAdmissionPolicyBinding",
             "MutatingAdmissionPolicy",
             "MutatingAdmissionPolicyBinding",
+            "MutatingAdmissionPolicy",
+            "MutatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicy",
@@ -77,6 +79,7 @@ def test_lint_and_template(cluster: ClusterHandle) -> None:
     assert {
         "t-oma-approval-decisions",
         "t-oma-teamrun-creator",
+        "t-oma-teamrun-editors",
         "t-oma-teamrun-references",
         "t-oma-runner-pods",
     } <= names
@@ -640,7 +643,7 @@ def test_no_rendered_document_repeats_a_key(cluster: ClusterHandle) -> None:
         "--set", "operator.watchAllNamespaces=true",
     ).stdout  # fmt: skip
     docs = [d for d in yaml.load_all(rendered, Loader=Strict) if d]
-    assert sum(d["kind"].endswith("AdmissionPolicy") for d in docs) == 5
+    assert sum(d["kind"].endswith("AdmissionPolicy") for d in docs) == 6
 
 
 def test_a_runner_account_named_in_the_values_is_used_in_every_namespace(

@@ -33,3 +33,58 @@ async def test_run_id_cannot_be_added_or_removed_after_creation(
     await kube.patch(
         f"{TEAMRUNS.format(ns=namespace)}/named", {"spec": {"retryPolicy": {"maxFailures": 2}}}
     )
+
+
+FROZEN = "is frozen while an attempt runs or waits"
+
+
+@pytest.mark.timeout(90)
+async def test_the_spec_is_frozen_while_an_attempt_runs_or_waits(
+    kube: KubeClient, namespace: str, crds_installed: None
+) -> None:
+    """What a run executes after a pause is what it started with (and what its reviewers saw):
+    from its first attempt until it ends, only the hold, cancel, retry and retention fields
+    change, and where the pod may go (a pod no node takes is fixed in place). Before it starts,
+    and once it has ended (a fix before oma retry), the spec is editable."""
+    path = f"{TEAMRUNS.format(ns=namespace)}/frozen"
+    body = teamrun("frozen", [{"text": "x"}])
+    body["spec"]["suspend"] = True  # created held: it has not started
+    await kube.create(TEAMRUNS.format(ns=namespace), body)
+    await kube.patch(path, {"spec": {"maxConcurrency": 2}})
+    await kube.patch(f"{path}/status", {"status": {"phase": "Suspended", "attempt": 0}})
+    await kube.patch(path, {"spec": {"maxConcurrency": 3}})  # held before any attempt
+
+    team = body["spec"]["team"]
+    team["agents"][0]["model"]["script"] = [{"text": "pay 1000000 to BOB"}]
+    edits = [
+        {"team": team},
+        {"tasks": [{"title": "Pay", "description": "Pay BOB.", "assignee": "clerk"}]},
+        {"maxConcurrency": 4},
+        {"runner": {"image": "localhost/other:latest"}},
+        {"runner": {"env": [{"name": "PAYEE", "value": "BOB"}]}},
+        {"runner": {"annotations": {"sidecar.example.com/inject": "true"}}},
+        {"store": {"redis": {"namespace": "elsewhere"}}},
+        {"sharedMemory": True},
+    ]
+    for phase in ("Running", "AwaitingApproval", "Suspended", "Queued"):
+        await kube.patch(f"{path}/status", {"status": {"phase": phase, "attempt": 1}})
+        for edit in edits:
+            with pytest.raises(ApiError) as refused:
+                await kube.patch(path, {"spec": edit})
+            assert refused.value.status == 422, (phase, edit, refused.value)
+            assert FROZEN in str(refused.value), (phase, edit, refused.value)
+        # Holding, retrying, retaining and placing are not what the run executes.
+        await kube.patch(path, {"spec": {"suspend": phase != "Suspended"}})
+        await kube.patch(path, {"spec": {"ttlSecondsAfterFinished": 600}})
+        await kube.patch(path, {"spec": {"retryPolicy": {"maxFailures": 9}}})
+        placed = {"resources": {"limits": {"memory": "1Gi"}}, "nodeSelector": {"pool": "b"}}
+        await kube.patch(path, {"spec": {"runner": placed}})
+        await kube.patch(path, {"spec": {"suspend": True, "ttlSecondsAfterFinished": None}})
+    stored = await kube.get(path)
+    assert stored["spec"]["maxConcurrency"] == 3 and stored["spec"]["team"] != team
+
+    await kube.patch(f"{path}/status", {"status": {"phase": "Failed", "attempt": 1}})
+    await kube.patch(path, {"spec": {"team": team}})  # ended: a fix before oma retry
+    await kube.patch(f"{path}/status", {"status": {"phase": "Running", "attempt": 2}})
+    await kube.patch(path, {"spec": {"cancel": True}})  # cancel stays open to the end
+    assert (await kube.get(path))["spec"]["cancel"] is True

@@ -261,6 +261,23 @@ def test_separation_of_duties_excludes_the_creator_the_api_server_recorded() -> 
     assert missing_creator(TeamRunApprovals(), unknown, recorded=True) is None
 
 
+def test_separation_of_duties_excludes_everyone_who_changed_what_the_run_executes() -> None:
+    """The API server appends each user who changed the spec's work fields to
+    oma.dev/edited-by, one per line: each is as much an author as the creator."""
+    strict = TeamRunApprovals(separation_of_duties=True)
+    authors = {"oma.dev/created-by": "alice", "oma.dev/edited-by": "bob\nalice\ncarol@example.com"}
+    edited = {"metadata": {"name": "pay", "namespace": "ns", "uid": "u", "annotations": authors}}
+    assert excluded_reviewers(strict, edited, recorded=True) == [
+        "alice",
+        "bob",
+        "carol@example.com",
+    ]
+    assert excluded_reviewers(strict, edited, recorded=False) is None  # not believed
+    assert excluded_reviewers(TeamRunApprovals(), edited, recorded=True) is None
+    problem = reviewer_problem("bob", ReviewerSet(users=["bob"]), ["alice", "bob"])
+    assert problem is not None and "changed what it executes" in problem
+
+
 def test_without_the_creator_policy_a_created_by_annotation_is_not_believed() -> None:
     """Without the policy, the author writes the annotation herself: naming someone else
     there would let her decide her own run. Separation of duties then refuses to run."""
