@@ -202,7 +202,8 @@ async def test_a_store_url_no_store_speaks_ends_failed_with_the_stores_message_a
     status = await finished(kube, namespace, "web", 90)
     assert status["phase"] == "Failed" and status["attempt"] == 1, status
     failed = next(c for c in status["conditions"] if c["type"] == "Failed")
-    assert "STORE_CONFIG" in failed["message"] and "unsupported store URL" in failed["message"]
+    message = failed["message"]
+    assert "STORE_CONFIG" in message and "is not a redis:// or rediss:// URL" in message, message
     assert "hunter2" not in json.dumps(status)
     await kube.delete(f"{TEAMRUNS.format(ns=namespace)}/web")
 
