@@ -145,9 +145,11 @@ async def test_ledger_tool_applies_each_call_once(
 
 
 def test_ctrl_c_says_how_to_resume_and_exits_130(tmp_path: Path) -> None:
+    import queue
     import signal
     import subprocess
     import sys
+    import threading
 
     spec = tmp_path / "slow.json"
     spec.write_text(
@@ -173,13 +175,38 @@ def test_ctrl_c_says_how_to_resume_and_exits_130(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
     )
-    assert child.stdout is not None
-    assert "starting" in child.stdout.readline()
-    started = child.stdout.readline()  # "▶ T → w": the task began, its 30 s model call next
+    assert child.stdout is not None and child.stderr is not None
+    stdout, stderr = child.stdout, child.stderr
+    lines: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:  # (select on the pipe would miss lines already in the reader's buffer)
+        for text in iter(stdout.readline, ""):
+            lines.put(text)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+
+    def line() -> str:
+        # Bounded: a child that stalls fails the test with what it said, not the test's timeout.
+        try:
+            return lines.get(timeout=60)
+        except queue.Empty:
+            child.kill()
+            child.wait()
+            pytest.fail(f"oma run printed no line in 60 s; stderr {stderr.read()!r}")
+
+    assert "starting" in line()
+    started = line()  # "▶ T → w": the task began, its 30 s model call next
     assert started.split()[1:2] == ["T"], started
     child.send_signal(signal.SIGINT)
-    out, err = child.communicate(timeout=30)
-    assert child.returncode == 130
+    try:
+        child.wait(timeout=25)  # well before the model call's 30 s
+    except subprocess.TimeoutExpired:
+        child.kill()
+    reader.join(timeout=10)
+    err = stderr.read()
+    out = "".join(lines.queue)
+    assert child.returncode == 130, (out, err)
     assert "run the same command again to resume" in err  # stderr: stdout is the run's output
     assert "resume" not in out
 
