@@ -207,10 +207,14 @@ async def _install_crd(kube: KubeClient, crd: JSON) -> None:
     await wait_for(established, 30, f"CRD {crd['metadata']['name']} to be established")
 
 
-def _start_operator(namespace: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+def _start_operator(
+    namespace: str | None, env: dict[str, str], log: Path
+) -> subprocess.Popen[bytes]:
+    """The operator, watching ``namespace`` (None: every namespace)."""
+    scope = ["--namespace", namespace] if namespace else ["--all-namespaces"]
     with log.open("w") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "oma_operator", "--namespace", namespace],
+            [sys.executable, "-m", "oma_operator", *scope],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -238,6 +242,29 @@ def in_sandbox_or_reexec(wanted: bool) -> bool:
     os.execvpe(sys.executable, argv, {**os.environ, "PYTHONPATH": path})
 
 
+async def make_namespace(kube: KubeClient, namespace: str, store_url: str) -> None:
+    """A namespace whose pods can start (its default ServiceAccount exists), with the Secret
+    ``store`` (key ``url``) holding ``store_url``."""
+    await kube.create(
+        "/api/v1/namespaces",
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+    )
+
+    async def sa_ready() -> bool:
+        return await kube.exists(f"/api/v1/namespaces/{namespace}/serviceaccounts/default")
+
+    await wait_for(sa_ready, 30, f"the default ServiceAccount of namespace {namespace}")
+    await kube.create(
+        f"/api/v1/namespaces/{namespace}/secrets",
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "store"},
+            "data": {"url": base64.b64encode(store_url.encode()).decode()},
+        },
+    )
+
+
 @contextlib.asynccontextmanager
 async def stack(
     workdir: Path,
@@ -245,11 +272,13 @@ async def stack(
     max_pods: int | None = 110,
     real_node: bool = False,
     operator_env: Mapping[str, str] | None = None,
+    all_namespaces: bool = False,
 ) -> AsyncIterator[Stack]:
     """Start everything the operator benchmarks need; stop it all on exit, error or not.
     ``real_node``: runner pods are containers of ``localhost/oma:dev`` under a kubelet (inside
     the sandbox), instead of local processes of the node agent. ``operator_env``: more of the
-    operator's settings (e.g. its concurrency limits)."""
+    operator's settings (e.g. its concurrency limits). ``all_namespaces``: the operator watches
+    every namespace (tenants of their own), not only the stack's."""
     venv_bin = str(Path(sys.executable).parent)
     if not os.environ.get("PATH", "").startswith(venv_bin + os.pathsep):
         # The node agent hands its PATH to pods: they must find this virtualenv's oma-runner.
@@ -282,24 +311,7 @@ async def stack(
             for crd in (teamrun_crd(), approvaldecision_crd()):
                 await _install_crd(kube, crd)
             namespace = f"bench-{uuid.uuid4().hex[:8]}"
-            await kube.create(
-                "/api/v1/namespaces",
-                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
-            )
-
-            async def sa_ready() -> bool:
-                return await kube.exists(f"/api/v1/namespaces/{namespace}/serviceaccounts/default")
-
-            await wait_for(sa_ready, 30, "the namespace's default ServiceAccount")
-            await kube.create(
-                f"/api/v1/namespaces/{namespace}/secrets",
-                {
-                    "apiVersion": "v1",
-                    "kind": "Secret",
-                    "metadata": {"name": "store"},
-                    "data": {"url": base64.b64encode(for_pods(redis.url).encode()).decode()},
-                },
-            )
+            await make_namespace(kube, namespace, for_pods(redis.url))
             operator_log = workdir / "operator.log"
             env = {
                 **os.environ,
@@ -308,7 +320,7 @@ async def stack(
                 "OMA_METRICS_PORT": "0",  # no fixed port: other runs may share this machine
                 **(operator_env or {}),
             }
-            operator = _start_operator(namespace, env, operator_log)
+            operator = _start_operator(None if all_namespaces else namespace, env, operator_log)
             sync_exit.callback(_stop_operator, operator)
             yield Stack(
                 cluster=cluster,
