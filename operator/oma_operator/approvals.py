@@ -9,6 +9,7 @@ deciding nothing, and its status and a TeamRun Event say why.
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from typing import Any
 
 from oma.approval.errors import DurableApprovalError
@@ -17,7 +18,7 @@ from oma.approval.words import RESOURCE_SPELLING, DecisionWord, word_of
 from oma.checkpoint import Checkpoint, CheckpointSnapshotV4
 from oma.checkpoint.keys import checkpoint_key
 from oma.store.base import MemoryStore
-from oma.store.journal import supports_journal
+from oma.store.journal import JournalHead, supports_journal
 from oma_operator import events, runtime
 from oma_operator.approval_binding import (
     earlier_own,
@@ -49,29 +50,51 @@ async def run_records(store: MemoryStore, run_id: str) -> list[ApprovalRecord]:
     The ids come from the journal's head where the runner wrote them there (a few hundred
     bytes): a run waiting with a checkpoint of 100 MB is not read whole every poll."""
     ledger = DurableApprovalLedger(store)
-    ids = await _ids_from_head(store, run_id)
+    head = await store.journal_head(checkpoint_key(run_id)) if supports_journal(store) else None
+    ids = _ids_in_head(head)
     if ids is None:
-        snapshot = await Checkpoint(store, run_id=run_id).load_latest()
-        if isinstance(snapshot, CheckpointSnapshotV4) and snapshot.pending_approvals:
-            ids = [r.id for r in snapshot.pending_approvals]
-            ids += [d.request_id for d in snapshot.approval_decisions]
+        ids = await _ids_in_checkpoint(store, run_id, head)
     if ids:
         found = [await ledger.get(request_id) for request_id in dict.fromkeys(ids)]
         return [r for r in found if r is not None and r.request.run_id == run_id]
     return await ledger.records(run_id)
 
 
-async def _ids_from_head(store: MemoryStore, run_id: str) -> list[str] | None:
+def _ids_in_head(head: JournalHead | None) -> list[str] | None:
     """The request ids the journal's head names (pending, then decided); None when it names
     none (no journal, or one written by an older runner): then the checkpoint is read."""
-    if not supports_journal(store):
-        return None
-    head = await store.journal_head(checkpoint_key(run_id))
     approvals = ((head.metadata or {}) if head is not None else {}).get("approvals")
     if not isinstance(approvals, dict):
         return None
     ids = [*(approvals.get("pending") or []), *(approvals.get("decided") or [])]
     return [i for i in ids if isinstance(i, str)] or None
+
+
+# (run id, journal version) -> the ids its checkpoint names: an older runner's journal, whose
+# head names none, is read once per version rather than at every poll. A forged entry could
+# only make a poll look up other ids in the same tenant's store (and each record is checked to
+# be this run's), never read another tenant's.
+_IDS_OF_VERSION: OrderedDict[tuple[str, str], list[str]] = OrderedDict()
+IDS_OF_VERSIONS_KEPT = 1024
+
+
+async def _ids_in_checkpoint(
+    store: MemoryStore, run_id: str, head: JournalHead | None
+) -> list[str]:
+    key = (run_id, head.version) if head is not None else None
+    if key is not None and key in _IDS_OF_VERSION:
+        _IDS_OF_VERSION.move_to_end(key)
+        return _IDS_OF_VERSION[key]
+    ids: list[str] = []
+    snapshot = await Checkpoint(store, run_id=run_id).load_latest()
+    if isinstance(snapshot, CheckpointSnapshotV4) and snapshot.pending_approvals:
+        ids = [r.id for r in snapshot.pending_approvals]
+        ids += [d.request_id for d in snapshot.approval_decisions]
+    if key is not None:
+        _IDS_OF_VERSION[key] = ids
+        while len(_IDS_OF_VERSION) > IDS_OF_VERSIONS_KEPT:
+            _IDS_OF_VERSION.popitem(last=False)
+    return ids
 
 
 def decision_word(scope: str, spec: dict[str, Any]) -> DecisionWord:

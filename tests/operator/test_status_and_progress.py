@@ -14,7 +14,7 @@ from oma.checkpoint.journal import JournalWriter
 from oma.checkpoint.keys import checkpoint_key
 from oma.errors import CheckpointValidationError
 from oma.orchestrator import CheckpointOptions, OpenMultiAgent
-from oma.store import InMemoryStore, JournalEntry
+from oma.store import InMemoryStore, JournalEntry, JournalHead
 from oma.store.urls import open_store
 from oma.timeutil import parse_iso
 from oma_operator import runtime
@@ -163,3 +163,45 @@ async def test_a_waiting_runs_requests_come_from_its_journal_head_not_its_record
     (record,) = await run_records(store, "conf-c")
     assert record.request.id == CHARGE_REQUEST and record.decision is None
     assert store.reads == []  # the journal itself was not read
+
+
+class _OlderRunnersHeads(_CountingReads):
+    """Journal heads as a runner from before 2026-12-05 wrote them: no ``approvals``."""
+
+    async def journal_head(self, key: str) -> JournalHead | None:
+        head = await super().journal_head(key)
+        if head is None or head.metadata is None:
+            return head
+        metadata = {k: v for k, v in head.metadata.items() if k != "approvals"}
+        return head.model_copy(update={"metadata": metadata})
+
+
+async def test_an_older_runners_journal_is_read_once_per_version_not_every_poll() -> None:
+    """A run suspended by an older runner names its requests only in its checkpoint: the poll
+    reads it once, then again only when the journal's version changes."""
+    recorder = Recorder()
+    team, _ = charge_team(recorder)
+    store = _OlderRunnersHeads()
+    options = CheckpointOptions(store=store, run_id="conf-c", journal=True)
+    orchestrator = OpenMultiAgent(on_tool_call=recorder.gate(Suspend("Finance review")))
+    result = await orchestrator.run_from_plan(team, CHARGE_PLAN, checkpoint=options)
+    assert result.status.code == "suspended"
+    store.reads.clear()
+    for _ in range(3):
+        (record,) = await run_records(store, "conf-c")
+        assert record.request.id == CHARGE_REQUEST and record.decision is None
+    assert store.reads == [checkpoint_key("conf-c")]  # the first poll only
+    entry = await store.journal_get(checkpoint_key("conf-c"))
+    assert entry is not None
+    written = await store.journal_write(
+        checkpoint_key("conf-c"),
+        entry.records,
+        version="b" * 32,
+        expected=entry.version,
+        replace=True,
+        metadata=entry.metadata,
+    )
+    assert written
+    store.reads.clear()
+    (record,) = await run_records(store, "conf-c")
+    assert store.reads == [checkpoint_key("conf-c")]  # a new version is read again
