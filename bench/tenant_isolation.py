@@ -32,18 +32,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
-import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import redis.asyncio as aioredis
 from operatorlib import (
     JSON,
     OPERATOR_USER,
@@ -59,24 +53,15 @@ from operatorlib import (
     teamrun,
     wait_for,
 )
+from tests.cluster.waiting_runs import make_checkpoint, make_gated, stored_bytes
+from tests.servers.tarpit import Tarpit
 
 from oma.approval import decide_approval
 from oma.store import PrefixedStore, RedisStore, tenant_prefix
-from oma_operator.models import TeamRunSpec, to_run_spec
 
 TARGET_RSS_MB = 300  # decimal megabytes, as the issue says
 TARGET_PICKUP_S = 10.0
-SUSPENDED = 10  # oma.pod_contract.ExitCode.SUSPENDED
 DECISIONS = "/apis/oma.dev/v1alpha1/namespaces/{ns}/approvaldecisions"
-GATED = {"id": "g1", "name": "ledger_append", "input": {"entry": "pay", "amount": 7}}
-
-
-def _script(text: str) -> list[dict[str, Any]]:
-    return [
-        {"tool_calls": [{"id": "e1", "name": "echo", "input": {"text": text}}]},
-        {"tool_calls": [GATED]},
-        {"text": "done"},
-    ]
 
 
 @dataclass
@@ -105,58 +90,12 @@ async def _sample_rss(pid: int, rss: Rss) -> None:
         await asyncio.sleep(0.5)
 
 
-async def _craft(s: Stack, run: Run, text_bytes: int, workdir: Path) -> None:
-    """The run's checkpoint, made by a runner on this machine: suspended at the gated call."""
-    spec = TeamRunSpec.model_validate(
-        {**run.body["spec"], "team": _team(run.body, _script("x" * text_bytes))}
-    )
-    spec_file = workdir / f"{run.namespace}.json"
-    spec_file.write_text(json.dumps(to_run_spec(spec, run.namespace)))
-    env = {
-        **os.environ,
-        "OMA_RUN_SPEC_FILE": str(spec_file),
-        "OMA_RUN_ID": run.body["spec"]["runId"],
-        "OMA_ATTEMPT": "1",
-        "OMA_STORE_URL": s.redis.url,
-        "OMA_TERMINATION_LOG": str(workdir / f"{run.namespace}.report"),
-        "OMA_LEDGER_PATH": str(workdir / "ledger.jsonl"),
-    }
-    runner = str(Path(sys.executable).with_name("oma-runner"))
-    done = await asyncio.to_thread(
-        subprocess.run, [runner], env=env, capture_output=True, text=True, check=False
-    )
-    if done.returncode != SUSPENDED:
-        raise SystemExit(
-            f"making {run.namespace}'s checkpoint: exit {done.returncode}\n{done.stderr[-2000:]}"
-        )
-    spec_file.unlink()
-    run.stored_bytes = await _stored_bytes(s, run)
-
-
-def _team(body: JSON, script: list[dict[str, Any]]) -> JSON:
-    agent = {**body["spec"]["team"]["agents"][0]}
-    agent["model"] = {"provider": "scripted", "script": script}
-    return {"agents": [agent]}
-
-
-async def _stored_bytes(s: Stack, run: Run) -> int:
-    key_namespace = run.body["spec"]["store"]["redis"]["namespace"]
-    client = aioredis.Redis.from_url(s.redis.url)
-    try:
-        total = 0
-        async for key in client.scan_iter(match=f"*{key_namespace}*", count=1000):
-            total += int(await client.memory_usage(key, samples=0) or 0)
-        return total
-    finally:
-        await client.aclose()
-
-
 async def _tenant(s: Stack, name: str, text_bytes: int, workdir: Path) -> Run:
     await make_namespace(s.kube, name, for_pods(s.redis.url))
-    body = teamrun(name, _script("x"), tools=["echo", "ledger_append"])
-    body["spec"]["approvals"] = {"tools": ["ledger_append"]}
+    body = make_gated(teamrun(name, [], tools=["echo", "ledger_append"]))
     run = Run(name, body)
-    await _craft(s, run, text_bytes, workdir)
+    await make_checkpoint(body, name, s.redis.url, text_bytes, workdir)
+    run.stored_bytes = await stored_bytes(s.redis.url, body)
     await s.kube.create(f"/apis/oma.dev/v1alpha1/namespaces/{name}/teamruns", body)
     return run
 
@@ -204,32 +143,6 @@ async def _decide(s: Stack, run: Run) -> tuple[float, float]:
     return shown, resumed
 
 
-class Tarpit:
-    """A TCP listener that accepts and never answers: a store that hangs every call."""
-
-    def __init__(self) -> None:
-        self.connections = 0
-        self._held: list[asyncio.StreamWriter] = []
-        self._server: asyncio.Server | None = None
-        self.port = 0
-
-    async def start(self) -> Tarpit:
-        self._server = await asyncio.start_server(self._hold, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    async def _hold(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        self._held.append(writer)
-        await reader.read()  # until the client gives up; never a byte back
-
-    async def close(self) -> None:
-        for writer in self._held:
-            writer.close()
-        if self._server is not None:
-            self._server.close()
-
-
 async def _point_at(s: Stack, namespace: str, url: str) -> None:
     import base64
 
@@ -261,7 +174,7 @@ async def main(args: argparse.Namespace) -> None:
                 await _published(s, run, 600)
             tarpits = [await Tarpit().start() for _ in tarpitted]
             for run, pit in zip(tarpitted, tarpits, strict=True):
-                await _point_at(s, run.namespace, f"redis://127.0.0.1:{pit.port}")
+                await _point_at(s, run.namespace, pit.url())
 
             async def engaged() -> bool:
                 return all(pit.connections for pit in tarpits)

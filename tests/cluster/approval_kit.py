@@ -4,6 +4,7 @@ RBAC, users with groups, gated TeamRuns, and ApprovalDecisions built from real r
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import uuid
@@ -16,6 +17,7 @@ import yaml
 from devcluster import KubeClient
 from devcluster.kube import ApiError
 from devcluster.kubeconfig import load_kubeconfig
+from oma.approval import decide_approval
 from oma.approval.models import ApprovalRequest
 from oma.approval.requests import create_approval_request
 from oma_operator.admission import DEPLOY_FILE
@@ -72,6 +74,7 @@ PROBE_USER = "oma-policy-probe"  # may create and patch TeamRuns in namespace de
 CREATOR = "oma.dev/created-by"
 EDITORS = "oma.dev/edited-by"
 PROBES = TEAMRUNS.format(ns="default")
+POLL = 3.0  # the operator's approval poll period (handlers.APPROVAL_POLL_SECONDS)
 
 
 async def refused(request: Awaitable[Any], because: str) -> bool:
@@ -326,3 +329,39 @@ def forged_pod(teamrun_name: str, labels: bool = True) -> dict[str, Any]:
             ],
         },
     }
+
+
+async def polled(kube: KubeClient, namespace: str, decision: dict[str, Any], rounds: int) -> None:
+    """Return after the operator has looked at the request ``rounds`` times from now, each round
+    started after the one before had ended. Each round removes a stray message put in the
+    ApprovalDecision's status (the operator makes the status what the ledger says), and its
+    approval poll visits a run once per round."""
+    path = f"{DECISIONS.format(ns=namespace)}/{decision['metadata']['name']}"
+
+    async def repaired(stray: str) -> bool:
+        return ((await kube.get(path)).get("status") or {}).get("message") != stray
+
+    for round_ in range(1, rounds + 1):
+        stray = f"not the operator's: poll probe {round_}"
+        put = await kube.patch(f"{path}/status", {"status": {"message": stray}})
+        assert put["status"]["message"] == stray, put["status"]  # kept: the probe can work
+        look = functools.partial(repaired, stray)
+        await wait_for(look, 20 * POLL, f"approval poll {round_} of {rounds} to look")
+
+
+async def approve_in_store(
+    redis: Endpoint, body: dict[str, Any], namespace: str, decision: dict[str, Any]
+) -> None:
+    """Approve the request of ``decision`` in the TeamRun's store, as ``oma approvals approve``
+    does: beside Kubernetes, for the operator to find."""
+    store = teamrun_store(redis, body, namespace)
+    try:
+        await decide_approval(
+            store,
+            request_id=decision["spec"]["requestId"],
+            request_hash=decision["spec"]["requestHash"],
+            decision="approve",
+            reviewer={"id": "ops-cli"},
+        )
+    finally:
+        await store.aclose()

@@ -133,18 +133,24 @@ async def operator(
         yield running.log
 
 
-@pytest.fixture
-async def redis_secret(kube: KubeClient, namespace: str, e2e_redis: Endpoint) -> str:
+async def store_secret(kube: KubeClient, namespace: str, url: str, name: str = "store") -> str:
+    """The Secret ``name`` (key ``url``) holding ``url`` (TeamRuns of ``teamrun`` name
+    ``store``)."""
     await kube.create(
         f"/api/v1/namespaces/{namespace}/secrets",
         {
             "apiVersion": "v1",
             "kind": "Secret",
-            "metadata": {"name": "store"},
-            "data": {"url": base64.b64encode(e2e_redis.for_pods.encode()).decode()},
+            "metadata": {"name": name},
+            "data": {"url": base64.b64encode(url.encode()).decode()},
         },
     )
-    return "store"
+    return name
+
+
+@pytest.fixture
+async def redis_secret(kube: KubeClient, namespace: str, e2e_redis: Endpoint) -> str:
+    return await store_secret(kube, namespace, e2e_redis.for_pods)
 
 
 def teamrun(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import functools
 import json
 import subprocess
 from pathlib import Path
@@ -19,13 +18,13 @@ import pytest
 
 from devcluster import KubeClient
 from devcluster.kube import ApiError
-from oma.approval import decide_approval
 from tests.cluster.approval_kit import (
     ADMISSION,
     DECISIONS,
     KUBECTL_PATCH,
     REVIEWER_VERBS,
     admission_policies,
+    approve_in_store,
     as_user,
     creator_recorded,
     forged_pod,
@@ -35,9 +34,10 @@ from tests.cluster.approval_kit import (
     kubectl_as,
     ledger_row,
     pending_decision,
+    polled,
 )
 from tests.cluster.conftest import ClusterHandle
-from tests.cluster.e2e_env import Endpoint, SideEffects, teamrun_store
+from tests.cluster.e2e_env import Endpoint, SideEffects
 from tests.cluster.helpers import event_counts, oma, run_tool, runner_pods, wait_for
 from tests.cluster.operator_kit import (
     TEAMRUNS,
@@ -51,7 +51,6 @@ from tests.cluster.operators import OperatorSettings, operating
 
 __all__ = ["admission_policies", "crds_installed", "operator", "redis_secret"]
 pytestmark = pytest.mark.cluster
-POLL = 3.0  # the operator's approval poll period (handlers.APPROVAL_POLL_SECONDS)
 
 
 async def _grant_writers(kube: KubeClient, namespace: str, *users: str) -> None:
@@ -70,31 +69,13 @@ def _path(namespace: str, name: str) -> str:
     return f"{DECISIONS.format(ns=namespace)}/{name}"
 
 
-async def _polled(kube: KubeClient, namespace: str, decision: dict[str, Any], rounds: int) -> None:
-    """Return after the operator has looked at the request ``rounds`` times from now, each round
-    started after the one before had ended. Each round removes a stray message put in the
-    ApprovalDecision's status (the operator makes the status what the ledger says), and its
-    approval poll visits a run once per round."""
-    path = _path(namespace, decision["metadata"]["name"])
-
-    async def repaired(stray: str) -> bool:
-        return ((await kube.get(path)).get("status") or {}).get("message") != stray
-
-    for round_ in range(1, rounds + 1):
-        stray = f"not the operator's: poll probe {round_}"
-        put = await kube.patch(f"{path}/status", {"status": {"message": stray}})
-        assert put["status"]["message"] == stray, put["status"]  # kept: the probe can work
-        look = functools.partial(repaired, stray)
-        await wait_for(look, 20 * POLL, f"approval poll {round_} of {rounds} to look")
-
-
 async def _still_waiting(
     kube: KubeClient, namespace: str, teamrun: str, decision: dict[str, Any], effects: SideEffects
 ) -> None:
     """After a few approval polls: nothing paid, the run still waiting, the request pending.
     (A window in which nothing may happen, not an ordering: its end is the operator's third
     look at the request since what it must not act on, whatever it did then is done.)"""
-    await _polled(kube, namespace, decision, 3)
+    await polled(kube, namespace, decision, 3)
     status = await status_of(kube, namespace, teamrun)
     assert status["phase"] == "AwaitingApproval" and status["attempt"] == 1, status
     assert await effects.ledger() == []
@@ -321,17 +302,7 @@ async def test_a_store_decision_while_pods_are_refused_resumes_once_they_are_all
             "spec": {"hard": {"pods": "0"}},
         },
     )
-    store = teamrun_store(e2e_redis, body, namespace)
-    try:
-        await decide_approval(
-            store,
-            request_id=decision["spec"]["requestId"],
-            request_hash=decision["spec"]["requestHash"],
-            decision="approve",
-            reviewer={"id": "ops-cli"},
-        )
-    finally:
-        await store.aclose()
+    await approve_in_store(e2e_redis, body, namespace, decision)
 
     async def refused() -> dict[str, Any] | None:
         status = await status_of(kube, namespace, "quota")
@@ -449,6 +420,52 @@ async def test_with_separation_of_duties_the_creator_cannot_approve(
     )
     assert (await finished(kube, namespace, "sod", 150))["phase"] == "Succeeded"
     assert await effects.ledger() == ["charge"]
+
+
+# What conceals, retitles or breaks a line on a terminal (every one of them, unit by unit:
+# tests/operator/test_reviewer_sees_escapes.py).
+RAW = ("\x1b", "\x07", "\u2028", "\u202e", "\r")
+
+
+@pytest.mark.timeout(300)
+async def test_a_reviewer_sees_escapes_and_numbers_as_the_call_holds_them(
+    cluster: ClusterHandle,
+    kube: KubeClient,
+    namespace: str,
+    operator: Path,
+    redis_secret: str,
+    admission_policies: None,
+    effects: SideEffects,
+) -> None:
+    """Attacks 10 and 12 of issue 41: an escape sequence, a line separator and a right-to-left
+    override in a tool input let `oma approve` show a fake block over the real content, and an
+    integer amount read 1000000.0 with a "raw input" line. Everything a reviewer reads now shows
+    them escaped and the number as written; what runs is the exact content that was hashed."""
+    await grant_reviewers(kube, namespace, "erin")
+    fake = "Content hash: " + "0" * 64
+    entry = f"pay ALICE\x1b[8m\x1b]0;title\x07 hidden\x1b[0m\r\u2028{fake}\u202e"
+    body = gated("shown", effects, "charged", entry=entry)
+    body["spec"]["team"]["agents"][0]["model"]["script"][0]["tool_calls"][0]["input"]["amount"] = (
+        1000000
+    )
+    await kube.create(TEAMRUNS.format(ns=namespace), body)
+    decision = await pending_decision(kube, namespace, "shown")
+    name = decision["metadata"]["name"]
+    assert not [c for c in RAW if c in decision["spec"]["summary"]], decision["spec"]["summary"]
+    done = await oma(cluster.mint_kubeconfig("erin"), "approve", name, "-n", namespace)
+    assert done.returncode == 0, done.stderr
+    shown = done.stdout + done.stderr
+    assert not [c for c in RAW if c in shown], shown
+    assert "\\u2028" in shown and "\\u202e" in shown, shown
+    assert "\\x1b[8m" in shown or "\\u001b[8m" in shown, shown
+    assert "1000000" in shown and "1000000.0" not in shown, shown
+    assert "raw input" not in shown.lower(), shown
+    assert f"Content hash: {decision['spec']['requestHash']}" in shown
+    assert (await finished(kube, namespace, "shown", 150))["phase"] == "Succeeded"
+    assert await effects.ledger() == [entry]  # the exact content ran, once
+    events = await kube.get(f"/api/v1/namespaces/{namespace}/events")
+    said = " ".join(str(event.get("message") or "") for event in events["items"])
+    assert not [c for c in RAW if c in said], said
 
 
 @pytest.mark.timeout(300)

@@ -6,7 +6,6 @@ process with the chart's service account (tests/cluster/operators.py)."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import os
 import re
 import subprocess
@@ -26,6 +25,7 @@ from tests.cluster.operator_kit import (
     TEAMRUNS,
     crds_installed,
     finished,
+    store_secret,
     teamrun,
     teamruns_admitted,
 )
@@ -350,15 +350,7 @@ async def test_installed_chart_rbac_runs_the_eviction_resume(
             },
         },
     )
-    await kube.create(
-        f"/api/v1/namespaces/{namespace}/secrets",
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "store"},
-            "data": {"url": base64.b64encode(e2e_redis.for_pods.encode()).decode()},
-        },
-    )
+    await store_secret(kube, namespace, e2e_redis.for_pods)
     log = tmp_path / "operator.log"
     as_chart = OperatorSettings(as_chart=True)
     try:
@@ -411,15 +403,7 @@ async def test_installed_chart_policies_and_rbac_run_an_approval(
         "/api/v1/namespaces",
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
     )
-    await kube.create(
-        f"/api/v1/namespaces/{namespace}/secrets",
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "store"},
-            "data": {"url": base64.b64encode(e2e_redis.for_pods.encode()).decode()},
-        },
-    )
+    await store_secret(kube, namespace, e2e_redis.for_pods)
     role = yaml.safe_load_all((CHART.parents[1] / "deploy" / "reviewer-role.yaml").read_text())
     for doc in role:
         doc["metadata"]["namespace"] = namespace

@@ -51,6 +51,7 @@ from tests.cluster.operator_kit import (
     operator_log,
     redis_secret,
     status_of,
+    store_secret,
     teamrun,
 )
 from tests.cluster.operators import OperatorSettings, ProcessOperator, operating
@@ -252,15 +253,7 @@ async def test_a_crash_loop_exhausts_max_failures(
     kube: KubeClient, namespace: str, operator: Path
 ) -> None:
     closed = "redis://127.0.0.1:9/0"  # nothing listens: every attempt fails transiently
-    await kube.create(
-        f"/api/v1/namespaces/{namespace}/secrets",
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "store"},
-            "data": {"url": base64.b64encode(closed.encode()).decode()},
-        },
-    )
+    await store_secret(kube, namespace, closed)
     body = teamrun("loop", [{"text": "x"}])
     body["spec"]["retryPolicy"] = {"maxFailures": 2, "backoffSeconds": 1}
     await kube.create(TEAMRUNS.format(ns=namespace), body)

@@ -6,6 +6,7 @@ server, operator, runner pods)."""
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from tests.cluster.operator_kit import (
     operator_log,
     redis_secret,
     status_of,
+    store_secret,
     teamrun,
 )
 from tests.cluster.operators import OperatorSettings, operating
@@ -212,6 +214,36 @@ async def test_a_store_url_no_store_speaks_ends_failed_with_the_stores_message_a
         return not await runner_pods(kube, namespace) and not teamruns["items"]
 
     await wait_for(gone, 60, "the TeamRun and its pod to be deleted")
+
+
+@pytest.mark.timeout(180)
+async def test_a_store_secret_holding_a_password_or_a_file_url_shows_nothing_of_it(
+    kube: KubeClient, namespace: str, operator: Path, effects: SideEffects
+) -> None:
+    """Attack 6 of issue 41: a urlSecretRef naming the key of a bare password put it verbatim in
+    the status, three conditions, two Events and the operator log; a file:// URL was opened.
+    Both now end Failed with what is wrong, and nothing of the value anywhere."""
+    password = f"Tr0ub4dor-{uuid.uuid4().hex[:12]}"
+    values = {"store": password, "files": "file:///var/run/secrets/kubernetes.io/token"}
+    for name, url in values.items():
+        await store_secret(kube, namespace, url, name)
+        body = teamrun(name, [{"text": "x"}], effects)
+        body["spec"]["store"]["redis"]["urlSecretRef"]["name"] = name
+        await kube.create(TEAMRUNS.format(ns=namespace), body)
+    problems = {"store": "is not a URL (no scheme://)", "files": "has scheme 'file'"}
+    for name, problem in problems.items():
+        status = await finished(kube, namespace, name, 90)
+        assert status["phase"] == "Failed", status
+        failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+        assert problem in failed["message"], failed
+    everything = json.dumps(
+        [
+            await kube.get(TEAMRUNS.format(ns=namespace)),
+            await kube.get(f"/api/v1/namespaces/{namespace}/events"),
+            await kube.get(f"/api/v1/namespaces/{namespace}/pods"),
+        ]
+    ) + await operator_log(operator)
+    assert password not in everything and "secrets/kubernetes.io" not in everything
 
 
 @pytest.mark.timeout(180)
