@@ -43,17 +43,25 @@ from oma_operator.stores import STORES
 log = logging.getLogger(__name__)
 
 
-async def run_records(store: MemoryStore, run_id: str) -> list[ApprovalRecord]:
+async def run_records(
+    store: MemoryStore, run_id: str, waiting: str | None = None
+) -> list[ApprovalRecord]:
     """The run's approval records: the requests its latest checkpoint names (one read each),
     or, for a checkpoint that names none (older formats), every approval row of the store.
 
     The ids come from the journal's head where the runner wrote them there (a few hundred
-    bytes): a run waiting with a checkpoint of 100 MB is not read whole every poll."""
+    bytes): a run waiting with a checkpoint of 100 MB is not read whole every poll. Otherwise
+    the checkpoint is read once per journal version, or, in the snapshot layout (no head),
+    once per ``waiting`` (``<TeamRun uid>/<attempt>``: the attempt the run waits in, whose
+    requests do not change until the next one)."""
     ledger = DurableApprovalLedger(store)
     head = await store.journal_head(checkpoint_key(run_id)) if supports_journal(store) else None
     ids = _ids_in_head(head)
     if ids is None:
-        ids = await _ids_in_checkpoint(store, run_id, head)
+        key = (run_id, head.version) if head is not None else None
+        if key is None and waiting is not None:
+            key = (run_id, f"waiting {waiting}")
+        ids = await _ids_in_checkpoint(store, run_id, key)
     if ids:
         found = [await ledger.get(request_id) for request_id in dict.fromkeys(ids)]
         return [r for r in found if r is not None and r.request.run_id == run_id]
@@ -70,30 +78,29 @@ def _ids_in_head(head: JournalHead | None) -> list[str] | None:
     return [i for i in ids if isinstance(i, str)] or None
 
 
-# (run id, journal version) -> the ids its checkpoint names: an older runner's journal, whose
-# head names none, is read once per version rather than at every poll. A forged entry could
-# only make a poll look up other ids in the same tenant's store (and each record is checked to
-# be this run's), never read another tenant's.
-_IDS_OF_VERSION: OrderedDict[tuple[str, str], list[str]] = OrderedDict()
-IDS_OF_VERSIONS_KEPT = 1024
+# (run id, journal version or the waiting attempt) -> the ids its checkpoint names. A forged
+# journal version could only make a poll look up other ids in the same tenant's store (and each
+# record is checked to be this run's), never read another tenant's; a waiting attempt is named
+# by its TeamRun's uid, so two tenants' runs of one run id never share an entry.
+_IDS_READ: OrderedDict[tuple[str, str], list[str]] = OrderedDict()
+IDS_READ_KEPT = 1024
 
 
 async def _ids_in_checkpoint(
-    store: MemoryStore, run_id: str, head: JournalHead | None
+    store: MemoryStore, run_id: str, key: tuple[str, str] | None
 ) -> list[str]:
-    key = (run_id, head.version) if head is not None else None
-    if key is not None and key in _IDS_OF_VERSION:
-        _IDS_OF_VERSION.move_to_end(key)
-        return _IDS_OF_VERSION[key]
+    if key is not None and key in _IDS_READ:
+        _IDS_READ.move_to_end(key)
+        return _IDS_READ[key]
     ids: list[str] = []
     snapshot = await Checkpoint(store, run_id=run_id).load_latest()
     if isinstance(snapshot, CheckpointSnapshotV4) and snapshot.pending_approvals:
         ids = [r.id for r in snapshot.pending_approvals]
         ids += [d.request_id for d in snapshot.approval_decisions]
     if key is not None:
-        _IDS_OF_VERSION[key] = ids
-        while len(_IDS_OF_VERSION) > IDS_OF_VERSIONS_KEPT:
-            _IDS_OF_VERSION.popitem(last=False)
+        _IDS_READ[key] = ids
+        while len(_IDS_READ) > IDS_READ_KEPT:
+            _IDS_READ.popitem(last=False)
     return ids
 
 
@@ -112,7 +119,11 @@ async def sync_approvals(kube: Kube, teamrun: dict[str, Any], spec: TeamRunSpec)
         log.warning("%s/%s: its requests are not published: %s", namespace, name, unknown)
         return False
     store = await STORES.store_of(kube, namespace, spec)
-    records = {r.request.id: r for r in await run_records(store, run_id_of(teamrun))}
+    status = teamrun.get("status") or {}
+    uid, waiting = teamrun["metadata"].get("uid"), None
+    if uid and status.get("phase") == "AwaitingApproval":  # no runner writes its checkpoint
+        waiting = f"{uid}/{status.get('attempt')}"
+    records = {r.request.id: r for r in await run_records(store, run_id_of(teamrun), waiting)}
     found = {d["metadata"]["name"]: d for d in await kube.list_decisions(namespace, name)}
     excluded = excluded_reviewers(spec.approvals, teamrun, runtime.CREATOR_RECORDED)
     published: set[str] = set()

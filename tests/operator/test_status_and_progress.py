@@ -14,7 +14,7 @@ from oma.checkpoint.journal import JournalWriter
 from oma.checkpoint.keys import checkpoint_key
 from oma.errors import CheckpointValidationError
 from oma.orchestrator import CheckpointOptions, OpenMultiAgent
-from oma.store import InMemoryStore, JournalEntry, JournalHead
+from oma.store import InMemoryStore, JournalEntry, JournalHead, MemoryEntry
 from oma.store.urls import open_store
 from oma.timeutil import parse_iso
 from oma_operator import runtime
@@ -205,3 +205,40 @@ async def test_an_older_runners_journal_is_read_once_per_version_not_every_poll(
     store.reads.clear()
     (record,) = await run_records(store, "conf-c")
     assert store.reads == [checkpoint_key("conf-c")]  # a new version is read again
+
+
+class _CountingGets(InMemoryStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[str] = []
+
+    async def get(self, key: str) -> MemoryEntry | None:
+        if key.startswith("__oma_checkpoint__/"):
+            self.reads.append(key)
+        return await super().get(key)
+
+
+async def test_a_snapshot_layout_run_is_read_once_per_attempt_it_waits_in() -> None:
+    """The snapshot layout has no head: the poll reads the checkpoint once per attempt that
+    waits (a waiting run's requests do not change until the next attempt), keyed by the
+    TeamRun's uid, so two tenants' runs of the same run id never share what was read."""
+    recorder = Recorder()
+    team, _ = charge_team(recorder)
+    store = _CountingGets()
+    options = CheckpointOptions(store=store, run_id="conf-c")
+    orchestrator = OpenMultiAgent(on_tool_call=recorder.gate(Suspend("Finance review")))
+    result = await orchestrator.run_from_plan(team, CHARGE_PLAN, checkpoint=options)
+    assert result.status.code == "suspended"
+    store.reads.clear()
+    for _ in range(3):
+        (record,) = await run_records(store, "conf-c", waiting="uid-a/1")
+        assert record.request.id == CHARGE_REQUEST
+    assert store.reads == [checkpoint_key("conf-c")]
+    for other in ("uid-b/1", "uid-a/2"):  # another tenant's run, the next attempt
+        store.reads.clear()
+        (record,) = await run_records(store, "conf-c", waiting=other)
+        assert store.reads == [checkpoint_key("conf-c")], other
+    store.reads.clear()
+    await run_records(store, "conf-c")  # not said to wait: read every time
+    await run_records(store, "conf-c")
+    assert len(store.reads) == 2
