@@ -139,8 +139,12 @@ def test_local_cluster_up_runs_a_real_node_that_kubectl_on_the_host_reaches(
         assert down.returncode == 0 and "stopped" in down.stdout, down.stdout + down.stderr
         assert up.wait(timeout=30) == 0, log.read_text()
     finally:
-        if up.poll() is None:
-            up.kill()
+        if up.poll() is None:  # a failure above: stop it as Ctrl-C does (SIGKILL would leave
+            up.terminate()  # the sandbox it started running)
+            try:
+                up.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                up.kill()
         host_server.shutdown()
     assert cgroup_root and list(CGROUP_FS.glob(f"*{cgroup_root}")) == [], "cgroups were left"
     host_addresses = subprocess.run(["ip", "-br", "addr"], capture_output=True, text=True)
