@@ -14,12 +14,12 @@ RUN --mount=type=secret,id=pip-ca \
     if [ -d /src/wheels ]; then cp -r /src/wheels /wheels; \
     else python3 -m venv /tmp/pip \
       && /tmp/pip/bin/pip install --no-cache-dir -q --upgrade pip \
-      && /tmp/pip/bin/pip wheel --no-cache-dir -q --wheel-dir /wheels "/src[otel]"; fi
+      && /tmp/pip/bin/pip wheel --no-cache-dir -q --wheel-dir /wheels "/src[all]"; fi
 
 FROM ${BASE} AS build
 COPY --from=wheels /wheels/ /wheels/
 RUN python3 -m venv /opt/oma \
- && /opt/oma/bin/pip install --no-cache-dir --no-index --find-links /wheels 'oma[otel]' \
+ && /opt/oma/bin/pip install --no-cache-dir --no-index --find-links /wheels 'oma[all]' \
  && /opt/oma/bin/python -m compileall -q /opt/oma
 
 FROM ${BASE}

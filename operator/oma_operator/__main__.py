@@ -1,3 +1,3 @@
-from oma_operator.main import main
+from oma_operator.entry import main
 
 main()

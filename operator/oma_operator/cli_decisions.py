@@ -26,15 +26,16 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
 
-import httpx
 import typer
 
 from oma.approval.words import ResourceDecision, resource_fields
+from oma.errors import MissingExtraError
+from oma.extras import needs_extra
 from oma.visible import visible, visible_json
 from oma_operator.decision_view import ContentMismatch, verified_content, view
 
@@ -229,7 +230,8 @@ async def decide(
     Raises ``DecisionRefused`` for every expected failure. ``settle`` adds ``resolution`` (and
     ``result``) for an uncertain tool call."""
     # Imported here, not at the top: every `oma` invocation loads this plugin to register it.
-    from oma_operator.client import KubeError
+    with operator_extra():
+        from oma_operator.client import KubeError
 
     kube = await connect(target)
     target = replace(target, namespace=target.namespace or kube.namespace)
@@ -332,11 +334,25 @@ def refuse(exc: DecisionRefused, as_json: bool) -> NoReturn:
     raise typer.Exit(exc.exit_code) from None
 
 
+@contextlib.contextmanager
+def operator_extra() -> Iterator[None]:
+    """Around the imports of the Kubernetes client, made on use: registering these commands
+    needs no extra, running one without ``oma[operator]`` is refused in one line (exit 2)."""
+    try:
+        with needs_extra("this command"):
+            yield
+    except MissingExtraError as exc:
+        raise DecisionRefused(str(exc), EXIT_NO_CLUSTER) from exc
+
+
 @contextlib.asynccontextmanager
 async def api_session(kube: Kube) -> AsyncIterator[None]:
     """Work with ``kube``: the API's refusals become ``DecisionRefused`` (exit 1; 2 when the
     credentials are not accepted), an unreachable cluster too (exit 2); the client is closed."""
-    from oma_operator.client import KubeError
+    with operator_extra():
+        import httpx
+
+        from oma_operator.client import KubeError
 
     try:
         yield
@@ -355,7 +371,8 @@ async def api_session(kube: Kube) -> AsyncIterator[None]:
 async def connect(target: Target) -> Kube:
     """The API client for ``target``'s kubeconfig and context (``DecisionRefused`` with exit 2
     when there is none, or it cannot be used)."""
-    from oma_operator.client import SA_DIR, Kube
+    with operator_extra():
+        from oma_operator.client import SA_DIR, Kube
 
     _require_credentials(target.kubeconfig, SA_DIR)
     try:

@@ -31,6 +31,7 @@ from oma_operator.cli_decisions import (
     Target,
     api_session,
     connect,
+    operator_extra,
     refuse,
 )
 from oma_operator.cli_runs import TeamRunArgument
@@ -80,7 +81,8 @@ def register(app: typer.Typer) -> None:
 
 
 async def request_hold(target: Target, request: Request) -> dict[str, Any]:
-    from oma_operator.client import KubeError
+    with operator_extra():
+        from oma_operator.client import KubeError
 
     kube = await connect(target)
     target = replace(target, namespace=target.namespace or kube.namespace)

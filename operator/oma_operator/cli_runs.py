@@ -31,9 +31,10 @@ from oma_operator.cli_decisions import (
     Target,
     api_session,
     connect,
+    operator_extra,
     refuse,
 )
-from oma_operator.retries import RETRY_ANNOTATION
+from oma_operator.models import RETRY_ANNOTATION
 
 TeamRunArgument = Annotated[str, typer.Argument(help="TeamRun name (kubectl get teamruns).")]
 
@@ -68,7 +69,8 @@ def register(app: typer.Typer) -> None:
 
 
 async def request_retry(target: Target) -> dict[str, Any]:
-    from oma_operator.client import KubeError
+    with operator_extra():
+        from oma_operator.client import KubeError
 
     kube = await connect(target)
     target = replace(target, namespace=target.namespace or kube.namespace)

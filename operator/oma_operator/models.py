@@ -49,6 +49,8 @@ CREATOR_ANNOTATION = "oma.dev/created-by"
 # Likewise every user who changed what a TeamRun executes (its work fields), one per line, in
 # the order of their first change; separation of duties excludes them as it does the creator.
 EDITORS_ANNOTATION = "oma.dev/edited-by"
+# Set by ``oma retry`` to the time of the request: the operator takes a Failed run up again.
+RETRY_ANNOTATION = "oma.dev/retry"
 # The spec fields that hold, stop, retry or retain a run without changing what it executes: open
 # while an attempt runs or waits, and changing them makes nobody an editor.
 HOLD_FIELDS = ("suspend", "cancel", "retryPolicy", "ttlSecondsAfterFinished")

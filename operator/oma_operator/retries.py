@@ -12,9 +12,8 @@ from typing import Any
 
 from oma_operator import runtime
 from oma_operator.client import KubeError
+from oma_operator.models import RETRY_ANNOTATION
 from oma_operator.status import retried
-
-RETRY_ANNOTATION = "oma.dev/retry"
 
 
 def retry_requested(teamrun: dict[str, Any]) -> str | None:

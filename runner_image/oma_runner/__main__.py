@@ -1,3 +1,3 @@
-from oma_runner.main import main
+from oma_runner.entry import main
 
 main()

@@ -195,3 +195,15 @@ class AttemptLogError(CheckpointError):
             f'attempt log at "{key}" is unreadable ({detail}); the checkpoint itself is not '
             "affected: delete this key to start a new log"
         )
+
+
+class MissingExtraError(OmaError, ImportError):
+    """A part of oma was used whose optional dependencies are not installed: ``pip install`` the
+    extra the message names (``oma[redis]``, ``oma[postgres]``, ...). Also an ``ImportError``."""
+
+    code = "MISSING_EXTRA"
+
+    @classmethod
+    def naming(cls, extra: str, what: str, cause: ImportError) -> MissingExtraError:
+        package = cause.name.split(".")[0] if cause.name else "its driver"
+        return cls(f"{what} needs the {package} package: pip install 'oma[{extra}]'")

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from oma_operator.retries import RETRY_ANNOTATION, retry_requested
+from oma_operator.models import RETRY_ANNOTATION
+from oma_operator.retries import retry_requested
 from oma_operator.status import MAX_RETRIES_KEPT, retried
 
 

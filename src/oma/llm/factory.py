@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from oma.extras import needs_extra
 from oma.llm.adapter import LLMAdapter
 
 Provider = Literal["anthropic", "openai", "scripted"]
@@ -28,13 +29,15 @@ def make_adapter(
     """
     # Imported here so that naming one provider never imports the other provider's SDK.
     if provider == "anthropic":
-        from oma.llm.anthropic_adapter import AnthropicAdapter
+        with needs_extra("provider anthropic"):
+            from oma.llm.anthropic_adapter import AnthropicAdapter
 
         return AnthropicAdapter(
             model, api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries
         )
     if provider == "openai":
-        from oma.llm.openai_adapter import OpenAIAdapter
+        with needs_extra("provider openai"):
+            from oma.llm.openai_adapter import OpenAIAdapter
 
         return OpenAIAdapter(
             model, api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries

@@ -10,6 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from oma.errors import StoreCapabilityError
+from oma.extras import needs_extra
 from oma.store.base import (
     ClosableStore,
     CompareAndSetStore,
@@ -47,7 +48,8 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'oma.store' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+    with needs_extra(f"oma.store.{name}"):
+        return getattr(importlib.import_module(module), name)
 
 
 __all__ = [

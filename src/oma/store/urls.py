@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 from oma.errors import StoreConfigError
+from oma.extras import needs_extra
 from oma.store.base import MemoryStore
 from oma.store.file import FileStore
 from oma.store.memory import InMemoryStore
@@ -77,12 +78,14 @@ def open_store(
     elif scheme == "file":
         store = FileStore(_file_path(url))
     elif scheme in ("redis", "rediss"):
-        from oma.store.redis import RedisStore
+        with needs_extra("the Redis store"):
+            from oma.store.redis import RedisStore
 
         url, options = _take_options(url, {"namespace": namespace})
         store = RedisStore(url, namespace=options["namespace"] or "oma")
     elif scheme in ("postgresql", "postgres"):
-        from oma.store.postgres import PostgresStore
+        with needs_extra("the PostgreSQL store"):
+            from oma.store.postgres import PostgresStore
 
         url, options = _take_options(url, {"table": table, "schema": schema})
         store = PostgresStore(

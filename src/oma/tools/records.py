@@ -13,10 +13,14 @@ import fcntl
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-import redis.asyncio as aioredis
+
+from oma.extras import needs_extra
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
 
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
@@ -92,6 +96,8 @@ async def read(location: RecordLocation) -> list[dict[str, Any]]:
 
 
 def _client(url: str) -> aioredis.Redis:
+    with needs_extra("a ledger or tally in Redis (OMA_*_URL)"):
+        import redis.asyncio as aioredis
     return aioredis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=10)
 
 
