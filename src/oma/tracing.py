@@ -69,7 +69,6 @@ class RunTracer:
     ``see`` for each progress event, ``finish`` once at the end."""
 
     def __init__(self) -> None:
-        self._identity: RunIdentity | None = None
         self._provider: TracerProvider | None = None
         self._attempt: Span | None = None
         self._tasks: dict[str, Span] = {}
@@ -88,7 +87,6 @@ class RunTracer:
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
         from opentelemetry.trace import Link, SpanContext, TraceFlags
 
-        self._identity = identity
         trace = self._run_trace or int(identity.trace_id, 16)
         provider = TracerProvider(
             resource=Resource.create({"service.name": "oma"}),

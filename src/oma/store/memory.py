@@ -118,9 +118,6 @@ class InMemoryStore:
     def size(self) -> int:
         return len(self._entries)
 
-    def has(self, key: str) -> bool:
-        return key in self._entries
-
     def _put(
         self, key: str, value: str, metadata: Metadata | None, expires_at_turn: int | None
     ) -> None:

@@ -1,5 +1,6 @@
-"""`pip install oma` is the engine alone: drivers, provider SDKs and the operator are extras, and
-using one that is missing is one line naming the extra to install (issue 42)."""
+"""What pip installs: `pip install oma` is the engine alone, drivers, provider SDKs and the
+operator are extras, and using one that is missing is one line naming the extra to install; the
+version is written once (issue 42)."""
 
 from __future__ import annotations
 
@@ -89,3 +90,17 @@ def test_a_plain_install_is_light_and_runs_the_demo(tmp_path: Path) -> None:
         assert done.returncode == 2, done
         assert done.stderr.startswith(line) and "pip install 'oma[operator]'" in done.stderr
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_the_version_is_written_once_and_the_chart_follows_it() -> None:
+    from importlib.metadata import version
+
+    import yaml
+
+    from oma import __version__
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert "version" not in project and project["dynamic"] == ["version"]
+    assert version("oma") == __version__  # what pip installed, read from oma.__version__
+    chart = yaml.safe_load((ROOT / "charts" / "oma" / "Chart.yaml").read_text())
+    assert chart["appVersion"] == __version__
