@@ -312,6 +312,12 @@ def kubectl_as(cluster: ClusterHandle, user: str, groups: tuple[str, ...] = ()) 
     return [cluster.tool("kubectl"), "--kubeconfig", str(cluster.mint_kubeconfig(user, groups))]
 
 
+def approve_argv(cluster: ClusterHandle, user: str, namespace: str, name: str) -> list[str]:
+    """``kubectl patch`` as ``user``, approving ApprovalDecision ``name`` in the user's name."""
+    patch = json.dumps({"spec": {"decision": "Approved", "reviewer": user}})
+    return [*kubectl_as(cluster, user), "-n", namespace, *KUBECTL_PATCH, patch, name]
+
+
 def forged_pod(teamrun_name: str, labels: bool = True) -> dict[str, Any]:
     """A pod dressed as TeamRun ``teamrun_name``'s first attempt: what a user who may create
     pods would make to end that run as she likes."""

@@ -24,6 +24,7 @@ from tests.cluster.approval_kit import (
     KUBECTL_PATCH,
     REVIEWER_VERBS,
     admission_policies,
+    approve_argv,
     approve_in_store,
     as_user,
     creator_recorded,
@@ -138,14 +139,7 @@ async def test_forged_approval_decisions_decide_nothing(
     await _still_waiting(kube, namespace, "pay-y", real_y, effects)
 
     # The reviewer's own decisions still work: kubectl patch for X, oma approve for Y.
-    await run_tool(
-        *kubectl_as(cluster, "alice"),
-        "-n",
-        namespace,
-        *KUBECTL_PATCH,
-        json.dumps({"spec": {"decision": "Approved", "reviewer": "alice"}}),
-        real_x["metadata"]["name"],
-    )
+    await run_tool(*approve_argv(cluster, "alice", namespace, real_x["metadata"]["name"]))
     done = await oma(
         cluster.mint_kubeconfig("alice"), "approve", real_y["metadata"]["name"], "-n", namespace
     )
@@ -410,14 +404,7 @@ async def test_with_separation_of_duties_the_creator_cannot_approve(
     own = await oma(cluster.mint_kubeconfig("alice"), "approve", name, "-n", namespace)
     assert own.returncode == 1 and "separation of duties" in own.stderr, own.stderr
     await _still_waiting(kube, namespace, "sod", decision, effects)
-    await run_tool(
-        *kubectl_as(cluster, "bob"),
-        "-n",
-        namespace,
-        *KUBECTL_PATCH,
-        json.dumps({"spec": {"decision": "Approved", "reviewer": "bob"}}),
-        name,
-    )
+    await run_tool(*approve_argv(cluster, "bob", namespace, name))
     assert (await finished(kube, namespace, "sod", 150))["phase"] == "Succeeded"
     assert await effects.ledger() == ["charge"]
 
@@ -541,14 +528,7 @@ async def test_with_separation_of_duties_whoever_edited_the_spec_cannot_approve(
         assert "is frozen while an attempt runs or waits" in str(frozen.value), frozen.value
     await _still_waiting(kube, namespace, "rewritten", decision, effects)
 
-    await run_tool(
-        *kubectl_as(cluster, "carol"),
-        "-n",
-        namespace,
-        *KUBECTL_PATCH,
-        json.dumps({"spec": {"decision": "Approved", "reviewer": "carol"}}),
-        name,
-    )
+    await run_tool(*approve_argv(cluster, "carol", namespace, name))
     assert (await finished(kube, namespace, "rewritten", 150))["phase"] == "Succeeded"
     assert await effects.ledger() == ["pay BOB"]
 
