@@ -339,7 +339,7 @@ def operator_extra() -> Iterator[None]:
     """Around the imports of the Kubernetes client, made on use: registering these commands
     needs no extra, running one without ``oma[operator]`` is refused in one line (exit 2)."""
     try:
-        with needs_extra("this command"):
+        with needs_extra("this command", "operator"):
             yield
     except MissingExtraError as exc:
         raise DecisionRefused(str(exc), EXIT_NO_CLUSTER) from exc

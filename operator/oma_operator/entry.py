@@ -3,17 +3,16 @@ command runs, so that without ``oma[operator]`` it says so in one line (exit 2).
 
 from __future__ import annotations
 
-import sys
+from collections.abc import Callable
 
-from oma.errors import MissingExtraError
-from oma.extras import needs_extra
+from oma.extras import run_needing_extra
+
+
+def _load() -> Callable[[], None]:
+    from oma_operator.main import main
+
+    return main
 
 
 def main() -> None:
-    try:
-        with needs_extra("oma-operator"):
-            from oma_operator.main import main as operate
-    except MissingExtraError as exc:
-        print(f"oma-operator: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-    operate()
+    run_needing_extra("oma-operator", "operator", _load)

@@ -3,17 +3,16 @@ command runs, so that without ``oma[operator]`` it says so in one line (exit 2).
 
 from __future__ import annotations
 
-import sys
+from collections.abc import Callable
 
-from oma.errors import MissingExtraError
-from oma.extras import needs_extra
+from oma.extras import run_needing_extra
+
+
+def _load() -> Callable[[], None]:
+    from oma_runner.main import main
+
+    return main
 
 
 def main() -> None:
-    try:
-        with needs_extra("oma-runner"):
-            from oma_runner.main import main as run
-    except MissingExtraError as exc:
-        print(f"oma-runner: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-    run()
+    run_needing_extra("oma-runner", "operator", _load)

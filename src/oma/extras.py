@@ -5,7 +5,8 @@ to install (``MissingExtraError``), not a traceback from deep inside an import."
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from oma.errors import MissingExtraError
@@ -26,13 +27,27 @@ EXTRA_OF = {
 
 
 @contextmanager
-def needs_extra(what: str) -> Iterator[None]:
+def needs_extra(what: str, extra: str | None = None) -> Iterator[None]:
     """Imports inside it that miss a package an extra provides raise ``MissingExtraError``
-    naming the extra (``what`` says what needed it: "the Redis store")."""
+    naming the extra (``what`` says what needed it: "the Redis store"; ``extra``, when given, is
+    the one to name whichever package is missing: a command that needs all of ``oma[operator]``
+    should not name ``oma[redis]``)."""
     try:
         yield
     except ImportError as exc:
-        extra = EXTRA_OF.get((exc.name or "").split(".")[0])
-        if extra is None or isinstance(exc, MissingExtraError):
+        known = EXTRA_OF.get((exc.name or "").split(".")[0])
+        if known is None or isinstance(exc, MissingExtraError):
             raise
-        raise MissingExtraError.naming(extra, what, exc) from exc
+        raise MissingExtraError.naming(extra or known, what, exc) from exc
+
+
+def run_needing_extra(program: str, extra: str, load: Callable[[], Callable[[], None]]) -> None:
+    """A console script's entry point: ``load()`` imports the program's main (inside
+    ``needs_extra``) and it runs; a missing extra is one line on stderr and exit 2."""
+    try:
+        with needs_extra(program, extra):
+            main = load()
+    except MissingExtraError as exc:
+        print(f"{program}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    main()
