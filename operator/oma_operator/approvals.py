@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 
 
 async def run_records(
-    store: MemoryStore, run_id: str, waiting: str | None = None
+    store: MemoryStore, run_id: str, owner: str = "", waiting_in: int | None = None
 ) -> list[ApprovalRecord]:
     """The run's approval records: the requests its latest checkpoint names (one read each),
     or, for a checkpoint that names none (older formats), every approval row of the store.
@@ -52,15 +52,15 @@ async def run_records(
     The ids come from the journal's head where the runner wrote them there (a few hundred
     bytes): a run waiting with a checkpoint of 100 MB is not read whole every poll. Otherwise
     the checkpoint is read once per journal version, or, in the snapshot layout (no head),
-    once per ``waiting`` (``<TeamRun uid>/<attempt>``: the attempt the run waits in, whose
-    requests do not change until the next one)."""
+    once per attempt the run waits in (``waiting_in``: its requests do not change until the
+    next one). ``owner``, the TeamRun's uid, keeps two tenants' runs of one run id apart."""
     ledger = DurableApprovalLedger(store)
     head = await store.journal_head(checkpoint_key(run_id)) if supports_journal(store) else None
     ids = _ids_in_head(head)
     if ids is None:
-        key = (run_id, head.version) if head is not None else None
-        if key is None and waiting is not None:
-            key = (run_id, f"waiting {waiting}")
+        key = (owner, run_id, head.version) if head is not None else None
+        if key is None and owner and waiting_in is not None:
+            key = (owner, run_id, f"waiting in attempt {waiting_in}")
         ids = await _ids_in_checkpoint(store, run_id, key)
     if ids:
         found = [await ledger.get(request_id) for request_id in dict.fromkeys(ids)]
@@ -78,16 +78,14 @@ def _ids_in_head(head: JournalHead | None) -> list[str] | None:
     return [i for i in ids if isinstance(i, str)] or None
 
 
-# (run id, journal version or the waiting attempt) -> the ids its checkpoint names. A forged
-# journal version could only make a poll look up other ids in the same tenant's store (and each
-# record is checked to be this run's), never read another tenant's; a waiting attempt is named
-# by its TeamRun's uid, so two tenants' runs of one run id never share an entry.
-_IDS_READ: OrderedDict[tuple[str, str], list[str]] = OrderedDict()
+# (TeamRun uid, run id, journal version or the waiting attempt) -> the ids its checkpoint
+# names; the uid keeps two tenants' runs of one run id apart.
+_IDS_READ: OrderedDict[tuple[str, str, str], list[str]] = OrderedDict()
 IDS_READ_KEPT = 1024
 
 
 async def _ids_in_checkpoint(
-    store: MemoryStore, run_id: str, key: tuple[str, str] | None
+    store: MemoryStore, run_id: str, key: tuple[str, str, str] | None
 ) -> list[str]:
     if key is not None and key in _IDS_READ:
         _IDS_READ.move_to_end(key)
@@ -120,10 +118,12 @@ async def sync_approvals(kube: Kube, teamrun: dict[str, Any], spec: TeamRunSpec)
         return False
     store = await STORES.store_of(kube, namespace, spec)
     status = teamrun.get("status") or {}
-    uid, waiting = teamrun["metadata"].get("uid"), None
-    if uid and status.get("phase") == "AwaitingApproval":  # no runner writes its checkpoint
-        waiting = f"{uid}/{status.get('attempt')}"
-    records = {r.request.id: r for r in await run_records(store, run_id_of(teamrun), waiting)}
+    waiting_in = None
+    if status.get("phase") == "AwaitingApproval":  # no runner writes its checkpoint meanwhile
+        waiting_in = int(status.get("attempt") or 0)
+    owner = str(teamrun["metadata"].get("uid") or "")
+    found_records = await run_records(store, run_id_of(teamrun), owner, waiting_in)
+    records = {r.request.id: r for r in found_records}
     found = {d["metadata"]["name"]: d for d in await kube.list_decisions(namespace, name)}
     excluded = excluded_reviewers(spec.approvals, teamrun, runtime.CREATOR_RECORDED)
     published: set[str] = set()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from oma.orchestrator import CheckpointOptions, OpenMultiAgent
 from oma.store import InMemoryStore, JournalEntry, JournalHead, MemoryEntry
 from oma.store.urls import open_store
 from oma.timeutil import parse_iso
-from oma_operator import runtime
+from oma_operator import approvals, runtime
 from oma_operator.approvals import run_records
 from oma_operator.decisions import Decision, attempt_record
 from oma_operator.outcomes import Outcome
@@ -103,6 +104,14 @@ async def test_the_runs_approval_rows_are_read_by_id_from_its_checkpoint(tmp_pat
     (record,) = await run_records(store, "conf-c")
     assert record.request.id == "apr_ae114847e935829ae1d26b8c56b0b88f"
     assert record.decision is None
+
+
+@pytest.fixture(autouse=True)
+def _no_ids_remembered() -> Iterator[None]:
+    """Each test starts with the operator's memory of checkpoint ids empty (a module global)."""
+    approvals._IDS_READ.clear()
+    yield
+    approvals._IDS_READ.clear()
 
 
 class _CountingReads(InMemoryStore):
@@ -231,13 +240,13 @@ async def test_a_snapshot_layout_run_is_read_once_per_attempt_it_waits_in() -> N
     assert result.status.code == "suspended"
     store.reads.clear()
     for _ in range(3):
-        (record,) = await run_records(store, "conf-c", waiting="uid-a/1")
+        (record,) = await run_records(store, "conf-c", "uid-a", waiting_in=1)
         assert record.request.id == CHARGE_REQUEST
     assert store.reads == [checkpoint_key("conf-c")]
-    for other in ("uid-b/1", "uid-a/2"):  # another tenant's run, the next attempt
+    for owner, attempt in (("uid-b", 1), ("uid-a", 2)):  # another tenant's run, the next attempt
         store.reads.clear()
-        (record,) = await run_records(store, "conf-c", waiting=other)
-        assert store.reads == [checkpoint_key("conf-c")], other
+        (record,) = await run_records(store, "conf-c", owner, waiting_in=attempt)
+        assert store.reads == [checkpoint_key("conf-c")], (owner, attempt)
     store.reads.clear()
     await run_records(store, "conf-c")  # not said to wait: read every time
     await run_records(store, "conf-c")
