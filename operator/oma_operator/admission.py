@@ -227,6 +227,13 @@ def creator_policy() -> dict[str, Any]:
                     "executes (the API server sets it): a new TeamRun has none",
                 ),
                 _check(
+                    "request.operation != 'UPDATE' || !request.userInfo.username.contains('\\n') "
+                    f"|| !({WORK_CHANGED})",
+                    "your user name has a line break: the API server cannot record it as one of "
+                    f"the TeamRun's editors ({EDITORS_ANNOTATION} holds one name per line), so "
+                    "it cannot let you change what the TeamRun executes",
+                ),
+                _check(
                     "request.operation != 'UPDATE' || "
                     f"{_annotation('object', EDITORS_ANNOTATION)} in "
                     f"[{EDITORS_BEFORE}, {EDITORS_AFTER}]",

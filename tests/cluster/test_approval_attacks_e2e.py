@@ -474,7 +474,9 @@ async def test_with_separation_of_duties_whoever_edited_the_spec_cannot_approve(
         {"apiGroups": ["oma.dev"], "resources": ["teamruns"], "verbs": ["create", "patch"]},
         {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["store"], "verbs": ["get"]},
     ]
-    await grant(kube, namespace, "editors", editors, ("alice", "bob"))
+    # A user name with a line break would be two names in the editors list, one excused.
+    split = "mallory\ncarol"
+    await grant(kube, namespace, "editors", editors, ("alice", "bob", split))
     approvals = {
         "reviewers": {"default": {"users": ["alice", "bob", "carol"]}},
         "separationOfDuties": True,
@@ -502,6 +504,10 @@ async def test_with_separation_of_duties_whoever_edited_the_spec_cannot_approve(
             with pytest.raises(ApiError) as erased:
                 await bob.patch(path, change)
             assert "oma.dev/edited-by" in str(erased.value), erased.value
+    async with as_user(cluster, split) as mallory:
+        with pytest.raises(ApiError) as broken:
+            await mallory.patch(path, {"spec": {"maxConcurrency": 2}})
+        assert "line break" in str(broken.value), broken.value
     async with as_user(cluster, "alice") as alice:
         held = await alice.patch(path, {"spec": {"suspend": False}})  # a hold, not an edit
         assert held["metadata"]["annotations"]["oma.dev/edited-by"] == "bob"
