@@ -89,7 +89,10 @@ def _convert(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         and "properties" not in out
         and "additionalProperties" not in out
     ):
-        out.update(PRESERVE)
+        # A map of free-form values, not an object of unknown fields: CEL compares the keys of
+        # a map, while two objects with unknown fields only (`valueFrom: {secretKeyRef}` and
+        # `{configMapKeyRef}`) compare equal, which let an edit past the frozen-spec rule.
+        out["additionalProperties"] = dict(PRESERVE)
     if "enum" in out and "type" not in out:
         out["type"] = "string"
     return out

@@ -48,6 +48,8 @@ async def test_the_spec_is_frozen_while_an_attempt_runs_or_waits(
     and once it has ended (a fix before oma retry), the spec is editable."""
     path = f"{TEAMRUNS.format(ns=namespace)}/frozen"
     body = teamrun("frozen", [{"text": "x"}])
+    from_secret = {"secretKeyRef": {"name": "payee", "key": "account"}}
+    body["spec"]["runner"]["env"] = [{"name": "PAYEE", "valueFrom": from_secret}]
     body["spec"]["suspend"] = True  # created held: it has not started
     await kube.create(TEAMRUNS.format(ns=namespace), body)
     await kube.patch(path, {"spec": {"maxConcurrency": 2}})
@@ -56,12 +58,20 @@ async def test_the_spec_is_frozen_while_an_attempt_runs_or_waits(
 
     team = body["spec"]["team"]
     team["agents"][0]["model"]["script"] = [{"text": "pay 1000000 to BOB"}]
+    from_config_map = {"configMapKeyRef": {"name": "mine", "key": "account"}}
+    pay_bob = {"id": "p", "name": "ledger_append", "input": {"entry": "BOB"}}
+    swapped = {"provider": "scripted", "script": [{"tool_calls": [pay_bob]}]}
     edits = [
         {"team": team},
         {"tasks": [{"title": "Pay", "description": "Pay BOB.", "assignee": "clerk"}]},
         {"maxConcurrency": 4},
         {"runner": {"image": "localhost/other:latest"}},
         {"runner": {"env": [{"name": "PAYEE", "value": "BOB"}]}},
+        # the same number of keys, others: a comparison that skips keys it does not know
+        # would call these equal
+        {"runner": {"env": [{"name": "PAYEE", "valueFrom": from_config_map}]}},
+        {"tasks": [{**body["spec"]["tasks"][0], "metadata": {"payee": "BOB"}}]},
+        {"team": {"agents": [{**team["agents"][0], "model": swapped}]}},
         {"runner": {"annotations": {"sidecar.example.com/inject": "true"}}},
         {"store": {"redis": {"namespace": "elsewhere"}}},
         {"sharedMemory": True},
