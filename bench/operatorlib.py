@@ -14,7 +14,6 @@ another (``oma-bench``), so ``audit_counts()`` can split requests by client, ver
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
 import os
@@ -40,6 +39,7 @@ for _path in ("src", "hack", "operator", "runner_image", ""):
         sys.path.insert(0, _full)
 
 from tests.cluster.e2e_env import for_pods  # noqa: E402
+from tests.cluster.operator_kit import store_secret  # noqa: E402
 from tests.servers.redis_server import RedisServer, redis_binary  # noqa: E402
 
 from devcluster import DevCluster, KubeClient  # noqa: E402
@@ -254,15 +254,7 @@ async def make_namespace(kube: KubeClient, namespace: str, store_url: str) -> No
         return await kube.exists(f"/api/v1/namespaces/{namespace}/serviceaccounts/default")
 
     await wait_for(sa_ready, 30, f"the default ServiceAccount of namespace {namespace}")
-    await kube.create(
-        f"/api/v1/namespaces/{namespace}/secrets",
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "store"},
-            "data": {"url": base64.b64encode(store_url.encode()).decode()},
-        },
-    )
+    await store_secret(kube, namespace, store_url)
 
 
 @contextlib.asynccontextmanager
