@@ -114,6 +114,16 @@ def _no_ids_remembered() -> Iterator[None]:
     approvals._IDS_READ.clear()
 
 
+async def _suspend_at_the_charge(store: InMemoryStore, journal: bool) -> None:
+    """Run conf-c into ``store`` until it waits for the charge's approval."""
+    recorder = Recorder()
+    team, _ = charge_team(recorder)
+    options = CheckpointOptions(store=store, run_id="conf-c", journal=journal)
+    orchestrator = OpenMultiAgent(on_tool_call=recorder.gate(Suspend("Finance review")))
+    result = await orchestrator.run_from_plan(team, CHARGE_PLAN, checkpoint=options)
+    assert result.status.code == "suspended"
+
+
 class _CountingReads(InMemoryStore):
     def __init__(self) -> None:
         super().__init__()
@@ -156,13 +166,8 @@ async def test_a_waiting_runs_requests_come_from_its_journal_head_not_its_record
     of 100 MB, reading it whole each time cost one tenant's two runs half a GB of the
     operator's memory. The runner writes the request ids into the journal's head; the poll
     reads that and the ledger rows, never the journal's records."""
-    recorder = Recorder()
-    team, _ = charge_team(recorder)
     store = _CountingReads()
-    options = CheckpointOptions(store=store, run_id="conf-c", journal=True)
-    orchestrator = OpenMultiAgent(on_tool_call=recorder.gate(Suspend("Finance review")))
-    result = await orchestrator.run_from_plan(team, CHARGE_PLAN, checkpoint=options)
-    assert result.status.code == "suspended"
+    await _suspend_at_the_charge(store, journal=True)
     head = await store.journal_head(checkpoint_key("conf-c"))
     assert head is not None and (head.metadata or {})["approvals"] == {
         "pending": [CHARGE_REQUEST],
@@ -188,13 +193,8 @@ class _OlderRunnersHeads(_CountingReads):
 async def test_an_older_runners_journal_is_read_once_per_version_not_every_poll() -> None:
     """A run suspended by an older runner names its requests only in its checkpoint: the poll
     reads it once, then again only when the journal's version changes."""
-    recorder = Recorder()
-    team, _ = charge_team(recorder)
     store = _OlderRunnersHeads()
-    options = CheckpointOptions(store=store, run_id="conf-c", journal=True)
-    orchestrator = OpenMultiAgent(on_tool_call=recorder.gate(Suspend("Finance review")))
-    result = await orchestrator.run_from_plan(team, CHARGE_PLAN, checkpoint=options)
-    assert result.status.code == "suspended"
+    await _suspend_at_the_charge(store, journal=True)
     store.reads.clear()
     for _ in range(3):
         (record,) = await run_records(store, "conf-c")
@@ -231,13 +231,8 @@ async def test_a_snapshot_layout_run_is_read_once_per_attempt_it_waits_in() -> N
     """The snapshot layout has no head: the poll reads the checkpoint once per attempt that
     waits (a waiting run's requests do not change until the next attempt), keyed by the
     TeamRun's uid, so two tenants' runs of the same run id never share what was read."""
-    recorder = Recorder()
-    team, _ = charge_team(recorder)
     store = _CountingGets()
-    options = CheckpointOptions(store=store, run_id="conf-c")
-    orchestrator = OpenMultiAgent(on_tool_call=recorder.gate(Suspend("Finance review")))
-    result = await orchestrator.run_from_plan(team, CHARGE_PLAN, checkpoint=options)
-    assert result.status.code == "suspended"
+    await _suspend_at_the_charge(store, journal=False)
     store.reads.clear()
     for _ in range(3):
         (record,) = await run_records(store, "conf-c", "uid-a", waiting_in=1)
