@@ -96,10 +96,13 @@ async def test_nobody_but_the_node_writes_a_runner_pods_end_or_deletes_it_while_
         {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
     ]
     await grant(kube, namespace, "pod-admins", rules, ("mallory",))
-    await kube.create(TEAMRUNS.format(ns=namespace), _paying("victim", effects))
-    runner = await _running_pod(kube, namespace, "victim")
-    path = f"/api/v1/namespaces/{namespace}/pods/{runner['metadata']['name']}"
+    # The eviction must find the runner at work: a window of 10 s closed first once, on a
+    # loaded machine (the run Succeeded with no disruption), so mallory's client is made
+    # before the run starts and the runner waits the longest a wait may.
     async with as_user(cluster, "mallory") as mallory:
+        await kube.create(TEAMRUNS.format(ns=namespace), _paying("victim", effects, pause=60))
+        runner = await _running_pod(kube, namespace, "victim")
+        path = f"/api/v1/namespaces/{namespace}/pods/{runner['metadata']['name']}"
         await _refused(mallory.patch(f"{path}/status", _succeeded(runner)), "only the node")
         await _refused(mallory.delete(path), "only the oma operator deletes a running runner")
         await evict(mallory, namespace, runner["metadata"]["name"])
