@@ -40,7 +40,7 @@ from oma_operator.pods import (
 )
 from oma_operator.progress import read_progress
 from oma_operator.run_queue import RUN_QUEUE
-from oma_operator.specs import spec_of
+from oma_operator.specs import spec_of, work_digest
 from oma_operator.status import (
     after_attempt,
     backoff_left,
@@ -389,7 +389,7 @@ async def resume_after_approvals(teamrun: dict[str, Any], spec: TeamRunSpec) -> 
     if waits is not None:
         update = queued(status, run_id_of(teamrun), waits, generation)
     else:
-        update = started(status, attempt, run_id_of(teamrun), generation)
+        update = started(status, attempt, run_id_of(teamrun), generation, work_digest(teamrun))
     update["pendingApprovals"] = 0
     update["conditions"] = merge_conditions(update["conditions"], [decided])
     try:

@@ -385,12 +385,19 @@ def _status_schema() -> dict[str, Any]:
                 "The runner pod the operator stopped for spec.suspend or spec.cancel: its end "
                 "is the hold's, never a disruption, also if the hold is cleared before it.",
             ),
+            "workDigest": field(
+                "string",
+                "sha256 of the spec's work fields (all but the hold and placement fields) the "
+                "last attempt started under: a retry after they changed is refused while "
+                "approved work has not run.",
+            ),
             "retries": {
                 "type": "array",
                 "maxItems": 20,
                 "description": "The last 20 retries of the failed run (oma retry): requested, "
                 "retriedAt, attempt (the one that had failed), failures, disruptions and "
-                "oomKills (the budgets used, then reset), reason.",
+                "oomKills (the budgets used, then reset), reason; a refused one has refusedAt, "
+                "reason SpecChangedSinceApproval and a message instead.",
                 "items": {"type": "object", **PRESERVE},
             },
             "message": field("string", "What happened last, for a person."),

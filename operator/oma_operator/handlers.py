@@ -167,8 +167,12 @@ async def _retry(teamrun: dict[str, Any], requested: str) -> None:
     LATER.succeeded(key)
     if written is None:
         return
-    await events.info(written, "Retried", str((written.get("status") or {}).get("message")))
-    await _make_present(written)
+    if written.refused is not None:
+        await events.warn(written.teamrun, "RetryRefused", written.refused)
+        return
+    message = str((written.teamrun.get("status") or {}).get("message"))
+    await events.info(written.teamrun, "Retried", message)
+    await _make_present(written.teamrun)
 
 
 async def _retry_again(key: tuple[str, str], uid: str | None, requested: str) -> None:

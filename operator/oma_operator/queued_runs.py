@@ -15,7 +15,7 @@ from oma_operator.concurrency import Slot
 from oma_operator.holds import hold_of
 from oma_operator.pods import run_id_of
 from oma_operator.run_queue import RUN_QUEUE
-from oma_operator.specs import TeamRunSpecError, spec_of
+from oma_operator.specs import TeamRunSpecError, spec_of, work_digest
 from oma_operator.status import admitted, queued, started
 from oma_operator.watched import WATCHED
 
@@ -42,7 +42,7 @@ async def start_attempt(teamrun: dict[str, Any], attempt: int) -> dict[str, Any]
         generation = int(teamrun["metadata"].get("generation", 1))
         was_queued = status.get("phase") == "Queued"
         update = (admitted if was_queued else started)(
-            status, attempt, run_id_of(teamrun), generation
+            status, attempt, run_id_of(teamrun), generation, work_digest(teamrun)
         )
         try:
             return await runtime.kube().patch_teamrun_status(

@@ -1,4 +1,4 @@
-"""A TeamRun's spec, parsed once per generation (pure).
+"""A TeamRun's spec, parsed once per generation, and the digest of what it executes (pure).
 
 Every handler and periodic loop needs the typed spec; it changes only with the TeamRun's
 ``metadata.generation``, so it is validated once per (uid, generation) instead of on every event
@@ -7,14 +7,16 @@ and every poll.
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
 from pydantic import ValidationError
 
 from oma.errors import OmaError
-from oma_operator.models import MAX_TEAMRUN_NAME, TeamRunSpec
+from oma_operator.models import MAX_TEAMRUN_NAME, TeamRunSpec, work_fields
 
 CACHE_SIZE = 4096
 
@@ -59,3 +61,18 @@ def spec_of(teamrun: Mapping[str, Any]) -> TeamRunSpec:
 
 def problems_of(exc: ValidationError) -> str:
     return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'spec'}: {e['msg']}" for e in exc.errors())
+
+
+def work_digest(teamrun: Mapping[str, Any]) -> str:
+    """``sha256:<hex>`` of the spec's work fields as the API holds them (what the run executes;
+    not the hold or placement fields): recorded when an attempt starts, so a retry can tell
+    whether the spec its approvals were given under is still the one it would run."""
+    spec = teamrun.get("spec") or {}
+    work: dict[str, Any] = {}
+    for path in work_fields():
+        value: Any = spec
+        for step in path.split("."):
+            value = value.get(step) if isinstance(value, Mapping) else None
+        if value is not None:
+            work[path] = value
+    return "sha256:" + hashlib.sha256(orjson.dumps(work, option=orjson.OPT_SORT_KEYS)).hexdigest()

@@ -50,11 +50,16 @@ def merge_conditions(
     return list(by_type.values())
 
 
-def started(status: dict[str, Any], attempt: int, run_id: str, generation: int) -> dict[str, Any]:
+def started(
+    status: dict[str, Any], attempt: int, run_id: str, generation: int, work: str
+) -> dict[str, Any]:
+    """An attempt starts under the spec whose work digest is ``work`` (``specs.work_digest``;
+    the same for every attempt until the run ends, the spec being frozen meanwhile)."""
     return {
         "runId": run_id,
         "attempt": attempt,
         "phase": "Running",
+        "workDigest": work,
         "observedGeneration": generation,
         "conditions": merge_conditions(
             status.get("conditions") or [],
@@ -91,9 +96,11 @@ def queued(status: dict[str, Any], run_id: str, why: str, generation: int) -> di
     }
 
 
-def admitted(status: dict[str, Any], attempt: int, run_id: str, generation: int) -> dict[str, Any]:
+def admitted(
+    status: dict[str, Any], attempt: int, run_id: str, generation: int, work: str
+) -> dict[str, Any]:
     """``started`` for a run that had been queued: it leaves the queue."""
-    update = started(status, attempt, run_id, generation)
+    update = started(status, attempt, run_id, generation, work)
     note = condition("Queued", False, "Admitted", f"attempt {attempt} got a slot", generation)
     update["conditions"] = merge_conditions(update["conditions"], [note])
     update["queuedAt"] = None  # merge patch: remove
@@ -209,4 +216,23 @@ def retried(status: dict[str, Any], requested: str, generation: int) -> dict[str
                 condition("Progressing", True, "Retried", message, generation),
             ],
         ),
+    }
+
+
+RETRY_REFUSED = "SpecChangedSinceApproval"
+
+
+def retry_refused(status: dict[str, Any], requested: str, why: str) -> dict[str, Any]:
+    """A retry the operator did not act on (``why``): the run stays Failed as it was, and the
+    request is recorded as handled, so it is not looked at again (a new ``oma retry`` is)."""
+    record = {
+        "requested": requested,
+        "refusedAt": now_iso(),
+        "attempt": int(status.get("attempt") or 0),
+        "reason": RETRY_REFUSED,
+        "message": why[:1024],
+    }
+    return {
+        "retries": [*(status.get("retries") or []), record][-MAX_RETRIES_KEPT:],
+        "message": f"retry refused: {why}"[:1024],
     }

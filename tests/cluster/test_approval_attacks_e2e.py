@@ -539,6 +539,77 @@ async def test_with_separation_of_duties_whoever_edited_the_spec_cannot_approve(
     assert await effects.ledger() == ["pay BOB"]
 
 
+@pytest.mark.timeout(300)
+async def test_an_approval_holds_only_for_the_spec_it_was_given_under(
+    cluster: ClusterHandle,
+    kube: KubeClient,
+    namespace: str,
+    operator: Path,
+    redis_secret: str,
+    admission_policies: None,
+    effects: SideEffects,
+) -> None:
+    """Issue 41, found in review: bob, who may patch TeamRuns, made a waiting run fail once
+    carol had approved its payment (a node selector no node has and no failure tolerated: the
+    placement and retry fields stay open while a run waits), pointed the Failed run's ledger at
+    his own list, and retried it, for the payment carol approved to run under his spec. The
+    operator refuses that retry and says why; the run stays Failed and nothing is paid. With
+    the spec put back, the retry goes ahead and the payment is made, once."""
+    await grant_reviewers(kube, namespace, "carol")
+    patchers = [
+        {"apiGroups": ["oma.dev"], "resources": ["teamruns"], "verbs": ["get", "patch"]},
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["store"], "verbs": ["get"]},
+    ]
+    await grant(kube, namespace, "patchers", patchers, ("bob",))
+    body = gated("retargeted", effects, "charged")
+    await kube.create(TEAMRUNS.format(ns=namespace), body)
+    path = f"{TEAMRUNS.format(ns=namespace)}/retargeted"
+    decision = await pending_decision(kube, namespace, "retargeted")
+    nowhere = {"runner": {"nodeSelector": {"oma.dev/test-pool": "nowhere"}}}
+    fragile = {"retryPolicy": {"startTimeoutSeconds": 10, "maxFailures": 0}}
+    async with as_user(cluster, "bob") as bob:
+        await bob.patch(path, {"spec": {**nowhere, **fragile}})
+    await run_tool(*approve_argv(cluster, "carol", namespace, decision["metadata"]["name"]))
+    failed = await finished(kube, namespace, "retargeted", 120)
+    assert (failed["phase"], failed["attempt"]) == ("Failed", 2), failed
+    assert failed["workDigest"].startswith("sha256:"), failed
+    assert await effects.ledger() == []
+
+    env = copy.deepcopy(body["spec"]["runner"]["env"])
+    own = next(e for e in env if e["name"] == "OMA_LEDGER_KEY")
+    own["value"] = f"{effects.prefix}:bob"
+    async with as_user(cluster, "bob") as bob:
+        edited = await bob.patch(path, {"spec": {"runner": {"env": env}}})
+        assert edited["metadata"]["annotations"]["oma.dev/edited-by"] == "bob"
+    bobs = cluster.mint_kubeconfig("bob")
+    refused = await oma(bobs, "retry", "retargeted", "-n", namespace)
+    assert refused.returncode == 3, (refused.stdout, refused.stderr)
+    assert "refused by the operator" in refused.stderr, refused.stderr
+    assert "an approval holds only for the spec it was given under" in refused.stderr
+    assert "(approved by carol)" in refused.stderr and "edited by bob" in refused.stderr
+    status = await status_of(kube, namespace, "retargeted")
+    assert (status["phase"], status["attempt"]) == ("Failed", 2), status
+    (record,) = status["retries"]
+    assert record["reason"] == "SpecChangedSinceApproval" and record["refusedAt"], record
+    assert status["message"].startswith("retry refused: its spec (edited by bob) changed")
+    counts = await event_counts(kube, namespace, "retargeted")
+    assert counts.get("RetryRefused") == 1 and "Retried" not in counts, counts
+    pods = [p["metadata"]["name"] for p in await runner_pods(kube, namespace)]
+    assert "retargeted-a3" not in pods, pods  # no attempt started
+    assert await effects.ledger() == []
+
+    async with as_user(cluster, "bob") as bob:  # put back as carol approved it (placement too)
+        restored = {"runner": {"env": body["spec"]["runner"]["env"], "nodeSelector": None}}
+        await bob.patch(path, {"spec": restored})
+    retried = await oma(bobs, "retry", "retargeted", "-n", namespace)
+    assert retried.returncode == 0, retried.stderr
+    assert "teamrun retargeted retried: attempt 2 failed (" in retried.stdout
+    done = await finished(kube, namespace, "retargeted", 150)
+    assert (done["phase"], done["attempt"]) == ("Succeeded", 3), done
+    assert [r.get("refusedAt") is None for r in done["retries"]] == [False, True]
+    assert await effects.ledger() == ["charge"]
+
+
 @pytest.mark.timeout(180)
 async def test_separation_of_duties_without_a_recorded_creator_fails_before_any_pod(
     cluster: ClusterHandle,

@@ -484,7 +484,7 @@ async def test_oma_retry_resumes_a_failed_run_from_its_checkpoint(
     ]}}})  # fmt: skip
     asked = await asyncio.to_thread(oma, "retry", "retried")
     assert asked.returncode == 0, asked.stderr
-    assert "retry of teamrun retried requested (attempt 1 failed: " in asked.stdout
+    assert "teamrun retried retried: attempt 1 failed (" in asked.stdout
     status = await finished(kube, namespace, "retried", 120)
     assert status["phase"] == "Succeeded" and status["attempt"] == 2, status
     (record,) = status["retries"]

@@ -177,8 +177,9 @@ def test_status_of_a_queued_run_and_of_its_start() -> None:
     assert waiting["message"].startswith("waiting for a slot: namespace team-a")
     kinds = {c["type"]: (c["status"], c["reason"]) for c in waiting["conditions"]}
     assert kinds == {"Queued": ("True", "ConcurrencyLimit"), "Progressing": ("False", "Queued")}
-    running = admitted(waiting, 1, "run-1", 1)
+    running = admitted(waiting, 1, "run-1", 1, "sha256:ab")
     assert running["phase"] == "Running" and running["attempt"] == 1
+    assert running["workDigest"] == "sha256:ab"  # what a retry compares the spec with
     assert running["queuedAt"] is None  # merge patch: removed
     kinds = {c["type"]: (c["status"], c["reason"]) for c in running["conditions"]}
     assert kinds["Queued"] == ("False", "Admitted") and kinds["Progressing"][0] == "True"

@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable
 from typing import Any
 
 from oma_operator.models import RETRY_ANNOTATION
 from oma_operator.retries import retry_requested
-from oma_operator.status import MAX_RETRIES_KEPT, retried
+from oma_operator.specs import work_digest
+from oma_operator.status import MAX_RETRIES_KEPT, RETRY_REFUSED, retried, retry_refused
 
 
 def _run(phase: str, requested: str | None, handled: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -59,3 +62,47 @@ def test_a_retry_queues_the_run_resets_its_failures_and_is_recorded() -> None:
     assert (conditions["Failed"]["status"], conditions["Failed"]["reason"]) == ("False", "Retried")
     assert conditions["Progressing"]["status"] == "True"
     assert "after attempt 3 failed (FailuresExhausted)" in update["message"]
+
+
+def _spec() -> dict[str, Any]:
+    return {
+        "spec": {
+            "team": {"agents": [{"name": "clerk", "model": {"provider": "scripted"}}]},
+            "tasks": [{"title": "A", "description": "a", "assignee": "clerk"}],
+            "runner": {"image": "oma:1", "env": [{"name": "X", "value": "1"}]},
+        }
+    }
+
+
+def test_the_work_digest_changes_with_what_runs_not_with_holds_or_placement() -> None:
+    base = work_digest(_spec())
+    assert base.startswith("sha256:") and work_digest(copy.deepcopy(_spec())) == base
+    held = _spec()
+    held["spec"].update(suspend=True, cancel=False, retryPolicy={"maxFailures": 0})
+    held["spec"]["runner"]["nodeSelector"] = {"zone": "nowhere"}
+    held["spec"]["runner"]["resources"] = {"limits": {"memory": "1Gi"}}
+    assert work_digest(held) == base
+    changes: tuple[Callable[[dict[str, Any]], object], ...] = (
+        lambda s: s["team"]["agents"][0]["model"].update(script={"# Task: A": []}),
+        lambda s: s["runner"]["env"].append({"name": "LEDGER", "value": "elsewhere"}),
+        lambda s: s["runner"].update(image="oma:2"),
+        lambda s: s["tasks"][0].update(description="pay BOB"),
+        lambda s: s.update(approvals={"tools": []}),
+    )
+    for change in changes:
+        changed = _spec()
+        change(changed["spec"])
+        assert work_digest(changed) != base, changed
+
+
+def test_a_refused_retry_leaves_the_run_failed_and_is_handled_once() -> None:
+    status: dict[str, Any] = {"phase": "Failed", "attempt": 2, "retries": [{"requested": "t1"}]}
+    update = retry_refused(status, "t2", "its spec changed since approvals were given")
+    assert "phase" not in update and "failures" not in update  # nothing else moves
+    last = update["retries"][-1]
+    assert (last["requested"], last["attempt"], last["reason"]) == ("t2", 2, RETRY_REFUSED)
+    assert last["refusedAt"] and "spec changed" in last["message"]
+    assert update["message"].startswith("retry refused: its spec changed")
+    run = _run("Failed", "t2")
+    run["status"] = {**status, **update}
+    assert retry_requested(run) is None  # not looked at again; a new oma retry is

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from oma.approval import Suspend
+from oma.approval import Suspend, decide_approval
 from oma.checkpoint.journal import JournalWriter
 from oma.checkpoint.keys import checkpoint_key
 from oma.errors import CheckpointValidationError
@@ -19,7 +19,7 @@ from oma.store import InMemoryStore, JournalEntry, JournalHead, MemoryEntry
 from oma.store.urls import open_store
 from oma.timeutil import parse_iso
 from oma_operator import approvals, runtime
-from oma_operator.approvals import run_records
+from oma_operator.approvals import approved_not_run, run_records
 from oma_operator.decisions import Decision, attempt_record
 from oma_operator.outcomes import Outcome
 from oma_operator.progress import changed, read_progress
@@ -246,3 +246,44 @@ async def test_a_snapshot_layout_run_is_read_once_per_attempt_it_waits_in() -> N
     await run_records(store, "conf-c")  # not said to wait: read every time
     await run_records(store, "conf-c")
     assert len(store.reads) == 2
+
+
+@pytest.mark.parametrize("layout", ["journal", "older journal", "snapshot"])
+async def test_approved_work_not_run_yet_is_found_in_each_layout(layout: str) -> None:
+    """What a retry under a changed spec would execute on an earlier decision: an approved
+    request the checkpoint still waits on. Undecided, rejected or run, it is not that."""
+    store = _OlderRunnersHeads() if layout == "older journal" else _CountingReads()
+    await _suspend_at_the_charge(store, journal=layout != "snapshot")
+    assert await approved_not_run(store, "conf-c") == []  # undecided
+    await decide_approval(
+        store,
+        request_id=CHARGE_REQUEST,
+        request_hash=(await run_records(store, "conf-c"))[0].request.request_hash,
+        decision="approve",
+        reviewer={"id": "carol"},
+    )
+    store.reads.clear()
+    (record,) = await approved_not_run(store, "conf-c")
+    assert record.request.id == CHARGE_REQUEST and record.decision is not None
+    assert record.decision.reviewer.id == "carol"
+    assert (store.reads == []) is (layout == "journal")  # the head names the requests
+    recorder = Recorder()
+    options = CheckpointOptions(store=store, run_id="conf-c", journal=layout != "snapshot")
+    done = await OpenMultiAgent().restore(charge_team(recorder)[0], checkpoint=options)
+    assert done.success and len(recorder.tool_calls) == 1
+    assert await approved_not_run(store, "conf-c") == []  # the approved call ran
+    assert await approved_not_run(store, "no-such-run") == []
+
+
+async def test_a_rejected_request_is_no_approved_work() -> None:
+    store = _CountingReads()
+    await _suspend_at_the_charge(store, journal=True)
+    (pending,) = await run_records(store, "conf-c")
+    await decide_approval(
+        store,
+        request_id=CHARGE_REQUEST,
+        request_hash=pending.request.request_hash,
+        decision="reject",
+        reviewer={"id": "carol"},
+    )
+    assert await approved_not_run(store, "conf-c") == []
