@@ -38,7 +38,7 @@ from oma_operator.pods import (
     run_id_of,
     runner_pod,
 )
-from oma_operator.progress import read_progress
+from oma_operator.progress import CheckpointTooLargeToPoll, read_progress
 from oma_operator.run_queue import RUN_QUEUE
 from oma_operator.specs import spec_of, work_digest
 from oma_operator.status import (
@@ -320,21 +320,37 @@ def _after_backoff(seconds: float, start: Callable[[], Awaitable[None]], key: Ke
 STORE_READ_SECONDS = 15.0  # a store that accepts and never answers holds no recording longer
 
 
-async def store_progress(teamrun: dict[str, Any], spec: TeamRunSpec) -> dict[str, Any]:
-    """Tasks done/total and the last checkpoint time from the run's store ({} if unknown, or
-    not known within ``STORE_READ_SECONDS``)."""
-    return (await _progress_or_error(teamrun, spec))[0]
+async def store_progress(
+    teamrun: dict[str, Any], spec: TeamRunSpec
+) -> tuple[dict[str, Any], str | None]:
+    """Tasks done/total and the last checkpoint time from the run's store, for the poll ({} if
+    unknown, or not known within ``STORE_READ_SECONDS``), and why a checkpoint too large to
+    poll was not read (``runtime.POLL_READ_LIMIT_BYTES``; None: it was, or needed no reading)."""
+    try:
+        return await _progress(teamrun, spec, runtime.POLL_READ_LIMIT_BYTES), None
+    except CheckpointTooLargeToPoll as exc:
+        return {}, str(exc)
+    except (KubeError, OmaError, TimeoutError) as exc:
+        log.warning("no progress for %s: %s", teamrun["metadata"]["name"], exc or "timed out")
+        return {}, None
+
+
+async def _progress(
+    teamrun: dict[str, Any], spec: TeamRunSpec, read_limit: int | None = None
+) -> dict[str, Any]:
+    async with asyncio.timeout(STORE_READ_SECONDS):
+        store = await STORES.store_of(runtime.kube(), teamrun["metadata"]["namespace"], spec)
+        return await read_progress(store, run_id_of(teamrun), read_limit) or {}
 
 
 async def _progress_or_error(
     teamrun: dict[str, Any], spec: TeamRunSpec
 ) -> tuple[dict[str, Any], str | None]:
-    """``store_progress``, and why the store could not be read (None: it was)."""
+    """The store's progress (read whatever its size), and why the store could not be read
+    (None: it was)."""
     name = teamrun["metadata"]["name"]
     try:
-        async with asyncio.timeout(STORE_READ_SECONDS):
-            store = await STORES.store_of(runtime.kube(), teamrun["metadata"]["namespace"], spec)
-            return await read_progress(store, run_id_of(teamrun)) or {}, None
+        return await _progress(teamrun, spec), None
     except (KubeError, OmaError, TimeoutError) as exc:
         why = str(exc) or "the store did not answer in time"
         log.warning("no progress for %s: %s", name, why)

@@ -330,8 +330,8 @@ def _status_schema() -> dict[str, Any]:
         "properties": {
             "type": field(
                 "string",
-                "Progressing, Succeeded, Failed, AwaitingApproval, Queued, Suspended, Cancelled "
-                "or PodCreated.",
+                "Progressing, Succeeded, Failed, AwaitingApproval, Queued, Suspended, "
+                "Cancelled, PodCreated, Reconciled or CheckpointPolled.",
             ),
             "status": field("string", "True, False or Unknown."),
             "reason": field("string", "Why, in one CamelCase word."),

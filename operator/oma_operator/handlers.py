@@ -19,6 +19,7 @@ from oma_operator.attempts import (
     retry_pod_creation,
     store_progress,
 )
+from oma_operator.client import KubeError
 from oma_operator.concurrency import Slot, slot_of
 from oma_operator.deadlines import TIMERS
 from oma_operator.held_runs import apply_hold, may_ask
@@ -29,7 +30,7 @@ from oma_operator.models import GROUP, VERSION
 from oma_operator.outcomes import classify
 from oma_operator.phases import FINAL_PHASES, WAITING_PHASES
 from oma_operator.pods import FINALIZER, LABEL_TEAMRUN, attempt_of, labelled_attempt
-from oma_operator.progress import changed
+from oma_operator.progress import changed, polled_conditions
 from oma_operator.queued_runs import queue_run, start_attempt, start_queued
 from oma_operator.release import release_runner_pods
 from oma_operator.retention import FINISHED
@@ -291,12 +292,27 @@ async def approvals_pending(teamrun: dict[str, Any]) -> None:
 
 
 async def progress(teamrun: dict[str, Any]) -> None:
-    """Mirror tasks done/total and the last checkpoint time from the store into the status."""
-    meta = teamrun["metadata"]
+    """Mirror tasks done/total and the last checkpoint time from the store into the status,
+    and whether the checkpoint was too large to poll (``CheckpointPolled``)."""
+    meta, status = teamrun["metadata"], dict(teamrun.get("status") or {})
     spec = spec_of(teamrun)
-    update = changed(dict(teamrun.get("status") or {}), await store_progress(teamrun, spec))
-    if update:
-        await runtime.kube().patch_teamrun_status(meta["namespace"], meta["name"], update)
+    found, too_large = await store_progress(teamrun, spec)
+    update = changed(status, found)
+    conditions = polled_conditions(status, too_large, int(meta.get("generation", 1)))
+    if conditions is None:
+        if update:
+            await runtime.kube().patch_teamrun_status(meta["namespace"], meta["name"], update)
+        return
+    # The whole list is written: only over the status it was made from (the next poll
+    # tries again after a conflict).
+    update["conditions"] = conditions
+    try:
+        await runtime.kube().patch_teamrun_status(
+            meta["namespace"], meta["name"], update, resource_version=meta["resourceVersion"]
+        )
+    except KubeError as exc:
+        if exc.status not in (404, 409):
+            raise
 
 
 @kopf.on.update(GROUP, VERSION, "approvaldecisions", field="spec.decision")

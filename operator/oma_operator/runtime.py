@@ -46,6 +46,19 @@ def _seconds(variable: str, default: float) -> float:
 PROGRESS_SECONDS = _seconds("OMA_PROGRESS_SECONDS", 15.0)
 # How long a store Secret's value is used before it is read again (a rotation shows by then).
 SECRET_TTL_SECONDS = _seconds("OMA_SECRET_TTL_SECONDS", 60.0)
+
+
+def _bytes(variable: str, default: int) -> int:
+    text = os.environ.get(variable, "")
+    if not text:
+        return default
+    if not text.isdigit() or int(text) == 0:
+        raise SystemExit(f"{variable}={text!r} must be a number of bytes, more than 0")
+    return int(text)
+
+
+# The largest snapshot-layout checkpoint the progress poll reads (a journal's head is always).
+POLL_READ_LIMIT_BYTES = _bytes("OMA_POLL_READ_LIMIT_BYTES", 8 * 1024 * 1024)
 _kube: Kube | None = None
 
 

@@ -499,6 +499,48 @@ async def test_oma_retry_resumes_a_failed_run_from_its_checkpoint(
 
 
 @pytest.mark.timeout(180)
+async def test_a_snapshot_too_large_to_poll_is_not_read_and_the_run_says_so(
+    cluster: ClusterHandle,
+    kube: KubeClient,
+    namespace: str,
+    crds_installed: None,
+    redis_secret: str,
+    effects: SideEffects,
+    tmp_path: Path,
+) -> None:
+    """Issue 41: the operator never reads a whole checkpoint to poll. A snapshot-layout run
+    (no journal head) whose snapshot is over the poll's limit (2 KiB here, 8 MiB by default)
+    shows CheckpointPolled=False while it runs, and its progress once its attempt ends."""
+    script: list[dict[str, Any]] = [
+        {"tool_calls": [{"id": "w1", "name": "wait", "input": {"seconds": 6}}]},
+        {"text": "done"},
+    ]
+    body = teamrun("bigsnap", script, effects)
+    body["spec"]["store"]["layout"] = "snapshot"
+    body["spec"]["tasks"][0]["description"] = "Record. " + "x" * 4096  # a snapshot over 2 KiB
+    log = tmp_path / "operator.log"
+    settings = OperatorSettings(progress_seconds=1, env={"OMA_POLL_READ_LIMIT_BYTES": "2048"})
+    async with operating(cluster, kube, namespace, log, settings):
+        await kube.create(TEAMRUNS.format(ns=namespace), body)
+
+        async def not_polled() -> dict[str, Any] | None:
+            status = await status_of(kube, namespace, "bigsnap")
+            found = {c["type"]: c for c in status.get("conditions") or []}
+            polled = found.get("CheckpointPolled")
+            return status if polled is not None and polled["status"] == "False" else None
+
+        waiting = await wait_for(not_polled, 60, "CheckpointPolled=False while the run waits")
+        assert waiting["phase"] == "Running", waiting
+        polled = next(c for c in waiting["conditions"] if c["type"] == "CheckpointPolled")
+        assert polled["reason"] == "CheckpointTooLarge", polled
+        assert "over 2048 bytes" in polled["message"] and "journal-layout" in polled["message"]
+        assert "taskSummary" not in waiting and "lastCheckpointAt" not in waiting, waiting
+        status = await finished(kube, namespace, "bigsnap", 120)
+    assert status["phase"] == "Succeeded", status
+    assert status["taskSummary"] == "1/1" and status["lastCheckpointAt"], status
+
+
+@pytest.mark.timeout(180)
 async def test_json_logs_name_the_object_of_each_line_and_leave_api_requests_out(
     cluster: ClusterHandle,
     kube: KubeClient,

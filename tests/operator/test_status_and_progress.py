@@ -7,6 +7,7 @@ import shutil
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,7 +23,13 @@ from oma_operator import approvals, runtime
 from oma_operator.approvals import approved_not_run, run_records
 from oma_operator.decisions import Decision, attempt_record
 from oma_operator.outcomes import Outcome
-from oma_operator.progress import changed, read_progress
+from oma_operator.progress import (
+    POLLED,
+    CheckpointTooLargeToPoll,
+    changed,
+    polled_conditions,
+    read_progress,
+)
 from oma_operator.status import after_attempt, backoff_left
 from tests.conformance_data import require_conformance_dir
 from tests.engine.approval_fixtures import CHARGE_REQUEST, CHARGE_TASK, Recorder, charge_team
@@ -287,3 +294,46 @@ async def test_a_rejected_request_is_no_approved_work() -> None:
         reviewer={"id": "carol"},
     )
     assert await approved_not_run(store, "conf-c") == []
+
+
+async def test_a_snapshot_too_large_to_poll_is_not_read_and_the_condition_says_so() -> None:
+    """The snapshot layout has no head: the poll asks the store for the snapshot's size and
+    reads it only under the limit. An attempt's end (no limit) still reads it."""
+    store = _CountingGets()
+    await _suspend_at_the_charge(store, journal=False)
+    size = await store.value_size(checkpoint_key("conf-c"))
+    assert size is not None and size > 1000
+    store.reads.clear()
+    with pytest.raises(CheckpointTooLargeToPoll) as caught:
+        await read_progress(store, "conf-c", read_limit=size - 1)
+    assert "journal-layout checkpoint (the default) is polled whatever its size" in str(
+        caught.value
+    )
+    assert store.reads == []  # asked its size only
+    polled = await read_progress(store, "conf-c", read_limit=size)
+    assert polled is not None and polled["taskSummary"] == "0/1"
+    assert await read_progress(store, "conf-c") == polled  # at an attempt's end: no limit
+
+    status: dict[str, Any] = {"conditions": [{"type": "Progressing", "status": "True"}]}
+    assert polled_conditions(status, None, 3) is None  # never too large: no condition, no write
+    conditions = polled_conditions(status, str(caught.value), 3)
+    assert conditions is not None
+    found = {c["type"]: c for c in conditions}
+    assert (found[POLLED]["status"], found[POLLED]["reason"]) == ("False", "CheckpointTooLarge")
+    assert "Progressing" in found
+    status = {"conditions": conditions}
+    assert polled_conditions(status, str(caught.value), 3) is None  # unchanged: no write
+    again = polled_conditions(status, None, 4)
+    assert again is not None
+    assert {c["type"]: c["status"] for c in again}[POLLED] == "True"
+
+
+@pytest.mark.parametrize("text", ["8MiB", "0", "-3", "1.5"])
+def test_a_bad_poll_read_limit_stops_the_operator_with_a_clear_message(
+    monkeypatch: pytest.MonkeyPatch, text: str
+) -> None:
+    monkeypatch.setenv("OMA_POLL_READ_LIMIT_BYTES", text)
+    with pytest.raises(SystemExit, match=r"OMA_POLL_READ_LIMIT_BYTES=.* must be a number of bytes"):
+        runtime._bytes("OMA_POLL_READ_LIMIT_BYTES", 1)
+    monkeypatch.setenv("OMA_POLL_READ_LIMIT_BYTES", "2048")
+    assert runtime._bytes("OMA_POLL_READ_LIMIT_BYTES", 1) == 2048

@@ -131,7 +131,7 @@ BACKENDS: dict[str, Backend] = {
     "faults": _faults,
 }
 
-_ALL = StoreCapabilities(compare_and_set=True, expiry=True, journal=True)
+_ALL = StoreCapabilities(compare_and_set=True, expiry=True, journal=True, value_size=True)
 # What each backend must declare (the conformance suite checks each against its behaviour).
 DECLARED: dict[str, StoreCapabilities] = {
     "memory": _ALL,

@@ -36,7 +36,7 @@ from oma.store.base import MemoryEntry, Metadata
 from oma.store.faults import FaultInjectingStore
 from tests.plain_store import PlainStore
 
-ALL = StoreCapabilities(compare_and_set=True, expiry=True, journal=True)
+ALL = StoreCapabilities(compare_and_set=True, expiry=True, journal=True, value_size=True)
 
 
 # PlainStore (tests.plain_store): a third-party store written before capabilities existed.
@@ -97,7 +97,7 @@ def test_capabilities_are_frozen_booleans() -> None:
     assert StoreCapabilities() == StoreCapabilities(
         compare_and_set=False, expiry=False, journal=False
     )
-    assert ALL.declared() == ("compare_and_set", "expiry", "journal")
+    assert ALL.declared() == ("compare_and_set", "expiry", "journal", "value_size")
 
 
 def test_undeclared_third_party_stores_are_inferred_from_their_methods() -> None:

@@ -15,6 +15,7 @@ from oma.store import (
     supports_compare_and_set,
     supports_expiry,
     supports_journal,
+    supports_value_size,
 )
 from oma.store.capabilities import CAPABILITY_METHODS
 from oma.store.journal import new_version
@@ -277,6 +278,7 @@ async def test_the_declared_capabilities_are_what_the_store_does(
     assert supports_compare_and_set(store) is declared.compare_and_set
     assert supports_expiry(store) is declared.expiry
     assert supports_journal(store) is declared.journal
+    assert supports_value_size(store) is declared.value_size
     for capability, methods in CAPABILITY_METHODS.items():
         offered = [callable(getattr(store, method, None)) for method in methods]
         assert offered == [getattr(declared, capability)] * len(methods), (capability, offered)
@@ -305,3 +307,11 @@ async def test_the_declared_capabilities_are_what_the_store_does(
         assert head is not None and head.records == 2
         assert await store.journal_version("j") == journal.version == head.version
         assert await store.journal_keys() == ["j"]
+    if supports_value_size(store):
+        assert await store.value_size("sized") is None
+        await store.set("sized", "")
+        assert await store.value_size("sized") == 0
+        await store.set("sized", "é\x00" + "y" * 300_000)  # bytes, not characters
+        assert await store.value_size("sized") == 300_003
+        await store.delete("sized")
+        assert await store.value_size("sized") is None

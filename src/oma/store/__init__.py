@@ -18,9 +18,11 @@ from oma.store.base import (
     MemoryEntry,
     MemoryStore,
     Metadata,
+    SizedStore,
     check_store,
     supports_compare_and_set,
     supports_expiry,
+    supports_value_size,
 )
 from oma.store.capabilities import StoreCapabilities, capabilities_of
 from oma.store.file import FileStore
@@ -72,6 +74,7 @@ __all__ = [
     "PrefixedStore",
     "RedactingStore",
     "RedisStore",
+    "SizedStore",
     "StoreAuthError",
     "StoreCapabilities",
     "StoreCapabilityError",
@@ -85,5 +88,6 @@ __all__ = [
     "supports_compare_and_set",
     "supports_expiry",
     "supports_journal",
+    "supports_value_size",
     "tenant_prefix",
 ]

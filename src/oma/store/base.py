@@ -73,6 +73,15 @@ class ExpiringStore(MemoryStore, Protocol):
 
 
 @runtime_checkable
+class SizedStore(MemoryStore, Protocol):
+    """A store that tells a value's size without reading it."""
+
+    async def value_size(self, key: str) -> int | None:
+        """The bytes of ``key``'s value as stored (UTF-8), or None when there is none."""
+        ...
+
+
+@runtime_checkable
 class ClosableStore(Protocol):
     """A store that holds connections or pools, closed by ``aclose()`` (wrappers close what they
     wrap). Optional: a store without it holds nothing to close. Not a capability: nothing about
@@ -99,6 +108,11 @@ def supports_compare_and_set(store: MemoryStore) -> TypeGuard[CompareAndSetStore
 def supports_expiry(store: MemoryStore) -> TypeGuard[ExpiringStore]:
     """True when ``store`` declares ``set_with_expiry`` (``capabilities_of``)."""
     return capabilities_of(store).expiry
+
+
+def supports_value_size(store: MemoryStore) -> TypeGuard[SizedStore]:
+    """True when ``store`` declares ``value_size`` (``capabilities_of``)."""
+    return capabilities_of(store).value_size
 
 
 def check_store(store: object, what: str = "store") -> StoreCapabilities:

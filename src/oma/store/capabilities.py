@@ -32,6 +32,7 @@ CAPABILITY_METHODS: dict[str, tuple[str, ...]] = {
     "compare_and_set": ("compare_and_set",),
     "expiry": ("set_with_expiry",),
     "journal": ("journal_write", "journal_get", "journal_version", "journal_head", "journal_keys"),
+    "value_size": ("value_size",),
 }
 
 
@@ -43,11 +44,14 @@ class StoreCapabilities:
       (fencing, durable approvals).
     - ``expiry``: ``set_with_expiry`` records a turn-count expiry (shared memory enforces it).
     - ``journal``: journals (``oma.store.journal``), the checkpoint journal layout.
+    - ``value_size``: ``value_size(key)`` says how many bytes a value holds without reading it
+      (the operator's progress poll reads no snapshot larger than it would parse).
     """
 
     compare_and_set: bool = False
     expiry: bool = False
     journal: bool = False
+    value_size: bool = False
 
     def __post_init__(self) -> None:
         for field in fields(self):

@@ -13,7 +13,9 @@ from oma.store.journal import JournalEntry, JournalHead, JournalKeys, check_writ
 class InMemoryStore:
     """Map-backed store. ``compare_and_set`` is atomic because nothing in it awaits."""
 
-    capabilities = StoreCapabilities(compare_and_set=True, expiry=True, journal=True)
+    capabilities = StoreCapabilities(
+        compare_and_set=True, expiry=True, journal=True, value_size=True
+    )
 
     def __init__(self) -> None:
         self._entries: dict[str, MemoryEntry] = {}
@@ -42,6 +44,10 @@ class InMemoryStore:
 
     async def list(self) -> Entries:
         return [copy_entry(entry) for entry in self._entries.values()]
+
+    async def value_size(self, key: str) -> int | None:
+        entry = self._entries.get(key)
+        return len(entry.value.encode("utf-8", "surrogatepass")) if entry is not None else None
 
     async def delete(self, key: str) -> None:
         self._entries.pop(key, None)

@@ -86,7 +86,9 @@ class PostgresStore:
     are in use at once.
     """
 
-    capabilities = StoreCapabilities(compare_and_set=True, expiry=True, journal=True)
+    capabilities = StoreCapabilities(
+        compare_and_set=True, expiry=True, journal=True, value_size=True
+    )
 
     def __init__(
         self,
@@ -164,6 +166,11 @@ class PostgresStore:
     async def get(self, key: str) -> MemoryEntry | None:
         rows = await self._idempotent(q.SELECT_ONE, {"key": key}, fetch=True)
         return _entry(rows[0], self._label) if rows else None
+
+    async def value_size(self, key: str) -> int | None:
+        # octet_length of a bytea reads its stored length, not the (TOASTed) value.
+        rows = await self._idempotent(q.SELECT_SIZE, {"key": key}, fetch=True)
+        return int(rows[0][0]) if rows else None
 
     async def list(self) -> Entries:
         rows = await self._idempotent(q.SELECT_ALL, {}, fetch=True)

@@ -131,6 +131,7 @@ _COLUMNS = "key, value, metadata::text, created_at, expires_at_turn"
 
 SELECT_ONE = sql.SQL(f"SELECT {_COLUMNS} FROM {{table}} WHERE key = %(key)s")
 SELECT_ALL = sql.SQL(f"SELECT {_COLUMNS} FROM {{table}} ORDER BY position")
+SELECT_SIZE = sql.SQL("SELECT octet_length(value) FROM {table} WHERE key = %(key)s")
 
 # created_at and position are left alone on conflict: an update keeps both.
 UPSERT = sql.SQL(

@@ -24,6 +24,7 @@ from oma.store.base import (
     close_store,
     supports_compare_and_set,
     supports_expiry,
+    supports_value_size,
 )
 from oma.store.capabilities import StoreCapabilities, capabilities_of
 from oma.store.journal import JournalEntry, JournalHead, supports_journal
@@ -95,6 +96,13 @@ class PrefixedStore:
                 await inner_expiry(self.prefix + key, value, expires_at_turn, metadata)
 
             return set_with_expiry
+        if name == "value_size" and supports_value_size(self.inner):
+            inner_size = self.inner.value_size
+
+            async def value_size(key: str) -> int | None:
+                return await inner_size(self.prefix + key)
+
+            return value_size
         if name.startswith("journal_") and supports_journal(self.inner):
             return getattr(_PrefixedJournal(self.inner, self.prefix), name)
         raise AttributeError(name)

@@ -73,7 +73,9 @@ class RedisStore:
     passed in stays the caller's: ``aclose()`` closes only a client this store created.
     """
 
-    capabilities = StoreCapabilities(compare_and_set=True, expiry=True, journal=True)
+    capabilities = StoreCapabilities(
+        compare_and_set=True, expiry=True, journal=True, value_size=True
+    )
 
     def __init__(
         self,
@@ -155,6 +157,19 @@ class RedisStore:
         if value is None:
             return None
         return redis_rows.entries([field, value, meta, made, expires], self._label, self._keys)[0]
+
+    async def value_size(self, key: str) -> int | None:
+        field = _encode(key)
+
+        async def read() -> list[Any]:
+            pipe = self._client.pipeline(transaction=True)
+            pipe.hexists(self._keys[0], field)
+            pipe.hstrlen(self._keys[0], field)
+            found: list[Any] = await pipe.execute()
+            return found
+
+        exists, size = await self._idempotent(read)
+        return int(size) if exists else None
 
     async def list(self) -> Entries:
         rows = await self._idempotent(lambda: self._read(self._keys, []))
