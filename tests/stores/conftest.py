@@ -1,38 +1,37 @@
-"""Backends of the store conformance suite. Every backend joins ``BACKENDS``.
+"""Backends of the store conformance suite (``oma.testing``, run by ``test_conformance.py``).
+Every backend joins ``BACKENDS`` and ``DECLARED``.
 
-Redis and Postgres are real servers started once per session (``tests.servers``); each test
-gets its own Redis namespace or Postgres schema, so tests never see each other's keys.
+A backend makes, for one test, a factory of stores that all work on one state, as two processes
+would: one file, one Redis namespace, one Postgres schema (or one ``InMemoryStore``, which lives
+in one process). Redis and Postgres are real servers started once per session
+(``tests.servers``); each test gets its own namespace or schema, so tests never see each
+other's keys.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from oma.store import (
-    CompareAndSetStore,
     FileStore,
     InMemoryStore,
-    JournalStore,
     MemoryStore,
     PostgresStore,
     PrefixedStore,
     RedactingStore,
     RedisStore,
     StoreCapabilities,
-    supports_compare_and_set,
-    supports_journal,
     tenant_prefix,
 )
-from oma.store.base import close_store
 from oma.store.faults import FaultInjectingStore
+from oma.testing import StoreFactory
 from tests.servers.postgres_server import PostgresServer
 from tests.servers.redis_server import RedisServer
 
-StoreFactory = Callable[[], Awaitable[MemoryStore]]
 Backend = Callable[[pytest.FixtureRequest, Path], StoreFactory]
 
 
@@ -41,17 +40,17 @@ def unique_name(prefix: str) -> str:
 
 
 def _memory(_: pytest.FixtureRequest, __: Path) -> StoreFactory:
+    shared = InMemoryStore()  # its state is the object: every writer holds the same one
+
     async def make() -> MemoryStore:
-        return InMemoryStore()
+        return shared
 
     return make
 
 
 def _file(_: pytest.FixtureRequest, tmp_path: Path) -> StoreFactory:
-    counter = iter(range(1_000_000))
-
     async def make() -> MemoryStore:
-        return FileStore(tmp_path / f"store-{next(counter)}" / "state.json")
+        return FileStore(tmp_path / "store" / "state.json")
 
     return make
 
@@ -104,8 +103,10 @@ class _ClosingPrefixed(PrefixedStore):
 
 
 def _redacting(_: pytest.FixtureRequest, __: Path) -> StoreFactory:
+    inner = InMemoryStore()
+
     async def make() -> MemoryStore:
-        return RedactingStore(InMemoryStore())
+        return RedactingStore(inner)
 
     return make
 
@@ -149,41 +150,3 @@ def backend(request: pytest.FixtureRequest) -> str:
     """The name of the backend under test (``BACKENDS``)."""
     name: str = request.param
     return name
-
-
-@pytest.fixture
-async def store_factory(
-    request: pytest.FixtureRequest, tmp_path: Path, backend: str
-) -> AsyncIterator[StoreFactory]:
-    make = BACKENDS[backend](request, tmp_path)
-    created: list[MemoryStore] = []
-
-    async def tracked() -> MemoryStore:
-        store = await make()
-        created.append(store)
-        return store
-
-    yield tracked
-    for store in created:
-        await close_store(store)  # each wrapper closes what it wraps
-
-
-@pytest.fixture
-async def store(store_factory: StoreFactory) -> MemoryStore:
-    return await store_factory()
-
-
-@pytest.fixture
-def cas_store(store: MemoryStore) -> CompareAndSetStore:
-    """The backend's store, for tests of ``compare_and_set``; skipped for stores without it."""
-    if not supports_compare_and_set(store):
-        pytest.skip(f"{type(store).__name__} offers no compare_and_set (by design)")
-    return store
-
-
-@pytest.fixture
-def journal_store(store: MemoryStore) -> JournalStore:
-    """The backend's store, for tests of journals; skipped for stores without them."""
-    if not supports_journal(store):
-        pytest.skip(f"{type(store).__name__} keeps no journals (by design)")
-    return store

@@ -2,8 +2,9 @@
 inner store declares (never more), undeclared third-party stores are inferred from their
 methods, and a store that claims what it lacks is refused.
 
-Each backend's declaration is checked against its behaviour, on real servers, by
-``test_conformance.test_the_declared_capabilities_are_what_the_store_does``.
+Each backend's declaration is checked against its behaviour, on real servers, by the
+conformance suite's ``test_the_declared_capabilities_are_what_the_store_does``
+(``oma.testing``, run by ``test_conformance.py``).
 """
 
 from __future__ import annotations
