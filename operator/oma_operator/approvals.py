@@ -102,31 +102,6 @@ async def _ids_in_checkpoint(
     return ids
 
 
-async def approved_not_run(store: MemoryStore, run_id: str) -> list[ApprovalRecord]:
-    """The run's approved requests whose work has not run yet: those its latest checkpoint still
-    waits on (a gate not passed, a tool call not committed) that the ledger holds approved.
-    What a retry would execute on the strength of an earlier decision."""
-    head = await store.journal_head(checkpoint_key(run_id)) if supports_journal(store) else None
-    said = (head.metadata or {}) if head is not None else {}
-    approvals = said.get("approvals")
-    if isinstance(approvals, dict):
-        ids = [i for i in approvals.get("pending") or [] if isinstance(i, str)]
-    else:  # none pending, the snapshot layout, or an older runner's head: read it (once a retry)
-        snapshot = await Checkpoint(store, run_id=run_id).load_latest()
-        pending = snapshot.pending_approvals if isinstance(snapshot, CheckpointSnapshotV4) else []
-        ids = [request.id for request in pending]
-    ledger = DurableApprovalLedger(store)
-    found = [await ledger.get(request_id) for request_id in dict.fromkeys(ids)]
-    return [
-        record
-        for record in found
-        if record is not None
-        and record.request.run_id == run_id
-        and record.decision is not None
-        and record.decision.decision == "approved"
-    ]
-
-
 def decision_word(scope: str, spec: dict[str, Any]) -> DecisionWord:
     """The ledger's word for a resource's decision (``oma.approval.words``)."""
     return word_of(scope, spec["decision"], spec.get("resolution"))

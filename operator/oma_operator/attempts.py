@@ -38,7 +38,7 @@ from oma_operator.pods import (
     run_id_of,
     runner_pod,
 )
-from oma_operator.progress import CheckpointTooLargeToPoll, read_progress
+from oma_operator.progress import CheckpointTooLargeToPoll, Polled, read_progress
 from oma_operator.run_queue import RUN_QUEUE
 from oma_operator.specs import spec_of, work_digest
 from oma_operator.status import (
@@ -256,6 +256,8 @@ async def record_outcome(
                 status, decision, record, generation, next_attempt, outcome.report
             )
             update |= progress
+            if not status.get("workDigest"):  # started by an older operator (the spec is frozen)
+                update["workDigest"] = work_digest(teamrun)
             if (outcome.report and outcome.report.checkpointed) or update.get("lastCheckpointAt"):
                 update["checkpointSaved"] = True  # from now on, an attempt must find a checkpoint
             try:
@@ -320,19 +322,17 @@ def _after_backoff(seconds: float, start: Callable[[], Awaitable[None]], key: Ke
 STORE_READ_SECONDS = 15.0  # a store that accepts and never answers holds no recording longer
 
 
-async def store_progress(
-    teamrun: dict[str, Any], spec: TeamRunSpec
-) -> tuple[dict[str, Any], str | None]:
-    """Tasks done/total and the last checkpoint time from the run's store, for the poll ({} if
-    unknown, or not known within ``STORE_READ_SECONDS``), and why a checkpoint too large to
-    poll was not read (``runtime.POLL_READ_LIMIT_BYTES``; None: it was, or needed no reading)."""
+async def store_progress(teamrun: dict[str, Any], spec: TeamRunSpec) -> Polled:
+    """Tasks done/total and the last checkpoint time from the run's store, for the poll: none
+    from a checkpoint too large to poll (``runtime.POLL_READ_LIMIT_BYTES``), or from a store that
+    did not answer within ``STORE_READ_SECONDS``."""
     try:
-        return await _progress(teamrun, spec, runtime.POLL_READ_LIMIT_BYTES), None
+        return Polled(await _progress(teamrun, spec, runtime.POLL_READ_LIMIT_BYTES))
     except CheckpointTooLargeToPoll as exc:
-        return {}, str(exc)
+        return Polled(too_large=str(exc))
     except (KubeError, OmaError, TimeoutError) as exc:
         log.warning("no progress for %s: %s", teamrun["metadata"]["name"], exc or "timed out")
-        return {}, None
+        return Polled(answered=False)
 
 
 async def _progress(

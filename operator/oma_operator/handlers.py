@@ -296,9 +296,9 @@ async def progress(teamrun: dict[str, Any]) -> None:
     and whether the checkpoint was too large to poll (``CheckpointPolled``)."""
     meta, status = teamrun["metadata"], dict(teamrun.get("status") or {})
     spec = spec_of(teamrun)
-    found, too_large = await store_progress(teamrun, spec)
-    update = changed(status, found)
-    conditions = polled_conditions(status, too_large, int(meta.get("generation", 1)))
+    polled = await store_progress(teamrun, spec)
+    update = changed(status, polled.progress)
+    conditions = polled_conditions(status, polled, int(meta.get("generation", 1)))
     if conditions is None:
         if update:
             await runtime.kube().patch_teamrun_status(meta["namespace"], meta["name"], update)

@@ -11,6 +11,7 @@ condition says so. Nothing bounds the reads at an attempt's end, which confirm a
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from oma.checkpoint import Checkpoint
@@ -19,9 +20,17 @@ from oma.checkpoint.summary import summarize
 from oma.errors import OmaError
 from oma.store.base import MemoryStore, supports_value_size
 from oma.store.journal import supports_journal
-from oma_operator.status import condition, merge_conditions
+from oma_operator.status import POLLED, condition, merge_conditions
 
-POLLED = "CheckpointPolled"  # condition: False while the checkpoint is too large to poll
+
+@dataclass(frozen=True)
+class Polled:
+    """What one progress poll found: the progress (empty when unknown), why the checkpoint was
+    not read when it was too large, and whether the store answered at all."""
+
+    progress: dict[str, Any] = field(default_factory=dict)
+    too_large: str | None = None
+    answered: bool = True
 
 
 class CheckpointTooLargeToPoll(OmaError):
@@ -88,20 +97,23 @@ def changed(status: dict[str, Any], progress: dict[str, Any]) -> dict[str, Any]:
 
 
 def polled_conditions(
-    status: dict[str, Any], too_large: str | None, generation: int
+    status: dict[str, Any], polled: Polled, generation: int
 ) -> list[dict[str, Any]] | None:
     """The conditions with ``CheckpointPolled`` as this poll found it; None when nothing
-    changes (no write): the condition appears only once a checkpoint was too large."""
+    changes (no write): the condition appears only once a checkpoint was too large, and a
+    store that did not answer changes nothing."""
     current = next((c for c in status.get("conditions") or [] if c.get("type") == POLLED), None)
-    if too_large is None:
+    if not polled.answered:
+        return None
+    if polled.too_large is None:
         if current is None or current.get("status") == "True":
             return None
         wanted = condition(POLLED, True, "Polled", "the checkpoint is polled again", generation)
     else:
         if current is not None and (current.get("status"), current.get("message")) == (
             "False",
-            too_large,
+            polled.too_large,
         ):
             return None
-        wanted = condition(POLLED, False, "CheckpointTooLarge", too_large, generation)
+        wanted = condition(POLLED, False, "CheckpointTooLarge", polled.too_large, generation)
     return merge_conditions(status.get("conditions") or [], [wanted])

@@ -7,26 +7,32 @@ ended it.
 
 A Failed run's spec may be fixed before the retry, but an approval holds only for the spec it
 was given under: a run whose spec changed since its last attempt started (``status.workDigest``)
-while the ledger holds approved requests whose work has not run yet is not retried. The request
-is recorded as refused, with why, and the run stays Failed; with the spec put back, or without
-such approvals, a new ``oma retry`` goes ahead.
+while approvals stand for work it has not finished (``approved_work``) is not retried. The
+request is recorded as refused, with why, and the run stays Failed; with the spec put back, or
+without such approvals, a new ``oma retry`` goes ahead.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+from oma.approval.ledger import ApprovalRecord
 from oma_operator import runtime
 from oma_operator.approval_resources import decision_name
-from oma_operator.approvals import approved_not_run
+from oma_operator.approved_work import approved_not_run
+from oma_operator.attempts import STORE_READ_SECONDS
 from oma_operator.client import KubeError
 from oma_operator.models import RETRY_ANNOTATION
 from oma_operator.pods import run_id_of
 from oma_operator.reviewers import editors_of
 from oma_operator.specs import TeamRunSpecError, spec_of, work_digest
-from oma_operator.status import retried, retry_refused
+from oma_operator.status import RETRY_REFUSED, retried, retry_refused
 from oma_operator.stores import STORES
+
+SPEC_INVALID, SPEC_NOT_RECORDED = "SpecInvalid", "SpecNotRecorded"
 
 
 @dataclass(frozen=True)
@@ -49,34 +55,78 @@ def retry_requested(teamrun: dict[str, Any]) -> str | None:
     return None if requested in handled else requested
 
 
-async def retry_refusal(teamrun: dict[str, Any]) -> str | None:
+@dataclass(frozen=True)
+class Refusal:
+    """Why a retry is not acted on: ``reason`` for ``status.retries``, ``message`` for people."""
+
+    reason: str
+    message: str
+
+
+# Refusals found by reading the store, by (TeamRun uid, digest its attempts ran under): a
+# Failed run's checkpoint and approvals do not change, so asking again reads nothing.
+_REFUSED: OrderedDict[tuple[str, str], Refusal] = OrderedDict()
+REFUSALS_KEPT = 1024
+
+
+async def retry_refusal(teamrun: dict[str, Any]) -> Refusal | None:
     """Why the run may not be retried as its spec now stands, or None. Reads the run's store
-    only when the spec's work changed since its last attempt started."""
+    (within ``STORE_READ_SECONDS``) only when the spec's work changed since its last attempt
+    started, and once per TeamRun and recorded spec."""
     meta, status = teamrun["metadata"], teamrun.get("status") or {}
-    attempt = int(status.get("attempt") or 0)
-    if attempt == 0 or status.get("workDigest") == work_digest(teamrun):
+    recorded = str(status.get("workDigest") or "")
+    if int(status.get("attempt") or 0) == 0 or recorded == work_digest(teamrun):
         return None  # nothing ran yet, or it runs what its reviewers saw
+    key = (str(meta.get("uid") or ""), recorded)
+    if key in _REFUSED:
+        return _REFUSED[key]
     try:
         spec = spec_of(teamrun)
     except TeamRunSpecError as exc:
-        return f"its spec is not valid ({exc.problems}): fix it, then oma retry"
-    store = await STORES.store_of(runtime.kube(), meta["namespace"], spec)
-    approved = await approved_not_run(store, run_id_of(teamrun))
+        return Refusal(SPEC_INVALID, f"its spec is not valid ({exc.problems}): fix it, then retry")
+    async with asyncio.timeout(STORE_READ_SECONDS):
+        store = await STORES.store_of(runtime.kube(), meta["namespace"], spec)
+        approved = await approved_not_run(store, run_id_of(teamrun))
+    refusal = refusal_for(teamrun, approved, runtime.CREATOR_RECORDED)
+    if refusal is not None and key[0]:
+        _REFUSED[key] = refusal
+        while len(_REFUSED) > REFUSALS_KEPT:
+            _REFUSED.popitem(last=False)
+    return refusal
+
+
+def refusal_for(
+    teamrun: dict[str, Any], approved: list[ApprovalRecord], editors_recorded: bool
+) -> Refusal | None:
+    """The refusal of a retry whose spec differs from the one its attempts ran under, given the
+    approvals still standing for work to come (``approved_work``); None when there are none."""
     if not approved:
         return None
+    meta, status = teamrun["metadata"], teamrun.get("status") or {}
     decisions = ", ".join(
         f"approvaldecision {decision_name(meta['name'], record.request.id)} (approved by "
         f"{record.decision.reviewer.id if record.decision else '?'})"
         for record in approved[:5]
     )
     more = f" and {len(approved) - 5} more" if len(approved) > 5 else ""
-    editors = editors_of(teamrun, runtime.CREATOR_RECORDED)
+    standing = f"{decisions}{more} approved work it has not finished"
+    fix = (
+        "an approval holds only for the spec it was given under. Put the spec back as it was "
+        "(only the hold and placement fields may differ), or create a new TeamRun with the new "
+        "spec, whose requests are asked anew"
+    )
+    attempt = int(status.get("attempt") or 0)
+    if not status.get("workDigest"):
+        return Refusal(
+            SPEC_NOT_RECORDED,
+            f"no record says which spec attempt {attempt} ran under (it was started by an "
+            f"operator from before 2026-12-06), and {standing}: {fix}",
+        )
+    editors = editors_of(teamrun, editors_recorded)
     by = f" (edited by {', '.join(editors)})" if editors else ""
-    return (
-        f"its spec{by} changed since attempt {attempt} started, and {decisions}{more} "
-        "approved work it has not run yet: an approval holds only for the spec it was given "
-        "under. Put the spec back as it was (only the hold and placement fields may differ), "
-        "or create a new TeamRun with the new spec, whose requests are asked anew"
+    return Refusal(
+        RETRY_REFUSED,
+        f"its spec{by} changed since attempt {attempt} started, and {standing}: {fix}",
     )
 
 
@@ -88,7 +138,7 @@ async def retry_run(teamrun: dict[str, Any], requested: str) -> Retry | None:
     if refusal is None:
         update = retried(status, requested, int(meta.get("generation", 1)))
     else:
-        update = retry_refused(status, requested, refusal)
+        update = retry_refused(status, requested, refusal.message, refusal.reason)
     try:
         written = await runtime.kube().patch_teamrun_status(
             meta["namespace"], meta["name"], update, resource_version=meta["resourceVersion"]
@@ -97,4 +147,4 @@ async def retry_run(teamrun: dict[str, Any], requested: str) -> Retry | None:
         if exc.status in (404, 409):
             return None
         raise
-    return Retry(written, refusal)
+    return Retry(written, refusal.message if refusal is not None else None)

@@ -52,7 +52,7 @@ def _bytes(variable: str, default: int) -> int:
     text = os.environ.get(variable, "")
     if not text:
         return default
-    if not text.isdigit() or int(text) == 0:
+    if not (text.isascii() and text.isdigit()) or int(text) == 0:
         raise SystemExit(f"{variable}={text!r} must be a number of bytes, more than 0")
     return int(text)
 

@@ -24,6 +24,9 @@ PHASE_BY_ACTION = {
 }
 
 
+POLLED = "CheckpointPolled"  # False while a snapshot is too large for the progress poll
+
+
 def condition(
     kind: str, status: bool, reason: str, message: str, generation: int
 ) -> dict[str, Any]:
@@ -146,6 +149,11 @@ def after_attempt(
                 "Failed", decision.action == "failed", decision.reason, decision.message, generation
             )
         )
+    conditions: list[dict[str, Any]] = status.get("conditions") or []
+    polled = next((c for c in conditions if c.get("type") == POLLED), {})
+    if polled.get("status") == "False":  # the end reads the checkpoint whatever its size
+        message = "the attempt's end read the checkpoint"
+        updates.append(condition(POLLED, True, "AttemptEnded", message, generation))
     if decision.action in ("suspended", "cancelled"):
         kind = "Suspended" if decision.action == "suspended" else "Cancelled"
         updates.append(condition(kind, True, "Requested", decision.message, generation))
@@ -222,14 +230,16 @@ def retried(status: dict[str, Any], requested: str, generation: int) -> dict[str
 RETRY_REFUSED = "SpecChangedSinceApproval"
 
 
-def retry_refused(status: dict[str, Any], requested: str, why: str) -> dict[str, Any]:
+def retry_refused(
+    status: dict[str, Any], requested: str, why: str, reason: str = RETRY_REFUSED
+) -> dict[str, Any]:
     """A retry the operator did not act on (``why``): the run stays Failed as it was, and the
     request is recorded as handled, so it is not looked at again (a new ``oma retry`` is)."""
     record = {
         "requested": requested,
         "refusedAt": now_iso(),
         "attempt": int(status.get("attempt") or 0),
-        "reason": RETRY_REFUSED,
+        "reason": reason,
         "message": why[:1024],
     }
     return {

@@ -510,7 +510,8 @@ async def test_a_snapshot_too_large_to_poll_is_not_read_and_the_run_says_so(
 ) -> None:
     """Issue 41: the operator never reads a whole checkpoint to poll. A snapshot-layout run
     (no journal head) whose snapshot is over the poll's limit (2 KiB here, 8 MiB by default)
-    shows CheckpointPolled=False while it runs, and its progress once its attempt ends."""
+    shows CheckpointPolled=False while it runs, and its progress (and CheckpointPolled=True) once
+    its attempt ends."""
     script: list[dict[str, Any]] = [
         {"tool_calls": [{"id": "w1", "name": "wait", "input": {"seconds": 6}}]},
         {"text": "done"},
@@ -538,6 +539,8 @@ async def test_a_snapshot_too_large_to_poll_is_not_read_and_the_run_says_so(
         status = await finished(kube, namespace, "bigsnap", 120)
     assert status["phase"] == "Succeeded", status
     assert status["taskSummary"] == "1/1" and status["lastCheckpointAt"], status
+    polled = next(c for c in status["conditions"] if c["type"] == "CheckpointPolled")
+    assert (polled["status"], polled["reason"]) == ("True", "AttemptEnded"), polled
 
 
 @pytest.mark.timeout(180)

@@ -7,8 +7,16 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-from oma_operator.models import RETRY_ANNOTATION
-from oma_operator.retries import retry_requested
+from oma.approval import DurableApprovalLedger, create_approval_request
+from oma.approval.ledger import ApprovalRecord
+from oma.store import InMemoryStore
+from oma_operator.models import EDITORS_ANNOTATION, RETRY_ANNOTATION
+from oma_operator.retries import (
+    SPEC_NOT_RECORDED,
+    refusal_for,
+    retry_refusal,
+    retry_requested,
+)
 from oma_operator.specs import work_digest
 from oma_operator.status import MAX_RETRIES_KEPT, RETRY_REFUSED, retried, retry_refused
 
@@ -106,3 +114,79 @@ def test_a_refused_retry_leaves_the_run_failed_and_is_handled_once() -> None:
     run = _run("Failed", "t2")
     run["status"] = {**status, **update}
     assert retry_requested(run) is None  # not looked at again; a new oma retry is
+
+
+async def _approved(run_id: str = "r-1") -> ApprovalRecord:
+    """A real ledger record: a tool call approved by carol."""
+    arguments = {"entry": "pay", "amount": 7}
+    request = create_approval_request(
+        run_id=run_id,
+        scope="tool_call",
+        boundary="t-1:c1",
+        content={
+            "kind": "tool_call",
+            "toolName": "ledger_append",
+            "rawInput": arguments,
+            "input": arguments,
+            "agentName": "clerk",
+            "taskId": "t-1",
+            "toolCallId": "c1",
+            "consequential": True,
+        },
+    )
+    ledger = DurableApprovalLedger(InMemoryStore())
+    await ledger.ensure_request(request)
+    await ledger.decide(
+        request_id=request.id,
+        request_hash=request.request_hash,
+        decision="approve",
+        reviewer={"id": "carol"},
+    )
+    record = await ledger.get(request.id)
+    assert record is not None
+    return record
+
+
+def _failed(digest: str | None, attempt: int = 2) -> dict[str, Any]:
+    run = _spec()
+    run["metadata"] = {
+        "name": "pay",
+        "namespace": "ns",
+        "uid": "u-1",
+        "annotations": {EDITORS_ANNOTATION: "bob\nmallory"},
+    }
+    run["status"] = {"phase": "Failed", "attempt": attempt}
+    if digest is not None:
+        run["status"]["workDigest"] = digest
+    return run
+
+
+async def test_a_retry_of_what_ran_or_of_what_never_ran_reads_no_store() -> None:
+    """No kube client and no store are set up here: these answers come from the status."""
+    assert await retry_refusal(_failed(work_digest(_spec()))) is None  # the spec it ran under
+    assert await retry_refusal(_failed(None, attempt=0)) is None  # nothing ran
+
+
+async def test_a_changed_spec_is_refused_only_while_approvals_stand() -> None:
+    run = _failed("sha256:before")
+    assert refusal_for(run, [], editors_recorded=True) is None  # a fixed spec goes ahead
+    record = await _approved()
+    refusal = refusal_for(run, [record], editors_recorded=True)
+    assert refusal is not None and refusal.reason == RETRY_REFUSED
+    assert refusal.message.startswith("its spec (edited by bob, mallory) changed since attempt 2")
+    assert f"approvaldecision pay-{record.request.id.removeprefix('apr_')[:16]}" in (
+        refusal.message
+    )
+    assert "(approved by carol)" in refusal.message
+    assert "an approval holds only for the spec it was given under" in refusal.message
+    unrecorded = refusal_for(run, [record], editors_recorded=False)
+    assert unrecorded is not None and "edited by" not in unrecorded.message
+    many = refusal_for(run, [record] * 7, editors_recorded=True)
+    assert many is not None and "and 2 more approved work" in many.message
+
+
+async def test_a_run_whose_spec_was_never_recorded_is_not_told_it_changed() -> None:
+    refusal = refusal_for(_failed(None), [await _approved()], editors_recorded=True)
+    assert refusal is not None and refusal.reason == SPEC_NOT_RECORDED
+    assert "no record says which spec attempt 2 ran under" in refusal.message
+    assert "changed" not in refusal.message

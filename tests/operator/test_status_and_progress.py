@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from oma.approval import Suspend, decide_approval
+from oma.approval import Suspend
 from oma.checkpoint.journal import JournalWriter
 from oma.checkpoint.keys import checkpoint_key
 from oma.errors import CheckpointValidationError
@@ -20,17 +20,17 @@ from oma.store import InMemoryStore, JournalEntry, JournalHead, MemoryEntry
 from oma.store.urls import open_store
 from oma.timeutil import parse_iso
 from oma_operator import approvals, runtime
-from oma_operator.approvals import approved_not_run, run_records
+from oma_operator.approvals import run_records
 from oma_operator.decisions import Decision, attempt_record
 from oma_operator.outcomes import Outcome
 from oma_operator.progress import (
-    POLLED,
     CheckpointTooLargeToPoll,
+    Polled,
     changed,
     polled_conditions,
     read_progress,
 )
-from oma_operator.status import after_attempt, backoff_left
+from oma_operator.status import POLLED, after_attempt, backoff_left
 from tests.conformance_data import require_conformance_dir
 from tests.engine.approval_fixtures import CHARGE_REQUEST, CHARGE_TASK, Recorder, charge_team
 
@@ -255,47 +255,6 @@ async def test_a_snapshot_layout_run_is_read_once_per_attempt_it_waits_in() -> N
     assert len(store.reads) == 2
 
 
-@pytest.mark.parametrize("layout", ["journal", "older journal", "snapshot"])
-async def test_approved_work_not_run_yet_is_found_in_each_layout(layout: str) -> None:
-    """What a retry under a changed spec would execute on an earlier decision: an approved
-    request the checkpoint still waits on. Undecided, rejected or run, it is not that."""
-    store = _OlderRunnersHeads() if layout == "older journal" else _CountingReads()
-    await _suspend_at_the_charge(store, journal=layout != "snapshot")
-    assert await approved_not_run(store, "conf-c") == []  # undecided
-    await decide_approval(
-        store,
-        request_id=CHARGE_REQUEST,
-        request_hash=(await run_records(store, "conf-c"))[0].request.request_hash,
-        decision="approve",
-        reviewer={"id": "carol"},
-    )
-    store.reads.clear()
-    (record,) = await approved_not_run(store, "conf-c")
-    assert record.request.id == CHARGE_REQUEST and record.decision is not None
-    assert record.decision.reviewer.id == "carol"
-    assert (store.reads == []) is (layout == "journal")  # the head names the requests
-    recorder = Recorder()
-    options = CheckpointOptions(store=store, run_id="conf-c", journal=layout != "snapshot")
-    done = await OpenMultiAgent().restore(charge_team(recorder)[0], checkpoint=options)
-    assert done.success and len(recorder.tool_calls) == 1
-    assert await approved_not_run(store, "conf-c") == []  # the approved call ran
-    assert await approved_not_run(store, "no-such-run") == []
-
-
-async def test_a_rejected_request_is_no_approved_work() -> None:
-    store = _CountingReads()
-    await _suspend_at_the_charge(store, journal=True)
-    (pending,) = await run_records(store, "conf-c")
-    await decide_approval(
-        store,
-        request_id=CHARGE_REQUEST,
-        request_hash=pending.request.request_hash,
-        decision="reject",
-        reviewer={"id": "carol"},
-    )
-    assert await approved_not_run(store, "conf-c") == []
-
-
 async def test_a_snapshot_too_large_to_poll_is_not_read_and_the_condition_says_so() -> None:
     """The snapshot layout has no head: the poll asks the store for the snapshot's size and
     reads it only under the limit. An attempt's end (no limit) still reads it."""
@@ -315,17 +274,27 @@ async def test_a_snapshot_too_large_to_poll_is_not_read_and_the_condition_says_s
     assert await read_progress(store, "conf-c") == polled  # at an attempt's end: no limit
 
     status: dict[str, Any] = {"conditions": [{"type": "Progressing", "status": "True"}]}
-    assert polled_conditions(status, None, 3) is None  # never too large: no condition, no write
-    conditions = polled_conditions(status, str(caught.value), 3)
+    assert polled_conditions(status, Polled(), 3) is None  # never too large: no condition
+    too_large = Polled(too_large=str(caught.value))
+    conditions = polled_conditions(status, too_large, 3)
     assert conditions is not None
     found = {c["type"]: c for c in conditions}
     assert (found[POLLED]["status"], found[POLLED]["reason"]) == ("False", "CheckpointTooLarge")
     assert "Progressing" in found
     status = {"conditions": conditions}
-    assert polled_conditions(status, str(caught.value), 3) is None  # unchanged: no write
-    again = polled_conditions(status, None, 4)
+    assert polled_conditions(status, too_large, 3) is None  # unchanged: no write
+    # A store that did not answer says nothing of the checkpoint's size: no flapping.
+    assert polled_conditions(status, Polled(answered=False), 3) is None
+    again = polled_conditions(status, Polled(), 4)
     assert again is not None
     assert {c["type"]: c["status"] for c in again}[POLLED] == "True"
+    # An attempt's end reads the checkpoint whatever its size: the condition turns True.
+    record = attempt_record(1, Outcome("succeeded", "Completed", "{}", 0), "r-a1", "t")
+    ended = after_attempt(status, DONE, record, 5, None)
+    polled_now = next(c for c in ended["conditions"] if c["type"] == POLLED)
+    assert (polled_now["status"], polled_now["reason"]) == ("True", "AttemptEnded")
+    untouched = after_attempt({"conditions": []}, DONE, record, 5, None)
+    assert POLLED not in {c["type"] for c in untouched["conditions"]}
 
 
 @pytest.mark.parametrize("text", ["8MiB", "0", "-3", "1.5"])
