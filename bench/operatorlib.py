@@ -2,7 +2,8 @@
 
 ``stack()`` starts the local control plane (``devcluster.DevCluster``: etcd, kube-apiserver,
 kube-controller-manager, the process-running node agent), a ``redis-server``, installs the CRDs
-(``oma_operator.crdgen``), creates a namespace with the store Secret and starts the operator as
+(``oma_operator.resources.crdgen``), creates a namespace with the store Secret and starts the
+operator as
 ``python -m oma_operator --namespace NS``; on exit (error included) it stops all of it.
 
 API requests are counted without touching the operator: the API server writes an audit log
@@ -48,7 +49,7 @@ from devcluster.images import OMA_IMAGE  # noqa: E402
 from devcluster.kube import ApiError  # noqa: E402
 from devcluster.kubeconfig import load_kubeconfig  # noqa: E402
 from devcluster.sandbox import sandbox_id  # noqa: E402
-from oma_operator.crdgen import approvaldecision_crd, teamrun_crd  # noqa: E402
+from oma_operator.resources.crdgen import approvaldecision_crd, teamrun_crd  # noqa: E402
 
 T = TypeVar("T")
 JSON = dict[str, Any]

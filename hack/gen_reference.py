@@ -4,8 +4,8 @@
     hack/gen-reference OUT_DIR       # writes the pages somewhere else
 
 - ``teamrun.md`` and ``approvaldecision.md``: the spec fields from the pydantic models in
-  ``oma_operator.models`` (what the operator validates), the names, printer columns, status schema
-  and API-server rules from the generated CRDs (``oma_operator.crdgen``).
+  ``oma_operator.resources.models`` (what the operator validates), the names, printer columns,
+  status schema and API-server rules from the generated CRDs (``oma_operator.resources.crdgen``).
 - ``run-spec.md``: ``oma.spec.RunSpec``, the spec ``oma run`` and runner pods read.
 - ``helm-values.md``: ``charts/oma/values.yaml`` (defaults; the comments above a key, or after
   it, are its description) and ``charts/oma/values.schema.json`` (types and bounds).
@@ -31,8 +31,8 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
 from oma.spec import RunSpec
-from oma_operator.crdgen import approvaldecision_crd, teamrun_crd
-from oma_operator.models import ApprovalDecisionSpec, TeamRunSpec
+from oma_operator.resources.crdgen import approvaldecision_crd, teamrun_crd
+from oma_operator.resources.models import ApprovalDecisionSpec, TeamRunSpec
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_TARGET = REPO / "docs" / "reference"
@@ -310,7 +310,7 @@ def teamrun_page() -> str:
     lines = [
         "# TeamRun reference",
         "",
-        NOTICE.format(sources="oma_operator.models and oma_operator.crdgen"),
+        NOTICE.format(sources="oma_operator.resources.models and oma_operator.resources.crdgen"),
         "",
         *_crd_header(crd),
         "",
@@ -333,7 +333,7 @@ def approvaldecision_page() -> str:
     lines = [
         "# ApprovalDecision reference",
         "",
-        NOTICE.format(sources="oma_operator.models and oma_operator.crdgen"),
+        NOTICE.format(sources="oma_operator.resources.models and oma_operator.resources.crdgen"),
         "",
         *_crd_header(crd),
         "",

@@ -108,7 +108,7 @@ def load_kubeconfig(path: Path | None = None, context: str | None = None) -> Kub
 
     Meant for the kubeconfigs devcluster writes (tokens, client certificates): it reads one
     file and refuses exec credential plugins. A user's cluster is reached with the product's
-    client instead (``oma_operator.client.Kube``; the tests: ``tests/cluster/kube_access.py``),
+    client instead (``oma_operator.k8s.client.Kube``; the tests: ``tests/cluster/kube_access.py``),
     which merges several files and runs exec plugins."""
     if path is None:
         env = os.environ.get("KUBECONFIG", "")
@@ -124,7 +124,7 @@ def load_kubeconfig(path: Path | None = None, context: str | None = None) -> Kub
     if "exec" in user or "auth-provider" in user:
         raise ValueError(
             f"{path}: exec/auth-provider credentials are not supported by devcluster's client "
-            "(use oma_operator.client.Kube)"
+            "(use oma_operator.k8s.client.Kube)"
         )
     base = path.parent
     token = user.get("token")

@@ -9,9 +9,18 @@ from typing import Any
 
 import kopf
 
-from oma_operator import events, runtime, trouble
-from oma_operator.approvals import close_pending, sync_approvals
-from oma_operator.attempts import (
+from oma_operator import events, runtime
+from oma_operator.approvals.rules.reviewers import missing_creator
+from oma_operator.approvals.sync import close_pending, sync_approvals
+from oma_operator.install.release import release_runner_pods
+from oma_operator.k8s.client import KubeError
+from oma_operator.k8s.watched import WATCHED
+from oma_operator.later import LATER
+from oma_operator.resources.models import GROUP, VERSION
+from oma_operator.resources.phases import FINAL_PHASES, WAITING_PHASES
+from oma_operator.resources.specs import TeamRunSpecError, spec_of
+from oma_operator.runs import trouble
+from oma_operator.runs.attempts import (
     ensure_pod,
     record_outcome,
     resume_after_approvals,
@@ -19,30 +28,22 @@ from oma_operator.attempts import (
     retry_pod_creation,
     store_progress,
 )
-from oma_operator.client import KubeError
-from oma_operator.concurrency import Slot, slot_of
-from oma_operator.deadlines import TIMERS
-from oma_operator.held_runs import apply_hold, may_ask
-from oma_operator.holds import action_for, hold_of
-from oma_operator.later import LATER
-from oma_operator.metrics import METRICS, pod_ended_at
-from oma_operator.models import GROUP, VERSION
-from oma_operator.outcomes import classify
-from oma_operator.phases import FINAL_PHASES, WAITING_PHASES
-from oma_operator.pods import FINALIZER, LABEL_TEAMRUN, attempt_of, labelled_attempt
-from oma_operator.progress import changed, polled_conditions
-from oma_operator.queued_runs import queue_run, start_attempt, start_queued
-from oma_operator.release import release_runner_pods
-from oma_operator.retention import FINISHED
-from oma_operator.retries import retry_requested, retry_run
-from oma_operator.reviewers import missing_creator
-from oma_operator.run_queue import INDEX_KEY, RUN_QUEUE
-from oma_operator.specs import TeamRunSpecError, spec_of
-from oma_operator.status import backoff_left, condition, merge_conditions
+from oma_operator.runs.deadlines import TIMERS
+from oma_operator.runs.held_runs import apply_hold, may_ask
+from oma_operator.runs.metrics import METRICS, pod_ended_at
+from oma_operator.runs.queued_runs import queue_run, start_attempt, start_queued
+from oma_operator.runs.retention import FINISHED
+from oma_operator.runs.retries import retry_requested, retry_run
+from oma_operator.runs.rules.concurrency import Slot, slot_of
+from oma_operator.runs.rules.holds import action_for, hold_of
+from oma_operator.runs.rules.outcomes import classify
+from oma_operator.runs.rules.pods import FINALIZER, LABEL_TEAMRUN, attempt_of, labelled_attempt
+from oma_operator.runs.rules.progress import changed, polled_conditions
+from oma_operator.runs.rules.status import backoff_left, condition, merge_conditions
+from oma_operator.runs.run_queue import INDEX_KEY, RUN_QUEUE
+from oma_operator.runs.untracked import pod_gone, untracked_pod
 from oma_operator.stores import STORES
 from oma_operator.ticker import TICKER
-from oma_operator.untracked import pod_gone, untracked_pod
-from oma_operator.watched import WATCHED
 
 WATCH_WORKERS = 500  # objects handled at once, per watched resource
 # Pods whose outcome this process recorded or found recorded, and let go of (bounded): their

@@ -14,10 +14,10 @@ import kopf
 from oma.pod_contract import LOG_FORMATS
 from oma_operator import handlers, login, masking, runtime  # noqa: F401 (importing registers handlers)
 from oma_operator.events import VERBOSITIES
-from oma_operator.metrics import serve
-from oma_operator.retention import FINISHED
-from oma_operator.run_queue import RUN_QUEUE, limits_from_env
-from oma_operator.uninstall import stop_operator
+from oma_operator.install.uninstall import stop_operator
+from oma_operator.runs.metrics import serve
+from oma_operator.runs.retention import FINISHED
+from oma_operator.runs.run_queue import RUN_QUEUE, limits_from_env
 
 T = TypeVar("T")
 LOG_LEVELS = ("debug", "info", "warning")

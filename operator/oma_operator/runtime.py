@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from oma_operator.client import Kube
+from oma_operator.k8s.client import Kube
 
 DEFAULT_IMAGE = os.environ.get("OMA_RUNNER_IMAGE", "ghcr.io/oma/oma:latest")
 # A token-less service account for runner pods (the chart creates it in its namespace).

@@ -25,8 +25,8 @@ from oma.store.prefixed import PrefixedStore, tenant_prefix
 from oma.store.redis import RedisStore
 from oma.store.urls import POSTGRES_SCHEMES, REDIS_SCHEMES, open_secret_store
 from oma_operator import masking, runtime
-from oma_operator.client import Kube
-from oma_operator.models import TeamRunSpec
+from oma_operator.k8s.client import Kube
+from oma_operator.resources.models import TeamRunSpec
 
 SECRET_TTL_SECONDS = runtime.SECRET_TTL_SECONDS
 NAMESPACES_KEPT = 1024  # Redis key namespaces whose store objects are kept

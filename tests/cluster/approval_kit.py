@@ -20,9 +20,9 @@ from devcluster.kubeconfig import load_kubeconfig
 from oma.approval import decide_approval
 from oma.approval.models import ApprovalRequest
 from oma.approval.requests import create_approval_request
-from oma_operator.admission import DEPLOY_FILE
-from oma_operator.approval_resources import decision_manifest
-from oma_operator.models import ReviewerSet
+from oma_operator.approvals.rules.resources import decision_manifest
+from oma_operator.resources.admission import DEPLOY_FILE
+from oma_operator.resources.models import ReviewerSet
 from tests.cluster.cluster_wide import ClusterWide, ClusterWideMismatch
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import Endpoint, SideEffects, teamrun_store

@@ -33,7 +33,7 @@ import pytest
 from devcluster import DevCluster, KubeClient, MissingBinaryError, NodeAgent
 from devcluster.binaries import build_times, find_binary, find_tool
 from devcluster.kubeconfig import load_kubeconfig
-from oma_operator.kubeconfig import KubeconfigError
+from oma_operator.k8s.kubeconfig import KubeconfigError
 from tests.cluster.cluster_wide import ClusterWide
 from tests.cluster.e2e_env import (
     EXISTING,

@@ -2,9 +2,9 @@
 
 The local devcluster's own kubeconfigs (client certificates it minted) are read by devcluster's
 small client. A user's cluster is reached the way ``oma`` and the operator reach it: the files in
-``$KUBECONFIG`` merged by kubectl's rules (``oma_operator.kubeconfig.merged``), a context chosen
+``$KUBECONFIG`` merged by kubectl's rules (``oma_operator.k8s.kubeconfig.merged``), a context chosen
 (``OMA_E2E_CONTEXT``, else the merged current-context), and requests sent by kr8s through the
-product's client (``oma_operator.client.Kube``), which runs exec credential plugins (EKS, GKE,
+product's client (``oma_operator.k8s.client.Kube``), which runs exec credential plugins (EKS, GKE,
 AKS), re-authenticates when a token expires, and reads certificates and tokens from files or
 inline data.
 
@@ -30,8 +30,8 @@ import kr8s
 import yaml
 
 from devcluster.kube import JSON, ApiError, KubeClient
-from oma_operator.client import Kube
-from oma_operator.kubeconfig import KubeconfigError, merged
+from oma_operator.k8s.client import Kube
+from oma_operator.k8s.kubeconfig import KubeconfigError, merged
 
 CONTEXT_VARIABLE = "OMA_E2E_CONTEXT"
 

@@ -25,7 +25,7 @@ import pytest
 
 from devcluster import KubeClient
 from devcluster.kube import ApiError
-from oma_operator.crdgen import approvaldecision_crd, teamrun_crd
+from oma_operator.resources.crdgen import approvaldecision_crd, teamrun_crd
 from tests.cluster.cluster_wide import CRDS, ClusterWide, ClusterWideMismatch
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import Endpoint, SideEffects

@@ -26,10 +26,10 @@ import yaml
 
 from devcluster.kube import ApiError, KubeClient
 from devcluster.kubeconfig import load_kubeconfig
-from oma_operator.admission import DEPLOY_FILE
-from oma_operator.approval_resources import decision_manifest
-from oma_operator.crdgen import approvaldecision_crd, teamrun_crd
-from oma_operator.kubeconfig import KubeconfigError
+from oma_operator.approvals.rules.resources import decision_manifest
+from oma_operator.k8s.kubeconfig import KubeconfigError
+from oma_operator.resources.admission import DEPLOY_FILE
+from oma_operator.resources.crdgen import approvaldecision_crd, teamrun_crd
 from tests.cluster.approval_kit import (
     ADMISSION,
     DECISIONS,

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from devcluster import KubeClient
-from oma_operator.client import Kube
+from oma_operator.k8s.client import Kube
 from tests.cluster.conftest import ClusterHandle
 
 pytestmark = pytest.mark.cluster

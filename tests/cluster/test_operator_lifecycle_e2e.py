@@ -22,7 +22,7 @@ import pytest
 
 from devcluster import KubeClient
 from oma.timeutil import parse_iso
-from oma_operator.pods import FINALIZER
+from oma_operator.runs.rules.pods import FINALIZER
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import SideEffects
 from tests.cluster.helpers import event_counts, evict, get_or_none, wait_for, wait_phase

@@ -15,7 +15,7 @@ import pytest
 from devcluster import KubeClient
 from devcluster.binaries import k8s_version
 from devcluster.kube import JSON
-from oma_operator.pods import FINALIZER
+from oma_operator.runs.rules.pods import FINALIZER
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import REAL_NODE, REAL_NODE_IMAGE, Endpoint, SideEffects
 from tests.cluster.helpers import (

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from devcluster import KubeClient
-from oma_operator.uninstall import stop_operator
+from oma_operator.install.uninstall import stop_operator
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import SideEffects
 from tests.cluster.helpers import IMAGE, get_or_none, wait_for

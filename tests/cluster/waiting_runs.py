@@ -16,7 +16,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from oma.pod_contract import Exit
-from oma_operator.models import TeamRunSpec, to_run_spec
+from oma_operator.resources.models import TeamRunSpec, to_run_spec
 
 GATED = {"id": "g1", "name": "ledger_append", "input": {"entry": "pay", "amount": 7}}
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from oma_operator.models import TeamRunSpec
-from oma_operator.pods import runner_pod
+from oma_operator.resources.models import TeamRunSpec
+from oma_operator.runs.rules.pods import runner_pod
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = os.environ.get("OMA_IMAGE", "localhost/oma:dev")

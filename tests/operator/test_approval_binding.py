@@ -12,7 +12,7 @@ from oma.approval.canonical import canonical_json
 from oma.approval.ledger import ApprovalRecord
 from oma.approval.models import ApprovalDecisionRecord, ApprovalRequest
 from oma.approval.requests import create_approval_request
-from oma_operator.approval_binding import (
+from oma_operator.approvals.rules.binding import (
     binding_problem,
     earlier_own,
     judge,
@@ -20,20 +20,20 @@ from oma_operator.approval_binding import (
     run_over_status,
     status_patch,
 )
-from oma_operator.approval_resources import decision_manifest, summary
-from oma_operator.decision_view import ContentMismatch, verified_content, view
-from oma_operator.models import (
+from oma_operator.approvals.rules.decision_view import ContentMismatch, verified_content, view
+from oma_operator.approvals.rules.resources import decision_manifest, summary
+from oma_operator.approvals.rules.reviewers import (
+    excluded_reviewers,
+    missing_creator,
+    reviewer_problem,
+    reviewers_for,
+)
+from oma_operator.resources.models import (
     SUMMARY_LIMIT,
     ReviewerSet,
     TeamRunApprovals,
     TeamRunSpec,
     to_run_spec,
-)
-from oma_operator.reviewers import (
-    excluded_reviewers,
-    missing_creator,
-    reviewer_problem,
-    reviewers_for,
 )
 
 TEAMRUN: dict[str, Any] = {

@@ -1,5 +1,6 @@
-"""Which approvals stand for work a run has not finished (``oma_operator.approved_work``): what
-a retry under a changed spec would do on an earlier decision. Real runs of the engine into real
+"""Which approvals stand for work a run has not finished
+(``oma_operator.approvals.approved_work``): what a retry under a changed spec would do on an
+earlier decision. Real runs of the engine into real
 stores (in memory, and the TypeScript reference's files)."""
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from oma.llm.types import ChatRequest, ChatResponse
 from oma.orchestrator import CheckpointOptions, OpenMultiAgent
 from oma.store import InMemoryStore, JournalHead
 from oma.team import AgentConfig, Team
-from oma_operator.approvals import run_records
-from oma_operator.approved_work import approved_not_run
+from oma_operator.approvals.approved_work import approved_not_run
+from oma_operator.approvals.sync import run_records
 from tests.engine.approval_fixtures import (
     CHARGE_REQUEST,
     CHARGE_TASK,

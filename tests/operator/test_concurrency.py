@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from oma_operator.concurrency import (
+from oma_operator.runs.rules.concurrency import (
     PROVIDERS,
     Limits,
     LimitsError,
@@ -21,8 +21,8 @@ from oma_operator.concurrency import (
     slot_of,
     verdict,
 )
-from oma_operator.run_queue import INDEX_KEY, RunQueue
-from oma_operator.status import admitted, queued
+from oma_operator.runs.rules.status import admitted, queued
+from oma_operator.runs.run_queue import INDEX_KEY, RunQueue
 
 
 def teamrun(
@@ -270,7 +270,7 @@ def test_the_charts_schema_accepts_a_limit_for_every_provider_and_no_other() -> 
 
 
 def test_the_watched_copy_is_the_last_body_the_index_holds_and_none_without_one() -> None:
-    from oma_operator.watched import WatchedTeamRuns
+    from oma_operator.k8s.watched import WatchedTeamRuns
 
     watched = WatchedTeamRuns()
     assert watched.get("team-a", "r1") is None  # no index yet (before kopf's startup)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from oma_operator.crdgen import render
+from oma_operator.resources.crdgen import render
 
 CRDS = Path(__file__).resolve().parents[2] / "crds"
 
@@ -12,15 +12,22 @@ CRDS = Path(__file__).resolve().parents[2] / "crds"
 def test_committed_crds_match_a_fresh_generation() -> None:
     for name, text in render().items():
         committed = (CRDS / name).read_text(encoding="utf-8")
-        assert committed == text, f"crds/{name} is stale: run `python -m oma_operator.crdgen crds/`"
+        assert committed == text, (
+            f"crds/{name} is stale: run `python -m oma_operator.resources.crdgen crds/`"
+        )
 
 
 def test_committed_admission_policies_match_a_fresh_generation() -> None:
-    from oma_operator.admission import CHART_FILE, DEPLOY_FILE, render_chart, render_deploy
+    from oma_operator.resources.admission import (
+        CHART_FILE,
+        DEPLOY_FILE,
+        render_chart,
+        render_deploy,
+    )
 
     for path, text in ((DEPLOY_FILE, render_deploy()), (CHART_FILE, render_chart())):
         assert path.read_text(encoding="utf-8") == text, (
-            f"{path.name} is stale: run `python -m oma_operator.admission`"
+            f"{path.name} is stale: run `python -m oma_operator.resources.admission`"
         )
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from oma_operator import runtime
-from oma_operator.client import Kube
+from oma_operator.k8s.client import Kube
 from oma_operator.login import connection_info
-from oma_operator.retention import FINISHED
+from oma_operator.runs.retention import FINISHED
 
 
 @pytest.fixture

@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 
 from oma.pod_contract import Exit
-from oma_operator.decisions import attempt_record, decide
-from oma_operator.holds import action_for, held, hold_of, resumed
-from oma_operator.models import RetryPolicy, TeamRunSpec
-from oma_operator.outcomes import Outcome
-from oma_operator.phases import FINAL_PHASES
-from oma_operator.status import after_attempt
+from oma_operator.resources.models import RetryPolicy, TeamRunSpec
+from oma_operator.resources.phases import FINAL_PHASES
+from oma_operator.runs.rules.decisions import attempt_record, decide
+from oma_operator.runs.rules.holds import action_for, held, hold_of, resumed
+from oma_operator.runs.rules.outcomes import Outcome
+from oma_operator.runs.rules.status import after_attempt
 
 POLICY = RetryPolicy(max_disruptions=3, max_failures=2, backoff_seconds=5)
 DRAINED = Outcome("disruption", "Drained", "", Exit.DRAINED)
@@ -145,8 +145,8 @@ def test_a_pod_about_to_start_follows_the_newest_spec_of_the_two_copies() -> Non
     """``hold_now``: the copy with the higher generation (spec changes) decides, so a hold set
     during a backoff stops the start, and a lagging watch still showing a cleared suspend
     does not block the resumed attempt."""
-    from oma_operator.held_runs import hold_now
-    from oma_operator.watched import WATCHED
+    from oma_operator.k8s.watched import WATCHED
+    from oma_operator.runs.held_runs import hold_now
 
     def body(generation: int, **spec: Any) -> dict[str, Any]:
         base: dict[str, Any] = {

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from oma_operator.kubeconfig import KubeconfigError, merged
+from oma_operator.k8s.kubeconfig import KubeconfigError, merged
 
 
 def _write(path: Path, config: dict[str, object]) -> Path:

@@ -6,8 +6,8 @@ import base64
 
 import pytest
 
-from oma_operator.models import TeamRunSpec
-from oma_operator.pods import runner_pod
+from oma_operator.resources.models import TeamRunSpec
+from oma_operator.runs.rules.pods import runner_pod
 from oma_runner.config import RunnerConfig, RunnerConfigError
 
 BODY = {"metadata": {"name": "big", "namespace": "ns", "uid": "u"}, "spec": {}}

@@ -8,10 +8,10 @@ import json
 from typing import Any
 
 from oma.pod_contract import EXPECT_CHECKPOINT_ENV, TerminationReport
-from oma_operator.decisions import decide
-from oma_operator.models import RetryPolicy, TeamRunSpec
-from oma_operator.outcomes import Outcome, classify
-from oma_operator.pods import checkpoint_expected, runner_pod
+from oma_operator.resources.models import RetryPolicy, TeamRunSpec
+from oma_operator.runs.rules.decisions import decide
+from oma_operator.runs.rules.outcomes import Outcome, classify
+from oma_operator.runs.rules.pods import checkpoint_expected, runner_pod
 from oma_runner.config import RunnerConfig
 from tests.operator.pod_fixtures import runner_pod_in
 
@@ -72,7 +72,7 @@ def test_the_runner_reads_the_expectation() -> None:
 def test_a_teamrun_name_too_long_for_its_pods_is_an_invalid_spec() -> None:
     import pytest
 
-    from oma_operator.specs import TeamRunSpecError, spec_of
+    from oma_operator.resources.specs import TeamRunSpecError, spec_of
 
     long = {"metadata": {"name": "n" * 53, "namespace": "a", "uid": "u-long"}, "spec": SPEC}
     with pytest.raises(TeamRunSpecError, match="at most 52"):

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from oma_operator.attempts import POD_CREATED, pod_creation_failed, pod_to_retry, resume_of
-from oma_operator.outcomes import outcome_when_gone, untracked_action
+from oma_operator.runs.attempts import POD_CREATED, pod_creation_failed, pod_to_retry, resume_of
+from oma_operator.runs.rules.outcomes import outcome_when_gone, untracked_action
 from tests.operator.pod_fixtures import runner_pod_in
 
 

@@ -15,9 +15,9 @@ from prometheus_client import CollectorRegistry
 
 from oma.pod_contract import TerminationReport
 from oma_operator.main import _port
-from oma_operator.metrics import OperatorMetrics, Resume, pod_ended_at, serve
-from oma_operator.models import TeamRunSpec
-from oma_operator.pods import runner_pod
+from oma_operator.resources.models import TeamRunSpec
+from oma_operator.runs.metrics import OperatorMetrics, Resume, pod_ended_at, serve
+from oma_operator.runs.rules.pods import runner_pod
 from tests.operator.pod_fixtures import BODY, SPEC
 from tests.servers.process import free_port
 

@@ -9,10 +9,10 @@ import pytest
 
 from oma.pod_contract import model_key_env
 from oma.spec import RunSpec
-from oma_operator.decisions import decide
-from oma_operator.models import RetryPolicy, TeamRunSpec, to_run_spec
-from oma_operator.outcomes import SUCCESS_NOT_CONFIRMED, Outcome, classify, confirmed
-from oma_operator.pods import FINALIZER, runner_pod
+from oma_operator.resources.models import RetryPolicy, TeamRunSpec, to_run_spec
+from oma_operator.runs.rules.decisions import decide
+from oma_operator.runs.rules.outcomes import SUCCESS_NOT_CONFIRMED, Outcome, classify, confirmed
+from oma_operator.runs.rules.pods import FINALIZER, runner_pod
 from tests.operator.pod_fixtures import BODY, SPEC, runner_pod_in
 
 

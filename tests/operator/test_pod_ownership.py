@@ -5,8 +5,14 @@ from __future__ import annotations
 
 import copy
 
-from oma_operator.models import TeamRunSpec
-from oma_operator.pods import UID_ANNOTATION, labelled_attempt, made_for, not_made_for, runner_pod
+from oma_operator.resources.models import TeamRunSpec
+from oma_operator.runs.rules.pods import (
+    UID_ANNOTATION,
+    labelled_attempt,
+    made_for,
+    not_made_for,
+    runner_pod,
+)
 
 TEAMRUN = {"metadata": {"name": "pay", "namespace": "ns", "uid": "uid-1"}, "spec": {}}
 SPEC = TeamRunSpec.model_validate(

@@ -1,5 +1,5 @@
 """When a finished TeamRun's time to live starts, which one applies, and its timer's life
-(``oma_operator.retention``; the deletion itself runs against a real API server in
+(``oma_operator.runs.retention``; the deletion itself runs against a real API server in
 tests/cluster/test_operator_e2e.py)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from oma_operator.retention import FinishedRuns, finished_at, ttl_of
+from oma_operator.runs.retention import FinishedRuns, finished_at, ttl_of
 
 # A day ahead: no timer of these tests comes due while they run (nothing here talks to an API).
 ENDED_AT = (datetime.now(UTC) + timedelta(days=1)).replace(microsecond=0)

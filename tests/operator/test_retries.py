@@ -1,5 +1,6 @@
 """Which retry requests the operator acts on, and the status a retry writes
-(``oma_operator.retries``, ``status.retried``; end to end in tests/cluster/test_operator_e2e.py)."""
+(``oma_operator.runs.retries``, ``status.retried``; end to end in
+tests/cluster/test_operator_e2e.py)."""
 
 from __future__ import annotations
 
@@ -10,15 +11,15 @@ from typing import Any
 from oma.approval import DurableApprovalLedger, create_approval_request
 from oma.approval.ledger import ApprovalRecord
 from oma.store import InMemoryStore
-from oma_operator.models import EDITORS_ANNOTATION, RETRY_ANNOTATION
-from oma_operator.retries import (
+from oma_operator.resources.models import EDITORS_ANNOTATION, RETRY_ANNOTATION
+from oma_operator.resources.specs import work_digest
+from oma_operator.runs.retries import (
     SPEC_NOT_RECORDED,
     refusal_for,
     retry_refusal,
     retry_requested,
 )
-from oma_operator.specs import work_digest
-from oma_operator.status import MAX_RETRIES_KEPT, RETRY_REFUSED, retried, retry_refused
+from oma_operator.runs.rules.status import MAX_RETRIES_KEPT, RETRY_REFUSED, retried, retry_refused
 
 
 def _run(phase: str, requested: str | None, handled: tuple[str, ...] = ()) -> dict[str, Any]:

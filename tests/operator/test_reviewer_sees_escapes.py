@@ -19,9 +19,9 @@ from oma.approval.models import ApprovalRequest
 from oma.approval.requests import create_approval_request
 from oma.store.memory import InMemoryStore
 from oma.visible import LEGEND
-from oma_operator import cli_decisions
-from oma_operator.approval_resources import decision_manifest, summary
-from oma_operator.decision_view import verified_content, view
+from oma_operator.approvals.rules.decision_view import verified_content, view
+from oma_operator.approvals.rules.resources import decision_manifest, summary
+from oma_operator.cli import decisions as cli_decisions
 
 TEAMRUN: dict[str, Any] = {"metadata": {"name": "pay", "namespace": "ns", "uid": "uid-pay"}}
 # What conceals, retitles, reorders or breaks a line on a terminal, and how each must show.

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from oma_operator.models import TeamRunSpec
-from oma_operator.pods import runner_pod
+from oma_operator.resources.models import TeamRunSpec
+from oma_operator.runs.rules.pods import runner_pod
 from tests.operator.pod_fixtures import BODY, SPEC
 
 
@@ -73,7 +73,7 @@ def test_what_a_teamrun_may_not_put_on_its_runner_pods(
 def test_the_crd_refuses_the_operators_keys_before_the_operator_sees_them() -> None:
     import yaml
 
-    from oma_operator.crdgen import render
+    from oma_operator.resources.crdgen import render
 
     crd = yaml.safe_load(render()["teamruns.oma.dev.yaml"])
     runner = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][

@@ -19,18 +19,19 @@ from oma.orchestrator import CheckpointOptions, OpenMultiAgent
 from oma.store import InMemoryStore, JournalEntry, JournalHead, MemoryEntry
 from oma.store.urls import open_store
 from oma.timeutil import parse_iso
-from oma_operator import approvals, runtime
-from oma_operator.approvals import run_records
-from oma_operator.decisions import Decision, attempt_record
-from oma_operator.outcomes import Outcome
-from oma_operator.progress import (
+from oma_operator import runtime
+from oma_operator.approvals import sync as approvals
+from oma_operator.approvals.sync import run_records
+from oma_operator.runs.rules.decisions import Decision, attempt_record
+from oma_operator.runs.rules.outcomes import Outcome
+from oma_operator.runs.rules.progress import (
     CheckpointTooLargeToPoll,
     Polled,
     changed,
     polled_conditions,
     read_progress,
 )
-from oma_operator.status import POLLED, after_attempt, backoff_left
+from oma_operator.runs.rules.status import POLLED, after_attempt, backoff_left
 from tests.conformance_data import require_conformance_dir
 from tests.engine.approval_fixtures import CHARGE_REQUEST, CHARGE_TASK, Recorder, charge_team
 

@@ -19,9 +19,11 @@ import pytest
 
 from oma.errors import StoreAuthError, StoreConfigError, StoreUnavailableError
 from oma.store.base import MemoryStore
-from oma_operator import masking, runtime, status, trouble
-from oma_operator.client import Kube, KubeError
-from oma_operator.models import TeamRunSpec
+from oma_operator import masking, runtime
+from oma_operator.k8s.client import Kube, KubeError
+from oma_operator.resources.models import TeamRunSpec
+from oma_operator.runs import trouble
+from oma_operator.runs.rules import status
 from oma_operator.stores import StoreCache
 from tests.servers.postgres_server import PostgresServer
 from tests.servers.process import free_port

@@ -15,9 +15,9 @@ from oma.pod_contract import (
     is_reserved_env,
 )
 from oma.spec import RunSpec
-from oma_operator.models import EnvVar, TeamRunSpec, to_run_spec
-from oma_operator.pods import runner_pod
-from oma_operator.specs import TeamRunSpecError, spec_of
+from oma_operator.resources.models import EnvVar, TeamRunSpec, to_run_spec
+from oma_operator.resources.specs import TeamRunSpecError, spec_of
+from oma_operator.runs.rules.pods import runner_pod
 
 SPEC: dict[str, Any] = {
     "runId": "pay-1",

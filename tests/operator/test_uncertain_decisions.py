@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from oma.approval.requests import create_approval_request
-from oma_operator.approval_resources import decision_manifest, summary
-from oma_operator.approvals import decision_word
+from oma_operator.approvals.rules.resources import decision_manifest, summary
+from oma_operator.approvals.sync import decision_word
 
 CONTENT = {
     "kind": "uncertain_tool_call",

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from oma_operator.models import TeamRunSpec
-from oma_operator.pods import runner_pod
-from oma_operator.watchdog import (
+from oma_operator.resources.models import TeamRunSpec
+from oma_operator.runs.rules.pods import runner_pod
+from oma_operator.runs.rules.watchdog import (
     NODE_LOSS_GRACE_ANNOTATION,
     START_TIMEOUT_ANNOTATION,
     deadline,

@@ -61,7 +61,7 @@ def test_percentiles_and_rows() -> None:
 
 
 def test_teamrun_bodies_pass_the_operator_model() -> None:
-    from oma_operator.models import TeamRunSpec
+    from oma_operator.resources.models import TeamRunSpec
 
     body = operatorlib.teamrun(
         "r",

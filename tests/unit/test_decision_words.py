@@ -12,7 +12,7 @@ from oma.approval.words import (
     resource_fields,
     word_of,
 )
-from oma_operator.crdgen import approvaldecision_crd
+from oma_operator.resources.crdgen import approvaldecision_crd
 
 
 @pytest.mark.parametrize("word", SETTLING_WORDS)

@@ -18,7 +18,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.metrics_core import Metric
 
 from oma.orchestrator.events import OrchestratorEvent
-from oma_operator import metrics as operator_metrics
+from oma_operator.runs import metrics as operator_metrics
 from oma_runner import metrics as runner_metrics
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"

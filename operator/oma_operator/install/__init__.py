@@ -1,0 +1,3 @@
+"""Installing and uninstalling: letting go of runner pods when the operator stops or
+is uninstalled.
+"""

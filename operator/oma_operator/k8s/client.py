@@ -1,0 +1,449 @@
+"""The only module that talks to the Kubernetes API, through kr8s (a maintained async client).
+
+kr8s finds the credentials as kubectl does: ``$KUBECONFIG`` (several files merged) or
+``~/.kube/config``, the current or a given context, tokens, client certificates and exec
+credential plugins (EKS, GKE, AKS); in a pod, its service account, whose projected token is
+re-read when the API server refuses the old one. Requests go out as raw JSON through
+``call_api``; this module keeps what the operator needs on top: a bound on requests in flight,
+impersonation, and typed errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+from pathlib import Path
+from typing import Any
+
+import httpx
+import kr8s
+import kr8s.asyncio
+
+from oma.errors import OmaError
+from oma_operator.k8s.kubeconfig import merged
+from oma_operator.resources.models import GROUP, VERSION
+
+SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+MAX_IN_FLIGHT = 32
+TIMEOUT_SECONDS = 30  # per request; kr8s sets none
+
+
+def _kubeconfig(given: str | None) -> dict[str, Any] | None:
+    listed = given or os.environ.get("KUBECONFIG") or "~/.kube/config"
+    paths = [Path(p).expanduser() for p in listed.split(os.pathsep) if p]
+    return merged(paths) if any(p.is_file() for p in paths) else None
+
+
+class KubeError(OmaError):
+    """An API call failed: ``status`` is the HTTP status, 0 when the server was not reached.
+    Transient for 0, 409 (a conflict: read again and retry), 429 and 5xx."""
+
+    code = "KUBE_API"
+
+    def __init__(self, status: int, message: str) -> None:
+        self.status = status
+        super().__init__(
+            f"Kubernetes API answered {status}: {message}",
+            transient=status in (0, 409, 429) or status >= 500,
+        )
+
+
+class Kube:
+    def __init__(
+        self,
+        api: kr8s.asyncio.Api,
+        *,
+        impersonate: str | None = None,
+        context: str | None = None,
+        namespace: str | None = None,
+    ) -> None:
+        self.api = api
+        self._context = context
+        self._namespace = namespace
+        self._headers = {"Impersonate-User": impersonate} if impersonate else {}
+        # httpcore assigns queued requests to connections at a cost that grows with the queue
+        # (encode/httpcore#1035): hundreds of concurrent requests spent half the operator's CPU
+        # there. Requests beyond this many wait here instead, cheaply.
+        self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
+
+    @classmethod
+    async def connect(
+        cls,
+        *,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        impersonate: str | None = None,
+        serviceaccount: str | None = None,
+    ) -> Kube:
+        """A client for the cluster the kubeconfig (or, in a pod, the service account) names;
+        ``kubeconfig`` may list several files as ``$KUBECONFIG`` does, ``context`` pick one of
+        its contexts, ``impersonate`` act as another user (``Impersonate-User``, which the
+        caller's RBAC must allow). Raises ``ValueError`` when no credentials are found."""
+        # The files merged as kubectl merges them (kubeconfig.py); none: the service account.
+        document = _kubeconfig(kubeconfig)
+        # Not kr8s.api(): that one also asks the server for its version (a request per
+        # connect) and shares instances between callers, whose aclose would close ours.
+        api = kr8s.asyncio.Api(
+            kubeconfig=document,
+            context=context,
+            serviceaccount=serviceaccount,
+            bypass_factory=True,
+        )
+        await api.auth.reauthenticate()
+        api.timeout = TIMEOUT_SECONDS
+        own: str | None = None
+        if not api.auth.active_context:  # the service account's (kr8s does not read it)
+            path = Path(serviceaccount or SA_DIR) / "namespace"
+            own = path.read_text().strip() if path.is_file() else None
+        return cls(api, impersonate=impersonate, context=context, namespace=own)
+
+    @property
+    def server(self) -> str:
+        return str(self.api.auth.server)
+
+    @property
+    def namespace(self) -> str:
+        """The namespace of the context in use (or the service account's), else ``default``,
+        as kubectl picks it (kr8s takes the current context's even for another context)."""
+        auth = self.api.auth
+        if self._namespace:
+            return self._namespace
+        if self._context and getattr(auth, "kubeconfig", None) is not None:
+            chosen = auth.kubeconfig.get_context(self._context).get("namespace")
+            return str(chosen) if chosen else "default"
+        return str(auth.namespace)
+
+    async def aclose(self) -> None:
+        session = getattr(self.api, "_session", None)
+        if session is not None and not session.is_closed:
+            await session.aclose()
+        # kr8s writes a kubeconfig's inline key, certificate and CA (*-data) to temporary files
+        # and leaves them: remove them with the client, a private key most of all.
+        auth = self.api.auth
+        user, cluster = getattr(auth, "_user", {}) or {}, getattr(auth, "_cluster", {}) or {}
+        for inline, path in (
+            ("client-key-data" in user, auth.client_key_file),
+            ("client-certificate-data" in user, auth.client_cert_file),
+            ("certificate-authority-data" in cluster, auth.server_ca_file),
+        ):
+            if inline and path:
+                Path(str(path)).unlink(missing_ok=True)  # noqa: ASYNC240 - a local temp file
+
+    async def _call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        base, _, last = path.rpartition("/")
+        headers = {**self._headers, **kwargs.pop("headers", {})}
+        try:
+            async with (
+                self._in_flight,
+                self.api.call_api(
+                    method, version="", base=base, url=last, headers=headers, **kwargs
+                ) as response,
+            ):
+                body: dict[str, Any] = response.json() if response.content else {}
+                return body
+        except (kr8s.ServerError, httpx.HTTPStatusError) as exc:
+            # kr8s re-authenticated and tried again on 401/403 before this.
+            failed: httpx.Response | None = exc.response
+            if failed is None:
+                raise KubeError(0, str(exc)) from None
+            try:
+                message = failed.json().get("message", failed.text)
+            except ValueError:
+                message = failed.text
+            raise KubeError(failed.status_code, message) from None
+
+    # -- pods ----------------------------------------------------------------------------------
+    async def create_pod(self, namespace: str, pod: dict[str, Any]) -> dict[str, Any]:
+        return await self._call("POST", f"/api/v1/namespaces/{namespace}/pods", json=pod)
+
+    async def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return await self._call("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def list_pods(self, namespace: str | None, label_selector: str) -> list[dict[str, Any]]:
+        """Pods with ``label_selector`` in ``namespace`` (None: every namespace)."""
+        path = f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods"
+        body = await self._call("GET", path, params={"labelSelector": label_selector})
+        items: list[dict[str, Any]] = body.get("items") or []
+        return items
+
+    async def delete_pod(self, namespace: str, name: str) -> None:
+        """Ask for a graceful delete; a pod already gone is fine."""
+        try:
+            await self._call("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}")
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+
+    async def remove_finalizer(
+        self, namespace: str, name: str, finalizer: str, seen: dict[str, Any] | None = None
+    ) -> None:
+        """Remove ``finalizer`` from the pod; a pod without it or gone is fine. With ``seen``
+        (the pod as an event showed it) one JSON patch does it, its ``test`` op making sure the
+        finalizer is still where it was seen; a pod that changed since is read again."""
+        where = list((seen or {}).get("metadata", {}).get("finalizers") or [])
+        if finalizer in where:
+            at = f"/metadata/finalizers/{where.index(finalizer)}"
+            ops = [{"op": "test", "path": at, "value": finalizer}, {"op": "remove", "path": at}]
+            try:
+                await self._call(
+                    "PATCH",
+                    f"/api/v1/namespaces/{namespace}/pods/{name}",
+                    json=ops,
+                    headers={"Content-Type": "application/json-patch+json"},
+                )
+                return
+            except KubeError as exc:
+                if exc.status == 404:
+                    return
+                if exc.status not in (409, 422):  # 422: the test op failed (the list moved)
+                    raise
+        pod = await self.get_pod(namespace, name)
+        if pod is None or finalizer not in pod["metadata"].get("finalizers", []):
+            return
+        kept = [f for f in pod["metadata"]["finalizers"] if f != finalizer]
+        patch = {
+            "metadata": {"finalizers": kept, "resourceVersion": pod["metadata"]["resourceVersion"]}
+        }
+        await self._call(
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/pods/{name}",
+            json=patch,
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+
+    async def add_finalizer(self, pod: dict[str, Any], finalizer: str) -> None:
+        """Add ``finalizer`` to ``pod`` as it was seen (its resourceVersion is a precondition).
+        A pod changed since (409), gone (404) or being deleted (422: it takes no new
+        finalizers) is left alone; its next event tells what it is now."""
+        meta = pod["metadata"]
+        patch = {
+            "metadata": {
+                "finalizers": [*(meta.get("finalizers") or []), finalizer],
+                "resourceVersion": meta["resourceVersion"],
+            }
+        }
+        try:
+            await self._call(
+                "PATCH",
+                f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
+                json=patch,
+                headers={"Content-Type": "application/merge-patch+json"},
+            )
+        except KubeError as exc:
+            if exc.status not in (404, 409, 422):
+                raise
+
+    # -- the operator's own Deployment (the chart's pre-delete hook) ------------------------------
+    async def get_deployment(self, namespace: str, name: str) -> dict[str, Any]:
+        return await self._call("GET", f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}")
+
+    async def scale_deployment(self, namespace: str, name: str, replicas: int) -> None:
+        await self._call(
+            "PATCH",
+            f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}/scale",
+            json={"spec": {"replicas": replicas}},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+
+    # -- teamruns ------------------------------------------------------------------------------
+    async def patch_teamrun_status(
+        self,
+        namespace: str,
+        name: str,
+        status: dict[str, Any],
+        resource_version: str | None = None,
+    ) -> dict[str, Any]:
+        """Merge-patch the status; with ``resource_version`` it fails (409) if anyone wrote
+        since, which makes a one-time transition (such as resuming) happen exactly once."""
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/teamruns/{name}/status"
+        body: dict[str, Any] = {"status": status}
+        if resource_version is not None:
+            body["metadata"] = {"resourceVersion": resource_version}
+        return await self._call(
+            "PATCH", path, json=body, headers={"Content-Type": "application/merge-patch+json"}
+        )
+
+    # -- approval decisions --------------------------------------------------------------------
+    async def create_decision(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Create it and return it as stored; 409 when the name is taken."""
+        return await self._call(
+            "POST", f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/approvaldecisions", json=body
+        )
+
+    async def delete_decision(self, namespace: str, name: str, uid: str) -> None:
+        """Delete exactly the resource with ``uid`` (a newer one of that name is left alone);
+        gone already is fine."""
+        try:
+            await self._call(
+                "DELETE",
+                f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/approvaldecisions/{name}",
+                json={"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}},
+            )
+        except KubeError as exc:
+            if exc.status not in (404, 409):
+                raise
+
+    async def restore_decision_metadata(
+        self, namespace: str, name: str, uid: str, published: dict[str, Any]
+    ) -> None:
+        """Put back the owner references and labels the operator published and drop every
+        finalizer, on exactly the resource with ``uid`` (a merge patch naming the uid is refused
+        for another one)."""
+        await self._call(
+            "PATCH",
+            f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/approvaldecisions/{name}",
+            json={
+                "metadata": {
+                    "uid": uid,
+                    "ownerReferences": published["ownerReferences"],
+                    "labels": published["labels"],
+                    "finalizers": None,
+                }
+            },
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+
+    async def list_decisions(self, namespace: str, teamrun: str) -> list[dict[str, Any]]:
+        body = await self._call(
+            "GET",
+            f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/approvaldecisions",
+            params={"labelSelector": f"oma.dev/teamrun={teamrun}"},
+        )
+        items: list[dict[str, Any]] = body.get("items", [])
+        return items
+
+    async def get_decision(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return await self._call(
+                "GET", f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/approvaldecisions/{name}"
+            )
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def patch_decision_spec(
+        self, namespace: str, name: str, spec: dict[str, Any], resource_version: str
+    ) -> dict[str, Any]:
+        """Merge-patch the spec only if nobody wrote since ``resource_version`` (else 409), so a
+        decision is never laid over one made meanwhile by someone else."""
+        return await self._call(
+            "PATCH",
+            f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/approvaldecisions/{name}",
+            json={"metadata": {"resourceVersion": resource_version}, "spec": spec},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+
+    async def patch_decision_status(
+        self,
+        namespace: str,
+        name: str,
+        status: dict[str, Any],
+        *,
+        uid: str | None = None,
+        resource_version: str | None = None,
+    ) -> None:
+        """Merge-patch the status; ``uid`` / ``resource_version`` make it fail (409) on another
+        resource of that name, or on one written since."""
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/approvaldecisions/{name}/status"
+        preconditions = {
+            key: value
+            for key, value in (("uid", uid), ("resourceVersion", resource_version))
+            if value is not None
+        }
+        body: dict[str, Any] = {"status": status}
+        if preconditions:
+            body["metadata"] = preconditions
+        await self._call(
+            "PATCH", path, json=body, headers={"Content-Type": "application/merge-patch+json"}
+        )
+
+    # -- events --------------------------------------------------------------------------------
+    async def create_event(self, namespace: str, body: dict[str, Any]) -> None:
+        await self._call("POST", f"/api/v1/namespaces/{namespace}/events", json=body)
+
+    # -- secrets -------------------------------------------------------------------------------
+    async def secret_value(self, namespace: str, name: str, key: str) -> str:
+        secret = await self._call("GET", f"/api/v1/namespaces/{namespace}/secrets/{name}")
+        data = (secret.get("data") or {}).get(key)
+        if data is None:
+            raise KubeError(404, f"secret {namespace}/{name} has no key {key!r}")
+        return base64.b64decode(data).decode()
+
+    async def annotate_teamrun(
+        self, namespace: str, name: str, annotations: dict[str, str], resource_version: str
+    ) -> dict[str, Any]:
+        """Merge-patch the TeamRun's annotations, only if nobody wrote since
+        ``resource_version`` (409 otherwise)."""
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/teamruns/{name}"
+        body = {"metadata": {"annotations": annotations, "resourceVersion": resource_version}}
+        return await self._call(
+            "PATCH", path, json=body, headers={"Content-Type": "application/merge-patch+json"}
+        )
+
+    async def patch_teamrun_spec(
+        self, namespace: str, name: str, spec: dict[str, Any], resource_version: str
+    ) -> dict[str, Any]:
+        """Merge-patch fields of the TeamRun's spec, only if nobody wrote since
+        ``resource_version`` (409 otherwise)."""
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/teamruns/{name}"
+        body = {"spec": spec, "metadata": {"resourceVersion": resource_version}}
+        return await self._call(
+            "PATCH", path, json=body, headers={"Content-Type": "application/merge-patch+json"}
+        )
+
+    async def delete_teamrun(
+        self, namespace: str, name: str, uid: str, resource_version: str | None = None
+    ) -> bool:
+        """Delete exactly the TeamRun with ``uid`` (a newer one of that name is left alone), and
+        with ``resource_version`` only as it was read: ``True`` when it is gone, ``False`` when
+        it changed (409: the caller reads it again). Its runner pods go with it (owner
+        references)."""
+        preconditions = {"uid": uid}
+        if resource_version is not None:
+            preconditions["resourceVersion"] = resource_version
+        try:
+            await self._call(
+                "DELETE",
+                f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/teamruns/{name}",
+                json={
+                    "apiVersion": "v1",
+                    "kind": "DeleteOptions",
+                    "preconditions": preconditions,
+                    "propagationPolicy": "Background",
+                },
+            )
+        except KubeError as exc:
+            if exc.status == 404:
+                return True
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
+    async def get_teamrun(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return await self._call(
+                "GET", f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/teamruns/{name}"
+            )
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    # -- identity ------------------------------------------------------------------------------
+    async def self_subject_review(self) -> dict[str, Any]:
+        """Who the API server takes us for (``status.userInfo``: username, groups)."""
+        body = await self._call(
+            "POST",
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            json={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
+        )
+        user: dict[str, Any] = (body.get("status") or {}).get("userInfo") or {}
+        return user

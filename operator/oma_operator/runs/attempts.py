@@ -1,0 +1,422 @@
+"""Attempt lifecycle over the API: create an attempt's pod, record how it ended, start the next.
+
+Recording is serialized per TeamRun (the pod watch and the watchdog can both see one ending) and
+idempotent (an attempt already in the history is not recorded again, e.g. after a restart).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from oma.errors import OmaError
+from oma.timeutil import now_iso, parse_iso
+from oma_operator import events, runtime
+from oma_operator.approvals.sync import sync_approvals
+from oma_operator.k8s.client import KubeError
+from oma_operator.k8s.watched import WATCHED
+from oma_operator.later import LATER, Key
+from oma_operator.resources.models import TeamRunSpec
+from oma_operator.resources.specs import spec_of, work_digest
+from oma_operator.runs.held_runs import hold_now, hold_without_pod
+from oma_operator.runs.metrics import METRICS, Resume
+from oma_operator.runs.rules.decisions import attempt_record, decide
+from oma_operator.runs.rules.holds import hold_of
+from oma_operator.runs.rules.outcomes import (
+    COMPLETED_UNCONFIRMED,
+    SUCCESS_NOT_CONFIRMED,
+    Outcome,
+    confirmed,
+)
+from oma_operator.runs.rules.pods import (
+    FINALIZER,
+    attempt_of,
+    made_for,
+    not_made_for,
+    run_id_of,
+    runner_pod,
+)
+from oma_operator.runs.rules.progress import CheckpointTooLargeToPoll, Polled, read_progress
+from oma_operator.runs.rules.status import (
+    after_attempt,
+    backoff_left,
+    condition,
+    merge_conditions,
+    queued,
+    started,
+)
+from oma_operator.runs.run_queue import RUN_QUEUE
+from oma_operator.stores import STORES
+
+log = logging.getLogger(__name__)
+RECORD_TRIES = 5  # conflicting writes in a row (kopf's own, progress) before giving up for now
+_recording: defaultdict[tuple[str, str], asyncio.Lock] = defaultdict(asyncio.Lock)
+POD_CREATED = "PodCreated"  # condition: False while the current attempt's pod is refused
+
+
+async def ensure_pod(
+    teamrun: dict[str, Any], spec: TeamRunSpec, attempt: int, resume: Resume | None = None
+) -> None:
+    """Create the attempt's pod unless it exists (a restarted operator, a repeated event).
+
+    A refused creation (anything but 409: invalid, forbidden by a quota, a server error) is not
+    raised, since most callers are watch events that nobody retries: it is recorded as the
+    ``PodCreated=False`` condition with the API's message, and ``retry_pod_creation`` (run
+    periodically) tries again until the pod exists.
+    """
+    meta = teamrun["metadata"]
+    if meta.get("deletionTimestamp"):
+        return  # the TeamRun is going away: its pods are being garbage-collected
+    hold = hold_now(teamrun)
+    if hold is not None:  # suspended or cancelled since this start was decided
+        await hold_without_pod(teamrun, hold)
+        return
+    manifest = runner_pod(
+        teamrun,
+        spec,
+        attempt,
+        runtime.DEFAULT_IMAGE,
+        runtime.RUNNER_SERVICE_ACCOUNT,
+        runtime.RUNNER_METRICS_PORT,
+        runtime.RUNNER_IMAGE_PULL_SECRETS,
+        runtime.LOG_FORMAT,
+        runtime.RUNNER_OTLP_ENDPOINT,
+    )
+    pod = manifest["metadata"]["name"]
+    try:
+        await runtime.kube().create_pod(meta["namespace"], manifest)
+    except KubeError as exc:
+        if exc.status != 409:
+            await _creation_failed(teamrun, attempt, pod, exc)
+            return
+        # It exists: created before (by us, or by a retry meanwhile), or someone else's pod
+        # holds the name, which would leave the attempt waiting for a pod that never reports.
+        existing = await runtime.kube().get_pod(meta["namespace"], pod)
+        if existing is None:  # gone in between: not ours to wait for; created on the retry
+            gone = KubeError(409, f"pod {pod} existed, then went away before it was read")
+            await _creation_failed(teamrun, attempt, pod, gone)
+            return
+        if not made_for(existing, teamrun, attempt):
+            squatted = KubeError(
+                409,
+                f"a pod named {pod} exists that the operator did not make for this attempt "
+                "(other labels, or no controller reference to this TeamRun): delete it and "
+                "the attempt starts",
+            )
+            await _creation_failed(teamrun, attempt, pod, squatted)
+            return
+        created = False
+    else:
+        created = True
+        if hold_now(teamrun) is not None:
+            # Held between the check above and the creation: stop it at once (it drains, and
+            # its recorded end applies the hold).
+            await runtime.kube().delete_pod(meta["namespace"], pod)
+    refused_before = pod_creation_failed(dict(teamrun.get("status") or {}))
+    if refused_before:
+        await _note_pod_creation(meta["namespace"], meta["name"], attempt, pod, None)
+    if not created:
+        return
+    if refused_before:  # answers the PodCreateFailed warning(s), so posted in any mode
+        await events.info(
+            teamrun, "PodCreated", f"attempt {attempt}: pod {pod} created after the refusals"
+        )
+    await events.info(teamrun, "AttemptStarted", f"attempt {attempt}: pod {pod}")
+    if resume is not None:
+        METRICS.resumed(resume)
+        await events.info(
+            teamrun,
+            "Resumed",
+            f"attempt {attempt} (pod {pod}) resumes from the latest checkpoint "
+            f"after attempt {attempt - 1} ended ({resume.after})",
+        )
+
+
+def pod_creation_failed(status: dict[str, Any]) -> bool:
+    """Whether the last try to create the current attempt's pod was refused."""
+    found = next((c for c in status.get("conditions") or [] if c.get("type") == POD_CREATED), None)
+    return found is not None and found.get("status") == "False"
+
+
+def pod_to_retry(status: dict[str, Any]) -> int | None:
+    """The attempt whose pod is to be created again (its creation was refused), if any: the
+    run is still running that attempt and no outcome of it is recorded."""
+    if status.get("phase") != "Running" or not pod_creation_failed(status):
+        return None
+    attempt = int(status.get("attempt") or 0)
+    if attempt < 1 or any(a.get("attempt") == attempt for a in status.get("attempts") or []):
+        return None
+    return attempt
+
+
+def resume_of(status: dict[str, Any], attempt: int) -> Resume | None:
+    """Why and since when ``attempt`` waited to start: how the one before it ended."""
+    previous = [a for a in status.get("attempts") or [] if a.get("attempt") == attempt - 1]
+    ended = parse_iso(str(previous[-1].get("endedAt", ""))) if previous else None
+    return Resume(str(previous[-1].get("outcome")), ended) if previous and ended else None
+
+
+async def retry_pod_creation(teamrun: dict[str, Any]) -> None:
+    """Periodic work on running TeamRuns: create again a pod whose creation was refused.
+    ``teamrun`` is the watch's view; only a run whose status says so is read again."""
+    if pod_to_retry(dict(teamrun.get("status") or {})) is None:
+        return
+    meta = teamrun["metadata"]
+    fresh = await runtime.kube().get_teamrun(meta["namespace"], meta["name"])
+    if fresh is None:
+        return
+    status = dict(fresh.get("status") or {})
+    attempt = pod_to_retry(status)
+    if attempt is None or backoff_left(status, datetime.now(UTC)) > 0:
+        return
+    spec = spec_of(fresh)
+    await ensure_pod(fresh, spec, attempt, resume_of(status, attempt))
+
+
+async def _creation_failed(teamrun: dict[str, Any], attempt: int, pod: str, exc: KubeError) -> None:
+    meta = teamrun["metadata"]
+    log.warning("creating pod %s/%s failed (retrying): %s", meta["namespace"], pod, exc)
+    await events.warn(teamrun, "PodCreateFailed", f"attempt {attempt}: pod {pod}: {exc}")
+    await _note_pod_creation(meta["namespace"], meta["name"], attempt, pod, exc)
+
+
+async def _note_pod_creation(
+    namespace: str, name: str, attempt: int, pod: str, error: KubeError | None
+) -> None:
+    """Set ``PodCreated`` (False with the API's message, or True once the pod exists), on a
+    fresh read and only while ``attempt`` is still the current one."""
+    async with _recording[(namespace, name)]:
+        teamrun = await runtime.kube().get_teamrun(namespace, name)
+        if teamrun is None:
+            return
+        status = dict(teamrun.get("status") or {})
+        if int(status.get("attempt") or 0) != attempt:
+            return
+        if error is None and not pod_creation_failed(status):
+            return
+        generation = int(teamrun["metadata"].get("generation", 1))
+        if error is None:
+            update = condition(POD_CREATED, True, "Created", f"pod {pod} created", generation)
+        else:
+            message = f"pod {pod} of attempt {attempt}: {error}; retrying"
+            update = condition(POD_CREATED, False, "CreateFailed", message, generation)
+        conditions = merge_conditions(status.get("conditions") or [], [update])
+        await runtime.kube().patch_teamrun_status(namespace, name, {"conditions": conditions})
+
+
+async def record_outcome(
+    pod_body: dict[str, Any],
+    outcome: Outcome,
+    ended: datetime,
+    on_recorded: Callable[[], Awaitable[None]] | None = None,
+) -> None:
+    """Write the attempt's end into the status, then start what the retry policy says.
+    ``on_recorded`` runs once the outcome is in the status (by this call or an earlier one),
+    before any backoff.
+
+    The end is believed only from the pod the operator made for this TeamRun (by uid) and
+    attempt (``rules.pods.not_made_for``): a pod dressed as a runner pod by someone else, or one
+    left over from an earlier TeamRun of the same name, ends nothing (a Warning Event says
+    so). A success is believed only when the run's store confirms it (``confirmed``)."""
+    namespace, name, attempt = attempt_of(pod_body)
+    pod = pod_body["metadata"]["name"]
+
+    async def recorded() -> None:
+        if on_recorded is not None:
+            await on_recorded()
+
+    async with _recording[(namespace, name)]:
+        # The watch's copy first, its resourceVersion a precondition: read only if it changed.
+        teamrun = WATCHED.get(namespace, name) or await runtime.kube().get_teamrun(namespace, name)
+        for _ in range(RECORD_TRIES):
+            if teamrun is None:
+                await recorded()
+                return
+            foreign = not_made_for(pod_body, teamrun, attempt)
+            if foreign is not None:
+                await _ignore_foreign_pod(teamrun, pod, attempt, foreign)
+                return
+            status = dict(teamrun.get("status") or {})
+            if any(a.get("attempt") == attempt for a in status.get("attempts") or []):
+                await recorded()
+                return  # recorded before (another watcher, or before an operator restart)
+            spec = spec_of(teamrun)
+            progress, unreadable = await _end_progress(teamrun, spec, outcome)
+            outcome = confirmed(outcome, progress, unreadable)
+            stopped = status.get("stoppedForHold") == pod
+            decision = decide(outcome, status, spec.retry_policy, attempt, hold_of(spec), stopped)
+            generation = int(teamrun["metadata"].get("generation", 1))
+            record = attempt_record(attempt, outcome, pod, now_iso())
+            next_attempt = attempt + 1 if decision.action == "next_attempt" else None
+            update = after_attempt(
+                status, decision, record, generation, next_attempt, outcome.report
+            )
+            update |= progress
+            if not status.get("workDigest"):  # started by an older operator (the spec is frozen)
+                update["workDigest"] = work_digest(teamrun)
+            if (outcome.report and outcome.report.checkpointed) or update.get("lastCheckpointAt"):
+                update["checkpointSaved"] = True  # from now on, an attempt must find a checkpoint
+            try:
+                await runtime.kube().patch_teamrun_status(
+                    namespace, name, update, resource_version=teamrun["metadata"]["resourceVersion"]
+                )
+                break
+            except KubeError as exc:
+                if exc.status != 409:
+                    raise
+            teamrun = await runtime.kube().get_teamrun(namespace, name)
+        else:
+            raise KubeError(
+                409,
+                f"TeamRun {namespace}/{name} kept changing while {pod}'s end was "
+                "being recorded; the pod keeps its finalizer until it is",
+            )
+        teamrun = {**teamrun, "status": {**status, **update}}  # what the next pod is built from
+        await recorded()
+    METRICS.attempt_ended(outcome.kind)
+    METRICS.runner_report(outcome.report)
+    unconfirmed = (SUCCESS_NOT_CONFIRMED, COMPLETED_UNCONFIRMED)
+    post = events.warn if outcome.reason in unconfirmed else events.info
+    await post(
+        teamrun,
+        f"Attempt{outcome.kind.capitalize()}",
+        f"attempt {attempt} ended: {outcome.reason}; {decision.message}",
+    )
+    if decision.action == "awaiting_approval":
+        refreshed = await runtime.kube().get_teamrun(namespace, name)
+        if refreshed is not None and await sync_approvals(runtime.kube(), refreshed, spec):
+            await resume_after_approvals(refreshed, spec)
+    if next_attempt is not None:
+        resume = Resume(outcome.kind, ended)
+
+        async def start() -> None:
+            await ensure_pod(teamrun, spec, next_attempt, resume)
+
+        if decision.delay_seconds <= 0:
+            await start()
+        else:  # waited out apart: a watch worker is not held for minutes (kopf caps them)
+            _after_backoff(decision.delay_seconds, start, (namespace, name))
+
+
+async def _ignore_foreign_pod(teamrun: dict[str, Any], pod: str, attempt: int, why: str) -> None:
+    """A pod labelled as this TeamRun's attempt that the operator did not make for it ended:
+    nothing is recorded (the caller lets go of the pod), and the run's users are told."""
+    meta = teamrun["metadata"]
+    message = f"pod {pod} is labelled as attempt {attempt} of this run, but {why}: its end "
+    message += "is ignored"
+    log.warning("TeamRun %s/%s: %s", meta["namespace"], meta["name"], message)
+    await events.warn(teamrun, "ForeignPodIgnored", message)
+
+
+def _after_backoff(seconds: float, start: Callable[[], Awaitable[None]], key: Key) -> None:
+    """Start the next attempt after its backoff, in a task of its own (``later``: dropped if
+    the TeamRun is deleted meanwhile). A restarted operator that finds the run before its pod
+    exists waits out what is left (``nextAttemptAfter``)."""
+    LATER.after(seconds, key, start, "starting the next attempt after its backoff")
+
+
+STORE_READ_SECONDS = 15.0  # a store that accepts and never answers holds no recording longer
+
+
+async def store_progress(teamrun: dict[str, Any], spec: TeamRunSpec) -> Polled:
+    """Tasks done/total and the last checkpoint time from the run's store, for the poll: none
+    from a checkpoint too large to poll (``runtime.POLL_READ_LIMIT_BYTES``), or from a store that
+    did not answer within ``STORE_READ_SECONDS``."""
+    try:
+        return Polled(await _progress(teamrun, spec, runtime.POLL_READ_LIMIT_BYTES))
+    except CheckpointTooLargeToPoll as exc:
+        return Polled(too_large=str(exc))
+    except (KubeError, OmaError, TimeoutError) as exc:
+        log.warning("no progress for %s: %s", teamrun["metadata"]["name"], exc or "timed out")
+        return Polled(answered=False)
+
+
+async def _progress(
+    teamrun: dict[str, Any], spec: TeamRunSpec, read_limit: int | None = None
+) -> dict[str, Any]:
+    async with asyncio.timeout(STORE_READ_SECONDS):
+        store = await STORES.store_of(runtime.kube(), teamrun["metadata"]["namespace"], spec)
+        return await read_progress(store, run_id_of(teamrun), read_limit) or {}
+
+
+async def _progress_or_error(
+    teamrun: dict[str, Any], spec: TeamRunSpec
+) -> tuple[dict[str, Any], str | None]:
+    """The store's progress (read whatever its size), and why the store could not be read
+    (None: it was)."""
+    name = teamrun["metadata"]["name"]
+    try:
+        return await _progress(teamrun, spec), None
+    except (KubeError, OmaError, TimeoutError) as exc:
+        why = str(exc) or "the store did not answer in time"
+        log.warning("no progress for %s: %s", name, why)
+        return {}, why
+
+
+async def _end_progress(
+    teamrun: dict[str, Any], spec: TeamRunSpec, outcome: Outcome
+) -> tuple[dict[str, Any], str | None]:
+    """The store's progress at an attempt's end. A success is confirmed against it; when the
+    store cannot be read, its Secret is read afresh (it may have been fixed since) and the
+    store tried once more before the success is left unconfirmed."""
+    progress, error = await _progress_or_error(teamrun, spec)
+    if error is not None and outcome.kind == "succeeded":
+        STORES.forget_secrets(teamrun["metadata"]["namespace"])
+        progress, error = await _progress_or_error(teamrun, spec)
+    return progress, error
+
+
+async def give_up(pod: dict[str, Any], outcome: Outcome) -> None:
+    """End an attempt whose pod will not report by itself (see ``watchdog``).
+
+    The outcome is recorded first, with the watchdog's reason (e.g. which Secret is missing):
+    the deleted pod's own end, seen a moment later, must not be taken for the attempt's (it is
+    recorded once). The finalizer goes last, so a restart anywhere in between finds the pod
+    again and repeats only what is left (recording is idempotent).
+    """
+    meta = pod["metadata"]
+    namespace = meta["namespace"]
+    log.info("giving up on pod %s/%s: %s", namespace, meta["name"], outcome.message)
+
+    async def delete() -> None:
+        await runtime.kube().delete_pod(namespace, meta["name"])
+
+    now = datetime.now(UTC)
+    await record_outcome(pod, outcome, now, on_recorded=delete)
+    await runtime.kube().remove_finalizer(namespace, meta["name"], FINALIZER, pod)
+
+
+async def resume_after_approvals(teamrun: dict[str, Any], spec: TeamRunSpec) -> None:
+    """Start the next attempt after approvals, exactly once (optimistic concurrency), or queue
+    it when a concurrency limit leaves no slot."""
+    meta, status = teamrun["metadata"], dict(teamrun.get("status") or {})
+    if status.get("phase") != "AwaitingApproval":
+        return
+    attempt = int(status.get("attempt") or 1) + 1
+    generation = int(meta.get("generation", 1))
+    decided = condition(
+        "AwaitingApproval", False, "Decided", "every request is decided", generation
+    )
+    waits = RUN_QUEUE.reserve(teamrun, attempt)
+    if waits is not None:
+        update = queued(status, run_id_of(teamrun), waits, generation)
+    else:
+        update = started(status, attempt, run_id_of(teamrun), generation, work_digest(teamrun))
+    update["pendingApprovals"] = 0
+    update["conditions"] = merge_conditions(update["conditions"], [decided])
+    try:
+        await runtime.kube().patch_teamrun_status(
+            meta["namespace"], meta["name"], update, resource_version=meta["resourceVersion"]
+        )
+    except KubeError as exc:
+        if waits is None:
+            RUN_QUEUE.release(meta["uid"])
+        if exc.status == 409:
+            return  # someone else (another event, a restarted operator) resumed it
+        raise
+    if waits is None:
+        await ensure_pod(teamrun, spec, attempt, resume_of(status, attempt))

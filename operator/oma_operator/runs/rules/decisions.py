@@ -1,0 +1,130 @@
+"""What the operator does after an attempt ended (pure): next attempt, or a final state."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from oma_operator import masking
+from oma_operator.resources.models import RetryPolicy
+from oma_operator.runs.rules.outcomes import Outcome
+
+Action = Literal[
+    "next_attempt", "succeeded", "failed", "awaiting_approval", "fenced", "suspended", "cancelled"
+]
+Hold = Literal["cancel", "suspend"]  # spec.cancel, spec.suspend (oma_operator.runs.rules.holds)
+MAX_ATTEMPT_HISTORY = 50
+CANCELLED = "cancelled on request (spec.cancel); the checkpoint is kept"
+SUSPENDED = "suspended on request (spec.suspend): set it to false to resume from the checkpoint"
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    counters: dict[str, int]
+    reason: str
+    message: str
+    delay_seconds: int = 0
+
+
+def decide(
+    outcome: Outcome,
+    counters: dict[str, Any],
+    policy: RetryPolicy,
+    attempt: int = 0,
+    hold: Hold | None = None,
+    stopped_for_hold: bool = False,
+) -> Decision:
+    """``counters`` is the TeamRun's status (its budgets' counts, its current ``attempt``);
+    ``attempt`` the one that ended; ``hold`` what the spec asks for now. A held run gets no
+    next attempt: ``cancel`` ends it (unless it succeeded or failed for good first),
+    ``suspend`` leaves it ``Suspended``. The pod the operator stopped for the hold
+    (``stopped_for_hold``) counts against no budget, also when the hold was cleared before
+    its end is recorded."""
+    decision = _decide(outcome, counters, policy, attempt)
+    before = {key: int(counters.get(key, 0)) for key in decision.counters}
+    if hold is None and stopped_for_hold and outcome.kind == "disruption":
+        # Stopped for a hold that was cleared before this end was recorded: the next attempt
+        # starts as the cleared hold asks, and the stop costs no budget.
+        message = "attempt stopped for a hold that was cleared since; starting the next one"
+        return Decision("next_attempt", before, "StoppedForHold", message)
+    if hold is None or decision.action not in ("next_attempt", "awaiting_approval"):
+        return decision
+    if hold == "cancel":
+        return Decision("cancelled", before, "Cancelled", CANCELLED)
+    if decision.action == "next_attempt":
+        return Decision("suspended", before, "Suspended", SUSPENDED)
+    return decision  # waiting for a person already: the gate decides when it goes on
+
+
+def _decide(
+    outcome: Outcome, counters: dict[str, Any], policy: RetryPolicy, attempt: int
+) -> Decision:
+    counts = {
+        "disruptions": counters.get("disruptions", 0),
+        "failures": counters.get("failures", 0),
+        "oomKills": counters.get("oomKills", 0),
+    }
+    if outcome.kind == "succeeded":
+        return Decision("succeeded", counts, "RunSucceeded", "the run completed")
+    if outcome.kind == "suspended":
+        return Decision("awaiting_approval", counts, "AwaitingApproval", outcome.message)
+    if outcome.kind == "fenced":
+        if int(counters.get("attempt") or 0) > attempt:
+            return Decision(
+                "fenced", counts, "Fenced", "a newer attempt owns the run; this attempt stopped"
+            )
+        return Decision("failed", counts, "Superseded", _superseded(attempt))
+    if outcome.reason == "CheckpointLost":
+        report = outcome.report
+        return Decision(
+            "failed", counts, "CheckpointLost", report.message if report else outcome.message
+        )
+    if outcome.kind == "permanent":
+        if outcome.report is not None and outcome.report.status == "rejected":
+            return Decision("failed", counts, "Rejected", "a reviewer rejected the run")
+        return Decision("failed", counts, "PermanentFailure", outcome.message)
+    budget_key, limit = {
+        "disruption": ("disruptions", policy.max_disruptions),
+        "oom": ("oomKills", policy.max_oom_kills),
+        "crash": ("failures", policy.max_failures),
+    }[outcome.kind]
+    counts[budget_key] += 1
+    if counts[budget_key] > limit:
+        return Decision(
+            "failed",
+            counts,
+            f"{budget_key[0].upper()}{budget_key[1:]}Exhausted",
+            f"{counts[budget_key]} {budget_key} exceed the budget of {limit}: "
+            f"{outcome.reason} {outcome.message}".strip(),
+        )
+    delay = policy.backoff_seconds * 2 ** (counts["failures"] - 1) if outcome.kind == "crash" else 0
+    return Decision(
+        "next_attempt",
+        counts,
+        outcome.reason,
+        f"attempt ended ({outcome.reason}); starting the next one",
+        min(delay, 3600),
+    )
+
+
+def attempt_record(attempt: int, outcome: Outcome, pod: str, ended_at: str) -> dict[str, Any]:
+    return {
+        "attempt": attempt,
+        "pod": pod,
+        "outcome": outcome.kind,
+        "reason": outcome.reason,
+        "exitCode": outcome.exit_code,
+        "message": masking.mask(outcome.message)[:1024],  # a runner's: it may quote a Secret
+        "endedAt": ended_at,
+    }
+
+
+def _superseded(attempt: int) -> str:
+    return (
+        f"attempt {attempt} stopped: another writer replaced this run's checkpoint in the store, "
+        "and no newer attempt of this TeamRun exists (another TeamRun, an 'oma run' or a person "
+        "uses the same store and run id). Nothing more runs here: find that writer "
+        "('oma checkpoint show --tenant <namespace> --run-id <runId>' names its attempt and "
+        "pod), then create a TeamRun with a new runId if the work is still to be done"
+    )

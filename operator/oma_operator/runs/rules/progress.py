@@ -1,0 +1,119 @@
+"""A running TeamRun's progress as its store has it: tasks done/total and the last save time.
+
+The runner has no Kubernetes credentials, so the operator reads the latest checkpoint (the same
+summary ``oma checkpoint show`` prints) and mirrors two facts into the TeamRun's status. A
+checkpoint kept as a journal carries both in its head (``journal_head``: a few hundred bytes),
+so the poll does not read the snapshot. A snapshot-layout checkpoint has no head: the poll
+reads it only while it is at most ``runtime.POLL_READ_LIMIT_BYTES`` (8 MiB; asked of the
+store without reading it, ``value_size``); a larger one is not polled, and the ``CheckpointPolled``
+condition says so. Nothing bounds the reads at an attempt's end, which confirm a success.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from oma.checkpoint import Checkpoint
+from oma.checkpoint.keys import checkpoint_key
+from oma.checkpoint.summary import summarize
+from oma.errors import OmaError
+from oma.store.base import MemoryStore, supports_value_size
+from oma.store.journal import supports_journal
+from oma_operator.runs.rules.status import POLLED, condition, merge_conditions
+
+
+@dataclass(frozen=True)
+class Polled:
+    """What one progress poll found: the progress (empty when unknown), why the checkpoint was
+    not read when it was too large, and whether the store answered at all."""
+
+    progress: dict[str, Any] = field(default_factory=dict)
+    too_large: str | None = None
+    answered: bool = True
+
+
+class CheckpointTooLargeToPoll(OmaError):
+    """A snapshot-layout checkpoint over the poll's read limit: not read to poll progress."""
+
+    code = "CHECKPOINT_TOO_LARGE_TO_POLL"
+
+
+async def read_progress(
+    store: MemoryStore, run_id: str, read_limit: int | None = None
+) -> dict[str, Any] | None:
+    """``taskSummary`` and ``lastCheckpointAt`` for the status, or None before the first save.
+    ``read_limit``: a snapshot stored in more bytes is not read (``CheckpointTooLargeToPoll``)."""
+    key = checkpoint_key(run_id)
+    if supports_journal(store):
+        head = await store.journal_head(key)
+        from_head = _from_head(head.metadata) if head is not None else None
+        if from_head is not None:
+            return from_head
+    if read_limit is not None and supports_value_size(store):
+        size = await store.value_size(key)
+        if size is not None and size > read_limit:
+            raise CheckpointTooLargeToPoll(
+                f"the latest checkpoint is over {_size(read_limit)}, the most the operator "
+                "reads to poll a run's progress (OMA_POLL_READ_LIMIT_BYTES): tasks done and "
+                "the last save time are shown again when an attempt ends. A journal-layout "
+                "checkpoint (the default) is polled whatever its size"
+            )
+    snapshot = await Checkpoint(store, run_id=run_id).load_latest()
+    if snapshot is None:
+        return None
+    summary = summarize(snapshot, checkpoint_key(run_id), None)
+    progress: dict[str, Any] = {"lastCheckpointAt": summary.saved_at}
+    if summary.tasks:
+        done = summary.task_counts.get("completed", 0)
+        progress["taskSummary"] = f"{done}/{len(summary.tasks)}"
+    return progress
+
+
+def _size(limit: int) -> str:
+    mib = limit / (1024 * 1024)
+    return f"{mib:g} MiB" if mib >= 1 else f"{limit} bytes"
+
+
+def _from_head(metadata: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Progress from a journal head's metadata; ``None`` when it has none that makes sense
+    (then the journal itself is read)."""
+    meta = metadata or {}
+    counts, saved = meta.get("progress"), meta.get("createdAt")
+    if not isinstance(counts, dict) or not isinstance(saved, str):
+        return None
+    tasks, done = counts.get("tasks"), counts.get("completed")
+    if type(tasks) is not int or type(done) is not int or not 0 <= done <= tasks:
+        return None
+    progress: dict[str, Any] = {"lastCheckpointAt": saved}
+    if tasks:
+        progress["taskSummary"] = f"{done}/{tasks}"
+    return progress
+
+
+def changed(status: dict[str, Any], progress: dict[str, Any]) -> dict[str, Any]:
+    """The part of ``progress`` that differs from ``status`` (empty: no write needed)."""
+    return {key: value for key, value in progress.items() if status.get(key) != value}
+
+
+def polled_conditions(
+    status: dict[str, Any], polled: Polled, generation: int
+) -> list[dict[str, Any]] | None:
+    """The conditions with ``CheckpointPolled`` as this poll found it; None when nothing
+    changes (no write): the condition appears only once a checkpoint was too large, and a
+    store that did not answer changes nothing."""
+    current = next((c for c in status.get("conditions") or [] if c.get("type") == POLLED), None)
+    if not polled.answered:
+        return None
+    if polled.too_large is None:
+        if current is None or current.get("status") == "True":
+            return None
+        wanted = condition(POLLED, True, "Polled", "the checkpoint is polled again", generation)
+    else:
+        if current is not None and (current.get("status"), current.get("message")) == (
+            "False",
+            polled.too_large,
+        ):
+            return None
+        wanted = condition(POLLED, False, "CheckpointTooLarge", polled.too_large, generation)
+    return merge_conditions(status.get("conditions") or [], [wanted])

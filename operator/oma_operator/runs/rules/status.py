@@ -1,0 +1,249 @@
+"""TeamRun status as a projection of pod outcomes (pure): phase, conditions, attempts.
+
+Every condition's message and the status message have the Secret values the operator read
+masked (``masking``): they may quote a runner's termination message."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from oma.pod_contract import TerminationReport
+from oma.timeutil import format_iso, now_iso, parse_iso
+from oma_operator import masking
+from oma_operator.runs.rules.decisions import MAX_ATTEMPT_HISTORY, Decision
+
+PHASE_BY_ACTION = {
+    "succeeded": "Succeeded",
+    "failed": "Failed",
+    "awaiting_approval": "AwaitingApproval",
+    "fenced": "Running",
+    "next_attempt": "Running",
+    "suspended": "Suspended",
+    "cancelled": "Cancelled",
+}
+
+
+POLLED = "CheckpointPolled"  # False while a snapshot is too large for the progress poll
+
+
+def condition(
+    kind: str, status: bool, reason: str, message: str, generation: int
+) -> dict[str, Any]:
+    return {
+        "type": kind,
+        "status": "True" if status else "False",
+        "reason": reason,
+        "message": masking.mask(message)[:1024],
+        "lastTransitionTime": now_iso(),
+        "observedGeneration": generation,
+    }
+
+
+def merge_conditions(
+    current: list[dict[str, Any]], updates: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Replace by type; keep lastTransitionTime when the status did not change."""
+    by_type = {c["type"]: c for c in current}
+    for update in updates:
+        old = by_type.get(update["type"])
+        if old is not None and old.get("status") == update["status"]:
+            update = {**update, "lastTransitionTime": old.get("lastTransitionTime")}
+        by_type[update["type"]] = update
+    return list(by_type.values())
+
+
+def started(
+    status: dict[str, Any], attempt: int, run_id: str, generation: int, work: str
+) -> dict[str, Any]:
+    """An attempt starts under the spec whose work digest is ``work``
+    (``resources.specs.work_digest``; the same for every attempt until the run ends, the spec
+    being frozen meanwhile)."""
+    return {
+        "runId": run_id,
+        "attempt": attempt,
+        "phase": "Running",
+        "workDigest": work,
+        "observedGeneration": generation,
+        "conditions": merge_conditions(
+            status.get("conditions") or [],
+            [
+                condition(
+                    "Progressing",
+                    True,
+                    "AttemptStarted",
+                    f"attempt {attempt} is running",
+                    generation,
+                )
+            ],
+        ),
+    }
+
+
+def queued(status: dict[str, Any], run_id: str, why: str, generation: int) -> dict[str, Any]:
+    """The status of a run that waits for a slot (``why``: the limit it is held back by); the
+    next attempt to start is ``attempt + 1``."""
+    message = f"waiting for a slot: {why}"
+    return {
+        "runId": run_id,
+        "phase": "Queued",
+        "queuedAt": now_iso(),
+        "observedGeneration": generation,
+        "message": message[:1024],
+        "conditions": merge_conditions(
+            status.get("conditions") or [],
+            [
+                condition("Queued", True, "ConcurrencyLimit", message, generation),
+                condition("Progressing", False, "Queued", message, generation),
+            ],
+        ),
+    }
+
+
+def admitted(
+    status: dict[str, Any], attempt: int, run_id: str, generation: int, work: str
+) -> dict[str, Any]:
+    """``started`` for a run that had been queued: it leaves the queue."""
+    update = started(status, attempt, run_id, generation, work)
+    note = condition("Queued", False, "Admitted", f"attempt {attempt} got a slot", generation)
+    update["conditions"] = merge_conditions(update["conditions"], [note])
+    update["queuedAt"] = None  # merge patch: remove
+    update["message"] = f"attempt {attempt} got a slot and is running"
+    return update
+
+
+def after_attempt(
+    status: dict[str, Any],
+    decision: Decision,
+    record: dict[str, Any],
+    generation: int,
+    next_attempt: int | None,
+    report: TerminationReport | None = None,
+) -> dict[str, Any]:
+    """The status after an attempt ended. ``report`` is the runner's termination report, parsed
+    from its whole message (the attempt record keeps only its first 1024 characters)."""
+    history = [*(status.get("attempts") or []), record][-MAX_ATTEMPT_HISTORY:]
+    phase = "Rejected" if decision.reason == "Rejected" else PHASE_BY_ACTION[decision.action]
+    final = decision.action in ("succeeded", "failed", "cancelled")
+    waits = decision.action in ("awaiting_approval", "suspended")
+    updates = [
+        condition(
+            "Progressing",
+            not final and not waits,
+            decision.reason,
+            decision.message,
+            generation,
+        )
+    ]
+    if final:
+        updates.append(
+            condition(
+                "Succeeded",
+                decision.action == "succeeded",
+                decision.reason,
+                decision.message,
+                generation,
+            )
+        )
+        updates.append(
+            condition(
+                "Failed", decision.action == "failed", decision.reason, decision.message, generation
+            )
+        )
+    conditions: list[dict[str, Any]] = status.get("conditions") or []
+    polled = next((c for c in conditions if c.get("type") == POLLED), {})
+    if polled.get("status") == "False":  # the end reads the checkpoint whatever its size
+        message = "the attempt's end read the checkpoint"
+        updates.append(condition(POLLED, True, "AttemptEnded", message, generation))
+    if decision.action in ("suspended", "cancelled"):
+        kind = "Suspended" if decision.action == "suspended" else "Cancelled"
+        updates.append(condition(kind, True, "Requested", decision.message, generation))
+    if decision.action == "awaiting_approval":
+        updates.append(
+            condition("AwaitingApproval", True, decision.reason, decision.message, generation)
+        )
+    new: dict[str, Any] = {
+        "phase": phase,
+        "attempts": history,
+        "observedGeneration": generation,
+        "message": masking.mask(decision.message)[:1024],
+        "conditions": merge_conditions(status.get("conditions") or [], updates),
+        **decision.counters,
+    }
+    if report is not None:
+        if report.tasks is not None:
+            new["taskSummary"] = f"{report.tasks.completed}/{report.tasks.total}"
+        new["pendingApprovals"] = len(report.pending_approvals)
+    if next_attempt is not None:
+        new["attempt"] = next_attempt
+        start = datetime.now(UTC) + timedelta(seconds=decision.delay_seconds)
+        new["nextAttemptAfter"] = format_iso(start)
+    else:
+        new["nextAttemptAfter"] = None  # merge patch: remove
+    return new
+
+
+def backoff_left(status: dict[str, Any], now: datetime) -> float:
+    """Seconds until the current attempt may start (0: now), from ``nextAttemptAfter``."""
+    after = parse_iso(str(status.get("nextAttemptAfter") or ""))
+    return max(0.0, (after - now).total_seconds()) if after is not None else 0.0
+
+
+MAX_RETRIES_KEPT = 20
+
+
+def retried(status: dict[str, Any], requested: str, generation: int) -> dict[str, Any]:
+    """A failed run taken up again (``oma retry``): it waits for its next attempt as ``Queued``
+    (the concurrency limits apply), with its failure budget reset; the retry is recorded."""
+    conditions: list[dict[str, Any]] = status.get("conditions") or []
+    failed: dict[str, Any] = next((c for c in conditions if c.get("type") == "Failed"), {})
+    attempt = int(status.get("attempt") or 0)
+    budgets = ("failures", "disruptions", "oomKills")
+    record = {
+        "requested": requested,
+        "retriedAt": now_iso(),
+        "attempt": attempt,
+        **{budget: int(status.get(budget) or 0) for budget in budgets},
+        "reason": failed.get("reason"),
+    }
+    message = (
+        f"retried on request after attempt {attempt} failed ({failed.get('reason') or 'failed'});"
+        " the budgets (failures, disruptions, OOM kills) start again"
+    )
+    return {
+        "phase": "Queued",
+        "queuedAt": now_iso(),
+        **{budget: 0 for budget in budgets},
+        "nextAttemptAfter": None,  # merge patch: remove
+        "retries": [*(status.get("retries") or []), record][-MAX_RETRIES_KEPT:],
+        "observedGeneration": generation,
+        "message": message[:1024],
+        "conditions": merge_conditions(
+            status.get("conditions") or [],
+            [
+                condition("Failed", False, "Retried", message, generation),
+                condition("Progressing", True, "Retried", message, generation),
+            ],
+        ),
+    }
+
+
+RETRY_REFUSED = "SpecChangedSinceApproval"
+
+
+def retry_refused(
+    status: dict[str, Any], requested: str, why: str, reason: str = RETRY_REFUSED
+) -> dict[str, Any]:
+    """A retry the operator did not act on (``why``): the run stays Failed as it was, and the
+    request is recorded as handled, so it is not looked at again (a new ``oma retry`` is)."""
+    record = {
+        "requested": requested,
+        "refusedAt": now_iso(),
+        "attempt": int(status.get("attempt") or 0),
+        "reason": reason,
+        "message": why[:1024],
+    }
+    return {
+        "retries": [*(status.get("retries") or []), record][-MAX_RETRIES_KEPT:],
+        "message": f"retry refused: {why}"[:1024],
+    }
