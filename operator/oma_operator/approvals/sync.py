@@ -37,7 +37,7 @@ from oma_operator.approvals.rules.reviewers import (
 )
 from oma_operator.k8s.client import Kube, KubeError
 from oma_operator.resources.models import ReviewerSet, TeamRunSpec
-from oma_operator.runs.rules.pods import run_id_of
+from oma_operator.resources.specs import run_id_of
 from oma_operator.stores import STORES
 
 log = logging.getLogger(__name__)

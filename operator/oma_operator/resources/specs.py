@@ -63,6 +63,14 @@ def problems_of(exc: ValidationError) -> str:
     return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'spec'}: {e['msg']}" for e in exc.errors())
 
 
+def run_id_of(body: Mapping[str, Any]) -> str:
+    """The run id a TeamRun's checkpoints are stored under: ``spec.runId``, else
+    ``<namespace>.<name>``."""
+    spec = body.get("spec") or {}
+    meta = body["metadata"]
+    return str(spec.get("runId") or f"{meta['namespace']}.{meta['name']}")
+
+
 def work_digest(teamrun: Mapping[str, Any]) -> str:
     """``sha256:<hex>`` of the spec's work fields as the API holds them (what the run executes;
     not the hold or placement fields): recorded when an attempt starts, so a retry can tell

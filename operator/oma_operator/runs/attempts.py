@@ -21,7 +21,7 @@ from oma_operator.k8s.client import KubeError
 from oma_operator.k8s.watched import WATCHED
 from oma_operator.later import LATER, Key
 from oma_operator.resources.models import TeamRunSpec
-from oma_operator.resources.specs import spec_of, work_digest
+from oma_operator.resources.specs import run_id_of, spec_of, work_digest
 from oma_operator.runs.held_runs import hold_now, hold_without_pod
 from oma_operator.runs.metrics import METRICS, Resume
 from oma_operator.runs.rules.decisions import attempt_record, decide
@@ -37,7 +37,6 @@ from oma_operator.runs.rules.pods import (
     attempt_of,
     made_for,
     not_made_for,
-    run_id_of,
     runner_pod,
 )
 from oma_operator.runs.rules.progress import CheckpointTooLargeToPoll, Polled, read_progress

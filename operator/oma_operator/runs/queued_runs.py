@@ -11,11 +11,10 @@ from typing import Any
 from oma_operator import events, runtime
 from oma_operator.k8s.client import KubeError
 from oma_operator.k8s.watched import WATCHED
-from oma_operator.resources.specs import TeamRunSpecError, spec_of, work_digest
+from oma_operator.resources.specs import TeamRunSpecError, run_id_of, spec_of, work_digest
 from oma_operator.runs.attempts import ensure_pod, resume_of
 from oma_operator.runs.rules.concurrency import Slot
 from oma_operator.runs.rules.holds import hold_of
-from oma_operator.runs.rules.pods import run_id_of
 from oma_operator.runs.rules.status import admitted, queued, started
 from oma_operator.runs.run_queue import RUN_QUEUE
 

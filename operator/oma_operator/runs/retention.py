@@ -25,8 +25,7 @@ from oma.timeutil import parse_iso
 from oma_operator import runtime
 from oma_operator.k8s.watched import WATCHED
 from oma_operator.resources.phases import FINAL_PHASES
-from oma_operator.resources.specs import TeamRunSpecError, spec_of
-from oma_operator.runs.rules.pods import run_id_of
+from oma_operator.resources.specs import TeamRunSpecError, run_id_of, spec_of
 from oma_operator.stores import STORES
 
 log = logging.getLogger(__name__)

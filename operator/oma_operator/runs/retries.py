@@ -26,9 +26,8 @@ from oma_operator.approvals.rules.resources import decision_name
 from oma_operator.approvals.rules.reviewers import editors_of
 from oma_operator.k8s.client import KubeError
 from oma_operator.resources.models import RETRY_ANNOTATION
-from oma_operator.resources.specs import TeamRunSpecError, spec_of, work_digest
+from oma_operator.resources.specs import TeamRunSpecError, run_id_of, spec_of, work_digest
 from oma_operator.runs.attempts import STORE_READ_SECONDS
-from oma_operator.runs.rules.pods import run_id_of
 from oma_operator.runs.rules.status import RETRY_REFUSED, retried, retry_refused
 from oma_operator.stores import STORES
 

@@ -31,6 +31,7 @@ from oma.pod_contract import (
 )
 from oma_operator.resources.models import GROUP, VERSION, TeamRunSpec, to_run_spec
 from oma_operator.resources.pod_extras import SCRATCH_PATH
+from oma_operator.resources.specs import run_id_of
 from oma_operator.runs.rules.watchdog import NODE_LOSS_GRACE_ANNOTATION, START_TIMEOUT_ANNOTATION
 
 FINALIZER = "oma.dev/outcome"
@@ -90,11 +91,6 @@ def attempt_of(pod: dict[str, Any]) -> tuple[str, str, int]:
         meta["labels"][LABEL_TEAMRUN],
         int(meta["labels"].get(LABEL_ATTEMPT, "1")),
     )
-
-
-def run_id_of(body: dict[str, Any]) -> str:
-    spec = body.get("spec", {})
-    return str(spec.get("runId") or f"{body['metadata']['namespace']}.{body['metadata']['name']}")
 
 
 def runner_pod(
