@@ -23,7 +23,7 @@ import httpx
 
 from oma.timeutil import now_iso
 from oma_operator import masking, runtime
-from oma_operator.k8s.client import KubeError
+from oma_operator.k8s.errors import KubeError
 from oma_operator.resources.models import GROUP, VERSION
 
 log = logging.getLogger(__name__)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import OrderedDict
 from datetime import UTC, datetime
@@ -13,7 +14,7 @@ from oma_operator import events, runtime
 from oma_operator.approvals.rules.reviewers import missing_creator
 from oma_operator.approvals.sync import close_pending, sync_approvals
 from oma_operator.install.release import release_runner_pods
-from oma_operator.k8s.client import KubeError
+from oma_operator.k8s.errors import CHANGED_OR_GONE
 from oma_operator.k8s.watched import WATCHED
 from oma_operator.later import LATER
 from oma_operator.resources.models import GROUP, VERSION
@@ -307,13 +308,10 @@ async def progress(teamrun: dict[str, Any]) -> None:
     # The whole list is written: only over the status it was made from (the next poll
     # tries again after a conflict).
     update["conditions"] = conditions
-    try:
+    with contextlib.suppress(*CHANGED_OR_GONE):
         await runtime.kube().patch_teamrun_status(
             meta["namespace"], meta["name"], update, resource_version=meta["resourceVersion"]
         )
-    except KubeError as exc:
-        if exc.status not in (404, 409):
-            raise
 
 
 @kopf.on.update(GROUP, VERSION, "approvaldecisions", field="spec.decision")

@@ -20,7 +20,8 @@ import pytest
 from oma.errors import StoreAuthError, StoreConfigError, StoreUnavailableError
 from oma.store.base import MemoryStore
 from oma_operator import masking, runtime
-from oma_operator.k8s.client import Kube, KubeError
+from oma_operator.k8s.client import Kube
+from oma_operator.k8s.errors import KubeError
 from oma_operator.resources.models import TeamRunSpec
 from oma_operator.runs import trouble
 from oma_operator.runs.rules import status

@@ -149,6 +149,6 @@ def test_file_store_errors_are_transient_only_for_passing_os_errors(
     [(0, True), (409, True), (429, True), (500, True), (503, True), (403, False), (404, False)],
 )
 def test_a_kubernetes_api_error_is_transient_by_its_status(status: int, transient: bool) -> None:
-    from oma_operator.k8s.client import KubeError
+    from oma_operator.k8s.errors import KubeError
 
     assert KubeError(status, "x").transient is transient

@@ -8,6 +8,7 @@ deciding nothing, and its status and a TeamRun Event say why.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import OrderedDict
 from typing import Any
@@ -35,7 +36,8 @@ from oma_operator.approvals.rules.reviewers import (
     reviewer_problem,
     reviewers_for,
 )
-from oma_operator.k8s.client import Kube, KubeError
+from oma_operator.k8s.client import Kube
+from oma_operator.k8s.errors import CHANGED_OR_GONE, KubeConflict
 from oma_operator.resources.models import ReviewerSet, TeamRunSpec
 from oma_operator.resources.specs import run_id_of
 from oma_operator.stores import STORES
@@ -162,18 +164,14 @@ async def _publish(
     meta = expected["metadata"]
     try:
         created = await kube.create_decision(meta["namespace"], expected)
-    except KubeError as exc:
-        if exc.status != 409:
-            raise
+    except KubeConflict:
         return await kube.get_decision(meta["namespace"], meta["name"])
     status = mirrored_status(record)
     try:
         await kube.patch_decision_status(
             meta["namespace"], meta["name"], status, uid=created["metadata"]["uid"]
         )
-    except KubeError as exc:
-        if exc.status not in (404, 409):
-            raise
+    except CHANGED_OR_GONE:
         return None  # deleted meanwhile: the next round publishes it again
     return {**created, "status": status}
 
@@ -235,13 +233,11 @@ async def _settle(
     patch = status_patch(dict(resource.get("status") or {}), wanted)
     if patch is not None:
         version = meta["resourceVersion"] if trust.verdict == "adopt" else None
-        try:
+        # Changed or gone meanwhile: judged next round.
+        with contextlib.suppress(*CHANGED_OR_GONE):
             await kube.patch_decision_status(
                 meta["namespace"], meta["name"], patch, uid=meta["uid"], resource_version=version
             )
-        except KubeError as exc:
-            if exc.status not in (404, 409):  # changed or gone meanwhile: judged next round
-                raise
     return record
 
 
@@ -305,13 +301,11 @@ async def close_pending(kube: Kube, teamrun: dict[str, Any]) -> None:
         if patch is None:
             continue
         where = resource["metadata"]
-        try:
+        # Changed or gone meanwhile: the next round sees it.
+        with contextlib.suppress(*CHANGED_OR_GONE):
             await kube.patch_decision_status(
                 where["namespace"], where["name"], patch, uid=where["uid"]
             )
-        except KubeError as exc:
-            if exc.status not in (404, 409):
-                raise
 
 
 async def _ignore(
@@ -323,8 +317,6 @@ async def _ignore(
     if patch is None:
         return
     await events.warn(teamrun, "ApprovalDecisionIgnored", f"{meta['name']}: {problem}")
-    try:
+    # Changed or gone meanwhile: the next round sees it.
+    with contextlib.suppress(*CHANGED_OR_GONE):
         await kube.patch_decision_status(meta["namespace"], meta["name"], patch, uid=meta["uid"])
-    except KubeError as exc:
-        if exc.status not in (404, 409):
-            raise

@@ -231,7 +231,7 @@ async def decide(
     ``result``) for an uncertain tool call."""
     # Imported here, not at the top: every `oma` invocation loads this plugin to register it.
     with operator_extra():
-        from oma_operator.k8s.client import KubeError
+        from oma_operator.k8s.errors import KubeConflict
 
     kube = await connect(target)
     target = replace(target, namespace=target.namespace or kube.namespace)
@@ -268,9 +268,7 @@ async def decide(
         version = decision["metadata"]["resourceVersion"]
         try:
             decided = await kube.patch_decision_spec(target.namespace, target.name, spec, version)
-        except KubeError as exc:
-            if exc.status != 409:
-                raise
+        except KubeConflict as exc:
             # Someone wrote in between: report what they did rather than overwrite it.
             latest = await kube.get_decision(target.namespace, target.name)
             if latest is not None:
@@ -352,12 +350,12 @@ async def api_session(kube: Kube) -> AsyncIterator[None]:
     with operator_extra():
         import httpx
 
-        from oma_operator.k8s.client import KubeError
+        from oma_operator.k8s.errors import KubeError, KubeUnauthorized
 
     try:
         yield
     except KubeError as exc:
-        code = EXIT_NO_CLUSTER if exc.status == 401 else EXIT_REFUSED
+        code = EXIT_NO_CLUSTER if isinstance(exc, KubeUnauthorized) else EXIT_REFUSED
         raise DecisionRefused(str(exc), code) from exc
     except httpx.TransportError as exc:
         raise DecisionRefused(

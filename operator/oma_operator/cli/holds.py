@@ -82,7 +82,7 @@ def register(app: typer.Typer) -> None:
 
 async def request_hold(target: Target, request: Request) -> dict[str, Any]:
     with operator_extra():
-        from oma_operator.k8s.client import KubeError
+        from oma_operator.k8s.errors import KubeConflict
 
     kube = await connect(target)
     target = replace(target, namespace=target.namespace or kube.namespace)
@@ -106,9 +106,7 @@ async def request_hold(target: Target, request: Request) -> dict[str, Any]:
         version = teamrun["metadata"]["resourceVersion"]
         try:
             await kube.patch_teamrun_spec(target.namespace, target.name, PATCHES[request], version)
-        except KubeError as exc:
-            if exc.status != 409:
-                raise
+        except KubeConflict as exc:
             raise DecisionRefused(f"teamrun {target.name} changed meanwhile: try again") from exc
         return {
             "teamRun": target.name,

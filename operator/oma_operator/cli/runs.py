@@ -92,7 +92,7 @@ async def request_retry(
     target: Target, wait_seconds: float = HANDLED_WAIT_SECONDS
 ) -> dict[str, Any]:
     with operator_extra():
-        from oma_operator.k8s.client import KubeError
+        from oma_operator.k8s.errors import KubeConflict
 
     kube = await connect(target)
     target = replace(target, namespace=target.namespace or kube.namespace)
@@ -121,9 +121,7 @@ async def request_retry(
             await kube.annotate_teamrun(
                 target.namespace, target.name, {RETRY_ANNOTATION: requested}, version
             )
-        except KubeError as exc:
-            if exc.status != 409:
-                raise
+        except KubeConflict as exc:
             raise DecisionRefused(f"teamrun {target.name} changed meanwhile: try again") from exc
         if wait_seconds > 0:
             await _await_handled(kube, target, teamrun["metadata"]["uid"], requested, wait_seconds)

@@ -16,7 +16,7 @@ import logging
 import httpx
 
 from oma_operator import runtime
-from oma_operator.k8s.client import KubeError
+from oma_operator.k8s.errors import KubeError
 from oma_operator.runs.rules.pods import FINALIZER, LABEL_TEAMRUN
 
 log = logging.getLogger(__name__)

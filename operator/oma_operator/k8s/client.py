@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import os
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,13 @@ import httpx
 import kr8s
 import kr8s.asyncio
 
-from oma.errors import OmaError
+from oma_operator.k8s.errors import (
+    CHANGED_OR_GONE,
+    KubeConflict,
+    KubeInvalid,
+    KubeNotFound,
+    kube_error,
+)
 from oma_operator.k8s.kubeconfig import merged
 from oma_operator.resources.models import GROUP, VERSION
 
@@ -33,20 +40,6 @@ def _kubeconfig(given: str | None) -> dict[str, Any] | None:
     listed = given or os.environ.get("KUBECONFIG") or "~/.kube/config"
     paths = [Path(p).expanduser() for p in listed.split(os.pathsep) if p]
     return merged(paths) if any(p.is_file() for p in paths) else None
-
-
-class KubeError(OmaError):
-    """An API call failed: ``status`` is the HTTP status, 0 when the server was not reached.
-    Transient for 0, 409 (a conflict: read again and retry), 429 and 5xx."""
-
-    code = "KUBE_API"
-
-    def __init__(self, status: int, message: str) -> None:
-        self.status = status
-        super().__init__(
-            f"Kubernetes API answered {status}: {message}",
-            transient=status in (0, 409, 429) or status >= 500,
-        )
 
 
 class Kube:
@@ -146,12 +139,12 @@ class Kube:
             # kr8s re-authenticated and tried again on 401/403 before this.
             failed: httpx.Response | None = exc.response
             if failed is None:
-                raise KubeError(0, str(exc)) from None
+                raise kube_error(0, str(exc)) from None
             try:
                 message = failed.json().get("message", failed.text)
             except ValueError:
                 message = failed.text
-            raise KubeError(failed.status_code, message) from None
+            raise kube_error(failed.status_code, message) from None
 
     # -- pods ----------------------------------------------------------------------------------
     async def create_pod(self, namespace: str, pod: dict[str, Any]) -> dict[str, Any]:
@@ -160,10 +153,8 @@ class Kube:
     async def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             return await self._call("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
-        except KubeError as exc:
-            if exc.status == 404:
-                return None
-            raise
+        except KubeNotFound:
+            return None
 
     async def list_pods(self, namespace: str | None, label_selector: str) -> list[dict[str, Any]]:
         """Pods with ``label_selector`` in ``namespace`` (None: every namespace)."""
@@ -174,11 +165,9 @@ class Kube:
 
     async def delete_pod(self, namespace: str, name: str) -> None:
         """Ask for a graceful delete; a pod already gone is fine."""
-        try:
+        # Already gone.
+        with contextlib.suppress(KubeNotFound):
             await self._call("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}")
-        except KubeError as exc:
-            if exc.status != 404:
-                raise
 
     async def remove_finalizer(
         self, namespace: str, name: str, finalizer: str, seen: dict[str, Any] | None = None
@@ -198,11 +187,10 @@ class Kube:
                     headers={"Content-Type": "application/json-patch+json"},
                 )
                 return
-            except KubeError as exc:
-                if exc.status == 404:
-                    return
-                if exc.status not in (409, 422):  # 422: the test op failed (the list moved)
-                    raise
+            except KubeNotFound:
+                return
+            except (KubeConflict, KubeInvalid):  # 422: the test op failed (the list moved)
+                pass
         pod = await self.get_pod(namespace, name)
         if pod is None or finalizer not in pod["metadata"].get("finalizers", []):
             return
@@ -235,9 +223,8 @@ class Kube:
                 json=patch,
                 headers={"Content-Type": "application/merge-patch+json"},
             )
-        except KubeError as exc:
-            if exc.status not in (404, 409, 422):
-                raise
+        except (*CHANGED_OR_GONE, KubeInvalid):
+            pass
 
     # -- the operator's own Deployment (the chart's pre-delete hook) ------------------------------
     async def get_deployment(self, namespace: str, name: str) -> dict[str, Any]:
@@ -279,15 +266,12 @@ class Kube:
     async def delete_decision(self, namespace: str, name: str, uid: str) -> None:
         """Delete exactly the resource with ``uid`` (a newer one of that name is left alone);
         gone already is fine."""
-        try:
+        with contextlib.suppress(*CHANGED_OR_GONE):
             await self._call(
                 "DELETE",
                 f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/approvaldecisions/{name}",
                 json={"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}},
             )
-        except KubeError as exc:
-            if exc.status not in (404, 409):
-                raise
 
     async def restore_decision_metadata(
         self, namespace: str, name: str, uid: str, published: dict[str, Any]
@@ -323,10 +307,8 @@ class Kube:
             return await self._call(
                 "GET", f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/approvaldecisions/{name}"
             )
-        except KubeError as exc:
-            if exc.status == 404:
-                return None
-            raise
+        except KubeNotFound:
+            return None
 
     async def patch_decision_spec(
         self, namespace: str, name: str, spec: dict[str, Any], resource_version: str
@@ -373,7 +355,7 @@ class Kube:
         secret = await self._call("GET", f"/api/v1/namespaces/{namespace}/secrets/{name}")
         data = (secret.get("data") or {}).get(key)
         if data is None:
-            raise KubeError(404, f"secret {namespace}/{name} has no key {key!r}")
+            raise kube_error(404, f"secret {namespace}/{name} has no key {key!r}")
         return base64.b64decode(data).decode()
 
     async def annotate_teamrun(
@@ -419,11 +401,10 @@ class Kube:
                     "propagationPolicy": "Background",
                 },
             )
-        except KubeError as exc:
-            if exc.status == 404:
-                return True
-            if exc.status == 409:
-                return False
+        except KubeNotFound:
+            return True
+        except KubeConflict:
+            return False
             raise
         return True
 
@@ -432,10 +413,8 @@ class Kube:
             return await self._call(
                 "GET", f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/teamruns/{name}"
             )
-        except KubeError as exc:
-            if exc.status == 404:
-                return None
-            raise
+        except KubeNotFound:
+            return None
 
     # -- identity ------------------------------------------------------------------------------
     async def self_subject_review(self) -> dict[str, Any]:

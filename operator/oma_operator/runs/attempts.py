@@ -17,7 +17,7 @@ from oma.errors import OmaError
 from oma.timeutil import now_iso, parse_iso
 from oma_operator import events, runtime
 from oma_operator.approvals.sync import sync_approvals
-from oma_operator.k8s.client import KubeError
+from oma_operator.k8s.errors import KubeConflict, KubeError
 from oma_operator.k8s.watched import WATCHED
 from oma_operator.later import LATER, Key
 from oma_operator.resources.models import TeamRunSpec
@@ -89,7 +89,7 @@ async def ensure_pod(
     try:
         await runtime.kube().create_pod(meta["namespace"], manifest)
     except KubeError as exc:
-        if exc.status != 409:
+        if not isinstance(exc, KubeConflict):
             await _creation_failed(teamrun, attempt, pod, exc)
             return
         # It exists: created before (by us, or by a retry meanwhile), or someone else's pod
@@ -264,12 +264,11 @@ async def record_outcome(
                     namespace, name, update, resource_version=teamrun["metadata"]["resourceVersion"]
                 )
                 break
-            except KubeError as exc:
-                if exc.status != 409:
-                    raise
+            except KubeConflict:
+                pass  # changed since it was read: read it again
             teamrun = await runtime.kube().get_teamrun(namespace, name)
         else:
-            raise KubeError(
+            raise KubeConflict(
                 409,
                 f"TeamRun {namespace}/{name} kept changing while {pod}'s end was "
                 "being recorded; the pod keeps its finalizer until it is",
@@ -414,7 +413,7 @@ async def resume_after_approvals(teamrun: dict[str, Any], spec: TeamRunSpec) -> 
     except KubeError as exc:
         if waits is None:
             RUN_QUEUE.release(meta["uid"])
-        if exc.status == 409:
+        if isinstance(exc, KubeConflict):
             return  # someone else (another event, a restarted operator) resumed it
         raise
     if waits is None:

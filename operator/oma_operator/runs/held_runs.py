@@ -12,7 +12,7 @@ from typing import Any
 
 from oma_operator import events, runtime
 from oma_operator.approvals.sync import close_pending
-from oma_operator.k8s.client import KubeError
+from oma_operator.k8s.errors import CHANGED_OR_GONE
 from oma_operator.k8s.watched import WATCHED
 from oma_operator.later import LATER
 from oma_operator.resources.specs import TeamRunSpecError, spec_of
@@ -142,7 +142,5 @@ async def _write(teamrun: dict[str, Any], update: dict[str, Any]) -> dict[str, A
         return await runtime.kube().patch_teamrun_status(
             meta["namespace"], meta["name"], update, resource_version=meta["resourceVersion"]
         )
-    except KubeError as exc:
-        if exc.status in (404, 409):
-            return None
-        raise
+    except CHANGED_OR_GONE:
+        return None

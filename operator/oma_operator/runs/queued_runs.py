@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from oma_operator import events, runtime
-from oma_operator.k8s.client import KubeError
+from oma_operator.k8s.errors import KubeConflict, KubeError, KubeNotFound
 from oma_operator.k8s.watched import WATCHED
 from oma_operator.resources.specs import TeamRunSpecError, run_id_of, spec_of, work_digest
 from oma_operator.runs.attempts import ensure_pod, resume_of
@@ -47,13 +47,14 @@ async def start_attempt(teamrun: dict[str, Any], attempt: int) -> dict[str, Any]
             return await runtime.kube().patch_teamrun_status(
                 namespace, name, update, resource_version=teamrun["metadata"]["resourceVersion"]
             )
-        except KubeError as exc:
-            if exc.status == 404:  # deleted meanwhile
-                RUN_QUEUE.release(uid)
-                return None
-            if exc.status != 409:
-                RUN_QUEUE.release(uid)
-                raise
+        except KubeNotFound:  # deleted meanwhile
+            RUN_QUEUE.release(uid)
+            return None
+        except KubeConflict:
+            pass  # changed since it was read: read it again below
+        except KubeError:
+            RUN_QUEUE.release(uid)
+            raise
         fresh = await runtime.kube().get_teamrun(namespace, name)
         if fresh is None or fresh["metadata"].get("uid") != uid:
             RUN_QUEUE.release(uid)

@@ -24,7 +24,7 @@ from oma_operator import runtime
 from oma_operator.approvals.approved_work import approved_not_run
 from oma_operator.approvals.rules.resources import decision_name
 from oma_operator.approvals.rules.reviewers import editors_of
-from oma_operator.k8s.client import KubeError
+from oma_operator.k8s.errors import CHANGED_OR_GONE
 from oma_operator.resources.models import RETRY_ANNOTATION
 from oma_operator.resources.specs import TeamRunSpecError, run_id_of, spec_of, work_digest
 from oma_operator.runs.attempts import STORE_READ_SECONDS
@@ -142,8 +142,6 @@ async def retry_run(teamrun: dict[str, Any], requested: str) -> Retry | None:
         written = await runtime.kube().patch_teamrun_status(
             meta["namespace"], meta["name"], update, resource_version=meta["resourceVersion"]
         )
-    except KubeError as exc:
-        if exc.status in (404, 409):
-            return None
-        raise
+    except CHANGED_OR_GONE:
+        return None
     return Retry(written, refusal.message if refusal is not None else None)

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from oma_operator import events, masking, runtime
-from oma_operator.k8s.client import KubeError
+from oma_operator.k8s.errors import KubeError
 from oma_operator.runs.rules.status import condition, merge_conditions
 
 log = logging.getLogger(__name__)
