@@ -40,44 +40,49 @@ def structural(model: type[BaseModel]) -> dict[str, Any]:
 
 
 def _convert(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """A pydantic JSON Schema node as a structural OpenAPI v3 schema Kubernetes accepts."""
     if "$ref" in node:
-        converted = _convert(defs[node["$ref"].split("/")[-1]], defs)
-        if "description" in node:  # the field's own words win over its type's docstring
-            converted["description"] = node["description"]
-        return converted
+        return _described(_convert(defs[node["$ref"].split("/")[-1]], defs), node)
     options = node.get("anyOf") or node.get("oneOf")
     if options is not None:
         real = [o for o in options if o.get("type") != "null"]
         if len(real) == 1:
-            converted = _convert(real[0], defs)
-            if "description" in node:
-                converted["description"] = node["description"]
-            return converted
-        return {
-            **PRESERVE,
-            **({"description": node["description"]} if "description" in node else {}),
-        }
+            return _described(_convert(real[0], defs), node)
+        return _described(dict(PRESERVE), node)
     out: dict[str, Any] = {}
     for key, value in node.items():
-        if key in DROP or (key == "default" and value is None):
-            continue
-        if key == "const":
-            out["enum"] = [value]
-        elif key in ("exclusiveMinimum", "exclusiveMaximum") and not isinstance(value, bool):
-            # JSON Schema 2020 numbers; Kubernetes speaks OpenAPI v3: a bound plus a flag
-            out["minimum" if key == "exclusiveMinimum" else "maximum"] = value
-            out[key] = True
-        elif key == "properties":
-            out["properties"] = {name: _convert(sub, defs) for name, sub in value.items()}
-        elif key == "items":
-            out["items"] = _convert(value, defs)
-        elif key == "additionalProperties":
-            if isinstance(value, dict) and value:
-                out["additionalProperties"] = _convert(value, defs)
-            elif value:
-                out.update(PRESERVE)
-        else:
-            out[key] = value
+        if key not in DROP and not (key == "default" and value is None):
+            out.update(_converted_key(key, value, defs))
+    return _completed(out)
+
+
+def _described(converted: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
+    """The field's own words win over its type's docstring."""
+    if "description" in node:
+        converted["description"] = node["description"]
+    return converted
+
+
+def _converted_key(key: str, value: Any, defs: dict[str, Any]) -> dict[str, Any]:
+    """What one key of a schema node becomes."""
+    if key == "const":
+        return {"enum": [value]}
+    if key in ("exclusiveMinimum", "exclusiveMaximum") and not isinstance(value, bool):
+        # JSON Schema 2020 numbers; Kubernetes speaks OpenAPI v3: a bound plus a flag
+        return {"minimum" if key == "exclusiveMinimum" else "maximum": value, key: True}
+    if key == "properties":
+        return {"properties": {name: _convert(sub, defs) for name, sub in value.items()}}
+    if key == "items":
+        return {"items": _convert(value, defs)}
+    if key == "additionalProperties":
+        if isinstance(value, dict) and value:
+            return {"additionalProperties": _convert(value, defs)}
+        return dict(PRESERVE) if value else {}
+    return {key: value}
+
+
+def _completed(out: dict[str, Any]) -> dict[str, Any]:
+    """A node without a type is free-form; an object without properties is a map."""
     if (
         "type" not in out
         and "enum" not in out

@@ -7,7 +7,13 @@ from typing import Any, NoReturn
 
 from oma.agent.result import RunStatus
 from oma.approval.errors import DurableApprovalError
-from oma.approval.models import TOOL_CALL_SCOPES, ApprovalRequest, hash_approval_request
+from oma.approval.ledger import DurableApprovalLedger
+from oma.approval.models import (
+    TOOL_CALL_SCOPES,
+    ApprovalDecisionRecord,
+    ApprovalRequest,
+    hash_approval_request,
+)
 from oma.checkpoint.snapshot import CheckpointSnapshotV4
 from oma.orchestrator.context import RunContext
 from oma.orchestrator.gating import PLAN_BOUNDARY, round_boundary
@@ -30,13 +36,7 @@ async def continue_approvals(context: RunContext, snapshot: CheckpointSnapshotV4
     ledger = context.ledger
     if ledger is None or not (snapshot.pending_approvals or snapshot.approval_decisions):
         return Continuation()
-    for consumed in snapshot.approval_decisions:
-        stored = await ledger.get(consumed.request_id)
-        if stored is None or stored.decision is None or stored.decision != consumed:
-            raise DurableApprovalError(
-                "APPROVAL_INTEGRITY_ERROR",
-                f"Checkpointed decision for {consumed.request_id} does not match the ledger.",
-            )
+    await _check_consumed(ledger, snapshot)
     tasks = {task.id: task.to_wire() for task in snapshot.queue.tasks}
     calls = {
         (state.task_id, call.call.id): (state, call)
@@ -53,24 +53,50 @@ async def continue_approvals(context: RunContext, snapshot: CheckpointSnapshotV4
             )
         _check_still_current(request, tasks, calls)
         record = await ledger.ensure_request(request)
-        decision = record.decision
-        if decision is None:
+        if record.decision is None:
             outcome.undecided.append(request)
-            continue
-        if decision not in context.approval_decisions:
-            context.approval_decisions.append(decision)
-        if request.scope in TOOL_CALL_SCOPES:
-            _attach(context, request, decision)
-            continue
-        approved = decision.decision == "approved"
-        if not approved:
+        elif not _apply(context, request, record.decision, outcome):
             rejected_boundary = True
-        elif request.scope == "task_dispatch":
-            context.approved_dispatch[request.boundary] = request
-            continue  # stays pending until the dispatch consumes it
-        elif request.scope == "plan" and request.content.get("continuation") == "plan_only":
-            outcome.plan_only = True
-        context.pending_approvals = [r for r in context.pending_approvals if r.id != request.id]
+    return await _after_decisions(context, outcome, rejected_boundary)
+
+
+async def _check_consumed(ledger: DurableApprovalLedger, snapshot: CheckpointSnapshotV4) -> None:
+    """Every decision the checkpoint says it consumed is the ledger's, unchanged."""
+    for consumed in snapshot.approval_decisions:
+        stored = await ledger.get(consumed.request_id)
+        if stored is None or stored.decision is None or stored.decision != consumed:
+            raise DurableApprovalError(
+                "APPROVAL_INTEGRITY_ERROR",
+                f"Checkpointed decision for {consumed.request_id} does not match the ledger.",
+            )
+
+
+def _apply(
+    context: RunContext,
+    request: ApprovalRequest,
+    decision: ApprovalDecisionRecord,
+    outcome: Continuation,
+) -> bool:
+    """Attach a decided request to the run; False for a rejected boundary (not a tool call)."""
+    if decision not in context.approval_decisions:
+        context.approval_decisions.append(decision)
+    if request.scope in TOOL_CALL_SCOPES:
+        _attach(context, request, decision)
+        return True
+    approved = decision.decision == "approved"
+    if approved and request.scope == "task_dispatch":
+        context.approved_dispatch[request.boundary] = request
+        return True  # stays pending until the dispatch consumes it
+    if approved and request.scope == "plan" and request.content.get("continuation") == "plan_only":
+        outcome.plan_only = True
+    context.pending_approvals = [r for r in context.pending_approvals if r.id != request.id]
+    return approved
+
+
+async def _after_decisions(
+    context: RunContext, outcome: Continuation, rejected_boundary: bool
+) -> Continuation:
+    """Stop for what is undecided or rejected; else go on."""
     if outcome.undecided:
         outcome.status = PENDING
         return outcome
