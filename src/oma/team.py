@@ -16,6 +16,9 @@ DEFAULT_MAX_TURNS = 10
 
 @dataclass
 class AgentConfig:
+    """One agent of a team: its name, model adapter and model, system prompt, tools, and limits
+    (turns per task, tokens per model call, a token budget per task)."""
+
     name: str
     adapter: LLMAdapter
     system_prompt: str | None = None
@@ -31,6 +34,9 @@ class AgentConfig:
 
 @dataclass
 class Team:
+    """Named agents (at least one, names unique), with an optional shared-memory store and the
+    bus they send messages over."""
+
     name: str
     agents: list[AgentConfig]
     shared_memory_store: MemoryStore | None = None

@@ -15,17 +15,24 @@ StatusCode = Literal[
 
 
 class RunStatus(WireModel):
+    """How a run or task ended: a ``code`` (``ok``, ``error``, ``suspended``, ...) and a message."""
+
     code: StatusCode
     message: str | None = None
 
 
 class IdentityLink(WireModel):
+    """Links an attempt to the one it continues, by that attempt's trace and root span ids."""
+
     trace_id: str
     span_id: str
     relation: Literal["continued_from"] = "continued_from"
 
 
 class RunIdentity(WireModel):
+    """One attempt of a run: the run id, kept across attempts, the attempt number (from 1), this
+    attempt's trace and root span ids, and a link to the attempt before."""
+
     run_id: str
     attempt: int = Field(ge=1)
     trace_id: str

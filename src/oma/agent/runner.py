@@ -63,6 +63,9 @@ class RunnerOutcome:
 
 
 class AgentRunner:
+    """Runs one agent on one task: the model/tool loop, handing its state to ``on_boundary`` at
+    every durable boundary; ``run(prompt, resume)`` carries on from a saved state."""
+
     def __init__(
         self,
         agent: AgentConfig,

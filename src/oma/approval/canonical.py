@@ -32,6 +32,7 @@ _SHORT_ESCAPES = {
 
 
 def canonical_json(value: Any) -> str:
+    """``value`` as canonical JSON, exactly the text the TypeScript implementation hashes."""
     parts: list[str] = []
     _write(value, parts, set())
     return "".join(parts)

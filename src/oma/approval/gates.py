@@ -32,6 +32,9 @@ GateAnswer = bool | GateOutcome | dict[str, Any]
 
 
 class InvalidGateDecisionError(OmaError):
+    """Raised when an approval gate answers something other than a bool, an ``Allow``, ``Deny``
+    or ``Suspend``, or ``{"action": "allow"|"deny"|"suspend", "reason"?: str}``."""
+
     code = "INVALID_APPROVAL_DECISION"
 
 

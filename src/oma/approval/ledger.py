@@ -31,16 +31,22 @@ from oma.timeutil import now_iso
 
 
 def approval_key(request_id: str) -> str:
+    """The store key of a request's row: ``__oma_approval__/<request_id>``."""
     return f"{APPROVAL_KEY_PREFIX}{request_id}"
 
 
 class ApprovalRecord(JsonDataModel):
+    """One approval row: the request and, once a reviewer decided, the decision."""
+
     version: Literal[1]
     request: ApprovalRequest
     decision: ApprovalDecisionRecord | None = None
 
 
 class DurableApprovalLedger:
+    """The approval rows of a store: creates requests and records the first decision on each;
+    needs a store with ``compare_and_set``."""
+
     def __init__(self, store: MemoryStore) -> None:
         self.store = store
 
@@ -257,6 +263,8 @@ async def decide_approval(
     result: str | None = None,
     reason: str | None = None,
 ) -> ApprovalDecisionRecord:
+    """Record a reviewer's decision on a stored request (``DurableApprovalLedger.decide``); a
+    request already decided raises ``APPROVAL_CONFLICT``."""
     return await DurableApprovalLedger(store).decide(
         request_id=request_id,
         request_hash=request_hash,
@@ -268,4 +276,5 @@ async def decide_approval(
 
 
 async def get_approval_record(store: MemoryStore, request_id: str) -> ApprovalRecord | None:
+    """The row of ``request_id`` (its request and any decision), or None when there is none."""
     return await DurableApprovalLedger(store).get(request_id)

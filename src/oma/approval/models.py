@@ -116,6 +116,8 @@ def hash_approval_request(scope: str, boundary: str, content: dict[str, Any]) ->
 
 
 def derive_request_id(run_id: str, scope: str, boundary: str, request_hash: str) -> str:
+    """``apr_`` and 32 hex digits of sha256 over run id, scope, boundary and hash: the same request
+    of the same run always gets the same id."""
     preimage = f"{js_trim(run_id)}\n{scope}\n{js_trim(boundary)}\n{request_hash}"
     return "apr_" + sha256_hex(preimage)[:32]
 
@@ -162,6 +164,8 @@ class ApprovalRequest(JsonDataModel):
 
 
 class Reviewer(WireModel):
+    """Who decided on a request: a non-empty id and, optionally, a name to show."""
+
     id: str
     display_name: str | None = None
 

@@ -80,6 +80,8 @@ def parse_approval_request(raw: Any) -> ApprovalRequest:
 def parse_approval_decision(
     raw: Any, request: ApprovalRequest | None = None
 ) -> ApprovalDecisionRecord:
+    """Read a stored decision; any malformation, or a decision that does not bind ``request``, is
+    ``APPROVAL_INTEGRITY_ERROR``."""
     try:
         decision = ApprovalDecisionRecord.model_validate(raw)
     except ValidationError as exc:

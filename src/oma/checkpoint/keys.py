@@ -15,4 +15,5 @@ def checkpoint_key(run_id: str | None = None) -> str:
 
 
 def is_checkpoint_key(key: str) -> bool:
+    """True for a key under the checkpoint prefix (``__oma_checkpoint__/``)."""
     return key.startswith(CHECKPOINT_KEY_PREFIX)

@@ -78,6 +78,8 @@ class Checkpoint:
 
 
 def decode_snapshot(text: str, key: str) -> CheckpointSnapshot:
+    """The snapshot stored as ``text`` at ``key``: ``CheckpointDecodeError`` when it is not JSON,
+    ``CheckpointValidationError`` when it is not a valid snapshot."""
     try:
         raw, bounded = jsonutil.loads_within(text, MAX_SNAPSHOT_DEPTH)
     except ValueError as exc:

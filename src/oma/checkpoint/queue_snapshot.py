@@ -43,6 +43,9 @@ class RetargetedTask(WireModel):
 
 
 class PlanRevision(WireModel):
+    """A plan revision accepted at run time (queue v2): what triggered it, and the tasks it added,
+    retargeted and superseded."""
+
     id: str
     version: Annotated[int, Field(ge=1)]
     trigger_task_id: str
@@ -55,6 +58,8 @@ class PlanRevision(WireModel):
 
 
 class TaskQueueSnapshotV1(WireModel):
+    """The task queue in a snapshot (queue v1): every task, and the task ids in each status."""
+
     version: Literal[1]
     tasks: list[TaskSnapshot]
     pending: list[str] = Field(default_factory=list)

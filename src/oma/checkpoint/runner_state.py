@@ -18,11 +18,15 @@ LLMMessage = dict[str, Any]
 
 
 class TokenUsage(WireModel):
+    """Tokens used so far by a task's runner, or by a delegated call, as a snapshot stores them."""
+
     input_tokens: NonNegativeNumber = Field(alias="input_tokens")
     output_tokens: NonNegativeNumber = Field(alias="output_tokens")
 
 
 class ToolUseBlock(WireModel):
+    """A model-issued tool call as a snapshot stores it: call id, tool name and input."""
+
     type: Literal["tool_use"]
     id: NonEmpty
     name: NonEmpty
@@ -40,6 +44,8 @@ class ToolResultBlock(WireModel):
 
 
 class ToolCallRecord(WireModel):
+    """A tool call that ran: the tool, its input and output, and ``duration`` in milliseconds."""
+
     tool_name: str
     input: dict[str, Any]
     output: str
@@ -66,6 +72,9 @@ class ToolCallStart(WireModel):
 
 
 class PendingToolCall(WireModel):
+    """A call of the model's last turn while its tools run: the commit once its result is durable,
+    the start mark of a non-idempotent tool, and any approval request and decision."""
+
     call: ToolUseBlock
     commit: ToolCallCommit | None = None
     started: ToolCallStart | None = None
@@ -105,6 +114,9 @@ class PendingToolCall(WireModel):
 
 
 class InFlightTask(WireModel):
+    """A task's runner state in a snapshot (v3 on): the conversation, phase, usage, turns and tool
+    calls, and in phase ``executing_tools`` the calls still pending."""
+
     task_id: NonEmpty
     assignee: NonEmpty
     phase: RunnerPhase

@@ -35,6 +35,9 @@ class SharedMemoryEntrySnapshot(WireModel):
 
 
 class SharedMemorySnapshot(WireModel):
+    """Shared memory in a snapshot: the turn counter and every live entry (left out when the
+    memory lives in the checkpoint's own store)."""
+
     version: Literal[1]
     turn_count: Annotated[int, Field(ge=0)]
     entries: list[SharedMemoryEntrySnapshot]
@@ -54,6 +57,8 @@ class BusReadState(WireModel):
 
 
 class MessageBusSnapshot(WireModel):
+    """The message bus in a snapshot: every message, and which of them each agent has read."""
+
     version: Literal[1]
     messages: list[BusMessage]
     read_state: list[BusReadState]
@@ -69,6 +74,9 @@ class CompletedTaskCheckpoint(WireModel):
 
 
 class RunIdentityCheckpoint(WireModel):
+    """The run's identity in a snapshot (v2 on): run id, attempt number, and the trace and root
+    span ids of the attempt that saved it, which the next attempt links to."""
+
     run_id: str
     attempt: Annotated[int, Field(ge=1)]
     last_trace_id: str
@@ -106,16 +114,23 @@ class _SnapshotBase(WireModel):
 
 
 class CheckpointSnapshotV1(_SnapshotBase):
+    """A snapshot of schema v1: the run's mode, queue and completed task results, with an optional
+    top-level ``run_id``."""
+
     version: Literal[1]
     run_id: str | None = None
 
 
 class CheckpointSnapshotV2(_SnapshotBase):
+    """A snapshot of schema v2: v1 with the run's ``identity`` in place of the top-level run id."""
+
     version: Literal[2]
     identity: RunIdentityCheckpoint
 
 
 class CheckpointSnapshotV3(_SnapshotBase):
+    """A snapshot of schema v3: v2 plus the runner state of each task in progress."""
+
     version: Literal[3]
     identity: RunIdentityCheckpoint
     in_flight_tasks: list[InFlightTask]
@@ -127,6 +142,9 @@ class CheckpointSnapshotV3(_SnapshotBase):
 
 
 class CheckpointSnapshotV4(_SnapshotBase):
+    """A snapshot of schema v4, the one written now: v3 plus the run's pending approval requests
+    and recorded decisions."""
+
     version: Literal[4]
     identity: RunIdentityCheckpoint
     in_flight_tasks: list[InFlightTask]

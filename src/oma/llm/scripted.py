@@ -55,6 +55,9 @@ Script = list[ScriptedTurn]
 
 
 class ScriptedAdapter:
+    """An ``LLMAdapter`` that answers each call with the next turn of its script, no provider
+    involved; ``calls`` keeps every request it was given."""
+
     name = "scripted"
 
     def __init__(self, script: list[Any] | dict[str, list[Any]]) -> None:

@@ -17,11 +17,15 @@ class _Block(BaseModel):
 
 
 class TextBlock(_Block):
+    """Text in a message: a prompt, or what the model said."""
+
     type: Literal["text"] = "text"
     text: str
 
 
 class ToolUseBlock(_Block):
+    """A tool call the model asked for; its result names it by ``id``."""
+
     type: Literal["tool_use"] = "tool_use"
     id: str
     name: str
@@ -29,11 +33,16 @@ class ToolUseBlock(_Block):
 
 
 class ImageBlock(_Block):
+    """An image in a message; ``source`` is ``{"type": "base64", "media_type", "data"}`` or
+    ``{"type": "url", "media_type", "url"}``."""
+
     type: Literal["image"] = "image"
     source: dict[str, Any]
 
 
 class ToolResultBlock(_Block):
+    """A tool call's result, sent to the model in a user message: text or a list of rich parts."""
+
     type: Literal["tool_result"] = "tool_result"
     tool_use_id: str
     content: str | list[dict[str, Any]]
@@ -46,6 +55,8 @@ ContentBlock = Annotated[
 
 
 class LLMMessage(BaseModel):
+    """One turn of a conversation, the user's or the model's, as a list of content blocks."""
+
     role: Literal["user", "assistant"]
     content: list[ContentBlock]
 
@@ -64,6 +75,8 @@ class LLMMessage(BaseModel):
 
 
 class TokenUsage(BaseModel):
+    """The tokens a model call consumed; usages add up with ``+``."""
+
     input_tokens: int = 0
     output_tokens: int = 0
 
@@ -83,6 +96,8 @@ class ToolSpec(BaseModel):
 
 
 class ChatRequest(BaseModel):
+    """One model call as an adapter receives it: conversation, system prompt, tools and limits."""
+
     model: str
     messages: list[LLMMessage]
     system: str | None = None

@@ -11,6 +11,9 @@ BROADCAST = "*"
 
 
 class MessageBus:
+    """Messages between the agents of a team, to one agent or to all (``"*"``), and what each
+    agent has read."""
+
     def __init__(self) -> None:
         self._messages: list[BusMessage] = []
         self._read: dict[str, set[str]] = {}

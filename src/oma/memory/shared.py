@@ -14,6 +14,9 @@ from oma.timeutil import format_iso
 
 
 class SharedMemory:
+    """A team's shared memory in a ``MemoryStore``: keys ``<agent>/<key>``, reserved keys hidden,
+    entries that may expire after a number of turns."""
+
     def __init__(self, store: MemoryStore) -> None:
         check_store(store, "shared memory store")  # a TypeError naming what it lacks
         self.store = store

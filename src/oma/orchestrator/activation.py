@@ -14,6 +14,9 @@ from oma.team import Team
 
 
 class CheckpointConfigError(OmaError):
+    """Raised when checkpoint settings cannot work: no store and neither a run id nor a key, or
+    ``restore()`` with checkpointing turned off."""
+
     code = "CHECKPOINT_CONFIG"
 
 

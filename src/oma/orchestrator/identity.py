@@ -12,6 +12,9 @@ from oma.jsstring import js_trim, utf16_length
 
 
 class RunIdConflictError(OmaError):
+    """Raised when run ids disagree: the run's ``run_id`` and ``CheckpointOptions.run_id``, or the
+    one requested and the run the checkpoint belongs to."""
+
     code = "RUN_ID_CONFLICT"
 
 

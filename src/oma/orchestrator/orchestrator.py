@@ -44,6 +44,9 @@ CLAIM_ATTEMPTS = 5
 
 
 class OpenMultiAgent:
+    """The engine: runs a team over a task list (``run_tasks``), a stored plan (``run_from_plan``)
+    or a goal (``run_team``), checkpointing as it goes; ``restore`` resumes a run."""
+
     def __init__(
         self,
         *,

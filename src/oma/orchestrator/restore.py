@@ -20,6 +20,9 @@ from oma.team import Team
 
 
 class InvalidCheckpointStateError(OmaError):
+    """Raised on restore when a valid snapshot holds a run that cannot be rebuilt: task metadata or
+    dependencies that do not hold, or in-flight state that fits neither its task nor the team."""
+
     code = "INVALID_CHECKPOINT_STATE"
 
 

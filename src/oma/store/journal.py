@@ -55,6 +55,8 @@ class JournalHead(BaseModel):
 
 @runtime_checkable
 class JournalStore(MemoryStore, Protocol):
+    """A store that keeps journals beside its entries; ``supports_journal`` tells which do."""
+
     async def journal_get(self, key: str) -> JournalEntry | None: ...
 
     async def journal_version(self, key: str) -> str | None: ...

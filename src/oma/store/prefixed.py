@@ -34,6 +34,8 @@ SCOPE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 
 
 class PrefixedStore:
+    """One part of ``inner``: the keys under ``prefix`` (ending in ``/``), seen without it."""
+
     def __init__(self, inner: MemoryStore, prefix: str) -> None:
         if not prefix.endswith("/") or prefix == "/":
             raise ValueError(f"a store prefix ends with '/' and names something: {prefix!r}")

@@ -20,4 +20,5 @@ RESERVED_KEY_PREFIXES = (
 
 
 def is_reserved_key(key: str) -> bool:
+    """True for a key under one of the engine's prefixes (checkpoints, approvals, store parts)."""
     return key.startswith(RESERVED_KEY_PREFIXES)

@@ -16,6 +16,8 @@ from oma.tasks.task import DependencyPayload, MemoryScope, Task
 
 
 class InvalidTaskDependenciesError(OmaError):
+    """Raised when a task depends on itself or an unknown task id, or dependencies form a cycle."""
+
     code = "INVALID_TASK_DEPENDENCIES"
 
 

@@ -15,6 +15,9 @@ from oma.tasks.task import DependencyPayload, MemoryScope, Task
 
 
 class InvalidPlanError(OmaError):
+    """Raised when a plan artifact cannot be replayed (another version, duplicate task ids, bad
+    dependencies) or a planned task has no description to store."""
+
     code = "INVALID_PLAN"
 
 

@@ -19,10 +19,15 @@ Listener = Callable[[Task | None], None]
 
 
 class TaskNotFoundError(OmaError):
+    """Raised when the queue is asked for a task id it does not hold."""
+
     code = "TASK_NOT_FOUND"
 
 
 class TaskQueue:
+    """A run's tasks and their statuses: a task waits (blocked) until its dependencies complete,
+    failures and skips cascade to dependents, and listeners (``on``) hear each change."""
+
     def __init__(self) -> None:
         self._tasks: dict[str, Task] = {}
         self._listeners: dict[QueueEvent, list[Listener]] = {}

@@ -55,6 +55,8 @@ class LedgerInput(BaseModel):
 
 
 def idempotency_key(ctx: ToolContext) -> str:
+    """``run_id:task_id:tool_call_id`` (``-`` without a task): the same when a restore runs the
+    call again, so a side effect recorded under it is not repeated."""
     return f"{ctx.run_id}:{ctx.task_id or '-'}:{ctx.tool_call_id}"
 
 
@@ -77,6 +79,7 @@ async def _tally(args: TallyInput, ctx: ToolContext) -> str:
 
 
 def builtin_tools() -> dict[str, AnyTool]:
+    """The built-in tools by name (``echo``, ``wait``, ``ledger_append``, ``tally``)."""
     tools: list[AnyTool] = [
         define_tool("echo", "Return the given text.", EchoInput, _echo),
         define_tool("wait", "Wait a number of seconds, then answer.", WaitInput, _wait),
