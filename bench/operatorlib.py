@@ -183,12 +183,24 @@ class Stack:
         return self.audit_log.stat().st_size if self.audit_log.exists() else 0
 
 
+# Answers that ask to try again: 429 "storage is (re)initializing" right after a CRD is
+# installed or updated, 503 while the API server starts serving a resource.
+TRY_AGAIN = (429, 503)
+
+
 async def wait_for(
     probe: Callable[[], Awaitable[T | None]], limit: float, what: str, interval: float = 0.2
 ) -> T:
+    """``probe()``'s first true value within ``limit`` seconds; an API answer that asks to try
+    again (``TRY_AGAIN``) counts as not yet."""
     deadline = time.monotonic() + limit
     while True:
-        value = await probe()
+        try:
+            value = await probe()
+        except ApiError as exc:
+            if exc.status not in TRY_AGAIN:
+                raise
+            value = None
         if value:
             return value
         if time.monotonic() > deadline:

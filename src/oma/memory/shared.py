@@ -8,7 +8,14 @@ number of turns; the turn counter advances once per completed task.
 from __future__ import annotations
 
 from oma.checkpoint.snapshot import SharedMemoryEntrySnapshot, SharedMemorySnapshot
-from oma.store.base import MemoryEntry, MemoryStore, Metadata, check_store, supports_expiry
+from oma.store.base import (
+    Entries,
+    MemoryEntry,
+    MemoryStore,
+    Metadata,
+    check_store,
+    supports_expiry,
+)
 from oma.store.reserved import is_reserved_key
 from oma.timeutil import format_iso
 
@@ -45,7 +52,7 @@ class SharedMemory:
         entry = await self.store.get(key)
         return entry if entry is not None and self._live(entry) else None
 
-    async def list(self) -> list[MemoryEntry]:
+    async def list(self) -> Entries:  # not list[...]: in here `list` is this method
         return [e for e in await self.store.list() if not is_reserved_key(e.key) and self._live(e)]
 
     def advance_turn(self) -> None:

@@ -51,7 +51,9 @@ def __getattr__(name: str) -> Any:
     if module is None:
         raise AttributeError(f"module 'oma.store' has no attribute {name!r}")
     with needs_extra(f"oma.store.{name}"):
-        return getattr(importlib.import_module(module), name)
+        value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # imported once; later lookups find it like any other name
+    return value
 
 
 __all__ = [

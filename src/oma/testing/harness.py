@@ -86,6 +86,8 @@ def _conformance_test(
     test.__qualname__ = body.__qualname__
     test.__doc__ = body.__doc__
     test.__module__ = body.__module__
+    # Read in the body's module, where the TypeVar of ``self`` is not defined (API docs).
+    test.__annotations__ = {"return": "None"}
     # No __wrapped__: pytest would read the body's parameters as fixtures. `place_as` makes
     # pytest report the body's file and line as the test's location.
     setattr(test, "place_as", body)  # noqa: B010
