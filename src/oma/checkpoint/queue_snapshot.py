@@ -78,7 +78,8 @@ class TaskQueueSnapshotV1(WireModel):
 
 
 class TaskQueueSnapshotV2(TaskQueueSnapshotV1):
-    """Written only after a runtime plan revision was accepted (read, never produced here)."""
+    """The queue after a runtime plan revision was accepted (the reference writes it; oma keeps
+    the revisions of a queue it restored from one and writes them back, but makes none)."""
 
     version: Literal[2]  # type: ignore[assignment]
     plan_revision: Annotated[int, Field(ge=1)]
