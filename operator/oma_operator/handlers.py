@@ -114,7 +114,7 @@ async def teamrun_present(body: dict[str, Any]) -> float:
     # Before any pod starts, and before a hold is acted on too (a run let go while the
     # operator was down must not start unchecked). A run already under way was checked when
     # it started: an operator run without the policy since then publishes none of its
-    # requests (approvals.sync_approvals) rather than fail it under a live pod.
+    # requests (approvals.sync.sync_approvals) rather than fail it under a live pod.
     unknown_creator = missing_creator(spec.approvals, body, runtime.CREATOR_RECORDED)
     if unknown_creator is not None and not status.get("attempt"):
         await _refuse(body, "CreatorUnknown", unknown_creator, unknown_creator)
@@ -331,13 +331,13 @@ async def decision_set(body: kopf.Body, **_: Any) -> None:
 
 @kopf.index(GROUP, VERSION, "teamruns")
 def teamrun_slots(body: kopf.Body, **_: Any) -> dict[str, Slot]:
-    """Every TeamRun's slot view (``run_queue``): kopf starts no handler before it is full."""
+    """Every TeamRun's slot view (``runs.run_queue``): kopf starts no handler before it is full."""
     return {INDEX_KEY: slot_of(body)}
 
 
 @kopf.index(GROUP, VERSION, "teamruns")
 def teamrun_bodies(body: kopf.Body, **_: Any) -> dict[tuple[str, str], dict[str, Any]] | None:
-    """Every unfinished TeamRun as last seen (``watched``), for writes conditioned on what was
+    """Every unfinished TeamRun as last seen (``k8s.watched``), for writes conditioned on what was
     seen; finished ones are left out (nothing writes them again but a late outcome)."""
     if (body.get("status") or {}).get("phase") in FINAL_PHASES:
         return None

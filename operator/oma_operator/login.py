@@ -1,6 +1,6 @@
 """How kopf's own connection reaches the API server: with the credentials of our client.
 
-kr8s (``client.py``) finds them as kubectl does: in a pod the service account (through the
+kr8s (``k8s/client.py``) finds them as kubectl does: in a pod the service account (through the
 service address in the pod's environment, not ``kubernetes.default.svc``, which needs cluster
 DNS and its domain); elsewhere the kubeconfig with its context, tokens, client certificates and
 exec credential plugins. kopf calls this again when the API server answers 401, and each call

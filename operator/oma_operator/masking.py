@@ -5,7 +5,7 @@ remembers each value it reads here. Errors about such a value are built to show 
 (``oma.store.urls.open_secret_store``), and the stores mask passwords in theirs; this is the belt
 to those braces, for a message that quotes a value anyway (a driver's, a future one's, a runner's
 termination message): the conditions (``status.condition``), Events (``events``), the
-``Reconciled`` reports (``trouble``) and every log record (``install_log_masking``, set up by
+``Reconciled`` reports (``runs.trouble``) and every log record (``install_log_masking``, set up by
 ``main``) go through ``mask``.
 
 Every form of a value (``oma.store.remote.secret_forms``: as written, trimmed, percent-decoded,

@@ -4,6 +4,7 @@ on ``oma`` is private or a subpackage, and every public class and function has a
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import types
@@ -68,7 +69,11 @@ def test_every_public_class_and_function_has_a_docstring() -> None:
         assert isinstance(module.__all__, list), package
         for name in module.__all__:
             value = getattr(module, name)
-            documented = bool((value.__doc__ or "").strip())
+            doc = (value.__doc__ or "").strip()
+            # @dataclass writes the signature as the docstring of a class that has none.
+            generated = inspect.isclass(value) and dataclasses.is_dataclass(value)
+            generated = generated and doc.startswith(f"{value.__name__}(")
+            documented = bool(doc) and not generated
             if (inspect.isclass(value) or inspect.isfunction(value)) and not documented:
                 missing.append(f"{package}.{name}")
     assert missing == []

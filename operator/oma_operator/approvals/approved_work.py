@@ -1,7 +1,7 @@
 """Approved work a run has not finished: what a retry would do on the strength of an earlier
 decision (talks to the run's store only).
 
-An approval binds the spec it was given under (``retries``). Which approvals still stand for
+An approval binds the spec it was given under (``runs.retries``). Which approvals still stand for
 work to come, from the run's latest checkpoint and the ledger:
 
 - a tool call (or an uncertain one settled by ``retry``) until its call is committed;

@@ -425,7 +425,7 @@ def _checked_content(decision: dict[str, Any], checks: Checks) -> Any | None:
 
 
 def _show(decision: dict[str, Any], content: Any | None) -> None:
-    """Everything the decision binds to (decision_view.view)."""
+    """Everything the decision binds to (approvals.rules.decision_view.view)."""
     for line in view(decision, content):
         typer.echo(line)
 

@@ -6,7 +6,7 @@ keep the pod, and so its namespace, ``Terminating`` for ever. A stopping operato
 removes it from every runner pod it watches. Nothing is lost by that: the next operator puts it
 back on live pods of current attempts, records pods that ended meanwhile from their status, and
 counts a pod that was deleted meanwhile as a disruption whose next attempt resumes from the
-checkpoint (``untracked``).
+checkpoint (``runs.untracked``).
 """
 
 from __future__ import annotations

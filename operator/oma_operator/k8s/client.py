@@ -405,7 +405,6 @@ class Kube:
             return True
         except KubeConflict:
             return False
-            raise
         return True
 
     async def get_teamrun(self, namespace: str, name: str) -> dict[str, Any] | None:

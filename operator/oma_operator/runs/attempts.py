@@ -96,11 +96,11 @@ async def ensure_pod(
         # holds the name, which would leave the attempt waiting for a pod that never reports.
         existing = await runtime.kube().get_pod(meta["namespace"], pod)
         if existing is None:  # gone in between: not ours to wait for; created on the retry
-            gone = KubeError(409, f"pod {pod} existed, then went away before it was read")
+            gone = KubeConflict(409, f"pod {pod} existed, then went away before it was read")
             await _creation_failed(teamrun, attempt, pod, gone)
             return
         if not made_for(existing, teamrun, attempt):
-            squatted = KubeError(
+            squatted = KubeConflict(
                 409,
                 f"a pod named {pod} exists that the operator did not make for this attempt "
                 "(other labels, or no controller reference to this TeamRun): delete it and "

@@ -61,7 +61,7 @@ async def start_attempt(teamrun: dict[str, Any], attempt: int) -> dict[str, Any]
             return None
         teamrun = fresh
     RUN_QUEUE.release(uid)
-    raise KubeError(409, f"TeamRun {namespace}/{name} kept changing while it was being started")
+    raise KubeConflict(409, f"TeamRun {namespace}/{name} kept changing while it was being started")
 
 
 async def start_queued(slot: Slot) -> None:

@@ -53,6 +53,9 @@ class ModelCall:
 
 @dataclass
 class RunnerOutcome:
+    """What ``AgentRunner`` ended with: its state, the final output, and the approval
+    requests it stopped for (``suspended`` when there are any)."""
+
     state: RunnerState
     output: str
     pending_requests: list[ApprovalRequest]

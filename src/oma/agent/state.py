@@ -24,6 +24,9 @@ from oma.llm.types import LLMMessage, TokenUsage, ToolUseBlock
 
 @dataclass
 class PendingCall:
+    """A tool call the model asked for in the current turn: its commit once it ran, the
+    approval it waits on or got, and its ``started`` mark (a call that may not run twice)."""
+
     call: ToolUseBlock
     commit: ToolCallCommit | None = None
     approval_request: ApprovalRequest | None = None
@@ -67,6 +70,10 @@ class _WireList:
 
 @dataclass
 class RunnerState:
+    """One agent's progress on one task: the conversation, the turn's pending tool calls,
+    token usage and tool records, what comes next (``phase``); what a checkpoint keeps of an
+    in-flight task."""
+
     conversation: list[LLMMessage]
     messages: list[LLMMessage] = field(default_factory=list)
     usage: TokenUsage = field(default_factory=TokenUsage)

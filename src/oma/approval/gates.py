@@ -12,11 +12,13 @@ from oma.errors import OmaError
 
 @dataclass(frozen=True)
 class Allow:
-    pass
+    """A gate's answer: go ahead."""
 
 
 @dataclass(frozen=True)
 class Deny:
+    """A gate's answer: do not; ``reason`` is told to the model (a tool call) or the run."""
+
     reason: str | None = None
 
 
@@ -72,6 +74,9 @@ async def ask_gate(gate: Callable[..., Any], *args: Any) -> GateOutcome:
 
 @dataclass(frozen=True)
 class ToolCallGateContext:
+    """What an ``on_tool_call`` gate is asked about: the tool, its validated and raw input, the
+    agent, whether the tool is consequential, and where the call is (run, task, call id)."""
+
     tool_name: str
     input: dict[str, Any]
     raw_input: dict[str, Any]

@@ -30,6 +30,9 @@ EventType = Literal[
 
 @dataclass(frozen=True)
 class OrchestratorEvent:
+    """A step of a run told to ``on_progress``: what happened (``type``), to which agent and
+    task, with the step's details in ``data``."""
+
     type: EventType
     agent: str | None = None
     task: str | None = None

@@ -12,6 +12,9 @@ from oma.tasks.task import Task
 
 @dataclass
 class TeamRunResult:
+    """How a run ended (or stopped to wait): its status and identity (run id, attempt), every
+    task with its result, token usage, and the approvals it waits on or has recorded."""
+
     status: RunStatus
     identity: RunIdentity
     tasks: list[Task]

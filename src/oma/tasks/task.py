@@ -17,6 +17,9 @@ DependencyPayload = Literal["output", "structured", "both"]
 
 @dataclass
 class Task:
+    """A unit of work in a run's queue: what to do, who does it, what it depends on, how it
+    is retried, and its status and result."""
+
     title: str
     description: str
     id: str = field(default_factory=lambda: str(uuid.uuid4()))

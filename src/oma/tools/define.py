@@ -23,6 +23,10 @@ InputT = TypeVar("InputT", bound=BaseModel)
 
 @dataclass(frozen=True)
 class ToolContext:
+    """Where a tool call runs: the run, task, agent and attempt, and the call's id (the same
+    across attempts, so ``run_id:task_id:tool_call_id`` is a key a side effect can be made
+    idempotent with)."""
+
     run_id: str
     task_id: str | None
     tool_call_id: str
@@ -70,6 +74,10 @@ Execute = Callable[[InputT, ToolContext], Awaitable[ToolOutput]]
 
 @dataclass(frozen=True)
 class Tool(Generic[InputT]):
+    """A tool an agent may call (``define_tool`` makes one): its name, description and input
+    model for the model, the function that runs it, and how a restart treats it
+    (``idempotent``: run again with the same key; otherwise a reviewer decides)."""
+
     name: str
     description: str
     input_model: type[InputT]
