@@ -28,7 +28,7 @@ from oma_operator.resources.models import (
     TeamRunSpec,
     work_fields,
 )
-from oma_operator.resources.phases import FINAL_PHASES
+from oma_operator.resources.phases import CONDITION_TYPES, FINAL_PHASES
 
 PRESERVE = {"x-kubernetes-preserve-unknown-fields": True}
 DROP = {"title", "$defs", "discriminator"}
@@ -333,11 +333,7 @@ def _status_schema() -> dict[str, Any]:
         "type": "object",
         "required": ["type", "status"],
         "properties": {
-            "type": field(
-                "string",
-                "Progressing, Succeeded, Failed, AwaitingApproval, Queued, Suspended, "
-                "Cancelled, PodCreated, Reconciled or CheckpointPolled.",
-            ),
+            "type": field("string", f"{', '.join(CONDITION_TYPES[:-1])} or {CONDITION_TYPES[-1]}."),
             "status": field("string", "True, False or Unknown."),
             "reason": field("string", "Why, in one CamelCase word."),
             "message": field("string", "Why, for a person."),

@@ -21,6 +21,7 @@ from oma_operator.k8s.errors import KubeConflict, KubeError
 from oma_operator.k8s.watched import WATCHED
 from oma_operator.later import LATER, Key
 from oma_operator.resources.models import TeamRunSpec
+from oma_operator.resources.phases import ConditionType
 from oma_operator.resources.specs import run_id_of, spec_of, work_digest
 from oma_operator.runs.held_runs import hold_now, hold_without_pod
 from oma_operator.runs.metrics import METRICS, Resume
@@ -54,7 +55,7 @@ from oma_operator.stores import STORES
 log = logging.getLogger(__name__)
 RECORD_TRIES = 5  # conflicting writes in a row (kopf's own, progress) before giving up for now
 _recording: defaultdict[tuple[str, str], asyncio.Lock] = defaultdict(asyncio.Lock)
-POD_CREATED = "PodCreated"  # condition: False while the current attempt's pod is refused
+POD_CREATED: ConditionType = "PodCreated"  # False while the current attempt's pod is refused
 
 
 async def ensure_pod(

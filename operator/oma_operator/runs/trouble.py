@@ -16,10 +16,11 @@ import httpx
 
 from oma_operator import events, masking, runtime
 from oma_operator.k8s.errors import KubeError
+from oma_operator.resources.phases import ConditionType
 from oma_operator.runs.rules.status import condition, merge_conditions
 
 log = logging.getLogger(__name__)
-CONDITION = "Reconciled"
+CONDITION: ConditionType = "Reconciled"
 _reported: dict[tuple[str, str], str] = {}
 
 

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from oma.timeutil import now_iso
 from oma_operator.resources.models import TeamRunSpec
-from oma_operator.resources.phases import FINAL_PHASES, WAITING_PHASES
+from oma_operator.resources.phases import FINAL_PHASES, WAITING_PHASES, ConditionType
 from oma_operator.runs.rules.decisions import CANCELLED, SUSPENDED, Hold
 from oma_operator.runs.rules.status import condition, merge_conditions
 
@@ -44,7 +44,7 @@ def held(status: dict[str, Any], hold: Hold, generation: int) -> dict[str, Any]:
     """The status of a run held while no pod of it runs."""
     cancel = hold == "cancel"
     message = CANCELLED if cancel else SUSPENDED
-    reason = "Cancelled" if cancel else "Suspended"
+    reason: ConditionType = "Cancelled" if cancel else "Suspended"
     updates = [condition("Progressing", False, reason, message, generation)]
     updates.append(condition(reason, True, "Requested", message, generation))
     if status.get("phase") == "Queued":

@@ -11,6 +11,7 @@ from typing import Any
 from oma.pod_contract import TerminationReport
 from oma.timeutil import format_iso, now_iso, parse_iso
 from oma_operator import masking
+from oma_operator.resources.phases import ConditionType
 from oma_operator.runs.rules.decisions import MAX_ATTEMPT_HISTORY, Decision
 
 PHASE_BY_ACTION = {
@@ -24,11 +25,11 @@ PHASE_BY_ACTION = {
 }
 
 
-POLLED = "CheckpointPolled"  # False while a snapshot is too large for the progress poll
+POLLED: ConditionType = "CheckpointPolled"  # False while a snapshot is too large to poll
 
 
 def condition(
-    kind: str, status: bool, reason: str, message: str, generation: int
+    kind: ConditionType, status: bool, reason: str, message: str, generation: int
 ) -> dict[str, Any]:
     return {
         "type": kind,
@@ -156,7 +157,7 @@ def after_attempt(
         message = "the attempt's end read the checkpoint"
         updates.append(condition(POLLED, True, "AttemptEnded", message, generation))
     if decision.action in ("suspended", "cancelled"):
-        kind = "Suspended" if decision.action == "suspended" else "Cancelled"
+        kind: ConditionType = "Suspended" if decision.action == "suspended" else "Cancelled"
         updates.append(condition(kind, True, "Requested", decision.message, generation))
     if decision.action == "awaiting_approval":
         updates.append(
