@@ -10,18 +10,17 @@ from typing import Any
 
 import pytest
 
-from oma.approval import Suspend, decide_approval
+from oma.approval import decide_approval
 from oma.checkpoint import Checkpoint, CheckpointSnapshotV4
 from oma.llm.scripted import ScriptedAdapter
 from oma.llm.types import ChatRequest, ChatResponse
 from oma.orchestrator import CheckpointOptions, OpenMultiAgent
-from oma.store import InMemoryStore, JournalHead
+from oma.store import InMemoryStore
 from oma.team import AgentConfig, Team
 from oma_operator.approvals.approved_work import approved_not_run
 from oma_operator.approvals.sync import run_records
 from tests.engine.approval_fixtures import (
     CHARGE_REQUEST,
-    CHARGE_TASK,
     DEPLOY_REQUEST,
     DEPLOY_TASK,
     Recorder,
@@ -29,33 +28,7 @@ from tests.engine.approval_fixtures import (
     charge_tool,
     ts_store,
 )
-
-CHARGE_PLAN = {
-    "version": 1,
-    "tasks": [
-        {"id": CHARGE_TASK, "title": "Charge", "description": "Charge.", "assignee": "operator"}
-    ],
-}
-
-
-class _OlderRunnersHeads(InMemoryStore):
-    """Journal heads as a runner from before 2026-12-05 wrote them: no ``approvals``."""
-
-    async def journal_head(self, key: str) -> JournalHead | None:
-        head = await super().journal_head(key)
-        if head is None or head.metadata is None:
-            return head
-        metadata = {k: v for k, v in head.metadata.items() if k != "approvals"}
-        return head.model_copy(update={"metadata": metadata})
-
-
-async def _suspend_at_the_charge(store: InMemoryStore, journal: bool) -> None:
-    recorder = Recorder()
-    team, _ = charge_team(recorder)
-    options = CheckpointOptions(store=store, run_id="conf-c", journal=journal)
-    orchestrator = OpenMultiAgent(on_tool_call=recorder.gate(Suspend("Finance review")))
-    result = await orchestrator.run_from_plan(team, CHARGE_PLAN, checkpoint=options)
-    assert result.status.code == "suspended"
+from tests.operator.charge_runs import OlderRunnersHeads, suspend_at_the_charge
 
 
 async def _decide(store: Any, request_id: str, word: str) -> None:
@@ -71,8 +44,8 @@ async def _decide(store: Any, request_id: str, word: str) -> None:
 
 @pytest.mark.parametrize("layout", ["journal", "older journal", "snapshot"])
 async def test_an_approved_call_stands_until_it_is_committed(layout: str) -> None:
-    store = _OlderRunnersHeads() if layout == "older journal" else InMemoryStore()
-    await _suspend_at_the_charge(store, journal=layout != "snapshot")
+    store = OlderRunnersHeads() if layout == "older journal" else InMemoryStore()
+    await suspend_at_the_charge(store, journal=layout != "snapshot")
     assert await approved_not_run(store, "conf-c") == []  # undecided
     await _decide(store, CHARGE_REQUEST, "approve")
     (record,) = await approved_not_run(store, "conf-c")
@@ -88,7 +61,7 @@ async def test_an_approved_call_stands_until_it_is_committed(layout: str) -> Non
 
 async def test_a_rejected_request_is_no_approved_work() -> None:
     store = InMemoryStore()
-    await _suspend_at_the_charge(store, journal=True)
+    await suspend_at_the_charge(store, journal=True)
     await _decide(store, CHARGE_REQUEST, "reject")
     assert await approved_not_run(store, "conf-c") == []
 
@@ -97,7 +70,7 @@ async def test_without_a_checkpoint_every_approval_of_the_run_stands() -> None:
     """A restart without a checkpoint asks the same requests again (ids from their content)
     and finds them decided: each approved one stands."""
     store = InMemoryStore()
-    await _suspend_at_the_charge(store, journal=True)
+    await suspend_at_the_charge(store, journal=True)
     await _decide(store, CHARGE_REQUEST, "approve")
     await Checkpoint(store, run_id="conf-c").delete()
     assert await Checkpoint(store, run_id="conf-c").load_latest() is None

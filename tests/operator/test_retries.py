@@ -8,7 +8,7 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-from oma.approval import DurableApprovalLedger, create_approval_request
+from oma.approval import DurableApprovalLedger
 from oma.approval.ledger import ApprovalRecord
 from oma.store import InMemoryStore
 from oma_operator.resources.models import EDITORS_ANNOTATION, RETRY_ANNOTATION
@@ -20,6 +20,7 @@ from oma_operator.runs.retries import (
     retry_requested,
 )
 from oma_operator.runs.rules.status import MAX_RETRIES_KEPT, RETRY_REFUSED, retried, retry_refused
+from tests.cluster.approval_kit import tool_request
 
 
 def _run(phase: str, requested: str | None, handled: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -119,22 +120,7 @@ def test_a_refused_retry_leaves_the_run_failed_and_is_handled_once() -> None:
 
 async def _approved(run_id: str = "r-1") -> ApprovalRecord:
     """A real ledger record: a tool call approved by carol."""
-    arguments = {"entry": "pay", "amount": 7}
-    request = create_approval_request(
-        run_id=run_id,
-        scope="tool_call",
-        boundary="t-1:c1",
-        content={
-            "kind": "tool_call",
-            "toolName": "ledger_append",
-            "rawInput": arguments,
-            "input": arguments,
-            "agentName": "clerk",
-            "taskId": "t-1",
-            "toolCallId": "c1",
-            "consequential": True,
-        },
-    )
+    request = tool_request(run_id, entry="pay")
     ledger = DurableApprovalLedger(InMemoryStore())
     await ledger.ensure_request(request)
     await ledger.decide(

@@ -11,12 +11,10 @@ from typing import Any
 
 import pytest
 
-from oma.approval import Suspend
 from oma.checkpoint.journal import JournalWriter
 from oma.checkpoint.keys import checkpoint_key
 from oma.errors import CheckpointValidationError
-from oma.orchestrator import CheckpointOptions, OpenMultiAgent
-from oma.store import InMemoryStore, JournalEntry, JournalHead, MemoryEntry
+from oma.store import InMemoryStore, MemoryEntry
 from oma.store.urls import open_store
 from oma.timeutil import parse_iso
 from oma_operator import runtime
@@ -33,14 +31,9 @@ from oma_operator.runs.rules.progress import (
 )
 from oma_operator.runs.rules.status import POLLED, after_attempt, backoff_left
 from tests.conformance_data import require_conformance_dir
-from tests.engine.approval_fixtures import CHARGE_REQUEST, CHARGE_TASK, Recorder, charge_team
+from tests.engine.approval_fixtures import CHARGE_REQUEST
+from tests.operator.charge_runs import CountingReads, OlderRunnersHeads, suspend_at_the_charge
 
-CHARGE_PLAN = {
-    "version": 1,
-    "tasks": [
-        {"id": CHARGE_TASK, "title": "Charge", "description": "Charge.", "assignee": "operator"}
-    ],
-}
 NEXT = Decision("next_attempt", {"failures": 1}, "Error", "starting the next one", 20)
 DONE = Decision("succeeded", {}, "RunSucceeded", "the run completed")
 
@@ -122,28 +115,8 @@ def _no_ids_remembered() -> Iterator[None]:
     approvals._IDS_READ.clear()
 
 
-async def _suspend_at_the_charge(store: InMemoryStore, journal: bool) -> None:
-    """Run conf-c into ``store`` until it waits for the charge's approval."""
-    recorder = Recorder()
-    team, _ = charge_team(recorder)
-    options = CheckpointOptions(store=store, run_id="conf-c", journal=journal)
-    orchestrator = OpenMultiAgent(on_tool_call=recorder.gate(Suspend("Finance review")))
-    result = await orchestrator.run_from_plan(team, CHARGE_PLAN, checkpoint=options)
-    assert result.status.code == "suspended"
-
-
-class _CountingReads(InMemoryStore):
-    def __init__(self) -> None:
-        super().__init__()
-        self.reads: list[str] = []
-
-    async def journal_get(self, key: str) -> JournalEntry | None:
-        self.reads.append(key)
-        return await super().journal_get(key)
-
-
 async def test_progress_of_a_journal_comes_from_its_head_not_its_records() -> None:
-    store = _CountingReads()
+    store = CountingReads()
     writer = JournalWriter(store, checkpoint_key("j"), fenced=True)
     tasks = [{"id": "a", "status": "completed"}, {"id": "b", "status": "pending"}]
     wire = {"createdAt": "2026-12-03T10:00:00.000Z", "queue": {"tasks": tasks, "completed": ["a"]}}
@@ -174,8 +147,8 @@ async def test_a_waiting_runs_requests_come_from_its_journal_head_not_its_record
     of 100 MB, reading it whole each time cost one tenant's two runs half a GB of the
     operator's memory. The runner writes the request ids into the journal's head; the poll
     reads that and the ledger rows, never the journal's records."""
-    store = _CountingReads()
-    await _suspend_at_the_charge(store, journal=True)
+    store = CountingReads()
+    await suspend_at_the_charge(store, journal=True)
     head = await store.journal_head(checkpoint_key("conf-c"))
     assert head is not None and (head.metadata or {})["approvals"] == {
         "pending": [CHARGE_REQUEST],
@@ -187,22 +160,11 @@ async def test_a_waiting_runs_requests_come_from_its_journal_head_not_its_record
     assert store.reads == []  # the journal itself was not read
 
 
-class _OlderRunnersHeads(_CountingReads):
-    """Journal heads as a runner from before 2026-12-05 wrote them: no ``approvals``."""
-
-    async def journal_head(self, key: str) -> JournalHead | None:
-        head = await super().journal_head(key)
-        if head is None or head.metadata is None:
-            return head
-        metadata = {k: v for k, v in head.metadata.items() if k != "approvals"}
-        return head.model_copy(update={"metadata": metadata})
-
-
 async def test_an_older_runners_journal_is_read_once_per_version_not_every_poll() -> None:
     """A run suspended by an older runner names its requests only in its checkpoint: the poll
     reads it once, then again only when the journal's version changes."""
-    store = _OlderRunnersHeads()
-    await _suspend_at_the_charge(store, journal=True)
+    store = OlderRunnersHeads()
+    await suspend_at_the_charge(store, journal=True)
     store.reads.clear()
     for _ in range(3):
         (record,) = await run_records(store, "conf-c")
@@ -240,7 +202,7 @@ async def test_a_snapshot_layout_run_is_read_once_per_attempt_it_waits_in() -> N
     waits (a waiting run's requests do not change until the next attempt), keyed by the
     TeamRun's uid, so two tenants' runs of the same run id never share what was read."""
     store = _CountingGets()
-    await _suspend_at_the_charge(store, journal=False)
+    await suspend_at_the_charge(store, journal=False)
     store.reads.clear()
     for _ in range(3):
         (record,) = await run_records(store, "conf-c", "uid-a", waiting_in=1)
@@ -260,7 +222,7 @@ async def test_a_snapshot_too_large_to_poll_is_not_read_and_the_condition_says_s
     """The snapshot layout has no head: the poll asks the store for the snapshot's size and
     reads it only under the limit. An attempt's end (no limit) still reads it."""
     store = _CountingGets()
-    await _suspend_at_the_charge(store, journal=False)
+    await suspend_at_the_charge(store, journal=False)
     size = await store.value_size(checkpoint_key("conf-c"))
     assert size is not None and size > 1000
     store.reads.clear()
