@@ -111,6 +111,20 @@ class KubeClient:
     async def delete(self, path: str, options: JSON | None = None) -> JSON:
         return await self.request("DELETE", path, body=options)
 
+    async def delete_if_present(self, path: str, options: JSON | None = None) -> bool:
+        """Delete ``path``; False when it was already gone.
+
+        Checking first and deleting after races with whatever else deletes it (a finalizer
+        finishing, a namespace going), so a 404 here is an answer, not an error.
+        """
+        try:
+            await self.delete(path, options)
+        except ApiError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
     async def exists(self, path: str) -> bool:
         try:
             await self.get(path)

@@ -57,8 +57,7 @@ async def replace_crd(
     if shared is not None:
         await shared.ensure(kube, CRDS, crd)
     else:
-        if await kube.exists(path):
-            await kube.delete(path)
+        if await kube.delete_if_present(path):
             await wait_for(absent, 30, "the old CRD to go")
         await kube.create(CRDS, crd)
     await wait_for(established, 30, "the CRD to be established")

@@ -272,8 +272,7 @@ async def test_a_crd_it_installed_goes_only_when_nothing_else_is_left_in_it(
         )
         assert removed in ledger.notes, ledger.notes
     finally:
-        if await kube.exists(path):
-            await kube.delete(path)
+        await kube.delete_if_present(path)
 
 
 @pytest.mark.timeout(180)
