@@ -25,18 +25,18 @@ from oma.timeutil import now_iso
 from oma_operator import masking, runtime
 from oma_operator.k8s.errors import KubeError
 from oma_operator.resources.models import GROUP, VERSION
+from oma_operator.settings import Verbosity
 
 log = logging.getLogger(__name__)
 COMPONENT = "oma-operator"
 MESSAGE_LIMIT = 1024  # the API server keeps at most this much of an Event's message
-VERBOSITIES = ("notable", "all")
 # What ``notable`` leaves out: the ordinary path of a run, which its conditions record anyway.
 ROUTINE = frozenset({"Queued", "AttemptStarted", "AttemptSucceeded"})
 
 
-def posted(reason: str) -> bool:
-    """Whether an Event of ``reason`` is posted under the operator's ``runtime.EVENTS``."""
-    return runtime.EVENTS == "all" or reason not in ROUTINE
+def posted(reason: str, verbosity: Verbosity) -> bool:
+    """Whether an Event of ``reason`` is posted under the operator's ``--events``."""
+    return verbosity == "all" or reason not in ROUTINE
 
 
 def event_body(
@@ -68,7 +68,7 @@ def event_body(
 
 
 async def info(teamrun: dict[str, Any], reason: str, message: str) -> None:
-    if posted(reason):
+    if posted(reason, runtime.settings().events):
         await _post(event_body(teamrun, reason, message, "Normal"))
 
 

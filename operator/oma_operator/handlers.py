@@ -77,7 +77,7 @@ async def configure(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
     settings.queueing.idle_timeout = 0.5
     TICKER.on_error, TICKER.on_success = trouble.report, trouble.cleared
     TICKER.every(APPROVAL_POLL_SECONDS, "AwaitingApproval", approvals_pending, "approvals")
-    TICKER.every(runtime.PROGRESS_SECONDS, "Running", progress, "progress")
+    TICKER.every(runtime.settings().progress_seconds, "Running", progress, "progress")
     TICKER.every(POD_RETRY_SECONDS, "Running", retry_pod_creation, "pod-retry")
     RUN_QUEUE.attach(kwargs["teamrun_slots"])  # kopf hands every handler its indices by name
     WATCHED.attach(kwargs["teamrun_bodies"])
@@ -91,7 +91,7 @@ async def close(**_: Any) -> None:
     await FINISHED.close()
     await RUN_QUEUE.close()
     await TIMERS.close()
-    await release_runner_pods(runtime.NAMESPACES)
+    await release_runner_pods(runtime.settings().namespaces)
     await STORES.close()
     await runtime.close()
 
@@ -115,7 +115,7 @@ async def teamrun_present(body: dict[str, Any]) -> float:
     # operator was down must not start unchecked). A run already under way was checked when
     # it started: an operator run without the policy since then publishes none of its
     # requests (approvals.sync.sync_approvals) rather than fail it under a live pod.
-    unknown_creator = missing_creator(spec.approvals, body, runtime.CREATOR_RECORDED)
+    unknown_creator = missing_creator(spec.approvals, body, runtime.settings().creator_recorded)
     if unknown_creator is not None and not status.get("attempt"):
         await _refuse(body, "CreatorUnknown", unknown_creator, unknown_creator)
         return 0.0

@@ -13,11 +13,11 @@ import kopf
 
 from oma.pod_contract import LOG_FORMATS
 from oma_operator import handlers, login, masking, runtime  # noqa: F401 (importing registers handlers)
-from oma_operator.events import VERBOSITIES
 from oma_operator.install.uninstall import stop_operator
 from oma_operator.runs.metrics import serve
 from oma_operator.runs.retention import FINISHED
-from oma_operator.runs.run_queue import RUN_QUEUE, limits_from_env
+from oma_operator.runs.run_queue import RUN_QUEUE
+from oma_operator.settings import VERBOSITIES, Settings, SettingsError
 
 T = TypeVar("T")
 LOG_LEVELS = ("debug", "info", "warning")
@@ -132,19 +132,26 @@ def main() -> None:
     )
     args = parser.parse_args()
     configure_logging(args.log_format, args.log_level)
-    runtime.LOG_FORMAT = args.log_format
-    runtime.EVENTS = args.events
-    runtime.CREATOR_RECORDED = args.creator_policy == "installed"
-    if args.stop_deployment:
+    if args.stop_deployment:  # the uninstall hook: no settings needed, none that could refuse
         if not args.namespace or len(args.namespace) != 1:
             parser.error("--stop-deployment needs exactly one --namespace (the Deployment's)")
         stop = stop_operator(args.namespace[0], args.stop_deployment, args.stop_timeout)
         raise SystemExit(asyncio.run(_connected(stop)))
-    RUN_QUEUE.configure(limits_from_env())
-    FINISHED.default_ttl = ttl_from_env()
-    FINISHED.delete_store_records = delete_store_records_from_env()
-    runtime.RUNNER_METRICS_PORT = args.runner_metrics_port or None
-    runtime.NAMESPACES = [] if args.all_namespaces else list(args.namespace or [])
+    try:
+        settings = Settings.read(
+            os.environ,
+            namespaces=() if args.all_namespaces else tuple(args.namespace or ()),
+            events=args.events,
+            creator_recorded=args.creator_policy == "installed",
+            log_format=args.log_format,
+            runner_metrics_port=args.runner_metrics_port,
+        )
+    except SettingsError as exc:
+        raise SystemExit(f"oma-operator: {exc}") from None
+    runtime.configure(settings)
+    RUN_QUEUE.configure(settings.limits)
+    FINISHED.default_ttl = settings.finished_ttl_seconds
+    FINISHED.delete_store_records = settings.delete_store_records
     serve(args.metrics_port, args.metrics_address)
     asyncio.run(
         _connected(
@@ -156,32 +163,6 @@ def main() -> None:
             )
         )
     )
-
-
-TTL_ENV = "OMA_TTL_SECONDS_AFTER_FINISHED"
-
-
-def ttl_from_env() -> int | None:
-    """The default time to live of finished TeamRuns (None: kept); a bad value stops the
-    operator at its start, with what to set instead."""
-    text = os.environ.get(TTL_ENV, "").strip()
-    if not text:
-        return None
-    if not (text.isascii() and text.isdigit()) or int(text) > 31_536_000:
-        raise SystemExit(
-            f"oma-operator: {TTL_ENV}={text!r}: give whole seconds, 0 to 31536000 (a year), or "
-            "leave it unset to keep finished TeamRuns"
-        )
-    return int(text)
-
-
-def delete_store_records_from_env() -> bool:
-    text = os.environ.get("OMA_DELETE_STORE_RECORDS", "").strip().lower()
-    if text not in ("", "0", "1", "false", "true"):
-        raise SystemExit(
-            f"oma-operator: OMA_DELETE_STORE_RECORDS={text!r}: give true or false (or 1 or 0)"
-        )
-    return text in ("1", "true")
 
 
 def configure_logging(log_format: str, level: str) -> None:

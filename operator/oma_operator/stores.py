@@ -3,7 +3,8 @@ reads (approval rows, progress), with the Secret that locates them re-read once 
 
 Opening a store per read cost a Secret GET and a new connection each time: a busy operator
 spent a seventh of its CPU on it (bench/operator_scale.py). A rotated Secret is picked up
-within ``SECRET_TTL_SECONDS``; the store it pointed to before stays open until shutdown.
+within ``settings.secret_ttl_seconds`` (``OMA_SECRET_TTL_SECONDS``, default 60); the store it
+pointed to before stays open until shutdown.
 
 The Secret's value is a secret whatever it holds (a key may hold a bare password instead of a
 URL): it is opened only as a ``redis(s)://`` URL for a redis store and a ``postgres(ql)://`` one
@@ -28,13 +29,12 @@ from oma_operator import masking, runtime
 from oma_operator.k8s.client import Kube
 from oma_operator.resources.models import TeamRunSpec
 
-SECRET_TTL_SECONDS = runtime.SECRET_TTL_SECONDS
 NAMESPACES_KEPT = 1024  # Redis key namespaces whose store objects are kept
 
 
 class StoreCache:
-    def __init__(self, secret_ttl: float = SECRET_TTL_SECONDS) -> None:
-        self._secret_ttl = secret_ttl
+    def __init__(self, secret_ttl: float | None = None) -> None:
+        self._given_ttl = secret_ttl  # None: the operator's settings.secret_ttl_seconds
         self._secrets: dict[tuple[str, str, str], tuple[float, str]] = {}
         self._stores: dict[tuple[str, ...], MemoryStore] = {}  # the ones that own a client
         self._namespaces: OrderedDict[tuple[str, str], RedisStore] = OrderedDict()
@@ -106,7 +106,8 @@ class StoreCache:
     async def _secret(self, kube: Kube, namespace: str, name: str, key: str) -> str:
         cached = self._secrets.get((namespace, name, key))
         now = time.monotonic()
-        if cached is not None and now - cached[0] < self._secret_ttl:
+        ttl = self._given_ttl or runtime.settings().secret_ttl_seconds
+        if cached is not None and now - cached[0] < ttl:
             return cached[1]
         try:
             value = await kube.secret_value(namespace, name, key)

@@ -14,6 +14,7 @@ import pytest
 
 from oma_operator.resources.models import TeamRunSpec
 from oma_operator.runs.rules.pods import runner_pod
+from oma_operator.settings import RunnerPodSettings
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = os.environ.get("OMA_IMAGE", "localhost/oma:dev")
@@ -98,7 +99,9 @@ def test_the_operators_runner_command_is_the_images_entrypoint(image: str) -> No
         }
     )
     body = {"metadata": {"name": "t", "namespace": "n", "uid": "u"}, "spec": {}}
-    command = runner_pod(body, spec, 1, image)["spec"]["containers"][0]["command"]
+    command = runner_pod(body, spec, 1, RunnerPodSettings(image=image))["spec"]["containers"][0][
+        "command"
+    ]
     run_spec = {
         "runId": "in-image",
         "agents": [

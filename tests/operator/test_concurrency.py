@@ -12,17 +12,10 @@ from typing import Any
 
 import pytest
 
-from oma_operator.runs.rules.concurrency import (
-    PROVIDERS,
-    Limits,
-    LimitsError,
-    Slot,
-    admit,
-    slot_of,
-    verdict,
-)
+from oma_operator.runs.rules.concurrency import Slot, admit, slot_of, verdict
 from oma_operator.runs.rules.status import admitted, queued
 from oma_operator.runs.run_queue import INDEX_KEY, RunQueue
+from oma_operator.settings.limits import PROVIDERS, Limits, LimitsError
 
 
 def teamrun(

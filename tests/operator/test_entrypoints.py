@@ -5,6 +5,7 @@ and the service address from the environment, a token re-read when refused) and 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,6 +13,7 @@ from oma_operator import runtime
 from oma_operator.k8s.client import Kube
 from oma_operator.login import connection_info
 from oma_operator.runs.retention import FINISHED
+from oma_operator.runs.run_queue import RUN_QUEUE
 
 
 @pytest.fixture
@@ -165,14 +167,8 @@ def _start(
 
     monkeypatch.setattr(entry, "serve", serve)
     monkeypatch.setattr(entry, "configure_logging", lambda *_: None)  # process-wide
-    for setting in (
-        "EVENTS",
-        "LOG_FORMAT",
-        "RUNNER_METRICS_PORT",
-        "NAMESPACES",
-        "CREATOR_RECORDED",
-    ):
-        monkeypatch.setattr(runtime, setting, getattr(runtime, setting))
+    monkeypatch.setattr(runtime, "_settings", runtime.settings())
+    monkeypatch.setattr(RUN_QUEUE, "limits", RUN_QUEUE.limits)
     for setting in ("default_ttl", "delete_store_records"):
         monkeypatch.setattr(FINISHED, setting, getattr(FINISHED, setting))
     if value is None:
@@ -192,7 +188,7 @@ def test_the_events_setting_comes_from_the_flag_or_the_environment(
     monkeypatch: pytest.MonkeyPatch, argv: list[str], env: str | None, expected: str
 ) -> None:
     _start(monkeypatch, argv, "OMA_EVENTS", env)
-    assert expected == runtime.EVENTS
+    assert expected == runtime.settings().events
 
 
 def test_a_bad_delete_store_records_setting_stops_the_operator(
@@ -222,4 +218,43 @@ def test_the_creator_policy_setting_comes_from_the_flag_or_the_environment(
     monkeypatch: pytest.MonkeyPatch, argv: list[str], env: str | None, recorded: bool
 ) -> None:
     _start(monkeypatch, argv, "OMA_CREATOR_POLICY", env)
-    assert runtime.CREATOR_RECORDED is recorded
+    assert runtime.settings().creator_recorded is recorded
+
+
+def test_main_installs_one_settings_object_from_its_flags_and_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OMA_RUNNER_IMAGE", "registry.example/oma:2")
+    monkeypatch.setenv("OMA_MAX_RUNNING_PER_NAMESPACE", "2")
+    _start(monkeypatch, ["--runner-metrics-port", "9100"], "OMA_TTL_SECONDS_AFTER_FINISHED", "60")
+    settings = runtime.settings()
+    assert settings.namespaces == ("team-a",)
+    assert (settings.runner.image, settings.runner.metrics_port) == ("registry.example/oma:2", 9100)
+    assert RUN_QUEUE.limits is settings.limits and settings.limits.per_namespace == 2
+    assert FINISHED.default_ttl == settings.finished_ttl_seconds == 60
+
+
+def test_the_uninstall_hook_runs_whatever_the_run_settings_say(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A bad run setting must not keep ``helm uninstall`` from stopping the operator."""
+    from oma_operator import main as entry
+
+    stopped: list[tuple[str, str]] = []
+
+    async def stop(namespace: str, deployment: str, wait_seconds: float) -> int:
+        stopped.append((namespace, deployment))
+        return 0
+
+    async def connected(work: Any) -> int:
+        return int(await work)
+
+    monkeypatch.setattr(entry, "stop_operator", stop)
+    monkeypatch.setattr(entry, "_connected", connected)
+    monkeypatch.setattr(entry, "configure_logging", lambda *_: None)
+    monkeypatch.setenv("OMA_PROGRESS_SECONDS", "soon")
+    argv = ["oma-operator", "--namespace", "oma", "--stop-deployment", "oma-operator"]
+    monkeypatch.setattr("sys.argv", argv)
+    with pytest.raises(SystemExit) as exited:
+        entry.main()
+    assert exited.value.code == 0 and stopped == [("oma", "oma-operator")]

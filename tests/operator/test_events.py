@@ -3,19 +3,15 @@ does not (``notable``); ``all`` adds the routine ones (one API request each)."""
 
 from __future__ import annotations
 
-import pytest
-
-from oma_operator import events, runtime
+from oma_operator import events
 
 ROUTINE = ("Queued", "AttemptStarted", "AttemptSucceeded")
 NOTABLE = ("Resumed", "AttemptDisruption", "AttemptCrash", "Retried", "Unsuspended", "X")
 
 
-def test_notable_leaves_out_the_routine_events_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runtime, "EVENTS", "notable")
-    assert [r for r in ROUTINE + NOTABLE if events.posted(r)] == list(NOTABLE)
+def test_notable_leaves_out_the_routine_events_only() -> None:
+    assert [r for r in ROUTINE + NOTABLE if events.posted(r, "notable")] == list(NOTABLE)
 
 
-def test_all_posts_every_event(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runtime, "EVENTS", "all")
-    assert all(events.posted(r) for r in ROUTINE + NOTABLE)
+def test_all_posts_every_event() -> None:
+    assert all(events.posted(r, "all") for r in ROUTINE + NOTABLE)

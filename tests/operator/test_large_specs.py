@@ -8,6 +8,7 @@ import pytest
 
 from oma_operator.resources.models import TeamRunSpec
 from oma_operator.runs.rules.pods import runner_pod
+from oma_operator.settings import RunnerPodSettings
 from oma_runner.config import RunnerConfig, RunnerConfigError
 
 BODY = {"metadata": {"name": "big", "namespace": "ns", "uid": "u"}, "spec": {}}
@@ -27,7 +28,7 @@ def _spec(turns: int) -> TeamRunSpec:
 
 
 def _env(spec: TeamRunSpec) -> dict[str, str]:
-    container = runner_pod(BODY, spec, 1, "img")["spec"]["containers"][0]
+    container = runner_pod(BODY, spec, 1, RunnerPodSettings(image="img"))["spec"]["containers"][0]
     env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
     return {**env, "OMA_STORE_URL": "redis://localhost"}
 

@@ -12,6 +12,7 @@ from oma_operator.resources.models import RetryPolicy, TeamRunSpec
 from oma_operator.runs.rules.decisions import decide
 from oma_operator.runs.rules.outcomes import Outcome, classify
 from oma_operator.runs.rules.pods import checkpoint_expected, runner_pod
+from oma_operator.settings import RunnerPodSettings
 from oma_runner.config import RunnerConfig
 from tests.operator.pod_fixtures import runner_pod_in
 
@@ -47,7 +48,12 @@ def test_fenced_without_a_successor_is_terminal_and_says_what_to_do() -> None:
 
 def _env(status: dict[str, Any]) -> dict[str, Any]:
     body = {"metadata": {"name": "pay", "namespace": "a", "uid": "u"}, "spec": SPEC}
-    pod = runner_pod({**body, "status": status}, TeamRunSpec.model_validate(SPEC), 2, "img")
+    pod = runner_pod(
+        {**body, "status": status},
+        TeamRunSpec.model_validate(SPEC),
+        2,
+        RunnerPodSettings(image="img"),
+    )
     return {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
 
 

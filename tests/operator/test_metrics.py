@@ -18,6 +18,7 @@ from oma_operator.main import _port
 from oma_operator.resources.models import TeamRunSpec
 from oma_operator.runs.metrics import OperatorMetrics, Resume, pod_ended_at, serve
 from oma_operator.runs.rules.pods import runner_pod
+from oma_operator.settings import RunnerPodSettings
 from tests.operator.pod_fixtures import BODY, SPEC
 from tests.servers.process import free_port
 
@@ -193,11 +194,11 @@ def test_the_endpoint_serves_the_text_format(
 
 def test_runner_pods_get_a_metrics_port_only_when_asked() -> None:
     spec = TeamRunSpec.model_validate(SPEC)
-    plain = runner_pod(BODY, spec, 1, "img")
+    plain = runner_pod(BODY, spec, 1, RunnerPodSettings(image="img"))
     assert not any(k.startswith("prometheus.io/") for k in plain["metadata"]["annotations"])
     assert "ports" not in plain["spec"]["containers"][0]
     assert "OMA_METRICS_PORT" not in {e["name"] for e in plain["spec"]["containers"][0]["env"]}
-    pod = runner_pod(BODY, spec, 1, "img", metrics_port=9100)
+    pod = runner_pod(BODY, spec, 1, RunnerPodSettings(image="img", metrics_port=9100))
     (container,) = pod["spec"]["containers"]
     assert container["ports"] == [{"name": "metrics", "containerPort": 9100, "protocol": "TCP"}]
     names = [e["name"] for e in container["env"]]

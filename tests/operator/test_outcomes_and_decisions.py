@@ -13,6 +13,7 @@ from oma_operator.resources.models import RetryPolicy, TeamRunSpec, to_run_spec
 from oma_operator.runs.rules.decisions import decide
 from oma_operator.runs.rules.outcomes import SUCCESS_NOT_CONFIRMED, Outcome, classify, confirmed
 from oma_operator.runs.rules.pods import FINALIZER, runner_pod
+from oma_operator.settings import RunnerPodSettings
 from tests.operator.pod_fixtures import BODY, SPEC, runner_pod_in
 
 
@@ -121,7 +122,9 @@ def test_crash_backoff_doubles() -> None:
 
 
 def test_the_runner_pod_manifest() -> None:
-    pod = runner_pod(BODY, TeamRunSpec.model_validate(SPEC), 3, "registry/oma:1")
+    pod = runner_pod(
+        BODY, TeamRunSpec.model_validate(SPEC), 3, RunnerPodSettings(image="registry/oma:1")
+    )
     meta, spec = pod["metadata"], pod["spec"]
     assert meta["name"] == "pay-a3" and meta["finalizers"] == [FINALIZER]
     assert meta["labels"] == {

@@ -13,6 +13,7 @@ from oma_operator.runs.rules.pods import (
     not_made_for,
     runner_pod,
 )
+from oma_operator.settings import RunnerPodSettings
 
 TEAMRUN = {"metadata": {"name": "pay", "namespace": "ns", "uid": "uid-1"}, "spec": {}}
 SPEC = TeamRunSpec.model_validate(
@@ -25,13 +26,13 @@ SPEC = TeamRunSpec.model_validate(
 
 
 def test_the_pod_the_operator_makes_is_its_own() -> None:
-    pod = runner_pod(TEAMRUN, SPEC, 2, "img")
+    pod = runner_pod(TEAMRUN, SPEC, 2, RunnerPodSettings(image="img"))
     assert made_for(pod, TEAMRUN, 2)
     assert not made_for(pod, TEAMRUN, 1)  # another attempt's
 
 
 def test_a_pod_holding_the_name_without_the_operators_marks_is_not() -> None:
-    ours = runner_pod(TEAMRUN, SPEC, 1, "img")
+    ours = runner_pod(TEAMRUN, SPEC, 1, RunnerPodSettings(image="img"))
     squatter = {"metadata": {"name": ours["metadata"]["name"]}, "spec": ours["spec"]}
     assert not made_for(squatter, TEAMRUN, 1)
     no_owner = copy.deepcopy(ours)
@@ -51,7 +52,7 @@ def test_a_pod_holding_the_name_without_the_operators_marks_is_not() -> None:
 def test_a_pod_made_by_a_job_is_not_the_runner_whatever_its_labels_say() -> None:
     """A Job's pod template may carry the oma labels, the outcome finalizer and even the uid
     annotation: its controller is the Job, so its end is nobody's attempt's end."""
-    jobs = copy.deepcopy(runner_pod(TEAMRUN, SPEC, 1, "img"))
+    jobs = copy.deepcopy(runner_pod(TEAMRUN, SPEC, 1, RunnerPodSettings(image="img")))
     jobs["metadata"]["ownerReferences"] = [
         {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "job-1", "controller": True}
     ]
@@ -63,14 +64,17 @@ def test_a_pod_re_pointed_at_a_new_teamrun_of_the_same_name_keeps_its_own_uid() 
     """An orphaned pod of a deleted TeamRun whose owner reference someone set to the new
     TeamRun of the same name (owner references stay open to anyone who may patch pods): the
     uid annotation, which only the operator may write, still names the old one."""
-    old = runner_pod({**TEAMRUN, "metadata": {**TEAMRUN["metadata"], "uid": "uid-0"}}, SPEC, 1, "i")
+    old = runner_pod(
+        {**TEAMRUN, "metadata": {**TEAMRUN["metadata"], "uid": "uid-0"}},
+        SPEC,
+        1,
+        RunnerPodSettings(image="i"),
+    )
     assert old["metadata"]["annotations"][UID_ANNOTATION] == "uid-0"
     old["metadata"]["ownerReferences"][0]["uid"] = "uid-1"
     why = not_made_for(old, TEAMRUN, 1)
     assert why is not None and "uid-0" in why
-    orphaned = runner_pod(
-        {**TEAMRUN, "metadata": {**TEAMRUN["metadata"], "uid": "uid-0"}}, SPEC, 1, "i"
-    )
+    orphaned = runner_pod({**TEAMRUN, "metadata": {**TEAMRUN["metadata"], "uid": "uid-0"}}, SPEC, 1)
     orphaned["metadata"]["ownerReferences"] = []  # what kubectl delete --cascade=orphan leaves
     assert "nobody" in str(not_made_for(orphaned, TEAMRUN, 1))
 

@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from oma_operator.resources.models import TeamRunSpec
 from oma_operator.runs.rules.pods import runner_pod
+from oma_operator.settings import RunnerPodSettings
 from tests.operator.pod_fixtures import BODY, SPEC
 
 
@@ -26,7 +27,7 @@ def test_labels_annotations_priority_scratch_and_pull_secrets_reach_the_pod() ->
             "scratch": {"sizeLimit": "512Mi"},
         }
     )
-    pod = runner_pod(BODY, spec, 1, "img", image_pull_secrets=("regcred",))
+    pod = runner_pod(BODY, spec, 1, RunnerPodSettings(image="img", image_pull_secrets=("regcred",)))
     meta, pod_spec = pod["metadata"], pod["spec"]
     assert meta["labels"]["cost-center"] == "research"
     assert meta["labels"]["team.example.com/owner"] == "ana"
@@ -40,7 +41,7 @@ def test_labels_annotations_priority_scratch_and_pull_secrets_reach_the_pod() ->
     assert container["volumeMounts"] == [{"name": "scratch", "mountPath": "/scratch"}]
     assert {"name": "OMA_SCRATCH_DIR", "value": "/scratch"} in container["env"]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True  # still
-    plain = runner_pod(BODY, _spec({}), 1, "img")["spec"]
+    plain = runner_pod(BODY, _spec({}), 1, RunnerPodSettings(image="img"))["spec"]
     assert "volumes" not in plain and "priorityClassName" not in plain
     assert "imagePullSecrets" not in plain
 
@@ -88,7 +89,7 @@ def test_the_crd_refuses_the_operators_keys_before_the_operator_sees_them() -> N
 
 def test_the_operator_s_log_format_reaches_runners_unless_the_teamrun_sets_its_own() -> None:
     def env_of(spec: TeamRunSpec, log_format: str) -> list[dict[str, Any]]:
-        pod = runner_pod(BODY, spec, 1, "img", log_format=log_format)
+        pod = runner_pod(BODY, spec, 1, RunnerPodSettings(image="img", log_format=log_format))
         env: list[dict[str, Any]] = pod["spec"]["containers"][0]["env"]
         return env
 
@@ -118,7 +119,7 @@ def test_an_unknown_log_format_for_the_runner_is_refused_with_the_spec() -> None
 
 def test_the_chart_s_otlp_endpoint_reaches_runners_unless_the_teamrun_sets_its_own() -> None:
     def endpoints(spec: TeamRunSpec, chart: str) -> list[str]:
-        pod = runner_pod(BODY, spec, 1, "img", otlp_endpoint=chart)
+        pod = runner_pod(BODY, spec, 1, RunnerPodSettings(image="img", otlp_endpoint=chart))
         env: list[dict[str, Any]] = pod["spec"]["containers"][0]["env"]
         return [e["value"] for e in env if e["name"] == "OTEL_EXPORTER_OTLP_ENDPOINT"]
 

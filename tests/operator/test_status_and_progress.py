@@ -17,7 +17,6 @@ from oma.errors import CheckpointValidationError
 from oma.store import InMemoryStore, MemoryEntry
 from oma.store.urls import open_store
 from oma.timeutil import parse_iso
-from oma_operator import runtime
 from oma_operator.approvals import sync as approvals
 from oma_operator.approvals.sync import run_records
 from oma_operator.runs.rules.decisions import Decision, attempt_record
@@ -76,23 +75,6 @@ async def test_progress_is_read_from_the_latest_checkpoint(tmp_path: Path) -> No
         "lastCheckpointAt": progress["lastCheckpointAt"]
     }
     assert changed(progress, progress) == {}
-
-
-@pytest.mark.parametrize(("text", "expected"), [("", 15.0), ("1", 1.0), ("2.5", 2.5)])
-def test_progress_interval_comes_from_the_environment(
-    monkeypatch: pytest.MonkeyPatch, text: str, expected: float
-) -> None:
-    monkeypatch.setenv("OMA_PROGRESS_SECONDS", text)
-    assert runtime._seconds("OMA_PROGRESS_SECONDS", 15.0) == expected
-
-
-@pytest.mark.parametrize("text", ["soon", "0", "-3"])
-def test_a_bad_progress_interval_stops_the_operator_with_a_clear_message(
-    monkeypatch: pytest.MonkeyPatch, text: str
-) -> None:
-    monkeypatch.setenv("OMA_PROGRESS_SECONDS", text)
-    with pytest.raises(SystemExit, match="OMA_PROGRESS_SECONDS"):
-        runtime._seconds("OMA_PROGRESS_SECONDS", 15.0)
 
 
 async def test_the_runs_approval_rows_are_read_by_id_from_its_checkpoint(tmp_path: Path) -> None:
@@ -258,14 +240,3 @@ async def test_a_snapshot_too_large_to_poll_is_not_read_and_the_condition_says_s
     assert (polled_now["status"], polled_now["reason"]) == ("True", "AttemptEnded")
     untouched = after_attempt({"conditions": []}, DONE, record, 5, None)
     assert POLLED not in {c["type"] for c in untouched["conditions"]}
-
-
-@pytest.mark.parametrize("text", ["8MiB", "0", "-3", "1.5"])
-def test_a_bad_poll_read_limit_stops_the_operator_with_a_clear_message(
-    monkeypatch: pytest.MonkeyPatch, text: str
-) -> None:
-    monkeypatch.setenv("OMA_POLL_READ_LIMIT_BYTES", text)
-    with pytest.raises(SystemExit, match=r"OMA_POLL_READ_LIMIT_BYTES=.* must be a number of bytes"):
-        runtime._bytes("OMA_POLL_READ_LIMIT_BYTES", 1)
-    monkeypatch.setenv("OMA_POLL_READ_LIMIT_BYTES", "2048")
-    assert runtime._bytes("OMA_POLL_READ_LIMIT_BYTES", 1) == 2048

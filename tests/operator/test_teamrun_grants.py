@@ -18,6 +18,7 @@ from oma.spec import RunSpec
 from oma_operator.resources.models import EnvVar, TeamRunSpec, to_run_spec
 from oma_operator.resources.specs import TeamRunSpecError, spec_of
 from oma_operator.runs.rules.pods import runner_pod
+from oma_operator.settings import RunnerPodSettings
 
 SPEC: dict[str, Any] = {
     "runId": "pay-1",
@@ -51,7 +52,7 @@ def test_tool_settings_and_other_names_are_the_authors() -> None:
         {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "tok", "key": "t"}}},
     ]
     spec = TeamRunSpec.model_validate({**SPEC, "runner": {"env": env}})
-    pod = runner_pod(BODY, spec, 1, "img")
+    pod = runner_pod(BODY, spec, 1, RunnerPodSettings(image="img"))
     names = [e["name"] for e in pod["spec"]["containers"][0]["env"]]
     assert names[:3] == ["OMA_LEDGER_URL", "PYTHONPATH", "TOKEN"]
 
@@ -62,7 +63,9 @@ def test_the_operators_values_come_last_whatever_the_spec_says() -> None:
     spec = TeamRunSpec.model_validate(SPEC)
     forged = spec.model_copy(deep=True)
     forged.runner.env = [EnvVar.model_construct(name="OMA_RUN_SPEC", value="{}")]
-    env = runner_pod(BODY, forged, 1, "img")["spec"]["containers"][0]["env"]
+    env = runner_pod(BODY, forged, 1, RunnerPodSettings(image="img"))["spec"]["containers"][0][
+        "env"
+    ]
     last = {e["name"]: e for e in env}
     assert last["OMA_RUN_SPEC"]["value"] != "{}"
     names = [e["name"] for e in env]
@@ -71,7 +74,12 @@ def test_the_operators_values_come_last_whatever_the_spec_says() -> None:
 
 def test_the_pod_spec_carries_no_run_id_and_the_namespaces_part_of_the_store() -> None:
     spec = TeamRunSpec.model_validate(SPEC)
-    env = {e["name"]: e for e in runner_pod(BODY, spec, 2, "img")["spec"]["containers"][0]["env"]}
+    env = {
+        e["name"]: e
+        for e in runner_pod(BODY, spec, 2, RunnerPodSettings(image="img"))["spec"]["containers"][0][
+            "env"
+        ]
+    }
     run = RunSpec.model_validate(json.loads(env["OMA_RUN_SPEC"]["value"]))
     assert run.run_id is None and env["OMA_RUN_ID"]["value"] == "pay-1"
     assert run.store is not None and run.store.tenant == "team-a"

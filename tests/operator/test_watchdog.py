@@ -14,6 +14,7 @@ from oma_operator.runs.rules.watchdog import (
     START_TIMEOUT_ANNOTATION,
     deadline,
 )
+from oma_operator.settings import RunnerPodSettings
 
 CREATED = "2026-12-01T10:00:00Z"
 NOT_READY_SINCE = "2026-12-01T10:05:00Z"
@@ -147,6 +148,8 @@ def test_runner_pods_carry_their_limits_from_the_retry_policy() -> None:
         }
     )
     body = {"metadata": {"name": "r", "namespace": "ns", "uid": "u"}, "spec": {}}
-    annotations = runner_pod(body, spec, 1, "img")["metadata"]["annotations"]
+    annotations = runner_pod(body, spec, 1, RunnerPodSettings(image="img"))["metadata"][
+        "annotations"
+    ]
     assert annotations[START_TIMEOUT_ANNOTATION] == "120"
     assert annotations[NODE_LOSS_GRACE_ANNOTATION] == "5"

@@ -114,7 +114,7 @@ async def sync_approvals(kube: Kube, teamrun: dict[str, Any], spec: TeamRunSpec)
     ledger (decisions made elsewhere too, e.g. with the CLI) into their status, report the
     untrusted ones. True when nothing is left undecided."""
     namespace, name = teamrun["metadata"]["namespace"], teamrun["metadata"]["name"]
-    unknown = missing_creator(spec.approvals, teamrun, runtime.CREATOR_RECORDED)
+    unknown = missing_creator(spec.approvals, teamrun, runtime.settings().creator_recorded)
     if unknown is not None:  # publish nothing its creator could decide
         log.warning("%s/%s: its requests are not published: %s", namespace, name, unknown)
         return False
@@ -127,7 +127,7 @@ async def sync_approvals(kube: Kube, teamrun: dict[str, Any], spec: TeamRunSpec)
     found_records = await run_records(store, run_id_of(teamrun), owner, waiting_in)
     records = {r.request.id: r for r in found_records}
     found = {d["metadata"]["name"]: d for d in await kube.list_decisions(namespace, name)}
-    excluded = excluded_reviewers(spec.approvals, teamrun, runtime.CREATOR_RECORDED)
+    excluded = excluded_reviewers(spec.approvals, teamrun, runtime.settings().creator_recorded)
     published: set[str] = set()
     for request_id, record in records.items():
         reviewers = reviewers_for(spec.approvals, record.request)

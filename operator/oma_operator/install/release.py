@@ -12,6 +12,7 @@ checkpoint (``runs.untracked``).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import httpx
 
@@ -22,7 +23,7 @@ from oma_operator.runs.rules.pods import FINALIZER, LABEL_TEAMRUN
 log = logging.getLogger(__name__)
 
 
-async def release_runner_pods(namespaces: list[str]) -> int:
+async def release_runner_pods(namespaces: Sequence[str]) -> int:
     """Remove the tracking finalizer from the runner pods of ``namespaces`` (empty: all);
     best effort, pod by pod. Returns how many pods were let go."""
     runtime.RELEASING = True  # a pod event handled meanwhile must not put the finalizer back

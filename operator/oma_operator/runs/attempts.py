@@ -75,17 +75,7 @@ async def ensure_pod(
     if hold is not None:  # suspended or cancelled since this start was decided
         await hold_without_pod(teamrun, hold)
         return
-    manifest = runner_pod(
-        teamrun,
-        spec,
-        attempt,
-        runtime.DEFAULT_IMAGE,
-        runtime.RUNNER_SERVICE_ACCOUNT,
-        runtime.RUNNER_METRICS_PORT,
-        runtime.RUNNER_IMAGE_PULL_SECRETS,
-        runtime.LOG_FORMAT,
-        runtime.RUNNER_OTLP_ENDPOINT,
-    )
+    manifest = runner_pod(teamrun, spec, attempt, runtime.settings().runner)
     pod = manifest["metadata"]["name"]
     try:
         await runtime.kube().create_pod(meta["namespace"], manifest)
@@ -323,10 +313,10 @@ STORE_READ_SECONDS = 15.0  # a store that accepts and never answers holds no rec
 
 async def store_progress(teamrun: dict[str, Any], spec: TeamRunSpec) -> Polled:
     """Tasks done/total and the last checkpoint time from the run's store, for the poll: none
-    from a checkpoint too large to poll (``runtime.POLL_READ_LIMIT_BYTES``), or from a store that
+    from a checkpoint too large to poll (``settings.poll_read_limit_bytes``), or from a store that
     did not answer within ``STORE_READ_SECONDS``."""
     try:
-        return Polled(await _progress(teamrun, spec, runtime.POLL_READ_LIMIT_BYTES))
+        return Polled(await _progress(teamrun, spec, runtime.settings().poll_read_limit_bytes))
     except CheckpointTooLargeToPoll as exc:
         return Polled(too_large=str(exc))
     except (KubeError, OmaError, TimeoutError) as exc:

@@ -86,7 +86,7 @@ async def retry_refusal(teamrun: dict[str, Any]) -> Refusal | None:
     async with asyncio.timeout(STORE_READ_SECONDS):
         store = await STORES.store_of(runtime.kube(), meta["namespace"], spec)
         approved = await approved_not_run(store, run_id_of(teamrun))
-    refusal = refusal_for(teamrun, approved, runtime.CREATOR_RECORDED)
+    refusal = refusal_for(teamrun, approved, runtime.settings().creator_recorded)
     if refusal is not None and key[0]:
         _REFUSED[key] = refusal
         while len(_REFUSED) > REFUSALS_KEPT:

@@ -18,14 +18,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from oma_operator.resources.phases import FINAL_PHASES
-from oma_operator.runs.rules.concurrency import (
-    Limits,
-    LimitsError,
-    Slot,
-    admit,
-    slot_of,
-    verdict,
-)
+from oma_operator.runs.rules.concurrency import Slot, admit, slot_of, verdict
+from oma_operator.settings.limits import Limits
 
 log = logging.getLogger(__name__)
 INDEX_KEY = "teamruns"  # the one key of the index: every TeamRun's slot is under it
@@ -149,13 +143,6 @@ class RunQueue:
             self.release(slot.uid)
         finally:
             self._starting.discard(slot.uid)
-
-
-def limits_from_env() -> Limits:
-    try:
-        return Limits.from_env()
-    except LimitsError as exc:
-        raise SystemExit(f"oma-operator: {exc}") from None
 
 
 RUN_QUEUE = RunQueue()

@@ -1,4 +1,5 @@
-"""Concurrency limits (pure): how many TeamRuns may run at once, and which queued ones start.
+"""Concurrency limits (pure): which queued TeamRuns start under the limits the operator was
+given (``settings.limits``).
 
 A TeamRun holds a slot while its phase is ``Running`` (an attempt's pod exists or is about to, a
 disruption or crash backoff between two attempts included). It holds none while ``Queued``,
@@ -7,92 +8,21 @@ and once against each model provider its agents (and coordinator) use: provider 
 what people hit, and they span namespaces.
 
 Queued runs start first in, first out (a new run by its creation, a run resumed after approvals
-by ``status.queuedAt``), best effort: a run
-blocked by one provider does not hold back a younger one that needs another provider.
+by ``status.queuedAt``), best effort: a run blocked by one provider does not hold back a
+younger one that needs another provider.
 """
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, get_args
+from typing import Any
 
-from oma.spec import ModelSpec
 from oma.timeutil import format_iso, parse_iso
+from oma_operator.settings.limits import Limits
 
-PROVIDERS: tuple[str, ...] = get_args(ModelSpec.model_fields["provider"].annotation)
-NAMESPACE_VARIABLE = "OMA_MAX_RUNNING_PER_NAMESPACE"
-PROVIDER_VARIABLE = "OMA_MAX_RUNNING_PER_PROVIDER"
 HOLDING_PHASES = frozenset({"Running"})
-
-
-class LimitsError(ValueError):
-    """A limit setting that cannot be used; the message says which and how to write it."""
-
-
-@dataclass(frozen=True)
-class Limits:
-    """``per_namespace`` None: no limit; ``per_provider`` lists only limited providers."""
-
-    per_namespace: int | None = None
-    per_provider: Mapping[str, int] = field(default_factory=dict)
-
-    @property
-    def active(self) -> bool:
-        return self.per_namespace is not None or bool(self.per_provider)
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] = os.environ) -> Limits:
-        return cls(
-            per_namespace=_namespace_limit(env.get(NAMESPACE_VARIABLE, "").strip()),
-            per_provider=_provider_limits(env.get(PROVIDER_VARIABLE, "").strip()),
-        )
-
-    def describe(self) -> str:
-        parts = [f"{self.per_namespace} per namespace"] if self.per_namespace else []
-        parts += [f"{n} using {p}" for p, n in sorted(self.per_provider.items())]
-        return ", ".join(parts) or "none"
-
-
-def _namespace_limit(text: str) -> int | None:
-    if not text:
-        return None
-    try:
-        value = int(text)
-    except ValueError:
-        raise LimitsError(
-            f"{NAMESPACE_VARIABLE}={text!r} is not a whole number (0 or unset: no limit)"
-        ) from None
-    if value < 0:
-        raise LimitsError(f"{NAMESPACE_VARIABLE}={text!r} is negative (0 or unset: no limit)")
-    return value or None
-
-
-def _provider_limits(text: str) -> dict[str, int]:
-    """``anthropic=20,openai=10``: each provider named at most once, each limit at least 1."""
-    limits: dict[str, int] = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        provider, sep, number = (piece.strip() for piece in item.partition("="))
-        where = f"{PROVIDER_VARIABLE}: {item!r}"
-        if not sep or provider not in PROVIDERS:
-            raise LimitsError(
-                f"{where} is not PROVIDER=N with PROVIDER one of {', '.join(PROVIDERS)} "
-                "(e.g. anthropic=20,openai=10)"
-            )
-        if provider in limits:
-            raise LimitsError(f"{where}: {provider} is limited twice")
-        try:
-            value = int(number)
-        except ValueError:
-            raise LimitsError(f"{where}: {number!r} is not a whole number") from None
-        if value < 1:
-            raise LimitsError(
-                f"{where}: the limit must be at least 1 (leave a provider out to not limit it)"
-            )
-        limits[provider] = value
-    return limits
 
 
 @dataclass(frozen=True)

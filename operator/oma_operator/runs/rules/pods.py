@@ -33,6 +33,7 @@ from oma_operator.resources.models import GROUP, VERSION, TeamRunSpec, to_run_sp
 from oma_operator.resources.pod_extras import SCRATCH_PATH
 from oma_operator.resources.specs import run_id_of
 from oma_operator.runs.rules.watchdog import NODE_LOSS_GRACE_ANNOTATION, START_TIMEOUT_ANNOTATION
+from oma_operator.settings import RunnerPodSettings
 
 FINALIZER = "oma.dev/outcome"
 LABEL_TEAMRUN, LABEL_ATTEMPT, LABEL_RUN_ID = "oma.dev/teamrun", "oma.dev/attempt", "oma.dev/run-id"
@@ -93,18 +94,20 @@ def attempt_of(pod: dict[str, Any]) -> tuple[str, str, int]:
     )
 
 
+DEFAULTS = RunnerPodSettings()
+
+
 def runner_pod(
     body: dict[str, Any],
     spec: TeamRunSpec,
     attempt: int,
-    default_image: str,
-    service_account: str | None = None,
-    metrics_port: int | None = None,
-    image_pull_secrets: tuple[str, ...] = (),
-    log_format: str = "plain",
-    otlp_endpoint: str = "",
+    settings: RunnerPodSettings = DEFAULTS,
 ) -> dict[str, Any]:
+    """The pod of ``attempt``: the TeamRun's runner fields over what the operator gives every
+    runner pod (``settings``), and the pod contract's variables, which no TeamRun sets."""
     meta = body["metadata"]
+    log_format, otlp_endpoint = settings.log_format, settings.otlp_endpoint
+    metrics_port, service_account = settings.metrics_port, settings.service_account
     name, run_id = meta["name"], run_id_of(body)
     # The operator's log format first, then the TeamRun's own variables (which may set
     # another format for this run): for a name set twice the last one wins, and the contract's
@@ -145,7 +148,7 @@ def runner_pod(
             env.append(_secret_env(model_key_env(agent.name), ref))
     container: dict[str, Any] = {
         "name": "runner",
-        "image": spec.runner.image or default_image,
+        "image": spec.runner.image or settings.image,
         "command": RUNNER_COMMAND,
         "env": env,
         "terminationMessagePath": TERMINATION_LOG,
@@ -197,8 +200,8 @@ def runner_pod(
         pod_spec["tolerations"] = spec.runner.tolerations
     if spec.runner.priority_class_name:
         pod_spec["priorityClassName"] = spec.runner.priority_class_name
-    if image_pull_secrets:
-        pod_spec["imagePullSecrets"] = [{"name": name} for name in image_pull_secrets]
+    if settings.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": n} for n in settings.image_pull_secrets]
     scratch = spec.runner.scratch
     if scratch is not None:
         empty_dir: dict[str, Any] = {"sizeLimit": scratch.size_limit}

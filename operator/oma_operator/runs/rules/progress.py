@@ -4,7 +4,7 @@ The runner has no Kubernetes credentials, so the operator reads the latest check
 summary ``oma checkpoint show`` prints) and mirrors two facts into the TeamRun's status. A
 checkpoint kept as a journal carries both in its head (``journal_head``: a few hundred bytes),
 so the poll does not read the snapshot. A snapshot-layout checkpoint has no head: the poll
-reads it only while it is at most ``runtime.POLL_READ_LIMIT_BYTES`` (8 MiB; asked of the
+reads it only while it is at most ``settings.poll_read_limit_bytes`` (8 MiB; asked of the
 store without reading it, ``value_size``); a larger one is not polled, and the ``CheckpointPolled``
 condition says so. Nothing bounds the reads at an attempt's end, which confirm a success.
 """
