@@ -24,6 +24,7 @@ import httpx
 from oma.timeutil import now_iso
 from oma_operator import masking, runtime
 from oma_operator.k8s.errors import KubeError
+from oma_operator.resources.bodies import TeamRunBody
 from oma_operator.resources.models import GROUP, VERSION
 from oma_operator.settings import Verbosity
 
@@ -40,7 +41,7 @@ def posted(reason: str, verbosity: Verbosity) -> bool:
 
 
 def event_body(
-    teamrun: dict[str, Any], reason: str, message: str, kind: Literal["Normal", "Warning"]
+    teamrun: TeamRunBody, reason: str, message: str, kind: Literal["Normal", "Warning"]
 ) -> dict[str, Any]:
     meta = teamrun["metadata"]
     now = now_iso()
@@ -67,17 +68,17 @@ def event_body(
     }
 
 
-async def info(teamrun: dict[str, Any], reason: str, message: str) -> None:
+async def info(teamrun: TeamRunBody, reason: str, message: str) -> None:
     if posted(reason, runtime.settings().events):
         await _post(event_body(teamrun, reason, message, "Normal"))
 
 
-async def warn(teamrun: dict[str, Any], reason: str, message: str) -> None:
+async def warn(teamrun: TeamRunBody, reason: str, message: str) -> None:
     await _post(event_body(teamrun, reason, message, "Warning"))
 
 
-async def _post(body: dict[str, Any]) -> None:
+async def _post(event: dict[str, Any]) -> None:
     try:
-        await runtime.kube().create_event(body["metadata"]["namespace"], body)
+        await runtime.kube().create_event(event["metadata"]["namespace"], event)
     except (KubeError, httpx.HTTPError) as exc:
-        log.warning("could not post event %s: %s", body["reason"], exc)
+        log.warning("could not post event %s: %s", event["reason"], exc)

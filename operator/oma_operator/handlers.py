@@ -17,6 +17,7 @@ from oma_operator.install.release import release_runner_pods
 from oma_operator.k8s.errors import CHANGED_OR_GONE
 from oma_operator.k8s.watched import WATCHED
 from oma_operator.later import LATER
+from oma_operator.resources.bodies import TeamRunBody, decision_view, pod_view, teamrun_view
 from oma_operator.resources.models import GROUP, VERSION
 from oma_operator.resources.phases import FINAL_PHASES, WAITING_PHASES
 from oma_operator.resources.specs import TeamRunSpecError, spec_of
@@ -96,14 +97,14 @@ async def close(**_: Any) -> None:
     await runtime.close()
 
 
-async def teamrun_present(body: dict[str, Any]) -> float:
+async def teamrun_present(body: TeamRunBody) -> float:
     """Make sure the current attempt has its runner pod (idempotent across restarts); the
     seconds left of a crash backoff when that attempt may not start yet (else 0).
 
     Status is written through the client only, and before the pod exists, so a pod outcome
     recorded concurrently can never be overwritten by a stale view of the TeamRun.
     """
-    status = dict(body.get("status") or {})
+    status = body.get("status") or {}
     if status.get("phase") in FINAL_PHASES:
         return 0.0
     try:
@@ -136,7 +137,7 @@ async def teamrun_present(body: dict[str, Any]) -> float:
     return 0.0
 
 
-async def _make_present(body: dict[str, Any]) -> None:
+async def _make_present(body: TeamRunBody) -> None:
     """``teamrun_present``, then again later if it failed or must wait (``later``)."""
     meta = body["metadata"]
     key, uid = (meta["namespace"], meta["name"]), meta.get("uid")
@@ -154,7 +155,7 @@ async def _make_present(body: dict[str, Any]) -> None:
     await trouble.cleared(body)
 
 
-async def _retry(teamrun: dict[str, Any], requested: str) -> None:
+async def _retry(teamrun: TeamRunBody, requested: str) -> None:
     """``oma retry``: the failed run queued again, then started like any queued run. A failed
     write is tried again later (a finished run gets no more watch events to do it)."""
     meta = teamrun["metadata"]
@@ -185,7 +186,7 @@ async def _retry_again(key: tuple[str, str], uid: str | None, requested: str) ->
         await _retry(fresh, requested)
 
 
-async def _hold(teamrun: dict[str, Any]) -> None:
+async def _hold(teamrun: TeamRunBody) -> None:
     """``spec.suspend`` or ``spec.cancel`` set (or ``suspend`` cleared): act on it, and take a
     run let go up as a queued one. A failed write is tried again later."""
     meta = teamrun["metadata"]
@@ -208,10 +209,10 @@ async def _present_again(key: tuple[str, str], uid: str | None) -> None:
         await _make_present(body)
 
 
-async def _start_or_queue(teamrun: dict[str, Any]) -> None:
+async def _start_or_queue(teamrun: TeamRunBody) -> None:
     """A new run, or a queued one seen again (a restarted operator): its first (or next)
     attempt starts if a slot is free, else it waits as ``Queued``."""
-    status = dict(teamrun.get("status") or {})
+    status = teamrun.get("status") or {}
     attempt = int(status.get("attempt") or 0) + 1
     waits = RUN_QUEUE.reserve(teamrun, attempt)
     if waits is not None:
@@ -224,9 +225,9 @@ async def _start_or_queue(teamrun: dict[str, Any]) -> None:
     await ensure_pod(written, spec_of(written), attempt, resume_of(status, attempt))
 
 
-async def _refuse(teamrun: dict[str, Any], reason: str, message: str, detail: str) -> None:
+async def _refuse(teamrun: TeamRunBody, reason: str, message: str, detail: str) -> None:
     """End a TeamRun that cannot run as written before any pod exists: ``Failed``."""
-    meta, status = teamrun["metadata"], dict(teamrun.get("status") or {})
+    meta, status = teamrun["metadata"], (teamrun.get("status") or {})
     generation = int(meta.get("generation", 1))
     await runtime.kube().patch_teamrun_status(
         meta["namespace"],
@@ -246,7 +247,7 @@ async def _refuse(teamrun: dict[str, Any], reason: str, message: str, detail: st
 
 @kopf.on.event("", "v1", "pods", labels={LABEL_TEAMRUN: kopf.PRESENT})
 async def runner_pod_changed(body: kopf.Body, event: kopf.RawEvent, **_: Any) -> None:
-    pod = dict(body)
+    pod = pod_view(body)
     meta = pod["metadata"]
     if not labelled_attempt(pod):
         return  # an empty TeamRun name or a bad attempt number: no run's pod (and none to read)
@@ -273,7 +274,7 @@ async def runner_pod_changed(body: kopf.Body, event: kopf.RawEvent, **_: Any) ->
     try:
         await record_outcome(pod, outcome, ended)
     except Exception as exc:
-        ref = {"metadata": {"namespace": namespace, "name": name}}
+        ref: TeamRunBody = {"metadata": {"namespace": namespace, "name": name}}
         await trouble.report(ref, f"recording how pod {meta['name']} ended", exc)
         raise
     await runtime.kube().remove_finalizer(namespace, meta["name"], FINALIZER, pod)
@@ -286,17 +287,17 @@ def _remember(uid: str) -> None:
         _let_go.popitem(last=False)
 
 
-async def approvals_pending(teamrun: dict[str, Any]) -> None:
+async def approvals_pending(teamrun: TeamRunBody) -> None:
     """Publish, record and reflect decisions; resume once every request is decided."""
     spec = spec_of(teamrun)
     if await sync_approvals(runtime.kube(), teamrun, spec):
         await resume_after_approvals(teamrun, spec)
 
 
-async def progress(teamrun: dict[str, Any]) -> None:
+async def progress(teamrun: TeamRunBody) -> None:
     """Mirror tasks done/total and the last checkpoint time from the store into the status,
     and whether the checkpoint was too large to poll (``CheckpointPolled``)."""
-    meta, status = teamrun["metadata"], dict(teamrun.get("status") or {})
+    meta, status = teamrun["metadata"], (teamrun.get("status") or {})
     spec = spec_of(teamrun)
     polled = await store_progress(teamrun, spec)
     update = changed(status, polled.progress)
@@ -332,39 +333,40 @@ async def decision_set(body: kopf.Body, **_: Any) -> None:
 @kopf.index(GROUP, VERSION, "teamruns")
 def teamrun_slots(body: kopf.Body, **_: Any) -> dict[str, Slot]:
     """Every TeamRun's slot view (``runs.run_queue``): kopf starts no handler before it is full."""
-    return {INDEX_KEY: slot_of(body)}
+    return {INDEX_KEY: slot_of(teamrun_view(body))}
 
 
 @kopf.index(GROUP, VERSION, "teamruns")
-def teamrun_bodies(body: kopf.Body, **_: Any) -> dict[tuple[str, str], dict[str, Any]] | None:
+def teamrun_bodies(body: kopf.Body, **_: Any) -> dict[tuple[str, str], TeamRunBody] | None:
     """Every unfinished TeamRun as last seen (``k8s.watched``), for writes conditioned on what was
     seen; finished ones are left out (nothing writes them again but a late outcome)."""
     if (body.get("status") or {}).get("phase") in FINAL_PHASES:
         return None
     meta = {k: v for k, v in body["metadata"].items() if k != "managedFields"}  # most of its size
-    return {(meta["namespace"], meta["name"]): {**body, "metadata": meta}}
+    return {(meta["namespace"], meta["name"]): teamrun_view({**body, "metadata": meta})}
 
 
 @kopf.on.event(GROUP, VERSION, "teamruns")
 async def teamrun_event(body: kopf.Body, event: kopf.RawEvent, **_: Any) -> None:
     kind = event.get("type")
-    METRICS.teamrun_seen(body, kind)
-    TICKER.seen(dict(body), kind)
-    FINISHED.seen(dict(body), kind)
-    meta = body["metadata"]
+    teamrun = teamrun_view(body)
+    METRICS.teamrun_seen(teamrun, kind)
+    TICKER.seen(teamrun, kind)
+    FINISHED.seen(teamrun, kind)
+    meta = teamrun["metadata"]
     uid = str(meta.get("uid"))
-    requested = retry_requested(dict(body)) if kind != "DELETED" else None
+    requested = retry_requested(teamrun) if kind != "DELETED" else None
     if requested is not None:
-        await _retry(dict(body), requested)
-    elif kind == "MODIFIED" and may_ask(dict(body)):
-        await _hold(dict(body))
+        await _retry(teamrun, requested)
+    elif kind == "MODIFIED" and may_ask(teamrun):
+        await _hold(teamrun)
     elif kind == "ADDED" or (kind is None and uid not in _taken_up):
         # Created, or listed when this operator's watch starts: the run needs its current
         # attempt. Not kopf's create and resume handlers, which cost a patch per TeamRun (a
         # copy of its spec in an annotation): the watch event is enough. A later listing
         # (kopf lists again after the API server's 410 Gone) takes up no run twice.
         _taken_up.add(uid)
-        await _make_present(dict(body))
+        await _make_present(teamrun)
     elif kind == "DELETED":
         _taken_up.discard(uid)
         LATER.cancel((meta["namespace"], meta["name"]), uid)
@@ -374,4 +376,4 @@ async def teamrun_event(body: kopf.Body, event: kopf.RawEvent, **_: Any) -> None
 
 @kopf.on.event(GROUP, VERSION, "approvaldecisions")
 async def decision_event(body: kopf.Body, event: kopf.RawEvent, **_: Any) -> None:
-    METRICS.decision_seen(body, event.get("type"))
+    METRICS.decision_seen(decision_view(body), event.get("type"))

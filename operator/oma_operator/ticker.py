@@ -11,11 +11,12 @@ import asyncio
 import logging
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
-from typing import Any
+
+from oma_operator.resources.bodies import TeamRunBody
 
 log = logging.getLogger(__name__)
-Work = Callable[[dict[str, Any]], Awaitable[None]]
-OnError = Callable[[dict[str, Any], str, Exception], Awaitable[None]]
+Work = Callable[[TeamRunBody], Awaitable[None]]
+OnError = Callable[[TeamRunBody, str, Exception], Awaitable[None]]
 
 
 VISIT_SECONDS = 20.0  # one visit's limit: a store that accepts and never answers ends here
@@ -35,7 +36,7 @@ class Ticker:
         per_namespace: int = PER_NAMESPACE,
         visit_seconds: float = VISIT_SECONDS,
     ) -> None:
-        self._runs: dict[tuple[str, str], dict[str, Any]] = {}
+        self._runs: dict[tuple[str, str], TeamRunBody] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._visits: set[asyncio.Task[None]] = set()
         self._phases: set[str] = set()  # the phases some work visits
@@ -46,7 +47,7 @@ class Ticker:
         self.on_error: OnError | None = None
         self.on_success: Work | None = None
 
-    def seen(self, body: dict[str, Any], event_type: str | None) -> None:
+    def seen(self, body: TeamRunBody, event_type: str | None) -> None:
         """Feed every TeamRun watch event (the initial listing included)."""
         meta = body.get("metadata") or {}
         key = (str(meta.get("namespace")), str(meta.get("name")))
@@ -57,7 +58,7 @@ class Ticker:
         else:
             self._runs[key] = body
 
-    def in_phase(self, phase: str) -> list[dict[str, Any]]:
+    def in_phase(self, phase: str) -> list[TeamRunBody]:
         return [b for b in self._runs.values() if (b.get("status") or {}).get("phase") == phase]
 
     def every(self, seconds: float, phase: str, work: Work, name: str) -> None:
@@ -80,7 +81,7 @@ class Ticker:
         )
         visiting: set[tuple[str, str]] = set()
 
-        async def visit(key: tuple[str, str], body: dict[str, Any]) -> None:
+        async def visit(key: tuple[str, str], body: TeamRunBody) -> None:
             try:
                 async with tenants[key[0]], gate:
                     await self._visit(body, work, name)
@@ -99,7 +100,7 @@ class Ticker:
                 task.add_done_callback(self._visits.discard)
             await asyncio.sleep(seconds)
 
-    async def _visit(self, body: dict[str, Any], work: Work, name: str) -> None:
+    async def _visit(self, body: TeamRunBody, work: Work, name: str) -> None:
         meta = body.get("metadata") or {}
         where = f"{meta.get('namespace')}/{meta.get('name')}"
         try:

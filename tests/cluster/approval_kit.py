@@ -9,19 +9,20 @@ import hashlib
 import json
 import uuid
 from collections.abc import Awaitable
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
 
 from devcluster import KubeClient
-from devcluster.kube import ApiError
+from devcluster.kube import JSON, ApiError
 from devcluster.kubeconfig import load_kubeconfig
 from oma.approval import decide_approval
 from oma.approval.models import ApprovalRequest
 from oma.approval.requests import create_approval_request
 from oma_operator.approvals.rules.resources import decision_manifest
 from oma_operator.resources.admission import DEPLOY_FILE
+from oma_operator.resources.bodies import TeamRunBody
 from oma_operator.resources.models import ReviewerSet
 from tests.cluster.cluster_wide import ClusterWide, ClusterWideMismatch
 from tests.cluster.conftest import ClusterHandle
@@ -109,12 +110,17 @@ async def policies_loaded(cluster: ClusterHandle, kube: KubeClient) -> None:
     the creator policy's update rule needs a TeamRun that exists (in a namespace of its own,
     deleted after, with the probe user's Role)."""
     await wait_for(lambda: creator_recorded(kube), 60, "the creator policy to record creators")
-    owner = {"metadata": {"name": "probe", "namespace": "default", "uid": str(uuid.uuid4())}}
+    owner: TeamRunBody = {
+        "metadata": {"name": "probe", "namespace": "default", "uid": str(uuid.uuid4())}
+    }
     decided = decision_manifest(owner, tool_request(), None)
     decided["spec"] |= {"decision": "Approved", "reviewer": "admin"}
     decisions = f"{DECISIONS.format(ns='default')}?dryRun=All"
     await wait_for(
-        lambda: refused(kube.create(decisions, decided), "an ApprovalDecision is created Pending"),
+        # devcluster's client takes plain JSON (dict[str, Any]), which a TypedDict is not
+        lambda: refused(
+            kube.create(decisions, cast(JSON, decided)), "an ApprovalDecision is created Pending"
+        ),
         60,
         "the ApprovalDecision policy to refuse a decided ApprovalDecision",
     )
@@ -278,14 +284,17 @@ async def published_decision(
     """``request`` published as the operator publishes it (created by the test's admin, who
     holds every verb, then marked verified), for a TeamRun that need not exist; ``spec``
     entries replace the manifest's (None removes one)."""
-    owner = {"metadata": {"name": teamrun_name, "namespace": namespace, "uid": str(uuid.uuid4())}}
+    owner: TeamRunBody = {
+        "metadata": {"name": teamrun_name, "namespace": namespace, "uid": str(uuid.uuid4())}
+    }
     manifest = decision_manifest(owner, request, reviewers)
     manifest["spec"] = {
         key: value for key, value in (manifest["spec"] | spec).items() if value is not None
     }
     manifest["metadata"]["name"] = f"{teamrun_name}-{uuid.uuid4().hex[:16]}"
     del manifest["metadata"]["ownerReferences"]  # the garbage collector would remove it
-    created = await kube.create(DECISIONS.format(ns=namespace), manifest)
+    # devcluster's client takes plain JSON (dict[str, Any]), which a TypedDict is not
+    created = await kube.create(DECISIONS.format(ns=namespace), cast(JSON, manifest))
     path = f"{DECISIONS.format(ns=namespace)}/{created['metadata']['name']}/status"
     return await kube.patch(path, {"status": {"verified": True, "decision": "Pending"}})
 

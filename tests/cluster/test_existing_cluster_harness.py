@@ -19,16 +19,17 @@ import os
 import sys
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
 
-from devcluster.kube import ApiError, KubeClient
+from devcluster.kube import JSON, ApiError, KubeClient
 from devcluster.kubeconfig import load_kubeconfig
 from oma_operator.approvals.rules.resources import decision_manifest
 from oma_operator.k8s.kubeconfig import KubeconfigError
 from oma_operator.resources.admission import DEPLOY_FILE
+from oma_operator.resources.bodies import teamrun_view
 from oma_operator.resources.crdgen import approvaldecision_crd, teamrun_crd
 from tests.cluster.approval_kit import (
     ADMISSION,
@@ -326,7 +327,9 @@ async def test_an_existing_cluster_run_leaves_the_users_teamruns_crds_and_polici
     await create_admitted(kube, namespace, teamrun("users-run", []))
     run = await kube.get(f"{TEAMRUNS.format(ns=namespace)}/users-run")
     request = tool_request(run["spec"]["runId"])
-    decision = await kube.create(DECISIONS.format(ns=namespace), decision_manifest(run, request))
+    manifest = decision_manifest(teamrun_view(run), request)
+    # devcluster's client takes plain JSON (dict[str, Any]), which a TypedDict is not
+    decision = await kube.create(DECISIONS.format(ns=namespace), cast(JSON, manifest))
     crds = [f"{CRDS}/{crd['metadata']['name']}" for crd in (teamrun_crd(), approvaldecision_crd())]
     policies = []
     for doc in yaml.safe_load_all(DEPLOY_FILE.read_text()):

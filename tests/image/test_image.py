@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from oma_operator.resources.bodies import TeamRunBody
 from oma_operator.resources.models import TeamRunSpec
 from oma_operator.runs.rules.pods import runner_pod
 from oma_operator.settings import RunnerPodSettings
@@ -98,7 +99,7 @@ def test_the_operators_runner_command_is_the_images_entrypoint(image: str) -> No
             "store": {"redis": {"urlSecretRef": {"name": "s", "key": "k"}}},
         }
     )
-    body = {"metadata": {"name": "t", "namespace": "n", "uid": "u"}, "spec": {}}
+    body: TeamRunBody = {"metadata": {"name": "t", "namespace": "n", "uid": "u"}, "spec": {}}
     command = runner_pod(body, spec, 1, RunnerPodSettings(image=image))["spec"]["containers"][0][
         "command"
     ]

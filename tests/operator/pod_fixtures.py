@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from oma_operator.resources.bodies import ObjectMeta, PodBody, PodStatus, TeamRunBody
+
 
 def runner_pod_in(
     phase: str,
@@ -15,8 +17,8 @@ def runner_pod_in(
     disruption: str | None = None,
     deleting: bool = False,
     message: str = "msg",
-) -> dict[str, Any]:
-    status: dict[str, Any] = {"phase": phase}
+) -> PodBody:
+    status: PodStatus = {"phase": phase}
     if exit_code is not None:
         status["containerStatuses"] = [
             {
@@ -36,7 +38,7 @@ def runner_pod_in(
         status["conditions"] = [
             {"type": "DisruptionTarget", "status": "True", "reason": disruption}
         ]
-    meta: dict[str, Any] = {"name": "r-a1"}
+    meta: ObjectMeta = {"name": "r-a1"}
     if deleting:
         meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     return {"metadata": meta, "status": status}
@@ -61,4 +63,4 @@ SPEC: dict[str, Any] = {
     "store": {"postgres": {"dsnSecretRef": {"name": "pg", "key": "dsn"}, "schema": "runs"}},
     "runner": {"terminationGracePeriodSeconds": 45, "env": [{"name": "X", "value": "1"}]},
 }
-BODY = {"metadata": {"name": "pay", "namespace": "team-a", "uid": "u-1"}, "spec": SPEC}
+BODY: TeamRunBody = {"metadata": {"name": "pay", "namespace": "team-a", "uid": "u-1"}, "spec": SPEC}

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -28,6 +28,7 @@ from oma_operator.approvals.rules.reviewers import (
     reviewer_problem,
     reviewers_for,
 )
+from oma_operator.resources.bodies import DecisionBody, DecisionStatus, TeamRunBody
 from oma_operator.resources.models import (
     SUMMARY_LIMIT,
     ReviewerSet,
@@ -36,7 +37,7 @@ from oma_operator.resources.models import (
     to_run_spec,
 )
 
-TEAMRUN: dict[str, Any] = {
+TEAMRUN: TeamRunBody = {
     "metadata": {
         "name": "pay",
         "namespace": "ns",
@@ -65,7 +66,7 @@ def _tool_request(run_id: str = "r1", tool: str = "wire", **input_: Any) -> Appr
     )
 
 
-def _published(manifest: dict[str, Any]) -> dict[str, Any]:
+def _published(manifest: DecisionBody) -> DecisionBody:
     """The resource as the API server stores it once the operator marked it."""
     resource = copy.deepcopy(manifest)
     resource["metadata"] |= {"uid": "uid-ad", "generation": 1, "resourceVersion": "5"}
@@ -133,7 +134,7 @@ def test_the_operators_own_resource_is_trusted_and_an_unmarked_pristine_one_adop
     assert judge(decided_later, manifest).verdict == "replace"
 
 
-def _forge(manifest: dict[str, Any], **spec: Any) -> dict[str, Any]:
+def _forge(manifest: DecisionBody, **spec: Any) -> DecisionBody:
     forged = _published(manifest)
     del forged["status"]
     forged["spec"] |= spec
@@ -221,7 +222,7 @@ def test_the_status_mirrors_the_ledger_in_camel_case_with_the_reason() -> None:
         "decision": "Approved",
         "message": None,
     }
-    assert status_patch(status, dict(status)) is None
+    assert status_patch(status, cast(DecisionStatus, dict(status))) is None  # an equal copy
 
 
 def test_reviewers_per_gate_with_wildcards_and_a_default() -> None:
@@ -255,7 +256,7 @@ def test_separation_of_duties_excludes_the_creator_the_api_server_recorded() -> 
     strict = TeamRunApprovals(separation_of_duties=True)
     assert excluded_reviewers(strict, TEAMRUN, recorded=True) == ["alice"]
     assert excluded_reviewers(TeamRunApprovals(), TEAMRUN, recorded=True) is None
-    unknown = {"metadata": {"name": "pay", "namespace": "ns", "uid": "u"}}
+    unknown: TeamRunBody = {"metadata": {"name": "pay", "namespace": "ns", "uid": "u"}}
     assert missing_creator(strict, TEAMRUN, recorded=True) is None
     assert "oma.dev/created-by" in str(missing_creator(strict, unknown, recorded=True))
     assert missing_creator(TeamRunApprovals(), unknown, recorded=True) is None
@@ -266,7 +267,9 @@ def test_separation_of_duties_excludes_everyone_who_changed_what_the_run_execute
     oma.dev/edited-by, one per line: each is as much an author as the creator."""
     strict = TeamRunApprovals(separation_of_duties=True)
     authors = {"oma.dev/created-by": "alice", "oma.dev/edited-by": "bob\nalice\ncarol@example.com"}
-    edited = {"metadata": {"name": "pay", "namespace": "ns", "uid": "u", "annotations": authors}}
+    edited: TeamRunBody = {
+        "metadata": {"name": "pay", "namespace": "ns", "uid": "u", "annotations": authors}
+    }
     assert excluded_reviewers(strict, edited, recorded=True) == [
         "alice",
         "bob",
@@ -282,8 +285,9 @@ def test_without_the_creator_policy_a_created_by_annotation_is_not_believed() ->
     """Without the policy, the author writes the annotation herself: naming someone else
     there would let her decide her own run. Separation of duties then refuses to run."""
     strict = TeamRunApprovals(separation_of_duties=True)
-    forged = {"metadata": {"name": "pay", "namespace": "ns", "uid": "u",
-                           "annotations": {"oma.dev/created-by": "nobody"}}}  # fmt: skip
+    forged: TeamRunBody = {"metadata": {
+        "name": "pay", "namespace": "ns", "uid": "u",
+        "annotations": {"oma.dev/created-by": "nobody"}}}  # fmt: skip
     assert excluded_reviewers(strict, forged, recorded=False) is None
     problem = missing_creator(strict, forged, recorded=False)
     assert problem is not None and "without the creator policy" in problem
@@ -330,7 +334,7 @@ def test_summary_of_every_scope_ends_with_the_hash() -> None:
 
 
 def test_a_pending_resource_of_a_run_that_is_over_says_so() -> None:
-    current = {"verified": True, "recorded": False, "decision": "Pending"}
+    current: DecisionStatus = {"verified": True, "recorded": False, "decision": "Pending"}
     quiet = run_over_status(current, {"decision": "Pending"}, "late", "Cancelled")
     assert quiet["decision"] == "Pending" and quiet["recorded"] is False
     assert quiet["message"].startswith("TeamRun late is Cancelled: nothing waits")

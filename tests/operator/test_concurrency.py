@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
+from oma_operator.resources.bodies import TeamRunBody, TeamRunStatus
+from oma_operator.resources.phases import Phase
 from oma_operator.runs.rules.concurrency import Slot, admit, slot_of, verdict
 from oma_operator.runs.rules.status import admitted, queued
 from oma_operator.runs.run_queue import INDEX_KEY, RunQueue
@@ -22,13 +24,13 @@ def teamrun(
     name: str,
     *,
     namespace: str = "team-a",
-    phase: str | None = None,
+    phase: Phase | None = None,
     attempt: int = 0,
     providers: tuple[str, ...] = ("scripted",),
     created: str = "2026-12-03T10:00:00Z",
     queued_at: str | None = None,
     coordinator: str | None = None,
-) -> dict[str, Any]:
+) -> TeamRunBody:
     spec: dict[str, Any] = {
         "team": {
             "agents": [{"name": f"a{i}", "model": {"provider": p}} for i, p in enumerate(providers)]
@@ -36,7 +38,7 @@ def teamrun(
     }
     if coordinator is not None:
         spec["coordinator"] = {"name": "lead", "model": {"provider": coordinator}}
-    status: dict[str, Any] = {}
+    status: TeamRunStatus = {}
     if phase is not None:
         status["phase"] = phase
     if attempt:
@@ -170,7 +172,8 @@ def test_status_of_a_queued_run_and_of_its_start() -> None:
     assert waiting["message"].startswith("waiting for a slot: namespace team-a")
     kinds = {c["type"]: (c["status"], c["reason"]) for c in waiting["conditions"]}
     assert kinds == {"Queued": ("True", "ConcurrencyLimit"), "Progressing": ("False", "Queued")}
-    running = admitted(waiting, 1, "run-1", 1, "sha256:ab")
+    # ``queued`` gives a merge patch (dict[str, Any]); it is the status the next step reads
+    running = admitted(cast(TeamRunStatus, waiting), 1, "run-1", 1, "sha256:ab")
     assert running["phase"] == "Running" and running["attempt"] == 1
     assert running["workDigest"] == "sha256:ab"  # what a retry compares the spec with
     assert running["queuedAt"] is None  # merge patch: removed
@@ -184,16 +187,16 @@ def test_status_of_a_queued_run_and_of_its_start() -> None:
 class Index(dict[str, list[Slot]]):
     """What kopf's index holds: every TeamRun's latest slot under one key."""
 
-    def show(self, body: dict[str, Any]) -> None:
+    def show(self, body: TeamRunBody) -> None:
         seen = slot_of(body)
         self[INDEX_KEY] = [s for s in self.get(INDEX_KEY, []) if s.uid != seen.uid] + [seen]
 
-    def drop(self, body: dict[str, Any]) -> None:
+    def drop(self, body: TeamRunBody) -> None:
         uid = body["metadata"]["uid"]
         self[INDEX_KEY] = [s for s in self.get(INDEX_KEY, []) if s.uid != uid]
 
 
-def queue_with(limits: Limits, *bodies: dict[str, Any]) -> tuple[RunQueue, Index]:
+def queue_with(limits: Limits, *bodies: TeamRunBody) -> tuple[RunQueue, Index]:
     index = Index()
     for body in bodies:
         index.show(body)

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from oma.pod_contract import Exit
+from oma_operator.resources.bodies import ObjectMeta, TeamRunBody, TeamRunStatus
 from oma_operator.resources.models import RetryPolicy, TeamRunSpec
 from oma_operator.resources.phases import FINAL_PHASES
 from oma_operator.runs.rules.decisions import attempt_record, decide
@@ -60,7 +61,7 @@ def test_cancel_wins_over_suspend() -> None:
 def test_a_drained_or_crashed_attempt_under_suspend_is_suspended_and_counts_nothing(
     outcome: Outcome,
 ) -> None:
-    counters = {"attempt": 2, "disruptions": 1, "failures": 1}
+    counters: TeamRunStatus = {"attempt": 2, "disruptions": 1, "failures": 1}
     decision = decide(outcome, counters, POLICY, 2, "suspend")
     assert decision.action == "suspended" and decision.reason == "Suspended"
     assert decision.counters == {"disruptions": 1, "failures": 1, "oomKills": 0}
@@ -71,7 +72,7 @@ def test_a_drained_or_crashed_attempt_under_suspend_is_suspended_and_counts_noth
 def test_a_pod_stopped_for_a_hold_cleared_before_its_end_counts_nothing() -> None:
     """Suspend, then resume before the drained pod's end is in: the next attempt starts at
     once, and the drain is no disruption (a few suspend/resume rounds cannot fail the run)."""
-    counters = {"attempt": 2, "disruptions": 3}  # the budget (3) is used up
+    counters: TeamRunStatus = {"attempt": 2, "disruptions": 3}  # the budget (3) is used up
     decision = decide(DRAINED, counters, POLICY, 2, None, stopped_for_hold=True)
     assert (decision.action, decision.reason) == ("next_attempt", "StoppedForHold")
     assert decision.counters == {"disruptions": 3, "failures": 0, "oomKills": 0}
@@ -95,7 +96,7 @@ def test_an_attempt_ending_under_cancel_ends_the_run_cancelled(outcome: Outcome)
 def test_an_end_that_came_first_stands(hold: Any) -> None:
     assert decide(SUCCEEDED, {"attempt": 1}, POLICY, 1, hold).action == "succeeded"
     assert decide(PERMANENT, {"attempt": 1}, POLICY, 1, hold).action == "failed"
-    spent = {"attempt": 3, "failures": 2}
+    spent: TeamRunStatus = {"attempt": 3, "failures": 2}
     exhausted = decide(CRASHED, spent, POLICY, 3, hold)
     assert (exhausted.action, exhausted.reason) == ("failed", "FailuresExhausted")
 
@@ -106,7 +107,7 @@ def test_an_approval_gate_reached_under_suspend_still_waits_for_its_reviewers() 
 
 @pytest.mark.parametrize(("hold", "phase"), [("suspend", "Suspended"), ("cancel", "Cancelled")])
 def test_the_status_after_a_held_attempt(hold: Any, phase: str) -> None:
-    status: dict[str, Any] = {"phase": "Running", "attempt": 1, "conditions": []}
+    status: TeamRunStatus = {"phase": "Running", "attempt": 1, "conditions": []}
     decision = decide(DRAINED, status, POLICY, 1, hold)
     record = attempt_record(1, DRAINED, "r-a1", "2026-12-04T00:00:00.000Z")
     update = after_attempt(status, decision, record, 3, None)
@@ -122,7 +123,7 @@ def test_the_status_after_a_held_attempt(hold: Any, phase: str) -> None:
 
 
 def test_a_run_held_without_a_pod_leaves_the_queue() -> None:
-    status: dict[str, Any] = {"phase": "Queued", "queuedAt": "t", "conditions": []}
+    status: TeamRunStatus = {"phase": "Queued", "queuedAt": "t", "conditions": []}
     update = held(status, "suspend", 2)
     assert update["phase"] == "Suspended" and update["queuedAt"] is None
     conditions = {c["type"]: c["status"] for c in update["conditions"]}
@@ -148,16 +149,16 @@ def test_a_pod_about_to_start_follows_the_newest_spec_of_the_two_copies() -> Non
     from oma_operator.k8s.watched import WATCHED
     from oma_operator.runs.held_runs import hold_now
 
-    def body(generation: int, **spec: Any) -> dict[str, Any]:
+    def body(generation: int, **spec: Any) -> TeamRunBody:
         base: dict[str, Any] = {
             "team": {"agents": [{"name": "a", "model": {"provider": "scripted", "script": []}}]},
             "tasks": [{"title": "t", "description": "d"}],
             "store": {"redis": {"urlSecretRef": {"name": "s", "key": "url"}}},
         }
-        meta = {"namespace": "ns", "name": "r", "uid": "u", "generation": generation}
+        meta: ObjectMeta = {"namespace": "ns", "name": "r", "uid": "u", "generation": generation}
         return {"metadata": meta, "spec": {**base, **spec}}
 
-    index: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    index: dict[tuple[str, str], list[TeamRunBody]] = {}
     WATCHED.attach(index)
     try:
         index[("ns", "r")] = [body(3, suspend=True)]  # set after the start was decided
@@ -166,4 +167,4 @@ def test_a_pod_about_to_start_follows_the_newest_spec_of_the_two_copies() -> Non
         assert hold_now(body(4, suspend=False)) is None
         assert hold_now(body(5, cancel=True)) == "cancel"  # (specs are parsed once a generation)
     finally:
-        WATCHED.attach(None)  # type: ignore[arg-type]
+        WATCHED.attach(None)

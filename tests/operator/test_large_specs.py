@@ -6,12 +6,13 @@ import base64
 
 import pytest
 
+from oma_operator.resources.bodies import TeamRunBody
 from oma_operator.resources.models import TeamRunSpec
 from oma_operator.runs.rules.pods import runner_pod
 from oma_operator.settings import RunnerPodSettings
 from oma_runner.config import RunnerConfig, RunnerConfigError
 
-BODY = {"metadata": {"name": "big", "namespace": "ns", "uid": "u"}, "spec": {}}
+BODY: TeamRunBody = {"metadata": {"name": "big", "namespace": "ns", "uid": "u"}, "spec": {}}
 
 
 def _spec(turns: int) -> TeamRunSpec:

@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from oma.pod_contract import EXPECT_CHECKPOINT_ENV, TerminationReport
+from oma_operator.resources.bodies import TeamRunBody, TeamRunStatus
 from oma_operator.resources.models import RetryPolicy, TeamRunSpec
 from oma_operator.runs.rules.decisions import decide
 from oma_operator.runs.rules.outcomes import Outcome, classify
@@ -46,8 +47,8 @@ def test_fenced_without_a_successor_is_terminal_and_says_what_to_do() -> None:
     assert "oma checkpoint show" in decision.message
 
 
-def _env(status: dict[str, Any]) -> dict[str, Any]:
-    body = {"metadata": {"name": "pay", "namespace": "a", "uid": "u"}, "spec": SPEC}
+def _env(status: TeamRunStatus) -> dict[str, Any]:
+    body: TeamRunBody = {"metadata": {"name": "pay", "namespace": "a", "uid": "u"}, "spec": SPEC}
     pod = runner_pod(
         {**body, "status": status},
         TeamRunSpec.model_validate(SPEC),
@@ -80,7 +81,10 @@ def test_a_teamrun_name_too_long_for_its_pods_is_an_invalid_spec() -> None:
 
     from oma_operator.resources.specs import TeamRunSpecError, spec_of
 
-    long = {"metadata": {"name": "n" * 53, "namespace": "a", "uid": "u-long"}, "spec": SPEC}
+    long: TeamRunBody = {
+        "metadata": {"name": "n" * 53, "namespace": "a", "uid": "u-long"},
+        "spec": SPEC,
+    }
     with pytest.raises(TeamRunSpecError, match="at most 52"):
         spec_of(long)
     assert spec_of({**long, "metadata": {**long["metadata"], "name": "n" * 52}}) is not None

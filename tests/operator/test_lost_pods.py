@@ -4,10 +4,11 @@ parts)."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
+from oma_operator.resources.bodies import Condition, ConditionStatus, PodBody, TeamRunStatus
 from oma_operator.runs.attempts import POD_CREATED, pod_creation_failed, pod_to_retry, resume_of
 from oma_operator.runs.rules.outcomes import outcome_when_gone, untracked_action
 from tests.operator.pod_fixtures import runner_pod_in
@@ -22,7 +23,7 @@ from tests.operator.pod_fixtures import runner_pod_in
     ],
 )
 def test_a_pod_gone_before_it_ended_is_a_lost_pod_disruption(
-    pod: dict[str, Any], reason: str, still: str
+    pod: PodBody, reason: str, still: str
 ) -> None:
     outcome = outcome_when_gone(pod)
     assert (outcome.kind, outcome.reason, outcome.exit_code) == ("disruption", reason, None)
@@ -40,20 +41,18 @@ def test_a_pod_gone_before_it_ended_is_a_lost_pod_disruption(
         (runner_pod_in("Failed", exit_code=137), "crash", "Error"),
     ],
 )
-def test_a_pod_gone_after_it_ended_counts_as_it_ended(
-    pod: dict[str, Any], kind: str, reason: str
-) -> None:
+def test_a_pod_gone_after_it_ended_counts_as_it_ended(pod: PodBody, kind: str, reason: str) -> None:
     outcome = outcome_when_gone(pod)
     assert (outcome.kind, outcome.reason) == (kind, reason)
     assert outcome.message == "msg"
 
 
-def _condition(status: str) -> dict[str, Any]:
+def _condition(status: ConditionStatus) -> Condition:
     return {"type": POD_CREATED, "status": status, "reason": "CreateFailed", "message": "x"}
 
 
-def _status(**fields: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {
+def _status(**fields: Any) -> TeamRunStatus:
+    base: TeamRunStatus = {
         "phase": "Running",
         "attempt": 2,
         "attempts": [{"attempt": 1, "outcome": "disruption", "endedAt": "2026-01-01T00:00:05Z"}],
@@ -62,7 +61,8 @@ def _status(**fields: Any) -> dict[str, Any]:
             _condition("False"),
         ],
     }
-    return base | fields
+    # ``fields`` may set what the wire may hold but the view does not type (attempt=None)
+    return cast(TeamRunStatus, base | fields)
 
 
 def test_a_refused_creation_is_retried_for_the_current_attempt() -> None:
@@ -80,7 +80,7 @@ def test_a_refused_creation_is_retried_for_the_current_attempt() -> None:
         _status(attempt=None),
     ],
 )
-def test_nothing_to_retry(status: dict[str, Any]) -> None:
+def test_nothing_to_retry(status: TeamRunStatus) -> None:
     assert pod_to_retry(status) is None
 
 
@@ -95,7 +95,7 @@ def test_a_retried_pod_resumes_after_how_the_previous_attempt_ended() -> None:
     assert resume_of(_status(attempts=[{"attempt": 1, "outcome": "crash"}]), 2) is None
 
 
-RUNNING_2 = {"phase": "Running", "attempt": 2, "attempts": [{"attempt": 1}]}
+RUNNING_2: TeamRunStatus = {"phase": "Running", "attempt": 2, "attempts": [{"attempt": 1}]}
 
 
 @pytest.mark.parametrize(
@@ -123,6 +123,6 @@ RUNNING_2 = {"phase": "Running", "attempt": 2, "attempts": [{"attempt": 1}]}
     ],
 )
 def test_what_is_done_about_a_pod_without_its_tracking_finalizer(
-    pod: dict[str, Any], attempt: int, status: dict[str, Any], action: str
+    pod: PodBody, attempt: int, status: TeamRunStatus, action: str
 ) -> None:
     assert untracked_action(pod, attempt, status) == action

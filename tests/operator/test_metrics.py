@@ -7,7 +7,6 @@ import argparse
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -15,7 +14,9 @@ from prometheus_client import CollectorRegistry
 
 from oma.pod_contract import TerminationReport
 from oma_operator.main import _port
+from oma_operator.resources.bodies import DecisionBody, DecisionStatus, PodBody, TeamRunBody
 from oma_operator.resources.models import TeamRunSpec
+from oma_operator.resources.phases import Phase
 from oma_operator.runs.metrics import OperatorMetrics, Resume, pod_ended_at, serve
 from oma_operator.runs.rules.pods import runner_pod
 from oma_operator.settings import RunnerPodSettings
@@ -58,7 +59,7 @@ def test_every_series_exists_at_zero_with_its_labels(
         assert value(registry, f"oma_reported_checkpoint_{name}_total") == 0
 
 
-def _teamrun(uid: str, phase: str | None) -> dict[str, Any]:
+def _teamrun(uid: str, phase: Phase | None) -> TeamRunBody:
     return {"metadata": {"uid": uid}, "status": {"phase": phase} if phase else {}}
 
 
@@ -107,7 +108,7 @@ def test_resume_latency_from_the_pod_end(
 
 
 def test_pod_end_is_the_containers_finish_time() -> None:
-    pod = {
+    pod: PodBody = {
         "status": {
             "containerStatuses": [
                 {"state": {"terminated": {"exitCode": 11, "finishedAt": "2026-03-01T12:00:00Z"}}}
@@ -118,8 +119,12 @@ def test_pod_end_is_the_containers_finish_time() -> None:
     assert pod_ended_at({"status": {"phase": "Failed"}}) is None
 
 
-def _decision(uid: str, recorded: bool, decision: str = "approved") -> dict[str, Any]:
-    status = {"recorded": True, "decision": decision, "decidedAt": "2026-03-01T12:05:00.000Z"}
+def _decision(uid: str, recorded: bool, decision: str = "approved") -> DecisionBody:
+    status: DecisionStatus = {
+        "recorded": True,
+        "decision": decision,
+        "decidedAt": "2026-03-01T12:05:00.000Z",
+    }
     return {
         "metadata": {"uid": uid, "creationTimestamp": "2026-03-01T12:00:00Z"},
         "spec": {"decision": "Pending"},

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
 from oma.pod_contract import model_key_env
 from oma.spec import RunSpec
+from oma_operator.resources.bodies import PodBody
 from oma_operator.resources.models import RetryPolicy, TeamRunSpec, to_run_spec
 from oma_operator.runs.rules.decisions import decide
 from oma_operator.runs.rules.outcomes import SUCCESS_NOT_CONFIRMED, Outcome, classify, confirmed
@@ -59,7 +59,7 @@ from tests.operator.pod_fixtures import BODY, SPEC, runner_pod_in
         (runner_pod_in("Failed"), "crash", "Error"),
     ],
 )
-def test_classify(pod: dict[str, Any], kind: str, reason: str) -> None:
+def test_classify(pod: PodBody, kind: str, reason: str) -> None:
     outcome = classify(pod)
     assert (outcome.kind, outcome.reason) == (kind, reason)
     assert outcome.terminal == (kind != "running")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 
+from oma_operator.resources.bodies import PodBody, TeamRunBody
 from oma_operator.resources.models import TeamRunSpec
 from oma_operator.runs.rules.pods import (
     UID_ANNOTATION,
@@ -15,7 +16,7 @@ from oma_operator.runs.rules.pods import (
 )
 from oma_operator.settings import RunnerPodSettings
 
-TEAMRUN = {"metadata": {"name": "pay", "namespace": "ns", "uid": "uid-1"}, "spec": {}}
+TEAMRUN: TeamRunBody = {"metadata": {"name": "pay", "namespace": "ns", "uid": "uid-1"}, "spec": {}}
 SPEC = TeamRunSpec.model_validate(
     {
         "team": {"agents": [{"name": "a", "model": {"provider": "scripted", "script": []}}]},
@@ -33,7 +34,7 @@ def test_the_pod_the_operator_makes_is_its_own() -> None:
 
 def test_a_pod_holding_the_name_without_the_operators_marks_is_not() -> None:
     ours = runner_pod(TEAMRUN, SPEC, 1, RunnerPodSettings(image="img"))
-    squatter = {"metadata": {"name": ours["metadata"]["name"]}, "spec": ours["spec"]}
+    squatter: PodBody = {"metadata": {"name": ours["metadata"]["name"]}, "spec": ours["spec"]}
     assert not made_for(squatter, TEAMRUN, 1)
     no_owner = copy.deepcopy(ours)
     no_owner["metadata"].pop("ownerReferences")

@@ -8,6 +8,8 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from oma_operator.resources.bodies import Condition, TeamRunBody, TeamRunStatus
+from oma_operator.resources.phases import Phase
 from oma_operator.runs.retention import FinishedRuns, finished_at, ttl_of
 
 # A day ahead: no timer of these tests comes due while they run (nothing here talks to an API).
@@ -15,13 +17,13 @@ ENDED_AT = (datetime.now(UTC) + timedelta(days=1)).replace(microsecond=0)
 ENDED = ENDED_AT.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _run(phase: str | None, ttl: Any = None, uid: str = "u1") -> dict[str, Any]:
+def _run(phase: Phase | None, ttl: Any = None, uid: str = "u1") -> TeamRunBody:
     spec: dict[str, Any] = {} if ttl is None else {"ttlSecondsAfterFinished": ttl}
-    conditions = [
+    conditions: list[Condition] = [
         {"type": "Progressing", "status": "False", "lastTransitionTime": "2026-12-04T07:00:00Z"},
         {"type": "Succeeded", "status": "True", "lastTransitionTime": ENDED},
     ]
-    status = {"phase": phase, "conditions": conditions} if phase else {}
+    status: TeamRunStatus = {"phase": phase, "conditions": conditions} if phase else {}
     return {
         "metadata": {"uid": uid, "namespace": "ns", "name": "r"},
         "spec": spec,

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from oma.approval import DurableApprovalLedger
 from oma.approval.ledger import ApprovalRecord
 from oma.store import InMemoryStore
+from oma_operator.resources.bodies import TeamRunBody, TeamRunStatus, teamrun_view
 from oma_operator.resources.models import EDITORS_ANNOTATION, RETRY_ANNOTATION
+from oma_operator.resources.phases import Phase
 from oma_operator.resources.specs import work_digest
 from oma_operator.runs.retries import (
     SPEC_NOT_RECORDED,
@@ -23,7 +25,7 @@ from oma_operator.runs.rules.status import MAX_RETRIES_KEPT, RETRY_REFUSED, retr
 from tests.cluster.approval_kit import tool_request
 
 
-def _run(phase: str, requested: str | None, handled: tuple[str, ...] = ()) -> dict[str, Any]:
+def _run(phase: Phase, requested: str | None, handled: tuple[str, ...] = ()) -> TeamRunBody:
     annotations = {RETRY_ANNOTATION: requested} if requested is not None else {}
     return {
         "metadata": {"name": "r", "namespace": "ns", "annotations": annotations},
@@ -37,7 +39,8 @@ def test_only_an_unhandled_request_on_a_failed_run_is_acted_on() -> None:
     assert retry_requested(_run("Failed", "t1", ("t1",))) is None  # handled once
     assert retry_requested(_run("Failed", None)) is None
     assert retry_requested(_run("Failed", "")) is None
-    for phase in ("Succeeded", "Rejected", "Running", "Queued", "AwaitingApproval"):
+    others: tuple[Phase, ...] = ("Succeeded", "Rejected", "Running", "Queued", "AwaitingApproval")
+    for phase in others:
         assert retry_requested(_run(phase, "t2")) is None, phase
     going = _run("Failed", "t2")
     going["metadata"]["deletionTimestamp"] = "2026-12-04T09:00:00Z"
@@ -45,7 +48,7 @@ def test_only_an_unhandled_request_on_a_failed_run_is_acted_on() -> None:
 
 
 def test_a_retry_queues_the_run_resets_its_failures_and_is_recorded() -> None:
-    status: dict[str, Any] = {
+    status: TeamRunStatus = {
         "phase": "Failed",
         "attempt": 3,
         "failures": 4,
@@ -74,7 +77,7 @@ def test_a_retry_queues_the_run_resets_its_failures_and_is_recorded() -> None:
     assert "after attempt 3 failed (FailuresExhausted)" in update["message"]
 
 
-def _spec() -> dict[str, Any]:
+def _spec() -> TeamRunBody:
     return {
         "spec": {
             "team": {"agents": [{"name": "clerk", "model": {"provider": "scripted"}}]},
@@ -106,7 +109,7 @@ def test_the_work_digest_changes_with_what_runs_not_with_holds_or_placement() ->
 
 
 def test_a_refused_retry_leaves_the_run_failed_and_is_handled_once() -> None:
-    status: dict[str, Any] = {"phase": "Failed", "attempt": 2, "retries": [{"requested": "t1"}]}
+    status: TeamRunStatus = {"phase": "Failed", "attempt": 2, "retries": [{"requested": "t1"}]}
     update = retry_refused(status, "t2", "its spec changed since approvals were given")
     assert "phase" not in update and "failures" not in update  # nothing else moves
     last = update["retries"][-1]
@@ -114,7 +117,7 @@ def test_a_refused_retry_leaves_the_run_failed_and_is_handled_once() -> None:
     assert last["refusedAt"] and "spec changed" in last["message"]
     assert update["message"].startswith("retry refused: its spec changed")
     run = _run("Failed", "t2")
-    run["status"] = {**status, **update}
+    run["status"] = cast(TeamRunStatus, {**status, **update})  # ``update``: a merge patch
     assert retry_requested(run) is None  # not looked at again; a new oma retry is
 
 
@@ -134,8 +137,8 @@ async def _approved(run_id: str = "r-1") -> ApprovalRecord:
     return record
 
 
-def _failed(digest: str | None, attempt: int = 2) -> dict[str, Any]:
-    run = _spec()
+def _failed(digest: str | None, attempt: int = 2) -> TeamRunBody:
+    run = teamrun_view(_spec())  # the spec alone so far: its metadata and status follow
     run["metadata"] = {
         "name": "pay",
         "namespace": "ns",

@@ -22,8 +22,9 @@ from oma.visible import LEGEND
 from oma_operator.approvals.rules.decision_view import verified_content, view
 from oma_operator.approvals.rules.resources import decision_manifest, summary
 from oma_operator.cli import decisions as cli_decisions
+from oma_operator.resources.bodies import DecisionBody, DecisionStatus, TeamRunBody
 
-TEAMRUN: dict[str, Any] = {"metadata": {"name": "pay", "namespace": "ns", "uid": "uid-pay"}}
+TEAMRUN: TeamRunBody = {"metadata": {"name": "pay", "namespace": "ns", "uid": "uid-pay"}}
 # What conceals, retitles, reorders or breaks a line on a terminal, and how each must show.
 HOSTILE = {
     "\x1b[8m": ("\\x1b[8m", "\\u001b[8m"),  # summary words, exact content JSON
@@ -84,7 +85,7 @@ def _dispatch_request(description: str) -> ApprovalRequest:
     )
 
 
-def _resource(request: ApprovalRequest) -> dict[str, Any]:
+def _resource(request: ApprovalRequest) -> DecisionBody:
     manifest = decision_manifest(TEAMRUN, request)
     manifest["metadata"] |= {"uid": "uid-ad", "generation": 1, "resourceVersion": "5"}
     manifest["status"] = {"verified": True, "decision": "Pending", "recorded": False}
@@ -206,19 +207,19 @@ class _FakeKube:
 
     namespace, server = "ns", "https://fake"
 
-    def __init__(self, resource: dict[str, Any], reviewer: str = "alice") -> None:
+    def __init__(self, resource: DecisionBody, reviewer: str = "alice") -> None:
         self.resource, self.reviewer = copy.deepcopy(resource), reviewer
         self.patched: list[dict[str, Any]] = []
 
     async def self_subject_review(self) -> dict[str, Any]:
         return {"username": self.reviewer}
 
-    async def get_decision(self, namespace: str, name: str) -> dict[str, Any] | None:
+    async def get_decision(self, namespace: str, name: str) -> DecisionBody | None:
         return copy.deepcopy(self.resource) if name == self.resource["metadata"]["name"] else None
 
     async def patch_decision_spec(
         self, namespace: str, name: str, spec: dict[str, Any], version: str
-    ) -> dict[str, Any]:
+    ) -> DecisionBody:
         self.patched.append(spec)
         self.resource["spec"] |= spec
         return copy.deepcopy(self.resource)
@@ -275,13 +276,13 @@ class _RecordingKube(_FakeKube):
     """The API as it looks once the operator has looked at the decision: its status says
     ``status`` (what the operator wrote)."""
 
-    def __init__(self, resource: dict[str, Any], status: dict[str, Any]) -> None:
+    def __init__(self, resource: DecisionBody, status: DecisionStatus) -> None:
         super().__init__(resource)
         self.after_patch = status
 
     async def patch_decision_spec(
         self, namespace: str, name: str, spec: dict[str, Any], version: str
-    ) -> dict[str, Any]:
+    ) -> DecisionBody:
         decided = await super().patch_decision_spec(namespace, name, spec, version)
         self.resource["status"] = self.after_patch
         return decided
@@ -306,16 +307,30 @@ def test_oma_approve_says_approved_only_once_the_operator_recorded_it(
     """Attack 4's end: a decision written on a resource the operator did not record (it was
     tampered with, or deleted) printed "approved", exit 0, and nothing happened."""
     resource = _resource(_tool_request())
-    recorded = {"verified": True, "recorded": True, "decision": "Approved", "reviewer": "alice"}
+    recorded: DecisionStatus = {
+        "verified": True,
+        "recorded": True,
+        "decision": "Approved",
+        "reviewer": "alice",
+    }
     code, out, err = _waiting(monkeypatch, _RecordingKube(resource, recorded))
     assert code == 0 and out.endswith("approved by alice\n") and "not waited" not in err
 
-    refused = {"verified": True, "recorded": False, "message": "not recorded: not a reviewer"}
+    refused: DecisionStatus = {
+        "verified": True,
+        "recorded": False,
+        "message": "not recorded: not a reviewer",
+    }
     code, out, err = _waiting(monkeypatch, _RecordingKube(resource, refused))
     assert code == cli_decisions.EXIT_NOT_RECORDED and "approved by" not in out
     assert "written but not recorded: not recorded: not a reviewer" in err
 
-    first = {"verified": True, "recorded": True, "decision": "Rejected", "reviewer": "bob"}
+    first: DecisionStatus = {
+        "verified": True,
+        "recorded": True,
+        "decision": "Rejected",
+        "reviewer": "bob",
+    }
     code, out, err = _waiting(monkeypatch, _RecordingKube(resource, first))
     assert code == cli_decisions.EXIT_NOT_RECORDED and "approved by" not in out
 

@@ -7,7 +7,7 @@ import shutil
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 import pytest
 
@@ -19,6 +19,7 @@ from oma.store.urls import open_store
 from oma.timeutil import parse_iso
 from oma_operator.approvals import sync as approvals
 from oma_operator.approvals.sync import run_records
+from oma_operator.resources.bodies import TeamRunStatus
 from oma_operator.runs.rules.decisions import Decision, attempt_record
 from oma_operator.runs.rules.outcomes import Outcome
 from oma_operator.runs.rules.progress import (
@@ -56,9 +57,10 @@ def test_a_backoff_is_written_as_next_attempt_after_and_survives_a_restart() -> 
     after = parse_iso(status["nextAttemptAfter"])
     assert status["attempt"] == 2 and after is not None
     assert before + timedelta(seconds=19) < after <= datetime.now(UTC) + timedelta(seconds=20)
-    # what a restarted operator computes before creating attempt 2's pod
-    assert 0 < backoff_left(status, before) <= 20.01
-    assert backoff_left(status, after + timedelta(seconds=1)) == 0
+    # what a restarted operator computes before creating attempt 2's pod (the merge patch,
+    # a dict[str, Any], read as the status it leaves)
+    assert 0 < backoff_left(cast(TeamRunStatus, status), before) <= 20.01
+    assert backoff_left(cast(TeamRunStatus, status), after + timedelta(seconds=1)) == 0
     assert backoff_left({}, before) == 0
 
 
@@ -74,7 +76,8 @@ async def test_progress_is_read_from_the_latest_checkpoint(tmp_path: Path) -> No
     assert changed({"taskSummary": "1/2"}, progress) == {
         "lastCheckpointAt": progress["lastCheckpointAt"]
     }
-    assert changed(progress, progress) == {}
+    # the progress read (a dict[str, Any]) as the status it was written to
+    assert changed(cast(TeamRunStatus, progress), progress) == {}
 
 
 async def test_the_runs_approval_rows_are_read_by_id_from_its_checkpoint(tmp_path: Path) -> None:
@@ -218,7 +221,7 @@ async def test_a_snapshot_too_large_to_poll_is_not_read_and_the_condition_says_s
     assert polled is not None and polled["taskSummary"] == "0/1"
     assert await read_progress(store, "conf-c") == polled  # at an attempt's end: no limit
 
-    status: dict[str, Any] = {"conditions": [{"type": "Progressing", "status": "True"}]}
+    status: TeamRunStatus = {"conditions": [{"type": "Progressing", "status": "True"}]}
     assert polled_conditions(status, Polled(), 3) is None  # never too large: no condition
     too_large = Polled(too_large=str(caught.value))
     conditions = polled_conditions(status, too_large, 3)

@@ -22,6 +22,7 @@ from oma.store.base import MemoryStore
 from oma_operator import masking, runtime
 from oma_operator.k8s.client import Kube
 from oma_operator.k8s.errors import KubeError
+from oma_operator.resources.bodies import TeamRunBody
 from oma_operator.resources.models import TeamRunSpec
 from oma_operator.runs import trouble
 from oma_operator.runs.rules import status
@@ -32,7 +33,9 @@ from tests.servers.redis_server import RedisServer
 
 SECRET = "hunter2-S3cret!"
 NAMESPACE = "team-a"
-TEAMRUN = {"metadata": {"name": "pay", "namespace": NAMESPACE, "uid": "uid-1", "generation": 1}}
+TEAMRUN: TeamRunBody = {
+    "metadata": {"name": "pay", "namespace": NAMESPACE, "uid": "uid-1", "generation": 1}
+}
 
 
 def pieces(secret: str, size: int = 6) -> list[str]:
@@ -71,7 +74,7 @@ class SecretsApi:
         self.events.append(body)
         return body
 
-    async def get_teamrun(self, namespace: str, name: str) -> dict[str, Any]:
+    async def get_teamrun(self, namespace: str, name: str) -> TeamRunBody:
         return {**TEAMRUN, "status": {}}
 
     async def patch_teamrun_status(

@@ -15,6 +15,7 @@ from oma.pod_contract import (
     is_reserved_env,
 )
 from oma.spec import RunSpec
+from oma_operator.resources.bodies import TeamRunBody
 from oma_operator.resources.models import EnvVar, TeamRunSpec, to_run_spec
 from oma_operator.resources.specs import TeamRunSpecError, spec_of
 from oma_operator.runs.rules.pods import runner_pod
@@ -26,7 +27,7 @@ SPEC: dict[str, Any] = {
     "tasks": [{"title": "Pay", "description": "Pay.", "assignee": "clerk"}],
     "store": {"redis": {"urlSecretRef": {"name": "store", "key": "url"}}},
 }
-BODY = {"metadata": {"name": "pay", "namespace": "team-a", "uid": "u-1"}, "spec": SPEC}
+BODY: TeamRunBody = {"metadata": {"name": "pay", "namespace": "team-a", "uid": "u-1"}, "spec": SPEC}
 
 
 @pytest.mark.parametrize(
@@ -96,7 +97,7 @@ def test_the_pod_spec_carries_no_run_id_and_the_namespaces_part_of_the_store() -
     ],
 )
 def test_the_run_specs_own_rules_hold_for_a_teamrun(change: dict[str, Any], problem: str) -> None:
-    body = {
+    body: TeamRunBody = {
         "metadata": {"name": "x", "namespace": "n", "uid": "u", "generation": 1},
         "spec": {**SPEC, **change},
     }
@@ -105,13 +106,13 @@ def test_the_run_specs_own_rules_hold_for_a_teamrun(change: dict[str, Any], prob
 
 
 def test_a_spec_is_parsed_once_per_generation() -> None:
-    body = {
+    body: TeamRunBody = {
         "metadata": {"name": "x", "namespace": "n", "uid": "u-once", "generation": 1},
         "spec": SPEC,
     }
     first = spec_of(body)
     assert spec_of(body) is first
-    changed = {**body, "metadata": {**body["metadata"], "generation": 2}}
+    changed: TeamRunBody = {**body, "metadata": {**body["metadata"], "generation": 2}}
     assert spec_of(changed) is not first
 
 

@@ -4,20 +4,23 @@ operator watching thousands of finished runs holds none of their bodies)."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import cast
 
+from oma_operator.resources.bodies import ObjectMeta, TeamRunBody, teamrun_view
+from oma_operator.resources.phases import Phase
 from oma_operator.ticker import Ticker
 
 
-def body(name: str, phase: str | None, **meta: Any) -> dict[str, Any]:
+def body(name: str, phase: Phase | None, **meta: str) -> TeamRunBody:
     return {
-        "metadata": {"namespace": "team-a", "name": name, **meta},
+        # ``meta`` names ObjectMeta keys (deletionTimestamp) that mypy cannot check in a ** item
+        "metadata": cast(ObjectMeta, {"namespace": "team-a", "name": name, **meta}),
         "status": {"phase": phase} if phase else {},
     }
 
 
 async def test_only_runs_in_a_visited_phase_are_kept() -> None:
-    async def nothing(_: dict[str, Any]) -> None:
+    async def nothing(_: TeamRunBody) -> None:
         return None
 
     ticker = Ticker()
@@ -26,7 +29,8 @@ async def test_only_runs_in_a_visited_phase_are_kept() -> None:
     try:
         ticker.seen(body("a", "Running"), "ADDED")
         ticker.seen(body("b", "AwaitingApproval"), "ADDED")
-        for phase in ("Queued", None, "Succeeded"):
+        others: tuple[Phase | None, ...] = ("Queued", None, "Succeeded")
+        for phase in others:
             ticker.seen(body(f"other-{phase}", phase), "ADDED")
         assert [b["metadata"]["name"] for b in ticker.in_phase("Running")] == ["a"]
         assert [b["metadata"]["name"] for b in ticker.in_phase("AwaitingApproval")] == ["b"]
@@ -38,8 +42,11 @@ async def test_only_runs_in_a_visited_phase_are_kept() -> None:
         await ticker.close()
 
 
-def tenant_body(namespace: str, name: str) -> dict[str, Any]:
-    return {"metadata": {"namespace": namespace, "name": name}, "status": {"phase": "Waiting"}}
+def tenant_body(namespace: str, name: str) -> TeamRunBody:
+    # "Waiting" is deliberately no Phase: the ticker visits whatever phase its work names.
+    return teamrun_view(
+        {"metadata": {"namespace": namespace, "name": name}, "status": {"phase": "Waiting"}}
+    )
 
 
 async def test_a_tenant_whose_store_never_answers_delays_no_other_tenant() -> None:
@@ -54,7 +61,7 @@ async def test_a_tenant_whose_store_never_answers_delays_no_other_tenant() -> No
     reported: list[str] = []
     first_report = asyncio.Event()
 
-    async def work(run: dict[str, Any]) -> None:
+    async def work(run: TeamRunBody) -> None:
         nonlocal most_at_once
         meta = run["metadata"]
         name = meta["name"]
@@ -69,7 +76,7 @@ async def test_a_tenant_whose_store_never_answers_delays_no_other_tenant() -> No
         finally:
             at_once[name] -= 1
 
-    async def on_error(run: dict[str, Any], what: str, exc: Exception) -> None:
+    async def on_error(run: TeamRunBody, what: str, exc: Exception) -> None:
         reported.append(f"{run['metadata']['name']}: {exc}")
         first_report.set()
 

@@ -8,6 +8,7 @@ import pytest
 from oma.approval.requests import create_approval_request
 from oma_operator.approvals.rules.resources import decision_manifest, summary
 from oma_operator.approvals.sync import decision_word
+from oma_operator.resources.bodies import TeamRunBody
 
 CONTENT = {
     "kind": "uncertain_tool_call",
@@ -48,7 +49,7 @@ def test_the_resource_of_an_uncertain_call_says_what_to_check_and_how_to_settle_
     assert text.startswith("Uncertain tool call tally by agent clerk in task t-1 (call c1)")
     assert "may or may not have happened" in text and "attempt 1" in text
     assert "resolution Done" in text and text.endswith(f"Content hash: {request.request_hash}")
-    teamrun = {"metadata": {"name": "pay", "namespace": "ns", "uid": "u-1"}}
+    teamrun: TeamRunBody = {"metadata": {"name": "pay", "namespace": "ns", "uid": "u-1"}}
     spec = decision_manifest(teamrun, request)["spec"]
     assert spec["scope"] == "uncertain_tool_call" and spec["decision"] == "Pending"
     assert "resolution" not in spec  # the reviewer sets it

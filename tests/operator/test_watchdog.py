@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
+from oma_operator.resources.bodies import PodBody, PodStatus, TeamRunBody
 from oma_operator.resources.models import TeamRunSpec
 from oma_operator.runs.rules.pods import runner_pod
 from oma_operator.runs.rules.watchdog import (
@@ -30,7 +31,7 @@ def _pod(
     conditions: list[dict[str, Any]] | None = None,
     annotations: dict[str, str] | None = None,
     **status: Any,
-) -> dict[str, Any]:
+) -> PodBody:
     return {
         "metadata": {
             "name": "r-a1",
@@ -38,12 +39,16 @@ def _pod(
             "annotations": ANNOTATIONS if annotations is None else annotations,
         },
         "spec": {"nodeName": "node-1"},
-        "status": {
-            "phase": phase,
-            "containerStatuses": containers or [],
-            "conditions": conditions or [],
-            **status,
-        },
+        # ``status`` adds PodStatus keys (reason) that mypy cannot check in a ** item
+        "status": cast(
+            PodStatus,
+            {
+                "phase": phase,
+                "containerStatuses": containers or [],
+                "conditions": conditions or [],
+                **status,
+            },
+        ),
     }
 
 
@@ -134,7 +139,7 @@ def test_pods_the_api_marks_unknown_or_node_lost_are_given_up(status: dict[str, 
         ),
     ],
 )
-def test_pods_that_are_not_stuck_have_no_deadline(pod: dict[str, Any]) -> None:
+def test_pods_that_are_not_stuck_have_no_deadline(pod: PodBody) -> None:
     assert deadline(pod) is None
 
 
@@ -147,7 +152,7 @@ def test_runner_pods_carry_their_limits_from_the_retry_policy() -> None:
             "retryPolicy": {"startTimeoutSeconds": 120, "nodeLossGraceSeconds": 5},
         }
     )
-    body = {"metadata": {"name": "r", "namespace": "ns", "uid": "u"}, "spec": {}}
+    body: TeamRunBody = {"metadata": {"name": "r", "namespace": "ns", "uid": "u"}, "spec": {}}
     annotations = runner_pod(body, spec, 1, RunnerPodSettings(image="img"))["metadata"][
         "annotations"
     ]

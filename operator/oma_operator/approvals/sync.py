@@ -38,6 +38,7 @@ from oma_operator.approvals.rules.reviewers import (
 )
 from oma_operator.k8s.client import Kube
 from oma_operator.k8s.errors import CHANGED_OR_GONE, KubeConflict
+from oma_operator.resources.bodies import DecisionBody, ObjectMeta, TeamRunBody
 from oma_operator.resources.models import ReviewerSet, TeamRunSpec
 from oma_operator.resources.specs import run_id_of
 from oma_operator.stores import STORES
@@ -109,7 +110,7 @@ def decision_word(scope: str, spec: dict[str, Any]) -> DecisionWord:
     return word_of(scope, spec["decision"], spec.get("resolution"))
 
 
-async def sync_approvals(kube: Kube, teamrun: dict[str, Any], spec: TeamRunSpec) -> bool:
+async def sync_approvals(kube: Kube, teamrun: TeamRunBody, spec: TeamRunSpec) -> bool:
     """Publish missing ApprovalDecisions, record decisions set on trusted ones, mirror the
     ledger (decisions made elsewhere too, e.g. with the CLI) into their status, report the
     untrusted ones. True when nothing is left undecided."""
@@ -156,8 +157,8 @@ async def sync_approvals(kube: Kube, teamrun: dict[str, Any], spec: TeamRunSpec)
 
 
 async def _publish(
-    kube: Kube, expected: dict[str, Any], record: ApprovalRecord
-) -> dict[str, Any] | None:
+    kube: Kube, expected: DecisionBody, record: ApprovalRecord
+) -> DecisionBody | None:
     """Create the resource and mark it as the operator's own at once (by uid: a reviewer's
     decision right after the create does not stand in the way). On a taken name, the resource
     found there, to be judged."""
@@ -179,9 +180,9 @@ async def _publish(
 async def _settle(
     kube: Kube,
     store: MemoryStore,
-    teamrun: dict[str, Any],
-    resource: dict[str, Any],
-    expected: dict[str, Any],
+    teamrun: TeamRunBody,
+    resource: DecisionBody,
+    expected: DecisionBody,
     record: ApprovalRecord,
     reviewers: ReviewerSet | None,
     excluded: list[str] | None,
@@ -200,7 +201,7 @@ async def _settle(
             f"{meta['name']}: {trust.problem}; put back as the operator published it (its "
             "request and any decision on it are unchanged)",
         )
-        repaired = {**meta, **expected["metadata"], "finalizers": []}
+        repaired: ObjectMeta = {**meta, **expected["metadata"], "finalizers": []}
         trust = judge({**resource, "metadata": repaired}, expected)
     if trust.verdict == "replace":
         if meta.get("finalizers"):  # someone else's: it would stay Terminating for good
@@ -230,7 +231,7 @@ async def _settle(
     elif record.decision is not None:
         message = _not_recorded(spec, record)
     wanted = mirrored_status(record, message)
-    patch = status_patch(dict(resource.get("status") or {}), wanted)
+    patch = status_patch((resource.get("status") or {}), wanted)
     if patch is not None:
         version = meta["resourceVersion"] if trust.verdict == "adopt" else None
         # Changed or gone meanwhile: judged next round.
@@ -287,13 +288,13 @@ def _not_recorded(spec: dict[str, Any], record: ApprovalRecord) -> str | None:
     )
 
 
-async def close_pending(kube: Kube, teamrun: dict[str, Any]) -> None:
+async def close_pending(kube: Kube, teamrun: TeamRunBody) -> None:
     """Say on each still-Pending ApprovalDecision of a run that is over (cancelled while it
     waited, failed) that nothing waits for it: a reviewer who opens it sees why, and a decision
     set on it is not mistaken for one that counts."""
     meta, phase = teamrun["metadata"], (teamrun.get("status") or {}).get("phase", "")
     for resource in await kube.list_decisions(meta["namespace"], meta["name"]):
-        current = dict(resource.get("status") or {})
+        current = resource.get("status") or {}
         if current.get("decision", "Pending") != "Pending":
             continue
         wanted = run_over_status(current, resource.get("spec") or {}, meta["name"], phase)
@@ -308,12 +309,10 @@ async def close_pending(kube: Kube, teamrun: dict[str, Any]) -> None:
             )
 
 
-async def _ignore(
-    kube: Kube, teamrun: dict[str, Any], resource: dict[str, Any], problem: str
-) -> None:
+async def _ignore(kube: Kube, teamrun: TeamRunBody, resource: DecisionBody, problem: str) -> None:
     """Say in its status (and once in a TeamRun Event) that ``resource`` decides nothing."""
     meta = resource["metadata"]
-    patch = status_patch(dict(resource.get("status") or {}), ignored_status(problem))
+    patch = status_patch((resource.get("status") or {}), ignored_status(problem))
     if patch is None:
         return
     await events.warn(teamrun, "ApprovalDecisionIgnored", f"{meta['name']}: {problem}")

@@ -38,6 +38,7 @@ from oma.errors import MissingExtraError
 from oma.extras import needs_extra
 from oma.visible import visible, visible_json
 from oma_operator.approvals.rules.decision_view import ContentMismatch, verified_content, view
+from oma_operator.resources.bodies import DecisionBody, DecisionStatus
 
 if TYPE_CHECKING:
     from oma_operator.k8s.client import Kube
@@ -221,7 +222,7 @@ async def decide(
     target: Target,
     verdict: Verdict,
     reason: str | None,
-    show: Callable[[dict[str, Any], Any | None], None] | None = None,
+    show: Callable[[DecisionBody, Any | None], None] | None = None,
     settle: dict[str, str] | None = None,
     checks: Checks = Checks(),
 ) -> dict[str, Any]:
@@ -283,13 +284,13 @@ async def decide(
         return result
 
 
-async def _await_recorded(kube: Kube, decided: dict[str, Any], seconds: float) -> None:
+async def _await_recorded(kube: Kube, decided: DecisionBody, seconds: float) -> None:
     """Return once the operator has recorded this very decision in the run's store (its status
     says so); raise ``DecisionRefused`` (exit 3) when it says it did not, or stays silent.
     "Approved" is never printed for a decision that nothing acted on."""
     meta, spec = decided["metadata"], decided.get("spec") or {}
     deadline = asyncio.get_running_loop().time() + seconds
-    status: dict[str, Any] = {}
+    status: DecisionStatus = {}
     while True:
         current = await kube.get_decision(meta["namespace"], meta["name"])
         if current is None or current["metadata"].get("uid") != meta["uid"]:
@@ -299,7 +300,7 @@ async def _await_recorded(kube: Kube, decided: dict[str, Any], seconds: float) -
                 "operator publishes again",
                 EXIT_NOT_RECORDED,
             )
-        status = dict(current.get("status") or {})
+        status = current.get("status") or {}
         message = str(status.get("message") or "")
         ours = status.get("reviewer") == spec.get("reviewer")
         if status.get("recorded") and status.get("decision") == spec.get("decision") and ours:
@@ -398,7 +399,7 @@ def _require_credentials(kubeconfig: str | None, account: Path) -> None:
         )
 
 
-def _ensure_pending(decision: dict[str, Any]) -> None:
+def _ensure_pending(decision: DecisionBody) -> None:
     spec = decision.get("spec") or {}
     current = spec.get("decision", "Pending")
     if current != "Pending":
@@ -408,7 +409,7 @@ def _ensure_pending(decision: dict[str, Any]) -> None:
         )
 
 
-def _checked_content(decision: dict[str, Any], checks: Checks) -> Any | None:
+def _checked_content(decision: DecisionBody, checks: Checks) -> Any | None:
     name, spec = decision["metadata"]["name"], decision.get("spec") or {}
     try:
         content = verified_content(spec)
@@ -424,14 +425,14 @@ def _checked_content(decision: dict[str, Any], checks: Checks) -> Any | None:
     return content
 
 
-def _show(decision: dict[str, Any], content: Any | None) -> None:
+def _show(decision: DecisionBody, content: Any | None) -> None:
     """Everything the decision binds to (approvals.rules.decision_view.view)."""
     for line in view(decision, content):
         typer.echo(line)
 
 
-def _asking(verdict: Verdict) -> Callable[[dict[str, Any], Any | None], None]:
-    def show_and_ask(decision: dict[str, Any], content: Any | None) -> None:
+def _asking(verdict: Verdict) -> Callable[[DecisionBody, Any | None], None]:
+    def show_and_ask(decision: DecisionBody, content: Any | None) -> None:
         _show(decision, content)
         word = "Approve" if verdict == "Approved" else "Reject"
         if not typer.confirm(f"{word} this?", default=False):
@@ -440,7 +441,7 @@ def _asking(verdict: Verdict) -> Callable[[dict[str, Any], Any | None], None]:
     return show_and_ask
 
 
-def _result(decided: dict[str, Any], namespace: str) -> dict[str, Any]:
+def _result(decided: DecisionBody, namespace: str) -> dict[str, Any]:
     spec = decided.get("spec") or {}
     keys = (
         *("teamRun", "requestId", "requestHash", "scope", "decision", "reviewer", "reason"),

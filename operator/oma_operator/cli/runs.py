@@ -39,6 +39,7 @@ from oma_operator.cli.decisions import (
     operator_extra,
     refuse,
 )
+from oma_operator.resources.bodies import Condition
 from oma_operator.resources.models import RETRY_ANNOTATION
 
 if TYPE_CHECKING:
@@ -113,8 +114,8 @@ async def request_retry(
             raise DecisionRefused(
                 f"teamrun {target.name} is {phase}: only a Failed run can be retried ({why})"
             )
-        conditions: list[dict[str, Any]] = status.get("conditions") or []
-        failed: dict[str, Any] = next((c for c in conditions if c.get("type") == "Failed"), {})
+        conditions: list[Condition] = status.get("conditions") or []
+        failed: Condition = next((c for c in conditions if c.get("type") == "Failed"), Condition())
         requested = now_iso()
         version = teamrun["metadata"]["resourceVersion"]
         try:

@@ -14,8 +14,9 @@ import asyncio
 import base64
 import contextlib
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import kr8s
@@ -29,6 +30,7 @@ from oma_operator.k8s.errors import (
     kube_error,
 )
 from oma_operator.k8s.kubeconfig import merged
+from oma_operator.resources.bodies import DecisionBody, ObjectMeta, PodBody, TeamRunBody
 from oma_operator.resources.models import GROUP, VERSION
 
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -133,8 +135,8 @@ class Kube:
                     method, version="", base=base, url=last, headers=headers, **kwargs
                 ) as response,
             ):
-                body: dict[str, Any] = response.json() if response.content else {}
-                return body
+                decoded: dict[str, Any] = response.json() if response.content else {}
+                return decoded
         except (kr8s.ServerError, httpx.HTTPStatusError) as exc:
             # kr8s re-authenticated and tried again on 401/403 before this.
             failed: httpx.Response | None = exc.response
@@ -146,21 +148,30 @@ class Kube:
                 message = failed.text
             raise kube_error(failed.status_code, message) from None
 
-    # -- pods ----------------------------------------------------------------------------------
-    async def create_pod(self, namespace: str, pod: dict[str, Any]) -> dict[str, Any]:
-        return await self._call("POST", f"/api/v1/namespaces/{namespace}/pods", json=pod)
+    async def _merge_patch(self, path: str, patch: dict[str, Any]) -> dict[str, Any]:
+        return await self._call(
+            "PATCH", path, json=patch, headers={"Content-Type": "application/merge-patch+json"}
+        )
 
-    async def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+    # -- pods ----------------------------------------------------------------------------------
+    async def create_pod(self, namespace: str, pod: PodBody) -> PodBody:
+        return cast(
+            PodBody, await self._call("POST", f"/api/v1/namespaces/{namespace}/pods", json=pod)
+        )
+
+    async def get_pod(self, namespace: str, name: str) -> PodBody | None:
         try:
-            return await self._call("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
+            return cast(
+                PodBody, await self._call("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
+            )
         except KubeNotFound:
             return None
 
-    async def list_pods(self, namespace: str | None, label_selector: str) -> list[dict[str, Any]]:
+    async def list_pods(self, namespace: str | None, label_selector: str) -> list[PodBody]:
         """Pods with ``label_selector`` in ``namespace`` (None: every namespace)."""
         path = f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods"
-        body = await self._call("GET", path, params={"labelSelector": label_selector})
-        items: list[dict[str, Any]] = body.get("items") or []
+        listed = await self._call("GET", path, params={"labelSelector": label_selector})
+        items: list[PodBody] = listed.get("items") or []
         return items
 
     async def delete_pod(self, namespace: str, name: str) -> None:
@@ -170,12 +181,12 @@ class Kube:
             await self._call("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}")
 
     async def remove_finalizer(
-        self, namespace: str, name: str, finalizer: str, seen: dict[str, Any] | None = None
+        self, namespace: str, name: str, finalizer: str, seen: PodBody | None = None
     ) -> None:
         """Remove ``finalizer`` from the pod; a pod without it or gone is fine. With ``seen``
         (the pod as an event showed it) one JSON patch does it, its ``test`` op making sure the
         finalizer is still where it was seen; a pod that changed since is read again."""
-        where = list((seen or {}).get("metadata", {}).get("finalizers") or [])
+        where = list(((seen or {}).get("metadata") or {}).get("finalizers") or [])
         if finalizer in where:
             at = f"/metadata/finalizers/{where.index(finalizer)}"
             ops = [{"op": "test", "path": at, "value": finalizer}, {"op": "remove", "path": at}]
@@ -205,7 +216,7 @@ class Kube:
             headers={"Content-Type": "application/merge-patch+json"},
         )
 
-    async def add_finalizer(self, pod: dict[str, Any], finalizer: str) -> None:
+    async def add_finalizer(self, pod: PodBody, finalizer: str) -> None:
         """Add ``finalizer`` to ``pod`` as it was seen (its resourceVersion is a precondition).
         A pod changed since (409), gone (404) or being deleted (422: it takes no new
         finalizers) is left alone; its next event tells what it is now."""
@@ -245,23 +256,20 @@ class Kube:
         name: str,
         status: dict[str, Any],
         resource_version: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> TeamRunBody:
         """Merge-patch the status; with ``resource_version`` it fails (409) if anyone wrote
         since, which makes a one-time transition (such as resuming) happen exactly once."""
         path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/teamruns/{name}/status"
-        body: dict[str, Any] = {"status": status}
+        patch: dict[str, Any] = {"status": status}
         if resource_version is not None:
-            body["metadata"] = {"resourceVersion": resource_version}
-        return await self._call(
-            "PATCH", path, json=body, headers={"Content-Type": "application/merge-patch+json"}
-        )
+            patch["metadata"] = {"resourceVersion": resource_version}
+        return cast(TeamRunBody, await self._merge_patch(path, patch))
 
     # -- approval decisions --------------------------------------------------------------------
-    async def create_decision(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def create_decision(self, namespace: str, decision: DecisionBody) -> DecisionBody:
         """Create it and return it as stored; 409 when the name is taken."""
-        return await self._call(
-            "POST", f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/approvaldecisions", json=body
-        )
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/approvaldecisions"
+        return cast(DecisionBody, await self._call("POST", path, json=decision))
 
     async def delete_decision(self, namespace: str, name: str, uid: str) -> None:
         """Delete exactly the resource with ``uid`` (a newer one of that name is left alone);
@@ -274,7 +282,7 @@ class Kube:
             )
 
     async def restore_decision_metadata(
-        self, namespace: str, name: str, uid: str, published: dict[str, Any]
+        self, namespace: str, name: str, uid: str, published: ObjectMeta
     ) -> None:
         """Put back the owner references and labels the operator published and drop every
         finalizer, on exactly the resource with ``uid`` (a merge patch naming the uid is refused
@@ -293,40 +301,36 @@ class Kube:
             headers={"Content-Type": "application/merge-patch+json"},
         )
 
-    async def list_decisions(self, namespace: str, teamrun: str) -> list[dict[str, Any]]:
-        body = await self._call(
+    async def list_decisions(self, namespace: str, teamrun: str) -> list[DecisionBody]:
+        listed = await self._call(
             "GET",
             f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/approvaldecisions",
             params={"labelSelector": f"oma.dev/teamrun={teamrun}"},
         )
-        items: list[dict[str, Any]] = body.get("items", [])
+        items: list[DecisionBody] = listed.get("items", [])
         return items
 
-    async def get_decision(self, namespace: str, name: str) -> dict[str, Any] | None:
+    async def get_decision(self, namespace: str, name: str) -> DecisionBody | None:
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/approvaldecisions/{name}"
         try:
-            return await self._call(
-                "GET", f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/approvaldecisions/{name}"
-            )
+            return cast(DecisionBody, await self._call("GET", path))
         except KubeNotFound:
             return None
 
     async def patch_decision_spec(
         self, namespace: str, name: str, spec: dict[str, Any], resource_version: str
-    ) -> dict[str, Any]:
+    ) -> DecisionBody:
         """Merge-patch the spec only if nobody wrote since ``resource_version`` (else 409), so a
         decision is never laid over one made meanwhile by someone else."""
-        return await self._call(
-            "PATCH",
-            f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/approvaldecisions/{name}",
-            json={"metadata": {"resourceVersion": resource_version}, "spec": spec},
-            headers={"Content-Type": "application/merge-patch+json"},
-        )
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/approvaldecisions/{name}"
+        patch = {"metadata": {"resourceVersion": resource_version}, "spec": spec}
+        return cast(DecisionBody, await self._merge_patch(path, patch))
 
     async def patch_decision_status(
         self,
         namespace: str,
         name: str,
-        status: dict[str, Any],
+        status: Mapping[str, object],
         *,
         uid: str | None = None,
         resource_version: str | None = None,
@@ -339,16 +343,14 @@ class Kube:
             for key, value in (("uid", uid), ("resourceVersion", resource_version))
             if value is not None
         }
-        body: dict[str, Any] = {"status": status}
+        patch: dict[str, Any] = {"status": status}
         if preconditions:
-            body["metadata"] = preconditions
-        await self._call(
-            "PATCH", path, json=body, headers={"Content-Type": "application/merge-patch+json"}
-        )
+            patch["metadata"] = preconditions
+        await self._merge_patch(path, patch)
 
     # -- events --------------------------------------------------------------------------------
-    async def create_event(self, namespace: str, body: dict[str, Any]) -> None:
-        await self._call("POST", f"/api/v1/namespaces/{namespace}/events", json=body)
+    async def create_event(self, namespace: str, event: dict[str, Any]) -> None:
+        await self._call("POST", f"/api/v1/namespaces/{namespace}/events", json=event)
 
     # -- secrets -------------------------------------------------------------------------------
     async def secret_value(self, namespace: str, name: str, key: str) -> str:
@@ -360,25 +362,21 @@ class Kube:
 
     async def annotate_teamrun(
         self, namespace: str, name: str, annotations: dict[str, str], resource_version: str
-    ) -> dict[str, Any]:
+    ) -> TeamRunBody:
         """Merge-patch the TeamRun's annotations, only if nobody wrote since
         ``resource_version`` (409 otherwise)."""
         path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/teamruns/{name}"
-        body = {"metadata": {"annotations": annotations, "resourceVersion": resource_version}}
-        return await self._call(
-            "PATCH", path, json=body, headers={"Content-Type": "application/merge-patch+json"}
-        )
+        patch = {"metadata": {"annotations": annotations, "resourceVersion": resource_version}}
+        return cast(TeamRunBody, await self._merge_patch(path, patch))
 
     async def patch_teamrun_spec(
         self, namespace: str, name: str, spec: dict[str, Any], resource_version: str
-    ) -> dict[str, Any]:
+    ) -> TeamRunBody:
         """Merge-patch fields of the TeamRun's spec, only if nobody wrote since
         ``resource_version`` (409 otherwise)."""
         path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/teamruns/{name}"
-        body = {"spec": spec, "metadata": {"resourceVersion": resource_version}}
-        return await self._call(
-            "PATCH", path, json=body, headers={"Content-Type": "application/merge-patch+json"}
-        )
+        patch = {"spec": spec, "metadata": {"resourceVersion": resource_version}}
+        return cast(TeamRunBody, await self._merge_patch(path, patch))
 
     async def delete_teamrun(
         self, namespace: str, name: str, uid: str, resource_version: str | None = None
@@ -407,21 +405,20 @@ class Kube:
             return False
         return True
 
-    async def get_teamrun(self, namespace: str, name: str) -> dict[str, Any] | None:
+    async def get_teamrun(self, namespace: str, name: str) -> TeamRunBody | None:
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/teamruns/{name}"
         try:
-            return await self._call(
-                "GET", f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/teamruns/{name}"
-            )
+            return cast(TeamRunBody, await self._call("GET", path))
         except KubeNotFound:
             return None
 
     # -- identity ------------------------------------------------------------------------------
     async def self_subject_review(self) -> dict[str, Any]:
         """Who the API server takes us for (``status.userInfo``: username, groups)."""
-        body = await self._call(
+        review = await self._call(
             "POST",
             "/apis/authentication.k8s.io/v1/selfsubjectreviews",
             json={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
         )
-        user: dict[str, Any] = (body.get("status") or {}).get("userInfo") or {}
+        user: dict[str, Any] = (review.get("status") or {}).get("userInfo") or {}
         return user

@@ -10,20 +10,21 @@ watch is current, and never a write over a change it did not see.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+
+from oma_operator.resources.bodies import TeamRunBody
 
 Key = tuple[str, str]  # namespace, name
-BodyIndex = Mapping[Key, Iterable[dict[str, Any]]]
+BodyIndex = Mapping[Key, Iterable[TeamRunBody]]
 
 
 class WatchedTeamRuns:
     def __init__(self) -> None:
         self._index: BodyIndex | None = None
 
-    def attach(self, index: BodyIndex) -> None:
+    def attach(self, index: BodyIndex | None) -> None:
         self._index = index
 
-    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+    def get(self, namespace: str, name: str) -> TeamRunBody | None:
         """The last body the watch showed, or None (not seen, deleted, or no watch yet)."""
         if self._index is None:
             return None

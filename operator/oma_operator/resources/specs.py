@@ -16,6 +16,7 @@ import orjson
 from pydantic import ValidationError
 
 from oma.errors import OmaError
+from oma_operator.resources.bodies import TeamRunBody
 from oma_operator.resources.models import MAX_TEAMRUN_NAME, TeamRunSpec, work_fields
 
 CACHE_SIZE = 4096
@@ -34,7 +35,7 @@ class TeamRunSpecError(OmaError):
 _parsed: OrderedDict[tuple[str, int], TeamRunSpec] = OrderedDict()
 
 
-def spec_of(teamrun: Mapping[str, Any]) -> TeamRunSpec:
+def spec_of(teamrun: TeamRunBody) -> TeamRunSpec:
     """The typed spec of ``teamrun``; raises ``TeamRunSpecError``."""
     meta = teamrun.get("metadata") or {}
     key = (str(meta.get("uid", "")), int(meta.get("generation") or 0))
@@ -63,7 +64,7 @@ def problems_of(exc: ValidationError) -> str:
     return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'spec'}: {e['msg']}" for e in exc.errors())
 
 
-def run_id_of(body: Mapping[str, Any]) -> str:
+def run_id_of(body: TeamRunBody) -> str:
     """The run id a TeamRun's checkpoints are stored under: ``spec.runId``, else
     ``<namespace>.<name>``."""
     spec = body.get("spec") or {}
@@ -71,7 +72,7 @@ def run_id_of(body: Mapping[str, Any]) -> str:
     return str(spec.get("runId") or f"{meta['namespace']}.{meta['name']}")
 
 
-def work_digest(teamrun: Mapping[str, Any]) -> str:
+def work_digest(teamrun: TeamRunBody) -> str:
     """``sha256:<hex>`` of the spec's work fields as the API holds them (what the run executes;
     not the hold or placement fields): recorded when an attempt starts, so a retry can tell
     whether the spec its approvals were given under is still the one it would run."""

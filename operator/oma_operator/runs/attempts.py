@@ -20,6 +20,7 @@ from oma_operator.approvals.sync import sync_approvals
 from oma_operator.k8s.errors import KubeConflict, KubeError
 from oma_operator.k8s.watched import WATCHED
 from oma_operator.later import LATER, Key
+from oma_operator.resources.bodies import PodBody, TeamRunBody, TeamRunStatus, teamrun_view
 from oma_operator.resources.models import TeamRunSpec
 from oma_operator.resources.phases import ConditionType
 from oma_operator.resources.specs import run_id_of, spec_of, work_digest
@@ -59,7 +60,7 @@ POD_CREATED: ConditionType = "PodCreated"  # False while the current attempt's p
 
 
 async def ensure_pod(
-    teamrun: dict[str, Any], spec: TeamRunSpec, attempt: int, resume: Resume | None = None
+    teamrun: TeamRunBody, spec: TeamRunSpec, attempt: int, resume: Resume | None = None
 ) -> None:
     """Create the attempt's pod unless it exists (a restarted operator, a repeated event).
 
@@ -106,7 +107,7 @@ async def ensure_pod(
             # Held between the check above and the creation: stop it at once (it drains, and
             # its recorded end applies the hold).
             await runtime.kube().delete_pod(meta["namespace"], pod)
-    refused_before = pod_creation_failed(dict(teamrun.get("status") or {}))
+    refused_before = pod_creation_failed(teamrun.get("status") or {})
     if refused_before:
         await _note_pod_creation(meta["namespace"], meta["name"], attempt, pod, None)
     if not created:
@@ -126,13 +127,13 @@ async def ensure_pod(
         )
 
 
-def pod_creation_failed(status: dict[str, Any]) -> bool:
+def pod_creation_failed(status: TeamRunStatus) -> bool:
     """Whether the last try to create the current attempt's pod was refused."""
     found = next((c for c in status.get("conditions") or [] if c.get("type") == POD_CREATED), None)
     return found is not None and found.get("status") == "False"
 
 
-def pod_to_retry(status: dict[str, Any]) -> int | None:
+def pod_to_retry(status: TeamRunStatus) -> int | None:
     """The attempt whose pod is to be created again (its creation was refused), if any: the
     run is still running that attempt and no outcome of it is recorded."""
     if status.get("phase") != "Running" or not pod_creation_failed(status):
@@ -143,23 +144,23 @@ def pod_to_retry(status: dict[str, Any]) -> int | None:
     return attempt
 
 
-def resume_of(status: dict[str, Any], attempt: int) -> Resume | None:
+def resume_of(status: TeamRunStatus, attempt: int) -> Resume | None:
     """Why and since when ``attempt`` waited to start: how the one before it ended."""
     previous = [a for a in status.get("attempts") or [] if a.get("attempt") == attempt - 1]
     ended = parse_iso(str(previous[-1].get("endedAt", ""))) if previous else None
     return Resume(str(previous[-1].get("outcome")), ended) if previous and ended else None
 
 
-async def retry_pod_creation(teamrun: dict[str, Any]) -> None:
+async def retry_pod_creation(teamrun: TeamRunBody) -> None:
     """Periodic work on running TeamRuns: create again a pod whose creation was refused.
     ``teamrun`` is the watch's view; only a run whose status says so is read again."""
-    if pod_to_retry(dict(teamrun.get("status") or {})) is None:
+    if pod_to_retry(teamrun.get("status") or {}) is None:
         return
     meta = teamrun["metadata"]
     fresh = await runtime.kube().get_teamrun(meta["namespace"], meta["name"])
     if fresh is None:
         return
-    status = dict(fresh.get("status") or {})
+    status = fresh.get("status") or {}
     attempt = pod_to_retry(status)
     if attempt is None or backoff_left(status, datetime.now(UTC)) > 0:
         return
@@ -167,7 +168,7 @@ async def retry_pod_creation(teamrun: dict[str, Any]) -> None:
     await ensure_pod(fresh, spec, attempt, resume_of(status, attempt))
 
 
-async def _creation_failed(teamrun: dict[str, Any], attempt: int, pod: str, exc: KubeError) -> None:
+async def _creation_failed(teamrun: TeamRunBody, attempt: int, pod: str, exc: KubeError) -> None:
     meta = teamrun["metadata"]
     log.warning("creating pod %s/%s failed (retrying): %s", meta["namespace"], pod, exc)
     await events.warn(teamrun, "PodCreateFailed", f"attempt {attempt}: pod {pod}: {exc}")
@@ -183,7 +184,7 @@ async def _note_pod_creation(
         teamrun = await runtime.kube().get_teamrun(namespace, name)
         if teamrun is None:
             return
-        status = dict(teamrun.get("status") or {})
+        status = teamrun.get("status") or {}
         if int(status.get("attempt") or 0) != attempt:
             return
         if error is None and not pod_creation_failed(status):
@@ -199,7 +200,7 @@ async def _note_pod_creation(
 
 
 async def record_outcome(
-    pod_body: dict[str, Any],
+    pod_body: PodBody,
     outcome: Outcome,
     ended: datetime,
     on_recorded: Callable[[], Awaitable[None]] | None = None,
@@ -230,7 +231,7 @@ async def record_outcome(
             if foreign is not None:
                 await _ignore_foreign_pod(teamrun, pod, attempt, foreign)
                 return
-            status = dict(teamrun.get("status") or {})
+            status = teamrun.get("status") or {}
             if any(a.get("attempt") == attempt for a in status.get("attempts") or []):
                 await recorded()
                 return  # recorded before (another watcher, or before an operator restart)
@@ -264,7 +265,8 @@ async def record_outcome(
                 f"TeamRun {namespace}/{name} kept changing while {pod}'s end was "
                 "being recorded; the pod keeps its finalizer until it is",
             )
-        teamrun = {**teamrun, "status": {**status, **update}}  # what the next pod is built from
+        # What the next pod is built from.
+        teamrun = teamrun_view({**teamrun, "status": {**status, **update}})
         await recorded()
     METRICS.attempt_ended(outcome.kind)
     METRICS.runner_report(outcome.report)
@@ -291,7 +293,7 @@ async def record_outcome(
             _after_backoff(decision.delay_seconds, start, (namespace, name))
 
 
-async def _ignore_foreign_pod(teamrun: dict[str, Any], pod: str, attempt: int, why: str) -> None:
+async def _ignore_foreign_pod(teamrun: TeamRunBody, pod: str, attempt: int, why: str) -> None:
     """A pod labelled as this TeamRun's attempt that the operator did not make for it ended:
     nothing is recorded (the caller lets go of the pod), and the run's users are told."""
     meta = teamrun["metadata"]
@@ -311,7 +313,7 @@ def _after_backoff(seconds: float, start: Callable[[], Awaitable[None]], key: Ke
 STORE_READ_SECONDS = 15.0  # a store that accepts and never answers holds no recording longer
 
 
-async def store_progress(teamrun: dict[str, Any], spec: TeamRunSpec) -> Polled:
+async def store_progress(teamrun: TeamRunBody, spec: TeamRunSpec) -> Polled:
     """Tasks done/total and the last checkpoint time from the run's store, for the poll: none
     from a checkpoint too large to poll (``settings.poll_read_limit_bytes``), or from a store that
     did not answer within ``STORE_READ_SECONDS``."""
@@ -325,7 +327,7 @@ async def store_progress(teamrun: dict[str, Any], spec: TeamRunSpec) -> Polled:
 
 
 async def _progress(
-    teamrun: dict[str, Any], spec: TeamRunSpec, read_limit: int | None = None
+    teamrun: TeamRunBody, spec: TeamRunSpec, read_limit: int | None = None
 ) -> dict[str, Any]:
     async with asyncio.timeout(STORE_READ_SECONDS):
         store = await STORES.store_of(runtime.kube(), teamrun["metadata"]["namespace"], spec)
@@ -333,7 +335,7 @@ async def _progress(
 
 
 async def _progress_or_error(
-    teamrun: dict[str, Any], spec: TeamRunSpec
+    teamrun: TeamRunBody, spec: TeamRunSpec
 ) -> tuple[dict[str, Any], str | None]:
     """The store's progress (read whatever its size), and why the store could not be read
     (None: it was)."""
@@ -347,7 +349,7 @@ async def _progress_or_error(
 
 
 async def _end_progress(
-    teamrun: dict[str, Any], spec: TeamRunSpec, outcome: Outcome
+    teamrun: TeamRunBody, spec: TeamRunSpec, outcome: Outcome
 ) -> tuple[dict[str, Any], str | None]:
     """The store's progress at an attempt's end. A success is confirmed against it; when the
     store cannot be read, its Secret is read afresh (it may have been fixed since) and the
@@ -359,7 +361,7 @@ async def _end_progress(
     return progress, error
 
 
-async def give_up(pod: dict[str, Any], outcome: Outcome) -> None:
+async def give_up(pod: PodBody, outcome: Outcome) -> None:
     """End an attempt whose pod will not report by itself (see ``watchdog``).
 
     The outcome is recorded first, with the watchdog's reason (e.g. which Secret is missing):
@@ -379,10 +381,10 @@ async def give_up(pod: dict[str, Any], outcome: Outcome) -> None:
     await runtime.kube().remove_finalizer(namespace, meta["name"], FINALIZER, pod)
 
 
-async def resume_after_approvals(teamrun: dict[str, Any], spec: TeamRunSpec) -> None:
+async def resume_after_approvals(teamrun: TeamRunBody, spec: TeamRunSpec) -> None:
     """Start the next attempt after approvals, exactly once (optimistic concurrency), or queue
     it when a concurrency limit leaves no slot."""
-    meta, status = teamrun["metadata"], dict(teamrun.get("status") or {})
+    meta, status = teamrun["metadata"], (teamrun.get("status") or {})
     if status.get("phase") != "AwaitingApproval":
         return
     attempt = int(status.get("attempt") or 1) + 1

@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import UTC, datetime
-from typing import Any
 
 from oma_operator import runtime
+from oma_operator.resources.bodies import PodBody
 from oma_operator.runs.attempts import give_up
 from oma_operator.runs.rules.pods import FINALIZER
 from oma_operator.runs.rules.watchdog import deadline
@@ -25,7 +25,7 @@ class DeadlineTimers:
     def __init__(self) -> None:
         self._timers: dict[str, tuple[datetime, asyncio.Task[None]]] = {}
 
-    def arm(self, pod: dict[str, Any]) -> None:
+    def arm(self, pod: PodBody) -> None:
         """Called on every event of a live runner pod; (re)arms or leaves its timer."""
         found = deadline(pod)
         uid = pod["metadata"]["uid"]
@@ -49,8 +49,8 @@ class DeadlineTimers:
         for uid in list(self._timers):
             self.disarm(uid)
 
-    async def _run(self, uid: str, namespace: str, name: str, seen: dict[str, Any]) -> None:
-        known: dict[str, Any] | None = seen  # the event's pod: no need to read it again now
+    async def _run(self, uid: str, namespace: str, name: str, seen: PodBody) -> None:
+        known: PodBody | None = seen  # the event's pod: no need to read it again now
         try:
             while True:
                 try:
@@ -68,7 +68,7 @@ class DeadlineTimers:
                 del self._timers[uid]
 
     async def _check(
-        self, uid: str, namespace: str, name: str, known: dict[str, Any] | None
+        self, uid: str, namespace: str, name: str, known: PodBody | None
     ) -> float | None:
         """Seconds until the next look, or None when there is nothing left to watch."""
         pod = known if known is not None else await runtime.kube().get_pod(namespace, name)

@@ -15,6 +15,7 @@ from oma_operator.approvals.sync import close_pending
 from oma_operator.k8s.errors import CHANGED_OR_GONE
 from oma_operator.k8s.watched import WATCHED
 from oma_operator.later import LATER
+from oma_operator.resources.bodies import TeamRunBody, TeamRunStatus
 from oma_operator.resources.specs import TeamRunSpecError, spec_of
 from oma_operator.runs.rules.decisions import Hold
 from oma_operator.runs.rules.holds import action_for, held, hold_of, resumed
@@ -24,21 +25,21 @@ from oma_operator.runs.run_queue import RUN_QUEUE
 ASKS = ("suspend", "cancel")
 
 
-def may_ask(teamrun: dict[str, Any]) -> bool:
+def may_ask(teamrun: TeamRunBody) -> bool:
     """Cheap test on a raw TeamRun (every watch event): whether ``apply_hold`` may act."""
     spec = teamrun.get("spec") or {}
     phase = (teamrun.get("status") or {}).get("phase")
     return any(spec.get(field) is True for field in ASKS) or phase == "Suspended"
 
 
-async def apply_hold(teamrun: dict[str, Any]) -> dict[str, Any] | None:
+async def apply_hold(teamrun: TeamRunBody) -> TeamRunBody | None:
     """Do what the TeamRun's hold asks now. Returns the TeamRun as written when a suspended
     run was let go (``Queued``: the caller starts it), else None. A failed write raises."""
     try:
         spec = spec_of(teamrun)
     except TeamRunSpecError:
         return None  # refused elsewhere (InvalidSpec)
-    meta, status = teamrun["metadata"], dict(teamrun.get("status") or {})
+    meta, status = teamrun["metadata"], (teamrun.get("status") or {})
     action = action_for(status.get("phase"), hold_of(spec))
     if action is None or meta.get("deletionTimestamp"):
         return None
@@ -54,7 +55,7 @@ async def apply_hold(teamrun: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-async def _stop_pod(teamrun: dict[str, Any], status: dict[str, Any], hold: Hold) -> bool:
+async def _stop_pod(teamrun: TeamRunBody, status: TeamRunStatus, hold: Hold) -> bool:
     """Delete the current attempt's pod if one exists; whether one does (ended or not)."""
     attempt = int(status.get("attempt") or 0)
     if status.get("phase") != "Running" or attempt < 1:
@@ -81,7 +82,7 @@ async def _stop_pod(teamrun: dict[str, Any], status: dict[str, Any], hold: Hold)
     return True
 
 
-async def hold_without_pod(teamrun: dict[str, Any], hold: Hold) -> None:
+async def hold_without_pod(teamrun: TeamRunBody, hold: Hold) -> None:
     """Hold a run none of whose pods runs (queued, waiting, in a backoff, never started):
     no attempt starts, a pending start or backoff is dropped."""
     meta = teamrun["metadata"]
@@ -91,7 +92,7 @@ async def hold_without_pod(teamrun: dict[str, Any], hold: Hold) -> None:
     fresh = await runtime.kube().get_teamrun(namespace, name)
     if fresh is None or fresh["metadata"].get("uid") != uid:
         return
-    status = dict(fresh.get("status") or {})
+    status = fresh.get("status") or {}
     # Decided again on the TeamRun as it is now: an outcome recorded meanwhile (a final phase)
     # stands, and a pod that exists now is stopped rather than held over.
     try:
@@ -112,7 +113,7 @@ async def hold_without_pod(teamrun: dict[str, Any], hold: Hold) -> None:
             await close_pending(runtime.kube(), written)  # its reviewers need decide nothing
 
 
-def hold_now(teamrun: dict[str, Any]) -> Hold | None:
+def hold_now(teamrun: TeamRunBody) -> Hold | None:
     """The hold of the TeamRun's newest spec, for a pod about to be created: ``teamrun`` as
     given or as the watch shows it now, whichever has the higher ``metadata.generation`` (it
     counts spec changes; a hold set during a backoff is newer than the copy the start was
@@ -127,14 +128,14 @@ def hold_now(teamrun: dict[str, Any]) -> Hold | None:
         return None
 
 
-def _generation(teamrun: dict[str, Any]) -> int:
+def _generation(teamrun: TeamRunBody) -> int:
     try:
         return int(teamrun["metadata"].get("generation") or 0)
     except (TypeError, ValueError):
         return 0
 
 
-async def _write(teamrun: dict[str, Any], update: dict[str, Any]) -> dict[str, Any] | None:
+async def _write(teamrun: TeamRunBody, update: dict[str, Any]) -> TeamRunBody | None:
     """The status update, conditioned on the TeamRun as read; None if it changed meanwhile
     (that change's own event decides again) or is gone."""
     meta = teamrun["metadata"]

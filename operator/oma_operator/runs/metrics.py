@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter as Tally
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -19,6 +19,7 @@ from prometheus_client.exposition import start_http_server
 
 from oma.pod_contract import TerminationReport
 from oma.timeutil import parse_iso
+from oma_operator.resources.bodies import DecisionBody, PodBody, TeamRunBody
 from oma_operator.runs.rules.outcomes import TERMINAL
 
 log = logging.getLogger(__name__)
@@ -132,7 +133,7 @@ class OperatorMetrics:
         self._counts: Tally[str] = Tally()  # TeamRuns by phase
         self._decided: set[str] = set()  # uids of ApprovalDecisions known to be decided
 
-    def teamrun_seen(self, body: Mapping[str, Any], event_type: str | None) -> None:
+    def teamrun_seen(self, body: TeamRunBody, event_type: str | None) -> None:
         # Counted as phases change, not recounted per event: thousands of TeamRuns, each event.
         uid = str(body.get("metadata", {}).get("uid", ""))
         before = self._phases.get(uid)
@@ -157,7 +158,7 @@ class OperatorMetrics:
         self.resume_latency.labels(resume.after).observe(max(0.0, waited))
 
     def decision_seen(
-        self, body: Mapping[str, Any], event_type: str | None, now: datetime | None = None
+        self, body: DecisionBody, event_type: str | None, now: datetime | None = None
     ) -> None:
         """Observe the wait once, when a decision turns recorded while this operator watches
         (decisions already recorded at startup were observed by the operator that saw them)."""
@@ -204,7 +205,7 @@ def _amount(value: Any) -> float:
     return float(value)
 
 
-def pod_ended_at(pod: Mapping[str, Any]) -> datetime | None:
+def pod_ended_at(pod: PodBody) -> datetime | None:
     """When the runner container finished, as its status says (second precision)."""
     for container in (pod.get("status") or {}).get("containerStatuses") or []:
         finished = ((container.get("state") or {}).get("terminated") or {}).get("finishedAt")

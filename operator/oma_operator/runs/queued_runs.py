@@ -6,11 +6,10 @@ and a handler racing for the same run start it once.
 
 from __future__ import annotations
 
-from typing import Any
-
 from oma_operator import events, runtime
 from oma_operator.k8s.errors import KubeConflict, KubeError, KubeNotFound
 from oma_operator.k8s.watched import WATCHED
+from oma_operator.resources.bodies import TeamRunBody
 from oma_operator.resources.specs import TeamRunSpecError, run_id_of, spec_of, work_digest
 from oma_operator.runs.attempts import ensure_pod, resume_of
 from oma_operator.runs.rules.concurrency import Slot
@@ -19,14 +18,14 @@ from oma_operator.runs.rules.status import admitted, queued, started
 from oma_operator.runs.run_queue import RUN_QUEUE
 
 
-async def start_attempt(teamrun: dict[str, Any], attempt: int) -> dict[str, Any] | None:
+async def start_attempt(teamrun: TeamRunBody, attempt: int) -> TeamRunBody | None:
     """Move a new or queued run (whose slot is reserved) to ``Running`` in ``attempt``, exactly
     once: the TeamRun as written, or None if it is no longer new or queued (another event or
     the queue started it, or it changed); its reservation is then given back unless it runs."""
     meta = teamrun["metadata"]
     namespace, name, uid = meta["namespace"], meta["name"], meta["uid"]
     for _ in range(5):  # kopf's own writes (finalizer, handler progress) move resourceVersion
-        status = dict(teamrun.get("status") or {})
+        status = teamrun.get("status") or {}
         phase = status.get("phase")
         if (status.get("attempt") and phase != "Queued") or phase not in (None, "Queued"):
             if phase != "Running":
@@ -72,7 +71,7 @@ async def start_queued(slot: Slot) -> None:
     if teamrun is None or teamrun["metadata"].get("uid") != slot.uid:
         RUN_QUEUE.release(slot.uid)
         return
-    status = dict(teamrun.get("status") or {})
+    status = teamrun.get("status") or {}
     if status.get("phase") != "Queued":
         if status.get("phase") != "Running":
             RUN_QUEUE.release(slot.uid)
@@ -83,16 +82,16 @@ async def start_queued(slot: Slot) -> None:
         await ensure_pod(written, spec_of(written), attempt, resume_of(status, attempt))
 
 
-async def queue_run(teamrun: dict[str, Any], why: str) -> None:
+async def queue_run(teamrun: TeamRunBody, why: str) -> None:
     """Hold a new run back for a slot (``status.phase: Queued``)."""
-    meta, status = teamrun["metadata"], dict(teamrun.get("status") or {})
+    meta, status = teamrun["metadata"], (teamrun.get("status") or {})
     generation = int(meta.get("generation", 1))
     update = queued(status, run_id_of(teamrun), why, generation)
     await runtime.kube().patch_teamrun_status(meta["namespace"], meta["name"], update)
     await events.info(teamrun, "Queued", update["message"])
 
 
-def _held(teamrun: dict[str, Any]) -> bool:
+def _held(teamrun: TeamRunBody) -> bool:
     try:
         return hold_of(spec_of(teamrun)) is not None
     except TeamRunSpecError:

@@ -18,12 +18,12 @@ import asyncio
 import contextlib
 import logging
 from datetime import UTC, datetime
-from typing import Any
 
 from oma.checkpoint.stored import remove_run
 from oma.timeutil import parse_iso
 from oma_operator import runtime
 from oma_operator.k8s.watched import WATCHED
+from oma_operator.resources.bodies import TeamRunBody
 from oma_operator.resources.phases import FINAL_PHASES
 from oma_operator.resources.specs import TeamRunSpecError, run_id_of, spec_of
 from oma_operator.stores import STORES
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 RETRY_SECONDS = 30.0  # after an API error while deleting
 
 
-def ttl_of(teamrun: dict[str, Any], default: int | None) -> int | None:
+def ttl_of(teamrun: TeamRunBody, default: int | None) -> int | None:
     """The TeamRun's time to live once finished, in seconds (None: kept)."""
     own = (teamrun.get("spec") or {}).get("ttlSecondsAfterFinished")
     if isinstance(own, int) and not isinstance(own, bool) and own >= 0:
@@ -40,7 +40,7 @@ def ttl_of(teamrun: dict[str, Any], default: int | None) -> int | None:
     return default
 
 
-def finished_at(teamrun: dict[str, Any]) -> datetime | None:
+def finished_at(teamrun: TeamRunBody) -> datetime | None:
     """When the run reached its final phase (None: it has not)."""
     status = teamrun.get("status") or {}
     if status.get("phase") not in FINAL_PHASES:
@@ -54,7 +54,7 @@ def finished_at(teamrun: dict[str, Any]) -> datetime | None:
     return datetime.now(UTC)  # a final phase without its condition: count from now
 
 
-def own_run_id(teamrun: dict[str, Any]) -> str | None:
+def own_run_id(teamrun: TeamRunBody) -> str | None:
     """The run id whose store records are this TeamRun's alone: its default one
     (``<namespace>.<name>``). None when its spec names another: a run id set by hand may be
     another run's (a TeamRun that resumed or reused it), whose records, approval rows
@@ -64,7 +64,7 @@ def own_run_id(teamrun: dict[str, Any]) -> str | None:
     return default if run_id_of(teamrun) == default else None
 
 
-async def remove_store_records(teamrun: dict[str, Any]) -> None:
+async def remove_store_records(teamrun: TeamRunBody) -> None:
     """The run's checkpoint, attempt log and approval rows, from its store (nothing for a run
     id it does not own, or a spec that names no usable store)."""
     meta = teamrun["metadata"]
@@ -97,7 +97,7 @@ class FinishedRuns:
         self._timers: dict[str, tuple[datetime, asyncio.Task[None]]] = {}
         self._cleanups: set[asyncio.Task[None]] = set()
 
-    def seen(self, teamrun: dict[str, Any], event_type: str | None) -> None:
+    def seen(self, teamrun: TeamRunBody, event_type: str | None) -> None:
         """Every TeamRun event: arm, re-arm or drop the run's timer."""
         meta = teamrun.get("metadata") or {}
         uid = str(meta.get("uid") or "")
@@ -126,7 +126,7 @@ class FinishedRuns:
         current = self._timers.get(uid)
         return current[0] if current is not None else None
 
-    def _clean_up(self, teamrun: dict[str, Any]) -> None:
+    def _clean_up(self, teamrun: TeamRunBody) -> None:
         """A TeamRun deleted by anyone: its store records, in a task of its own (best effort:
         what fails is logged; ``oma checkpoint delete`` and ``prune`` remain)."""
         meta = teamrun.get("metadata") or {}

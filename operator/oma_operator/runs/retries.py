@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
 
 from oma.approval.ledger import ApprovalRecord
 from oma_operator import runtime
@@ -25,6 +24,7 @@ from oma_operator.approvals.approved_work import approved_not_run
 from oma_operator.approvals.rules.resources import decision_name
 from oma_operator.approvals.rules.reviewers import editors_of
 from oma_operator.k8s.errors import CHANGED_OR_GONE
+from oma_operator.resources.bodies import TeamRunBody
 from oma_operator.resources.models import RETRY_ANNOTATION
 from oma_operator.resources.specs import TeamRunSpecError, run_id_of, spec_of, work_digest
 from oma_operator.runs.attempts import STORE_READ_SECONDS
@@ -38,11 +38,11 @@ SPEC_INVALID, SPEC_NOT_RECORDED = "SpecInvalid", "SpecNotRecorded"
 class Retry:
     """A handled retry request: the TeamRun as written, and why it was refused (None: queued)."""
 
-    teamrun: dict[str, Any]
+    teamrun: TeamRunBody
     refused: str | None = None
 
 
-def retry_requested(teamrun: dict[str, Any]) -> str | None:
+def retry_requested(teamrun: TeamRunBody) -> str | None:
     """The retry request to handle now, if any (the annotation's value)."""
     status = teamrun.get("status") or {}
     if status.get("phase") != "Failed" or (teamrun["metadata"].get("deletionTimestamp")):
@@ -68,7 +68,7 @@ _REFUSED: OrderedDict[tuple[str, str], Refusal] = OrderedDict()
 REFUSALS_KEPT = 1024
 
 
-async def retry_refusal(teamrun: dict[str, Any]) -> Refusal | None:
+async def retry_refusal(teamrun: TeamRunBody) -> Refusal | None:
     """Why the run may not be retried as its spec now stands, or None. Reads the run's store
     (within ``STORE_READ_SECONDS``) only when the spec's work changed since its last attempt
     started, and once per TeamRun and recorded spec."""
@@ -95,7 +95,7 @@ async def retry_refusal(teamrun: dict[str, Any]) -> Refusal | None:
 
 
 def refusal_for(
-    teamrun: dict[str, Any], approved: list[ApprovalRecord], editors_recorded: bool
+    teamrun: TeamRunBody, approved: list[ApprovalRecord], editors_recorded: bool
 ) -> Refusal | None:
     """The refusal of a retry whose spec differs from the one its attempts ran under, given the
     approvals still standing for work to come (``approved_work``); None when there are none."""
@@ -129,10 +129,10 @@ def refusal_for(
     )
 
 
-async def retry_run(teamrun: dict[str, Any], requested: str) -> Retry | None:
+async def retry_run(teamrun: TeamRunBody, requested: str) -> Retry | None:
     """Record the retry and queue the run, or record why it is refused; None when the TeamRun
     changed since it was seen (the event of that change handles the request, once)."""
-    meta, status = teamrun["metadata"], dict(teamrun.get("status") or {})
+    meta, status = teamrun["metadata"], (teamrun.get("status") or {})
     refusal = await retry_refusal(teamrun)
     if refusal is None:
         update = retried(status, requested, int(meta.get("generation", 1)))

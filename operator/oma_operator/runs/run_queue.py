@@ -15,8 +15,8 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any
 
+from oma_operator.resources.bodies import TeamRunBody
 from oma_operator.resources.phases import FINAL_PHASES
 from oma_operator.runs.rules.concurrency import Slot, admit, slot_of, verdict
 from oma_operator.settings.limits import Limits
@@ -68,7 +68,7 @@ class RunQueue:
         return [s for s in self._slots().values() if s.phase == "Queued"]
 
     # -- reservations ------------------------------------------------------------------------
-    def reserve(self, teamrun: Mapping[str, Any], attempt: int) -> str | None:
+    def reserve(self, teamrun: TeamRunBody, attempt: int) -> str | None:
         """Take a slot for ``teamrun`` to start ``attempt`` in: None if taken, else why it
         waits. Always None without limits."""
         if not self.active:

@@ -10,12 +10,12 @@ message has every Secret value the operator read masked (``masking``), whatever 
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import httpx
 
 from oma_operator import events, masking, runtime
 from oma_operator.k8s.errors import KubeError
+from oma_operator.resources.bodies import TeamRunBody
 from oma_operator.resources.phases import ConditionType
 from oma_operator.runs.rules.status import condition, merge_conditions
 
@@ -24,12 +24,12 @@ CONDITION: ConditionType = "Reconciled"
 _reported: dict[tuple[str, str], str] = {}
 
 
-def _key(teamrun: dict[str, Any]) -> tuple[str, str]:
+def _key(teamrun: TeamRunBody) -> tuple[str, str]:
     meta = teamrun.get("metadata") or {}
     return str(meta.get("namespace")), str(meta.get("name"))
 
 
-async def report(teamrun: dict[str, Any], what: str, error: BaseException) -> None:
+async def report(teamrun: TeamRunBody, what: str, error: BaseException) -> None:
     """``what`` failed for ``teamrun`` with ``error``; it will be tried again."""
     message = masking.mask(f"{what} failed: {type(error).__name__}: {error}; retrying")[:1024]
     key = _key(teamrun)
@@ -41,13 +41,13 @@ async def report(teamrun: dict[str, Any], what: str, error: BaseException) -> No
     await _set(teamrun, False, "OperatorError", message)
 
 
-async def cleared(teamrun: dict[str, Any]) -> None:
+async def cleared(teamrun: TeamRunBody) -> None:
     """The work on ``teamrun`` succeeded: clear an error reported before (nothing otherwise)."""
     if _reported.pop(_key(teamrun), None) is not None:
         await _set(teamrun, True, "Reconciled", "the operator's last work on it succeeded")
 
 
-async def _set(teamrun: dict[str, Any], ok: bool, reason: str, message: str) -> None:
+async def _set(teamrun: TeamRunBody, ok: bool, reason: str, message: str) -> None:
     namespace, name = _key(teamrun)
     try:
         fresh = await runtime.kube().get_teamrun(namespace, name)

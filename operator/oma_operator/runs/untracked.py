@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime
-from typing import Any
 
 from oma_operator import runtime
+from oma_operator.resources.bodies import PodBody, TeamRunStatus
 from oma_operator.runs.attempts import record_outcome
 from oma_operator.runs.metrics import pod_ended_at
 from oma_operator.runs.rules.outcomes import outcome_when_gone, untracked_action
@@ -20,7 +20,7 @@ from oma_operator.runs.rules.pods import FINALIZER, attempt_of, made_for
 log = logging.getLogger(__name__)
 
 
-async def _teamrun_status(pod: dict[str, Any]) -> dict[str, Any] | None:
+async def _teamrun_status(pod: PodBody) -> TeamRunStatus | None:
     """The status of the pod's TeamRun, or None when the TeamRun is gone or going, or the pod
     is not one the operator made for it (nothing of such a pod is recorded or tracked)."""
     namespace, name, attempt = attempt_of(pod)
@@ -29,10 +29,10 @@ async def _teamrun_status(pod: dict[str, Any]) -> dict[str, Any] | None:
         return None
     if not made_for(pod, teamrun, attempt):
         return None
-    return dict(teamrun.get("status") or {})
+    return teamrun.get("status") or {}
 
 
-async def _record(pod: dict[str, Any], why: str) -> None:
+async def _record(pod: PodBody, why: str) -> None:
     """Record what the pod last showed (``outcome_when_gone``: as it ended, or a lost pod)."""
     namespace = pod["metadata"]["namespace"]
     outcome = outcome_when_gone(pod)
@@ -41,7 +41,7 @@ async def _record(pod: dict[str, Any], why: str) -> None:
     await record_outcome(pod, outcome, ended)
 
 
-async def pod_gone(pod: dict[str, Any]) -> None:
+async def pod_gone(pod: PodBody) -> None:
     """A runner pod left the API without this process recording its outcome: if nobody did,
     record it."""
     status = await _teamrun_status(pod)
@@ -49,7 +49,7 @@ async def pod_gone(pod: dict[str, Any]) -> None:
         await _record(pod, "is gone unrecorded")
 
 
-async def untracked_pod(pod: dict[str, Any]) -> bool:
+async def untracked_pod(pod: PodBody) -> bool:
     """A runner pod without the tracking finalizer, not let go of by this process. Record it if
     it ended unrecorded, or give a live one its finalizer back. True when the operator is done
     with the pod; False when events of it still matter (tracked again, or being deleted)."""

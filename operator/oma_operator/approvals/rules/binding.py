@@ -15,6 +15,7 @@ from typing import Any, Literal
 from oma.approval.ledger import ApprovalRecord
 from oma.approval.words import RESOURCE_SPELLING
 from oma_operator.approvals.rules.resources import decision_name
+from oma_operator.resources.bodies import DecisionBody, DecisionStatus, TeamRunBody
 
 # The fields that tie a resource to its request and to who may decide it.
 BOUND_FIELDS = ("teamRun", "requestId", "requestHash", "scope", "reviewers", "excludedReviewers")
@@ -37,7 +38,7 @@ class Trust:
     problem: str = ""
 
 
-def binding_problem(resource: dict[str, Any], expected: dict[str, Any]) -> str | None:
+def binding_problem(resource: DecisionBody, expected: DecisionBody) -> str | None:
     """Why ``resource`` is not bound like ``expected`` (the manifest the operator would
     publish), or None."""
     meta, spec = resource.get("metadata") or {}, resource.get("spec") or {}
@@ -56,7 +57,7 @@ def binding_problem(resource: dict[str, Any], expected: dict[str, Any]) -> str |
     return None
 
 
-def judge(resource: dict[str, Any], expected: dict[str, Any]) -> Trust:
+def judge(resource: DecisionBody, expected: DecisionBody) -> Trust:
     problem = binding_problem(resource, expected)
     verified = (resource.get("status") or {}).get("verified")
     tampered = metadata_changes(resource, expected)
@@ -73,7 +74,7 @@ def judge(resource: dict[str, Any], expected: dict[str, Any]) -> Trust:
     return Trust("replace" if pending else "foreign", why)
 
 
-def metadata_changes(resource: dict[str, Any], expected: dict[str, Any]) -> str:
+def metadata_changes(resource: DecisionBody, expected: DecisionBody) -> str:
     """What someone changed of the metadata the operator published ('' when nothing): the
     controller owner (the TeamRun's uid), the oma labels, finalizers (it publishes none, and a
     finalizer would keep a resource it deletes Terminating for good)."""
@@ -90,19 +91,19 @@ def metadata_changes(resource: dict[str, Any], expected: dict[str, Any]) -> str:
     return "; ".join(changes)
 
 
-def _spec_bound(resource: dict[str, Any], expected: dict[str, Any]) -> bool:
+def _spec_bound(resource: DecisionBody, expected: DecisionBody) -> bool:
     spec, want = resource.get("spec") or {}, expected["spec"]
     same_name = (resource.get("metadata") or {}).get("name") == expected["metadata"]["name"]
     return same_name and all(spec.get(field) == want.get(field) for field in BOUND_FIELDS)
 
 
-def _pristine(resource: dict[str, Any], expected: dict[str, Any]) -> bool:
+def _pristine(resource: DecisionBody, expected: DecisionBody) -> bool:
     spec = resource.get("spec") or {}
     generation = int((resource.get("metadata") or {}).get("generation") or 1)
     return generation == 1 and spec == expected["spec"]
 
 
-def earlier_own(resource: dict[str, Any], teamrun: dict[str, Any]) -> bool:
+def earlier_own(resource: DecisionBody, teamrun: TeamRunBody) -> bool:
     """Whether ``resource`` is one the operator published for an earlier request of this
     TeamRun (verified, and named, owned and labelled as it publishes them)."""
     meta, spec = resource.get("metadata") or {}, resource.get("spec") or {}
@@ -116,7 +117,7 @@ def earlier_own(resource: dict[str, Any], teamrun: dict[str, Any]) -> bool:
     )
 
 
-def ignored_status(problem: str) -> dict[str, Any]:
+def ignored_status(problem: str) -> DecisionStatus:
     return {
         "verified": False,
         "recorded": False,
@@ -125,8 +126,8 @@ def ignored_status(problem: str) -> dict[str, Any]:
 
 
 def run_over_status(
-    current: dict[str, Any], spec: dict[str, Any], teamrun: str, phase: str
-) -> dict[str, Any]:
+    current: DecisionStatus, spec: dict[str, Any], teamrun: str, phase: str
+) -> DecisionStatus:
     """A Pending resource of a run that is over: nothing waits for it, and a decision set on
     it now (``spec``) is not recorded (the ledger keeps the request undecided)."""
     over = f"TeamRun {teamrun} is {phase}: nothing waits for this decision any more"
@@ -138,18 +139,16 @@ def run_over_status(
     return {**current, "recorded": False, "message": message}
 
 
-def mirrored_status(record: ApprovalRecord, message: str | None = None) -> dict[str, Any]:
+def mirrored_status(record: ApprovalRecord, message: str | None = None) -> DecisionStatus:
     """The ledger's state of the request, for the resource's status (CamelCase, as in spec)."""
-    status: dict[str, Any] = {"verified": True, "recorded": record.decision is not None}
+    status: DecisionStatus = {"verified": True, "recorded": record.decision is not None}
     decision = record.decision
     if decision is None:
         status["decision"] = "Pending"
     else:
-        status |= {
-            "decision": RESOURCE_SPELLING[decision.decision],
-            "reviewer": decision.reviewer.id,
-            "decidedAt": decision.decided_at,
-        }
+        status["decision"] = RESOURCE_SPELLING[decision.decision]
+        status["reviewer"] = decision.reviewer.id
+        status["decidedAt"] = decision.decided_at
         if decision.resolution:
             status["resolution"] = RESOURCE_SPELLING[decision.resolution]
         if decision.reason is not None:
@@ -159,7 +158,7 @@ def mirrored_status(record: ApprovalRecord, message: str | None = None) -> dict[
     return status
 
 
-def status_patch(current: dict[str, Any], wanted: dict[str, Any]) -> dict[str, Any] | None:
+def status_patch(current: DecisionStatus, wanted: DecisionStatus) -> dict[str, Any] | None:
     """A merge patch turning ``current`` status into ``wanted`` (keys not wanted are removed),
     or None when they are equal."""
     if current == wanted:

@@ -16,6 +16,7 @@ from oma.approval.canonical import canonical_json, readable_json
 from oma.approval.errors import DurableApprovalError
 from oma.approval.models import hash_approval_request
 from oma.visible import LEGEND, hides, hides_in, visible, visible_json
+from oma_operator.resources.bodies import DecisionBody
 
 
 class ContentMismatch(Exception):
@@ -44,7 +45,7 @@ def verified_content(spec: dict[str, Any]) -> Any | None:
     return content
 
 
-def view(decision: dict[str, Any], content: Any | None) -> list[str]:
+def view(decision: DecisionBody, content: Any | None) -> list[str]:
     """Every line a reviewer reads: where it is, the whole summary, the exact content (when the
     resource holds it), a legend when anything is shown escaped, and the hash, last."""
     meta, spec = decision["metadata"], decision.get("spec") or {}

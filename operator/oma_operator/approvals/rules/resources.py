@@ -14,6 +14,7 @@ from typing import Any
 from oma.approval.canonical import canonical_json, readable_json
 from oma.approval.models import ApprovalRequest
 from oma.visible import LEGEND, hides_in, visible
+from oma_operator.resources.bodies import DecisionBody, TeamRunBody
 from oma_operator.resources.models import (
     CONTENT_LIMIT,
     GROUP,
@@ -113,11 +114,11 @@ def _fit(text: str, request: ApprovalRequest, escaped: bool) -> str:
 
 
 def decision_manifest(
-    teamrun: dict[str, Any],
+    teamrun: TeamRunBody,
     request: ApprovalRequest,
     reviewers: ReviewerSet | None = None,
     excluded: list[str] | None = None,
-) -> dict[str, Any]:
+) -> DecisionBody:
     """The resource the operator publishes for ``request``: bound to it by name, owner, ids and
     hash, with the reviewers (and excluded users) the API server checks decisions against."""
     meta = teamrun["metadata"]

@@ -9,9 +9,8 @@ names; group membership is known only to the API server).
 
 from __future__ import annotations
 
-from typing import Any
-
 from oma.approval.models import ApprovalRequest
+from oma_operator.resources.bodies import TeamRunBody
 from oma_operator.resources.models import (
     CREATOR_ANNOTATION,
     EDITORS_ANNOTATION,
@@ -45,7 +44,7 @@ def _entry(table: dict[str, ReviewerSet], name: str) -> ReviewerSet | None:
     return table.get(name) or table.get(ANY)
 
 
-def creator_of(teamrun: dict[str, Any], recorded: bool) -> str | None:
+def creator_of(teamrun: TeamRunBody, recorded: bool) -> str | None:
     """The TeamRun's creator, when the API server recorded it: ``recorded`` says the creator
     policy is installed (without it the annotation is whatever the author wrote)."""
     if not recorded:
@@ -55,7 +54,7 @@ def creator_of(teamrun: dict[str, Any], recorded: bool) -> str | None:
     return str(creator) if creator else None
 
 
-def editors_of(teamrun: dict[str, Any], recorded: bool) -> list[str]:
+def editors_of(teamrun: TeamRunBody, recorded: bool) -> list[str]:
     """The users who changed what the TeamRun executes, as the API server recorded them (one
     per line; the same policy group as the creator's, so believed under the same condition)."""
     if not recorded:
@@ -65,7 +64,7 @@ def editors_of(teamrun: dict[str, Any], recorded: bool) -> list[str]:
 
 
 def excluded_reviewers(
-    approvals: TeamRunApprovals | None, teamrun: dict[str, Any], recorded: bool
+    approvals: TeamRunApprovals | None, teamrun: TeamRunBody, recorded: bool
 ) -> list[str] | None:
     """The users who may not decide: the TeamRun's authors (creator, then editors), when it
     asks for separation of duties (``missing_creator`` tells when that cannot be known)."""
@@ -78,7 +77,7 @@ def excluded_reviewers(
 
 
 def missing_creator(
-    approvals: TeamRunApprovals | None, teamrun: dict[str, Any], recorded: bool
+    approvals: TeamRunApprovals | None, teamrun: TeamRunBody, recorded: bool
 ) -> str | None:
     """Why the TeamRun cannot run as asked, when it wants separation of duties and the API
     server did not record its creator; None when all is well."""

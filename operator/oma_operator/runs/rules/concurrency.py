@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from oma.timeutil import format_iso, parse_iso
+from oma_operator.resources.bodies import TeamRunBody
 from oma_operator.settings.limits import Limits
 
 HOLDING_PHASES = frozenset({"Running"})
@@ -46,7 +47,7 @@ class Slot:
         return (self.queued_at, self.namespace, self.name)
 
 
-def slot_of(teamrun: Mapping[str, Any]) -> Slot:
+def slot_of(teamrun: TeamRunBody) -> Slot:
     """A TeamRun's slot view from its raw object (no validation: a run whose spec is invalid
     is refused before it can queue; unknown providers are counted under their name)."""
     meta, status = teamrun.get("metadata") or {}, teamrun.get("status") or {}

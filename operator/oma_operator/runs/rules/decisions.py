@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from oma_operator import masking
+from oma_operator.resources.bodies import TeamRunStatus
 from oma_operator.resources.models import RetryPolicy
 from oma_operator.runs.rules.outcomes import Outcome
 
@@ -29,7 +30,7 @@ class Decision:
 
 def decide(
     outcome: Outcome,
-    counters: dict[str, Any],
+    counters: TeamRunStatus,
     policy: RetryPolicy,
     attempt: int = 0,
     hold: Hold | None = None,
@@ -42,7 +43,8 @@ def decide(
     (``stopped_for_hold``) counts against no budget, also when the hold was cleared before
     its end is recorded."""
     decision = _decide(outcome, counters, policy, attempt)
-    before = {key: int(counters.get(key, 0)) for key in decision.counters}
+    used = _budgets_used(counters)
+    before = {key: used.get(key, 0) for key in decision.counters}
     if hold is None and stopped_for_hold and outcome.kind == "disruption":
         # Stopped for a hold that was cleared before this end was recorded: the next attempt
         # starts as the cleared hold asks, and the stop costs no budget.
@@ -57,14 +59,18 @@ def decide(
     return decision  # waiting for a person already: the gate decides when it goes on
 
 
-def _decide(
-    outcome: Outcome, counters: dict[str, Any], policy: RetryPolicy, attempt: int
-) -> Decision:
-    counts = {
-        "disruptions": counters.get("disruptions", 0),
-        "failures": counters.get("failures", 0),
-        "oomKills": counters.get("oomKills", 0),
+def _budgets_used(status: TeamRunStatus) -> dict[str, int]:
+    return {
+        "disruptions": int(status.get("disruptions") or 0),
+        "failures": int(status.get("failures") or 0),
+        "oomKills": int(status.get("oomKills") or 0),
     }
+
+
+def _decide(
+    outcome: Outcome, counters: TeamRunStatus, policy: RetryPolicy, attempt: int
+) -> Decision:
+    counts = _budgets_used(counters)
     if outcome.kind == "succeeded":
         return Decision("succeeded", counts, "RunSucceeded", "the run completed")
     if outcome.kind == "suspended":

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from oma.timeutil import now_iso
+from oma_operator.resources.bodies import TeamRunStatus
 from oma_operator.resources.models import TeamRunSpec
 from oma_operator.resources.phases import FINAL_PHASES, WAITING_PHASES, ConditionType
 from oma_operator.runs.rules.decisions import CANCELLED, SUSPENDED, Hold
@@ -40,7 +41,7 @@ def action_for(phase: str | None, hold: Hold | None) -> Action | None:
     return "resume" if phase == "Suspended" else None
 
 
-def held(status: dict[str, Any], hold: Hold, generation: int) -> dict[str, Any]:
+def held(status: TeamRunStatus, hold: Hold, generation: int) -> dict[str, Any]:
     """The status of a run held while no pod of it runs."""
     cancel = hold == "cancel"
     message = CANCELLED if cancel else SUSPENDED
@@ -59,7 +60,7 @@ def held(status: dict[str, Any], hold: Hold, generation: int) -> dict[str, Any]:
     }
 
 
-def resumed(status: dict[str, Any], generation: int) -> dict[str, Any]:
+def resumed(status: TeamRunStatus, generation: int) -> dict[str, Any]:
     """A suspended run let go again: it waits for its next attempt as ``Queued`` (the
     concurrency limits apply), which resumes from the checkpoint."""
     message = (

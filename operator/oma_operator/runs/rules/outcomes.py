@@ -11,6 +11,7 @@ from functools import cached_property
 from typing import Any, Literal
 
 from oma.pod_contract import Exit, TerminationReport
+from oma_operator.resources.bodies import PodBody, PodStatus, TeamRunStatus
 
 Kind = Literal[
     "running",
@@ -52,7 +53,7 @@ class Outcome:
         return TerminationReport.parse(self.message) if self.message else None
 
 
-def classify(pod: dict[str, Any]) -> Outcome:
+def classify(pod: PodBody) -> Outcome:
     status = pod.get("status") or {}
     phase = status.get("phase", "Pending")
     terminated = _terminated(status)
@@ -132,7 +133,7 @@ def confirmed(outcome: Outcome, progress: dict[str, Any], unreadable: str | None
     )
 
 
-def _terminated(status: dict[str, Any]) -> dict[str, Any] | None:
+def _terminated(status: PodStatus) -> dict[str, Any] | None:
     for container in status.get("containerStatuses") or []:
         state = container.get("state") or {}
         if "terminated" in state:
@@ -141,14 +142,14 @@ def _terminated(status: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def _disruption_reason(status: dict[str, Any]) -> str | None:
+def _disruption_reason(status: PodStatus) -> str | None:
     for condition in status.get("conditions") or []:
         if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
             return str(condition.get("reason") or "DisruptionTarget")
     return None
 
 
-def outcome_when_gone(pod: dict[str, Any]) -> Outcome:
+def outcome_when_gone(pod: PodBody) -> Outcome:
     """The outcome of a runner pod that left the API before its outcome was recorded (someone
     removed its tracking finalizer, then it was deleted), from the last state seen of it.
 
@@ -171,7 +172,7 @@ def outcome_when_gone(pod: dict[str, Any]) -> Outcome:
 UntrackedAction = Literal["let_go", "record", "track", "await_deletion"]
 
 
-def untracked_action(pod: dict[str, Any], attempt: int, status: dict[str, Any]) -> UntrackedAction:
+def untracked_action(pod: PodBody, attempt: int, status: TeamRunStatus) -> UntrackedAction:
     """What to do about a runner pod of ``attempt`` that has no tracking finalizer, given its
     TeamRun's ``status``. Usually its outcome was recorded and the finalizer removed by an
     earlier operator process (``let_go``). If the finalizer was removed by hand instead, an

@@ -29,6 +29,7 @@ from oma.pod_contract import (
     TERMINATION_LOG_ENV,
     model_key_env,
 )
+from oma_operator.resources.bodies import PodBody, TeamRunBody, TeamRunStatus
 from oma_operator.resources.models import GROUP, VERSION, TeamRunSpec, to_run_spec
 from oma_operator.resources.pod_extras import SCRATCH_PATH
 from oma_operator.resources.specs import run_id_of
@@ -50,12 +51,12 @@ def pod_name(teamrun: str, attempt: int) -> str:
     return f"{teamrun}-a{attempt}"
 
 
-def made_for(pod: dict[str, Any], teamrun: dict[str, Any], attempt: int) -> bool:
+def made_for(pod: PodBody, teamrun: TeamRunBody, attempt: int) -> bool:
     """Whether ``pod`` is the one ``runner_pod`` makes for this TeamRun (by uid) and attempt."""
     return not_made_for(pod, teamrun, attempt) is None
 
 
-def not_made_for(pod: dict[str, Any], teamrun: dict[str, Any], attempt: int) -> str | None:
+def not_made_for(pod: PodBody, teamrun: TeamRunBody, attempt: int) -> str | None:
     """Why ``pod`` is not the one ``runner_pod`` made for this TeamRun and attempt (None: it
     is). Its labels, its controller reference and its uid annotation must all name them: a
     pod made by someone else (a Job's, a forged one) has another controller, and a pod of an
@@ -76,7 +77,7 @@ def not_made_for(pod: dict[str, Any], teamrun: dict[str, Any], attempt: int) -> 
     return None
 
 
-def labelled_attempt(pod: dict[str, Any]) -> bool:
+def labelled_attempt(pod: PodBody) -> bool:
     """Whether a pod's oma labels name a run's attempt at all: a TeamRun name and a positive
     attempt number. (A pod labelled ``oma.dev/teamrun: ""`` names no TeamRun to read.)"""
     labels = (pod.get("metadata") or {}).get("labels") or {}
@@ -84,7 +85,7 @@ def labelled_attempt(pod: dict[str, Any]) -> bool:
     return bool(labels.get(LABEL_TEAMRUN)) and attempt.isdigit() and int(attempt) > 0
 
 
-def attempt_of(pod: dict[str, Any]) -> tuple[str, str, int]:
+def attempt_of(pod: PodBody) -> tuple[str, str, int]:
     """A runner pod's namespace, TeamRun name and attempt number, from its labels."""
     meta = pod["metadata"]
     return (
@@ -98,11 +99,11 @@ DEFAULTS = RunnerPodSettings()
 
 
 def runner_pod(
-    body: dict[str, Any],
+    body: TeamRunBody,
     spec: TeamRunSpec,
     attempt: int,
     settings: RunnerPodSettings = DEFAULTS,
-) -> dict[str, Any]:
+) -> PodBody:
     """The pod of ``attempt``: the TeamRun's runner fields over what the operator gives every
     runner pod (``settings``), and the pod contract's variables, which no TeamRun sets."""
     meta = body["metadata"]
@@ -258,7 +259,7 @@ def _spec_env(text: str) -> dict[str, Any]:
     return {"name": RUN_SPEC_GZIP_ENV, "value": packed}
 
 
-def checkpoint_expected(status: dict[str, Any]) -> bool:
+def checkpoint_expected(status: TeamRunStatus) -> bool:
     """Whether an earlier attempt saved a checkpoint (seen in the store, or reported by the
     runner): the next one must resume from it and refuses to start over without it."""
     return bool(status.get("checkpointSaved") or status.get("lastCheckpointAt"))

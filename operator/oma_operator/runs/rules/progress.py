@@ -20,6 +20,7 @@ from oma.checkpoint.summary import summarize
 from oma.errors import OmaError
 from oma.store.base import MemoryStore, supports_value_size
 from oma.store.journal import supports_journal
+from oma_operator.resources.bodies import Condition, TeamRunStatus
 from oma_operator.runs.rules.status import POLLED, condition, merge_conditions
 
 
@@ -91,14 +92,14 @@ def _from_head(metadata: dict[str, Any] | None) -> dict[str, Any] | None:
     return progress
 
 
-def changed(status: dict[str, Any], progress: dict[str, Any]) -> dict[str, Any]:
+def changed(status: TeamRunStatus, progress: dict[str, Any]) -> dict[str, Any]:
     """The part of ``progress`` that differs from ``status`` (empty: no write needed)."""
     return {key: value for key, value in progress.items() if status.get(key) != value}
 
 
 def polled_conditions(
-    status: dict[str, Any], polled: Polled, generation: int
-) -> list[dict[str, Any]] | None:
+    status: TeamRunStatus, polled: Polled, generation: int
+) -> list[Condition] | None:
     """The conditions with ``CheckpointPolled`` as this poll found it; None when nothing
     changes (no write): the condition appears only once a checkpoint was too large, and a
     store that did not answer changes nothing."""

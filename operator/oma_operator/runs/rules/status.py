@@ -11,6 +11,7 @@ from typing import Any
 from oma.pod_contract import TerminationReport
 from oma.timeutil import format_iso, now_iso, parse_iso
 from oma_operator import masking
+from oma_operator.resources.bodies import Condition, TeamRunStatus
 from oma_operator.resources.phases import ConditionType
 from oma_operator.runs.rules.decisions import MAX_ATTEMPT_HISTORY, Decision
 
@@ -30,7 +31,7 @@ POLLED: ConditionType = "CheckpointPolled"  # False while a snapshot is too larg
 
 def condition(
     kind: ConditionType, status: bool, reason: str, message: str, generation: int
-) -> dict[str, Any]:
+) -> Condition:
     return {
         "type": kind,
         "status": "True" if status else "False",
@@ -41,21 +42,19 @@ def condition(
     }
 
 
-def merge_conditions(
-    current: list[dict[str, Any]], updates: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
+def merge_conditions(current: list[Condition], updates: list[Condition]) -> list[Condition]:
     """Replace by type; keep lastTransitionTime when the status did not change."""
     by_type = {c["type"]: c for c in current}
     for update in updates:
         old = by_type.get(update["type"])
         if old is not None and old.get("status") == update["status"]:
-            update = {**update, "lastTransitionTime": old.get("lastTransitionTime")}
+            update = {**update, "lastTransitionTime": old.get("lastTransitionTime", "")}
         by_type[update["type"]] = update
     return list(by_type.values())
 
 
 def started(
-    status: dict[str, Any], attempt: int, run_id: str, generation: int, work: str
+    status: TeamRunStatus, attempt: int, run_id: str, generation: int, work: str
 ) -> dict[str, Any]:
     """An attempt starts under the spec whose work digest is ``work``
     (``resources.specs.work_digest``; the same for every attempt until the run ends, the spec
@@ -81,7 +80,7 @@ def started(
     }
 
 
-def queued(status: dict[str, Any], run_id: str, why: str, generation: int) -> dict[str, Any]:
+def queued(status: TeamRunStatus, run_id: str, why: str, generation: int) -> dict[str, Any]:
     """The status of a run that waits for a slot (``why``: the limit it is held back by); the
     next attempt to start is ``attempt + 1``."""
     message = f"waiting for a slot: {why}"
@@ -102,7 +101,7 @@ def queued(status: dict[str, Any], run_id: str, why: str, generation: int) -> di
 
 
 def admitted(
-    status: dict[str, Any], attempt: int, run_id: str, generation: int, work: str
+    status: TeamRunStatus, attempt: int, run_id: str, generation: int, work: str
 ) -> dict[str, Any]:
     """``started`` for a run that had been queued: it leaves the queue."""
     update = started(status, attempt, run_id, generation, work)
@@ -114,7 +113,7 @@ def admitted(
 
 
 def after_attempt(
-    status: dict[str, Any],
+    status: TeamRunStatus,
     decision: Decision,
     record: dict[str, Any],
     generation: int,
@@ -151,8 +150,8 @@ def after_attempt(
                 "Failed", decision.action == "failed", decision.reason, decision.message, generation
             )
         )
-    conditions: list[dict[str, Any]] = status.get("conditions") or []
-    polled = next((c for c in conditions if c.get("type") == POLLED), {})
+    conditions: list[Condition] = status.get("conditions") or []
+    polled: Condition = next((c for c in conditions if c.get("type") == POLLED), Condition())
     if polled.get("status") == "False":  # the end reads the checkpoint whatever its size
         message = "the attempt's end read the checkpoint"
         updates.append(condition(POLLED, True, "AttemptEnded", message, generation))
@@ -184,7 +183,7 @@ def after_attempt(
     return new
 
 
-def backoff_left(status: dict[str, Any], now: datetime) -> float:
+def backoff_left(status: TeamRunStatus, now: datetime) -> float:
     """Seconds until the current attempt may start (0: now), from ``nextAttemptAfter``."""
     after = parse_iso(str(status.get("nextAttemptAfter") or ""))
     return max(0.0, (after - now).total_seconds()) if after is not None else 0.0
@@ -193,18 +192,20 @@ def backoff_left(status: dict[str, Any], now: datetime) -> float:
 MAX_RETRIES_KEPT = 20
 
 
-def retried(status: dict[str, Any], requested: str, generation: int) -> dict[str, Any]:
+def retried(status: TeamRunStatus, requested: str, generation: int) -> dict[str, Any]:
     """A failed run taken up again (``oma retry``): it waits for its next attempt as ``Queued``
     (the concurrency limits apply), with its failure budget reset; the retry is recorded."""
-    conditions: list[dict[str, Any]] = status.get("conditions") or []
-    failed: dict[str, Any] = next((c for c in conditions if c.get("type") == "Failed"), {})
+    conditions: list[Condition] = status.get("conditions") or []
+    failed: Condition = next((c for c in conditions if c.get("type") == "Failed"), Condition())
     attempt = int(status.get("attempt") or 0)
     budgets = ("failures", "disruptions", "oomKills")
     record = {
         "requested": requested,
         "retriedAt": now_iso(),
         "attempt": attempt,
-        **{budget: int(status.get(budget) or 0) for budget in budgets},
+        "failures": int(status.get("failures") or 0),
+        "disruptions": int(status.get("disruptions") or 0),
+        "oomKills": int(status.get("oomKills") or 0),
         "reason": failed.get("reason"),
     }
     message = (
@@ -233,7 +234,7 @@ RETRY_REFUSED = "SpecChangedSinceApproval"
 
 
 def retry_refused(
-    status: dict[str, Any], requested: str, why: str, reason: str = RETRY_REFUSED
+    status: TeamRunStatus, requested: str, why: str, reason: str = RETRY_REFUSED
 ) -> dict[str, Any]:
     """A retry the operator did not act on (``why``): the run stays Failed as it was, and the
     request is recorded as handled, so it is not looked at again (a new ``oma retry`` is)."""

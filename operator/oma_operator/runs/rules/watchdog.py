@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from oma.timeutil import format_iso, parse_iso
+from oma_operator.resources.bodies import PodBody, PodStatus
 from oma_operator.runs.rules.outcomes import Outcome
 
 START_TIMEOUT_ANNOTATION = "oma.dev/start-timeout-seconds"
@@ -32,7 +33,7 @@ class Deadline:
     outcome: Outcome
 
 
-def deadline(pod: dict[str, Any]) -> Deadline | None:
+def deadline(pod: PodBody) -> Deadline | None:
     """When a not-yet-terminal pod is to be given up on, if it looks stuck (else None)."""
     meta, status = pod.get("metadata") or {}, pod.get("status") or {}
     annotations = meta.get("annotations") or {}
@@ -60,7 +61,7 @@ def deadline(pod: dict[str, Any]) -> Deadline | None:
     )
 
 
-def _node_lost_since(status: dict[str, Any]) -> datetime | None:
+def _node_lost_since(status: PodStatus) -> datetime | None:
     ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
     since = _time((ready or {}).get("lastTransitionTime"))
     if status.get("phase") == "Unknown" or status.get("reason") == "NodeLost":
@@ -74,7 +75,7 @@ def _node_lost_since(status: dict[str, Any]) -> datetime | None:
     return since if kubelet_says_ready else None
 
 
-def _any_container_started(status: dict[str, Any]) -> bool:
+def _any_container_started(status: PodStatus) -> bool:
     for container in status.get("containerStatuses") or []:
         state = container.get("state") or {}
         if "running" in state or "terminated" in state:
@@ -82,7 +83,7 @@ def _any_container_started(status: dict[str, Any]) -> bool:
     return False
 
 
-def _why_pending(status: dict[str, Any]) -> str:
+def _why_pending(status: PodStatus) -> str:
     for container in status.get("containerStatuses") or []:
         waiting = (container.get("state") or {}).get("waiting")
         if waiting:
