@@ -19,7 +19,7 @@ from oma.store.urls import open_store
 from oma.timeutil import parse_iso
 from oma_operator.approvals import sync as approvals
 from oma_operator.approvals.sync import run_records
-from oma_operator.resources.bodies import TeamRunStatus
+from oma_operator.resources.bodies import Condition, TeamRunStatus
 from oma_operator.runs.rules.decisions import Decision, attempt_record
 from oma_operator.runs.rules.outcomes import Outcome
 from oma_operator.runs.rules.progress import (
@@ -29,7 +29,13 @@ from oma_operator.runs.rules.progress import (
     polled_conditions,
     read_progress,
 )
-from oma_operator.runs.rules.status import POLLED, after_attempt, backoff_left
+from oma_operator.runs.rules.status import (
+    POLLED,
+    after_attempt,
+    backoff_left,
+    condition,
+    merge_conditions,
+)
 from tests.conformance_data import require_conformance_dir
 from tests.engine.approval_fixtures import CHARGE_REQUEST
 from tests.operator.charge_runs import CountingReads, OlderRunnersHeads, suspend_at_the_charge
@@ -243,3 +249,17 @@ async def test_a_snapshot_too_large_to_poll_is_not_read_and_the_condition_says_s
     assert (polled_now["status"], polled_now["reason"]) == ("True", "AttemptEnded")
     untouched = after_attempt({"conditions": []}, DONE, record, 5, None)
     assert POLLED not in {c["type"] for c in untouched["conditions"]}
+
+
+def test_a_condition_keeps_its_transition_time_only_while_its_status_holds() -> None:
+    old: list[Condition] = [
+        {"type": "Reconciled", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+        {"type": "Queued", "status": "True"},  # written without a time (by hand, or long ago)
+    ]
+    same = condition("Reconciled", True, "Done", "ok", 1)
+    flipped = condition("Queued", False, "Started", "a slot was free", 1)
+    merged = {c["type"]: c for c in merge_conditions(old, [same, flipped])}
+    assert merged["Reconciled"]["lastTransitionTime"] == "2026-01-01T00:00:00Z"
+    assert merged["Queued"]["lastTransitionTime"] == flipped["lastTransitionTime"]
+    untimed = merge_conditions(old[1:], [condition("Queued", True, "Waiting", "no slot", 1)])
+    assert untimed[0].get("lastTransitionTime")  # never written empty or null

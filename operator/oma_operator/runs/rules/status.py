@@ -47,8 +47,9 @@ def merge_conditions(current: list[Condition], updates: list[Condition]) -> list
     by_type = {c["type"]: c for c in current}
     for update in updates:
         old = by_type.get(update["type"])
-        if old is not None and old.get("status") == update["status"]:
-            update = {**update, "lastTransitionTime": old.get("lastTransitionTime", "")}
+        kept = old.get("lastTransitionTime") if old is not None else None
+        if old is not None and old.get("status") == update["status"] and kept is not None:
+            update = {**update, "lastTransitionTime": kept}
         by_type[update["type"]] = update
     return list(by_type.values())
 
