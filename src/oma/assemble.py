@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +29,21 @@ class SpecError(OmaError):
     code = "SPEC_INVALID"
 
 
-def build_agent(spec: AgentSpec, tools: Mapping[str, AnyTool]) -> AgentConfig:
+def build_agent(
+    spec: AgentSpec, tools: Mapping[str, AnyTool], mcp_tools: Sequence[AnyTool] = ()
+) -> AgentConfig:
+    """``mcp_tools``: the tools of the agent's MCP servers (``oma.tools.mcp``), besides the
+    ones its ``tools`` names."""
     unknown = [name for name in spec.tools if name not in tools]
     if unknown:
         raise SpecError(
             f"agent {spec.name!r} uses unknown tool(s) {unknown}; available: {sorted(tools)}"
+        )
+    clash = sorted({tool.name for tool in mcp_tools} & set(spec.tools))
+    if clash:
+        raise SpecError(
+            f"agent {spec.name!r}: MCP tool(s) {clash} have the names of tools in its 'tools'; "
+            "rename the MCP server in the spec"
         )
     model = spec.model
     adapter: LLMAdapter
@@ -55,17 +65,23 @@ def build_agent(spec: AgentSpec, tools: Mapping[str, AnyTool]) -> AgentConfig:
         adapter=adapter,
         model=model.name,
         system_prompt=spec.system_prompt,
-        tools=[tools[name] for name in spec.tools],
+        tools=[*(tools[name] for name in spec.tools), *mcp_tools],
         max_turns=spec.max_turns,
     )
 
 
 def build_team(
-    spec: RunSpec, tools: Mapping[str, AnyTool], name: str, store: MemoryStore | None = None
+    spec: RunSpec,
+    tools: Mapping[str, AnyTool],
+    name: str,
+    store: MemoryStore | None = None,
+    mcp_tools: Mapping[str, Sequence[AnyTool]] | None = None,
 ) -> Team:
     """With ``sharedMemory``, the team's shared memory lives in the run's ``store``, in the
-    run's own part of it (``name`` is the run id) or the scope the spec names."""
-    agents = [build_agent(agent, tools) for agent in spec.agents]
+    run's own part of it (``name`` is the run id) or the scope the spec names. ``mcp_tools``:
+    agent name -> the tools of its MCP servers."""
+    mcp = mcp_tools or {}
+    agents = [build_agent(agent, tools, mcp.get(agent.name, ())) for agent in spec.agents]
     memory = None
     if spec.shared_memory and store is not None:
         memory = PrefixedStore(store, memory_prefix(name, spec.shared_memory_scope))

@@ -197,6 +197,16 @@ class AttemptLogError(CheckpointError):
         )
 
 
+class AttemptInterruptedError(OmaError):
+    """Something the attempt depends on failed in a way that leaves a step's outcome unknown (a
+    tool's server lost mid-call, a model provider that stays unavailable): not a result the
+    model sees, nor a task's failure. The attempt ends, its checkpoint as it was, and the next
+    attempt resumes from it. Transient unless the raiser knows better."""
+
+    code = "ATTEMPT_INTERRUPTED"
+    transient = True
+
+
 class MissingExtraError(OmaError, ImportError):
     """A part of oma was used whose optional dependencies are not installed: ``pip install`` the
     extra the message names (``oma[redis]``, ``oma[postgres]``, ...). Also an ``ImportError``."""

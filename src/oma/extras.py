@@ -23,6 +23,9 @@ EXTRA_OF = {
     "httpx": "operator",
     "prometheus_client": "operator",
     "opentelemetry": "otel",
+    "mcp": "mcp",
+    "mcp_types": "mcp",
+    "httpx2": "mcp",
 }
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +21,7 @@ from oma.checkpoint.attempts import AttemptEnd, end_attempt, load_attempt_log, r
 from oma.checkpoint.manager import Checkpoint
 from oma.checkpoint.snapshot import CheckpointSnapshot, CheckpointSnapshotV1, CheckpointSnapshotV4
 from oma.errors import CheckpointFencedError, CheckpointLostError, OmaError
+from oma.extras import needs_extra
 from oma.orchestrator.events import OrchestratorEvent, ProgressCallback
 from oma.orchestrator.identity import restored_identity
 from oma.orchestrator.options import CheckpointOptions
@@ -30,6 +31,7 @@ from oma.pod_contract import EXIT_BY_STATUS, Exit
 from oma.spec import RunSpec
 from oma.store.base import close_store
 from oma.tools.define import AnyTool
+from oma.tools.mcp import record as mcp_record
 from oma.tracing import run_tracer
 
 
@@ -102,9 +104,11 @@ async def run_spec(
     instead of being restored (a new attempt that would do nothing)."""
     store = open_store(spec.store, default_store_path)
     tally = _Tally(on_progress)
+    servers = contextlib.AsyncExitStack()
     try:
-        team = build_team(spec, tools, name=run_id, store=store)
-        coordinator = build_coordinator(spec, tools)
+        # Before anything is read or run: a tool server that cannot be reached is a transient
+        # failure of this attempt, and the next one starts from the same checkpoint.
+        mcp_tools = await servers.enter_async_context(open_mcp_servers(spec))
         checkpoint = CheckpointOptions(
             store=store,
             run_id=run_id,
@@ -129,6 +133,10 @@ async def run_spec(
             await _refuse_if_lost(saved, expect_checkpoint)
         elif refuse_finished and (what := finished(found)) is not None:
             raise RunFinishedError(run_id, restored_identity(found, run_id).attempt - 1, what)
+        if mcp_tools:
+            mcp_tools = await mcp_record.settle(store, run_id, mcp_tools, resumed=resumed)
+        team = build_team(spec, tools, name=run_id, store=store, mcp_tools=mcp_tools)
+        coordinator = build_coordinator(spec, tools)
         if resumed:
             await tally.continue_run_trace(saved)
         if on_start is not None:
@@ -173,8 +181,23 @@ async def run_spec(
     finally:
         # Connections and pools end with the run, not with the event loop (a pool still open
         # when the loop shuts down may be mid-connect, and some do not let go then).
+        await servers.aclose()
         await close_store(store)
         await tally.end_trace("unknown")  # ended without a record (fenced at its first save)
+
+
+@contextlib.asynccontextmanager
+async def open_mcp_servers(spec: RunSpec) -> AsyncIterator[dict[str, list[AnyTool]]]:
+    """Agent name -> the tools of its MCP servers, connected for the attempt (nothing, and no
+    import of the SDK, when no agent names one)."""
+    servers = {agent.name: agent.mcp_servers for agent in spec.agents if agent.mcp_servers}
+    if not servers:
+        yield {}
+        return
+    with needs_extra("MCP tools", "mcp"):
+        from oma.tools.mcp.toolset import open_mcp_tools
+    async with open_mcp_tools(servers) as tools:
+        yield tools
 
 
 def _closing(result: TeamRunResult) -> str | None:

@@ -19,6 +19,7 @@ from oma.store.names import POSTGRES_IDENTIFIER, REDIS_NAMESPACE
 from oma.store.prefixed import SCOPE_PATTERN
 from oma.tasks.loading import TaskSpec
 from oma.tasks.plan import PlanArtifact
+from oma.tools.mcp.spec import McpServerSpec, check_unique
 
 
 class SpecModel(BaseModel):
@@ -79,6 +80,17 @@ class AgentSpec(SpecModel):
     max_turns: int = Field(
         default=10, ge=1, le=1000, description="Model turns per task before it stops."
     )
+    mcp_servers: list[McpServerSpec] = Field(
+        default_factory=list,
+        max_length=32,
+        description="MCP servers whose tools the agent uses besides 'tools' (the model sees "
+        "each as <server>__<tool>); needs the mcp extra. See docs/mcp.md.",
+    )
+
+    @model_validator(mode="after")
+    def _unique_servers(self) -> AgentSpec:
+        check_unique(self.mcp_servers, self.name)
+        return self
 
 
 class FileStoreSpec(SpecModel):
@@ -246,6 +258,8 @@ class RunSpec(SpecModel):
         check_work(self.mode, [a.name for a in self.agents], self.goal, self.tasks, self.plan)
         if self.shared_memory_scope is not None and not self.shared_memory:
             raise ValueError("sharedMemoryScope needs sharedMemory: true")
+        if self.coordinator is not None and self.coordinator.mcp_servers:
+            raise ValueError("the coordinator plans and takes no MCP servers; give them to agents")
         return self
 
 

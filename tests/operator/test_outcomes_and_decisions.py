@@ -236,3 +236,29 @@ def test_a_success_the_store_cannot_be_read_for_stands_marked_unconfirmed() -> N
         said.message,
     )
     assert decide(seen, {"attempt": 1}, RetryPolicy(), 1).action == "succeeded"
+
+
+def test_a_teamrun_agents_mcp_servers_reach_the_runner_as_written() -> None:
+    servers = [
+        {
+            "name": "crm",
+            "url": "http://crm.team.svc:8000/mcp",
+            "headersFromEnv": {"Authorization": "CRM_TOKEN"},
+            "tools": ["find"],
+            "idempotent": {"find": True},
+        },
+        {"name": "files", "command": ["python", "-m", "tools"], "env": {"ROOT": "/data"}},
+    ]
+    agents = [{**SPEC["team"]["agents"][0], "mcpServers": servers}]
+    spec = TeamRunSpec.model_validate({**SPEC, "team": {"agents": agents}})
+    run = RunSpec.model_validate(to_run_spec(spec, "ns"))
+    assert [
+        s.model_dump(by_alias=True, exclude_defaults=True) for s in run.agents[0].mcp_servers
+    ] == servers
+
+
+def test_a_teamrun_header_from_a_contract_variable_is_refused_with_the_spec() -> None:
+    server = {"name": "crm", "url": "http://h/mcp", "headersFromEnv": {"X": "OMA_STORE_URL"}}
+    agents = [{**SPEC["team"]["agents"][0], "mcpServers": [server]}]
+    with pytest.raises(ValueError, match="runner pod contract"):
+        TeamRunSpec.model_validate({**SPEC, "team": {"agents": agents}})

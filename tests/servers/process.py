@@ -11,7 +11,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1
@@ -67,12 +67,19 @@ def _die_with_parent() -> None:
 
 
 def spawn(
-    argv: Sequence[str], log: Path, *, user: str | None = None, cwd: Path | None = None
+    argv: Sequence[str],
+    log: Path,
+    *,
+    user: str | None = None,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Start ``argv`` in the foreground (never daemonized), output to ``log``."""
+    """Start ``argv`` in the foreground (never daemonized), output to ``log``; ``env``: its
+    whole environment (default: ours)."""
     with log.open("ab") as sink:
         return subprocess.Popen(
             list(argv),
+            env=None if env is None else dict(env),
             stdin=subprocess.DEVNULL,
             stdout=sink,
             stderr=subprocess.STDOUT,

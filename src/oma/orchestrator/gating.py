@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from oma.approval.errors import DurableApprovalError
 from oma.approval.models import ApprovalRequest
 from oma.approval.requests import create_approval_request
-from oma.errors import CheckpointFencedError, StoreError
+from oma.errors import AttemptInterruptedError, CheckpointFencedError, StoreError
 from oma.orchestrator.context import RunContext, Stop
 from oma.orchestrator.events import OrchestratorEvent
 from oma.orchestrator.saver import save_run
@@ -19,8 +19,13 @@ PLAN_BOUNDARY = "coordinator-plan"
 # attempt took the run over or its checkpoint is gone (fenced, exit 12; lost, 13), or the
 # store failed (exit 1 when transient). A suspension, a gate or a task that meets one lets it
 # through unchanged, so the process exits with its code: as an approval or task failure it
-# would be a permanent failure of the run (exit 2) that no retry repairs.
-ENDS_THE_ATTEMPT: tuple[type[Exception], ...] = (CheckpointFencedError, StoreError)
+# would be a permanent failure of the run (exit 2) that no retry repairs. So does a step whose
+# outcome is unknown (``AttemptInterruptedError``: a tool's server lost mid-call).
+ENDS_THE_ATTEMPT: tuple[type[Exception], ...] = (
+    CheckpointFencedError,
+    StoreError,
+    AttemptInterruptedError,
+)
 
 
 def dispatch_request(run_id: str, task: Task, reason: str | None = None) -> ApprovalRequest:

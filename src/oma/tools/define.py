@@ -15,6 +15,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from oma.errors import AttemptInterruptedError
 from oma.llm.parts import RichContent, RichContentError, check_parts, summary_text
 from oma.llm.types import ToolSpec
 
@@ -113,6 +114,8 @@ class Tool(Generic[InputT]):
     async def execute_validated(self, parsed: InputT, ctx: ToolContext) -> ToolResult:
         try:
             output = await self.execute(parsed, ctx)
+        except AttemptInterruptedError:
+            raise  # the call's outcome is unknown: the attempt ends, the restart decides
         except Exception as exc:  # a tool's failure is data for the model, not a crash
             return ToolResult(f'Tool "{self.name}" failed: {exc}', is_error=True)
         return normalize_output(output).checked(self.name)

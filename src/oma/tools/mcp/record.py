@@ -1,0 +1,85 @@
+"""The MCP tools each agent of a run saw, recorded when the run starts and checked on resume.
+
+A restored conversation names tools by the names the model saw; if a server now gives one of
+those names a different meaning (another schema, description or recovery), or dropped it, a
+resumed attempt would call something else under the same name. So the first attempt records a
+digest of each tool in the run's store (``__oma_checkpoint__/<runId>/mcp-tools``) and every
+resumed attempt compares: a tool changed or gone fails the attempt (``McpToolChangedError``,
+before anything runs); a tool added since is not offered to the run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+
+import orjson
+from pydantic import BaseModel, ValidationError
+
+from oma.checkpoint.keys import checkpoint_key
+from oma.errors import StoreCorruptError
+from oma.store.base import MemoryStore
+from oma.tools.define import AnyTool
+from oma.tools.mcp.errors import McpToolChangedError
+
+_LATEST = "/latest"
+
+
+class ToolRecord(BaseModel):
+    """Agent name -> the model's tool name -> its digest."""
+
+    agents: dict[str, dict[str, str]]
+
+
+def record_key(run_id: str) -> str:
+    return checkpoint_key(run_id).removesuffix(_LATEST) + "/mcp-tools"
+
+
+def digest(tool: AnyTool) -> str:
+    """What a call of the tool means: its spec for the model and how a restart treats it."""
+    spec = tool.spec
+    shown = {
+        "name": spec.name,
+        "description": spec.description,
+        "inputSchema": spec.input_schema,
+        "idempotent": tool.idempotent,
+        "server": getattr(tool, "server", None),
+        "serverTool": getattr(tool, "server_tool", None),
+    }
+    return hashlib.sha256(orjson.dumps(shown, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def of(tools: Mapping[str, Sequence[AnyTool]]) -> ToolRecord:
+    return ToolRecord(agents={a: {t.name: digest(t) for t in ts} for a, ts in tools.items()})
+
+
+async def settle(
+    store: MemoryStore, run_id: str, tools: Mapping[str, Sequence[AnyTool]], *, resumed: bool
+) -> dict[str, list[AnyTool]]:
+    """The tools each agent gets this attempt. A fresh run records them; a resumed one gets
+    the recorded ones, unchanged (``McpToolChangedError`` names the first that is not). A
+    resumed run without a record (started before oma recorded tools) records them now."""
+    current = of(tools)
+    key = record_key(run_id)
+    stored = await store.get(key) if resumed else None
+    if stored is None:
+        await store.set(key, current.model_dump_json())
+        return {agent: list(found) for agent, found in tools.items()}
+    try:
+        recorded = ToolRecord.model_validate_json(stored.value)
+    except ValidationError as exc:
+        raise StoreCorruptError(
+            key, f"the run's MCP tool record is unreadable ({exc.error_count()} problems)"
+        ) from exc
+    kept: dict[str, list[AnyTool]] = {}
+    for agent, found in tools.items():
+        seen = recorded.agents.get(agent, {})
+        by_name = {tool.name: tool for tool in found}
+        for name, was in sorted(seen.items()):
+            now = by_name.get(name)
+            if now is None:
+                raise McpToolChangedError(agent, name, "is gone from its server")
+            if digest(now) != was:
+                raise McpToolChangedError(agent, name, "changed (schema, description or hints)")
+        kept[agent] = [tool for tool in found if tool.name in seen]
+    return kept
