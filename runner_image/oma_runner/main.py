@@ -19,6 +19,7 @@ from pathlib import Path
 from oma.errors import (
     CheckpointFencedError,
     CheckpointLostError,
+    ModelUnavailableError,
     OmaError,
 )
 from oma.local_run import run_spec
@@ -65,6 +66,8 @@ async def run(config: RunnerConfig, metrics: RunnerMetrics, log: RunnerLog) -> E
     except OmaError as exc:
         # A transient error: the operator retries the attempt after a backoff.
         how = "crashed" if exc.transient else "failed"
+        if isinstance(exc, ModelUnavailableError):
+            how = "model_unavailable"  # exit 14: the operator waits the outage out
         _report(config, how, f"{exc.code}: {exc}", metrics, log)
         return exit_for_error(exc)
     finally:

@@ -207,6 +207,22 @@ class AttemptInterruptedError(OmaError):
     transient = True
 
 
+class ModelUnavailableError(AttemptInterruptedError):
+    """A model call still failed transiently after the SDK's retries (unreachable, timed out,
+    408/409/429/5xx, overloaded) in a run that parks on provider outages (``oma run``, the
+    runner pod): the attempt ends at its last boundary instead of failing the task, and the
+    next attempt resumes there. ``provider_message`` is the adapter's error message."""
+
+    code = "MODEL_UNAVAILABLE"
+
+    def __init__(self, provider_message: str) -> None:
+        self.provider_message = provider_message
+        super().__init__(
+            f"the model provider is unavailable: {provider_message}. The run stopped at its "
+            "last durable boundary; run it again (the operator does, with backoff) to resume"
+        )
+
+
 class MissingExtraError(OmaError, ImportError):
     """A part of oma was used whose optional dependencies are not installed: ``pip install`` the
     extra the message names (``oma[redis]``, ``oma[postgres]``, ...). Also an ``ImportError``."""

@@ -121,6 +121,7 @@ async def run_spec(
             max_concurrency=spec.max_concurrency,
             drain=drain,
             on_attempt=tally.attempt_started,
+            park_on_model_outage=True,  # a provider outage is an interruption: resume later
             **gates_for(spec.approvals),
         )
         # Run ids are unique per tenant only: the tenant goes into task ids (and so into the

@@ -13,11 +13,14 @@ TeamRun's own ``spec.runner.env`` may not use the names reserved here.
 | 11 | drained after SIGTERM, checkpoint flushed | next attempt (a disruption) |
 | 12 | fenced: another writer replaced the run's checkpoint | next attempt's or ``Superseded`` |
 | 13 | checkpoint lost: saved before, missing now; nothing run | ``Failed`` (``CheckpointLost``) |
+| 14 | the model provider unavailable after the SDK's retries | ``ModelUnavailable``: retries |
 | 130 | interrupted (``oma run`` only: Ctrl-C) | |
 
-A model provider outage is not a 1: a model call that still fails after its retries fails its
-task, and a run with a failed task exits 2 (docs/limitations.md). A store that fails at a strict
-save (a suspension, a ``started`` mark) ends the attempt: 1 when transient.
+A model call that still fails transiently after its retries ends the attempt with 14 (the
+task keeps its place in the checkpoint; the operator starts the next attempt after a backoff,
+using no failure budget, until ``retryPolicy.modelOutageSeconds``); one the provider refuses
+as such (400, 401, ...) fails its task, and a run with a failed task exits 2. A store that
+fails at a strict save (a suspension, a ``started`` mark) ends the attempt: 1 when transient.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from oma import jsonutil
-from oma.errors import OmaError
+from oma.errors import ModelUnavailableError, OmaError
 
 # Inputs: the run spec (one of three forms), who and which attempt this is, where to report.
 RUN_SPEC_ENV = "OMA_RUN_SPEC"  # JSON
@@ -89,11 +92,16 @@ class Exit(IntEnum):
     DRAINED = 11
     FENCED = 12
     CHECKPOINT_LOST = 13
+    MODEL_UNAVAILABLE = 14
     INTERRUPTED = 130
 
 
 def exit_for_error(error: OmaError) -> Exit:
-    """How an error that ended a run ends the process: by whether it says it is transient."""
+    """How an error that ended a run ends the process: a model provider's outage by its own
+    code (the operator waits it out without using the failure budget), any other error by
+    whether it says it is transient."""
+    if isinstance(error, ModelUnavailableError):
+        return Exit.MODEL_UNAVAILABLE
     return Exit.TRANSIENT if error.transient else Exit.PERMANENT
 
 

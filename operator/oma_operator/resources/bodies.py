@@ -70,6 +70,7 @@ class TeamRunStatus(TypedDict, total=False):
     lastCheckpointAt: str
     checkpointSaved: bool
     nextAttemptAfter: str
+    modelOutageSince: str
     stoppedForHold: str
     workDigest: str
     retries: list[dict[str, Any]]  # the retry log (runs.retries)

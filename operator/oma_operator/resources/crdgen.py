@@ -381,6 +381,11 @@ def _status_schema() -> dict[str, Any]:
                 "An attempt saved a checkpoint: later attempts must find it (CheckpointLost).",
             ),
             "nextAttemptAfter": field("string", "When the next attempt may start (a backoff)."),
+            "modelOutageSince": field(
+                "string",
+                "When the model provider's current outage began (the first of the attempts "
+                "that ended ModelUnavailable one after another); gone once one ends otherwise.",
+            ),
             "stoppedForHold": field(
                 "string",
                 "The runner pod the operator stopped for spec.suspend or spec.cancel: its end "

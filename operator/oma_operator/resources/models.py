@@ -170,6 +170,15 @@ class RetryPolicy(SpecModel):
         le=3600,
         description="Wait before the attempt after a crash; doubled per failure, at most 1 h.",
     )
+    model_outage_seconds: int = Field(
+        default=3600,
+        ge=0,
+        le=604800,
+        description="How long a model provider may stay unavailable (attempts ending "
+        "ModelUnavailable after the SDK's retries, one after another) before the run ends "
+        "Failed (ModelOutageExhausted). Waiting uses no failure budget; attempts back off from "
+        "backoffSeconds, doubling, up to 5 minutes apart.",
+    )
     start_timeout_seconds: int = Field(
         default=600,
         ge=10,

@@ -2,12 +2,14 @@
 
 Exit codes (``oma run``, the same table a runner pod exits with, ``oma.pod_contract``): 0
 success; 1 transient: the store was unreachable (or another transient error ended the
-attempt), run it again; 2 the run did not succeed (a task failed, e.g. after its model calls'
-retries; it was rejected) or bad input (an unreadable or invalid spec, a bad option): the
+attempt), run it again; 2 the run did not succeed (a task failed, e.g. its model refused the
+request; it was rejected) or bad input (an unreadable or invalid spec, a bad option): the
 message says which; 10 the run is suspended waiting for approvals; 12 fenced: a newer attempt
 of the same run took over and this process stopped without running further tools; 13 the
-checkpoint was lost; 130 interrupted (Ctrl-C): run the same command again to resume. An error
-is printed as ``error: CODE: message`` (the code of ``docs/errors.md``).
+checkpoint was lost; 14 the model provider stayed unavailable after the SDK's retries: the run
+stopped at its last boundary, run it again once the provider is back; 130 interrupted
+(Ctrl-C): run the same command again to resume. An error is printed as ``error: CODE:
+message`` (the code of ``docs/errors.md``).
 """
 
 from __future__ import annotations

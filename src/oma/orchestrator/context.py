@@ -67,6 +67,7 @@ class RunContext:
     stop: Stop | None = None
     approved_dispatch: dict[str, ApprovalRequest] = field(default_factory=dict)
     drain: asyncio.Event | None = None  # set (e.g. on SIGTERM): stop at the next boundary
+    park_on_model_outage: bool = False  # a provider outage ends the attempt, not the task
     encoder: SnapshotEncoder = field(default_factory=SnapshotEncoder, repr=False, compare=False)
 
     def drain_requested(self) -> bool:

@@ -59,6 +59,7 @@ class OpenMultiAgent:
         on_tool_call: ToolCallGate | None = None,
         drain: asyncio.Event | None = None,
         on_attempt: Callable[[RunIdentity], None] | None = None,
+        park_on_model_outage: bool = False,
     ) -> None:
         if on_approval is not None and on_task_dispatch is not None:
             raise ValueError(
@@ -67,6 +68,9 @@ class OpenMultiAgent:
             )
         self.gates = Gates(on_plan_ready, on_task_dispatch, on_approval, on_tool_call)
         self.drain = drain  # once set, every run stops at its next durable boundary
+        # A model call that fails transiently after the SDK's retries ends the attempt
+        # (ModelUnavailableError) instead of failing its task: for callers that resume.
+        self.park_on_model_outage = park_on_model_outage
         # Told each run's identity (run id, attempt, trace and root span ids, the link to the
         # attempt before) before any of its work starts: tracing starts its spans from it.
         self.on_attempt = on_attempt
@@ -194,6 +198,7 @@ class OpenMultiAgent:
             context.checkpoint = activation.active
             context.gates = self.gates
             context.drain = self.drain
+            context.park_on_model_outage = self.park_on_model_outage
             context.ledger = DurableApprovalLedger(activation.checkpoint.store)
             # With fencing, the run is claimed before any work: an older attempt still alive
             # fails its next save. If it wrote since we loaded, load its newer state instead.
@@ -302,6 +307,7 @@ class OpenMultiAgent:
             max_concurrency=self.max_concurrency,
             gates=self.gates,
             drain=self.drain,
+            park_on_model_outage=self.park_on_model_outage,
             ledger=DurableApprovalLedger(activation.checkpoint.store) if activation else None,
         )
         self._announce(identity)

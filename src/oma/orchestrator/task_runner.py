@@ -12,7 +12,8 @@ from oma.agent.tool_approvals import ToolApprovalSupport
 from oma.approval.errors import DurableApprovalError
 from oma.approval.models import ApprovalRequest
 from oma.checkpoint.runner_state import InFlightTask
-from oma.errors import RunDrained
+from oma.errors import ModelUnavailableError, RunDrained
+from oma.llm.adapter import LLMError, LLMResponseError
 from oma.orchestrator.context import FatalRunError, RunContext, Stop
 from oma.orchestrator.events import OrchestratorEvent
 from oma.orchestrator.gating import ENDS_THE_ATTEMPT
@@ -82,6 +83,10 @@ async def run_task(context: RunContext, task: Task) -> None:
             # before a non-idempotent tool) met a store that failed, or a newer attempt.
             raise
         except Exception as exc:  # a task's failure (model error, bad script) may be retried
+            if context.park_on_model_outage and is_outage(exc):
+                # The task keeps its place (its last boundary is in the checkpoint): the
+                # attempt ends, and the next one resumes it once the provider is back.
+                raise ModelUnavailableError(str(exc)) from exc
             error = exc
             continue
         if outcome.suspended:
@@ -92,6 +97,14 @@ async def run_task(context: RunContext, task: Task) -> None:
     context.in_flight.pop(task.id, None)
     context.queue.fail(task.id, str(error))
     context.emit(OrchestratorEvent("error", task.assignee, task.id, {"error": error}))
+
+
+def is_outage(error: Exception) -> bool:
+    """A model call that failed transiently after the SDK's retries; not a response the
+    engine could not use, nor a request the provider refused as such."""
+    return (
+        isinstance(error, LLMError) and error.transient and not isinstance(error, LLMResponseError)
+    )
 
 
 def _tool_events(context: RunContext, task: Task) -> Callable[[str, str, bool, float], None]:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Literal
 
+from oma.timeutil import format_iso, parse_iso
 from oma_operator import masking
 from oma_operator.resources.bodies import TeamRunStatus
 from oma_operator.resources.models import RetryPolicy
@@ -17,6 +19,7 @@ Hold = Literal["cancel", "suspend"]  # spec.cancel, spec.suspend (oma_operator.r
 MAX_ATTEMPT_HISTORY = 50
 CANCELLED = "cancelled on request (spec.cancel); the checkpoint is kept"
 SUSPENDED = "suspended on request (spec.suspend): set it to false to resume from the checkpoint"
+MAX_OUTAGE_BACKOFF_SECONDS = 300  # attempts during a provider outage: at most 5 minutes apart
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,9 @@ class Decision:
     reason: str
     message: str
     delay_seconds: int = 0
+    # status.modelOutageSince after this decision: when the current provider outage began
+    # (None: there is none, the field is removed).
+    outage_since: str | None = None
 
 
 def decide(
@@ -35,14 +41,15 @@ def decide(
     attempt: int = 0,
     hold: Hold | None = None,
     stopped_for_hold: bool = False,
+    now: datetime | None = None,
 ) -> Decision:
     """``counters`` is the TeamRun's status (its budgets' counts, its current ``attempt``);
     ``attempt`` the one that ended; ``hold`` what the spec asks for now. A held run gets no
     next attempt: ``cancel`` ends it (unless it succeeded or failed for good first),
     ``suspend`` leaves it ``Suspended``. The pod the operator stopped for the hold
     (``stopped_for_hold``) counts against no budget, also when the hold was cleared before
-    its end is recorded."""
-    decision = _decide(outcome, counters, policy, attempt)
+    its end is recorded. ``now`` (default: the clock) measures a provider outage."""
+    decision = _decide(outcome, counters, policy, attempt, now or datetime.now(UTC))
     used = _budgets_used(counters)
     before = {key: used.get(key, 0) for key in decision.counters}
     if hold is None and stopped_for_hold and outcome.kind == "disruption":
@@ -68,9 +75,11 @@ def _budgets_used(status: TeamRunStatus) -> dict[str, int]:
 
 
 def _decide(
-    outcome: Outcome, counters: TeamRunStatus, policy: RetryPolicy, attempt: int
+    outcome: Outcome, counters: TeamRunStatus, policy: RetryPolicy, attempt: int, now: datetime
 ) -> Decision:
     counts = _budgets_used(counters)
+    if outcome.kind == "outage":
+        return _outage(outcome, counters, policy, attempt, now)
     if outcome.kind == "succeeded":
         return Decision("succeeded", counts, "RunSucceeded", "the run completed")
     if outcome.kind == "suspended":
@@ -111,6 +120,43 @@ def _decide(
         outcome.reason,
         f"attempt ended ({outcome.reason}); starting the next one",
         min(delay, 3600),
+    )
+
+
+def _outage(
+    outcome: Outcome, status: TeamRunStatus, policy: RetryPolicy, attempt: int, now: datetime
+) -> Decision:
+    """A model provider that stayed unavailable: the next attempt after a backoff, no budget
+    used, until the outage (since the first of the attempts that ended so, one after another)
+    has lasted ``modelOutageSeconds``."""
+    counts = _budgets_used(status)
+    since = parse_iso(str(status.get("modelOutageSince") or "")) or now
+    waited = max(0.0, (now - since).total_seconds())
+    limit = policy.model_outage_seconds
+    report = outcome.report
+    said = masking.mask(report.message if report is not None else outcome.message)[:600]
+    if waited >= limit:
+        return Decision(
+            "failed",
+            counts,
+            "ModelOutageExhausted",
+            f"the model provider has been unavailable for {waited:.0f}s, "
+            f"retryPolicy.modelOutageSeconds is {limit}: {said}",
+        )
+    streak = 1  # this attempt, and the ones before it that ended the same way
+    for record in reversed(status.get("attempts") or []):
+        if record.get("outcome") != "outage":
+            break
+        streak += 1
+    delay = min(policy.backoff_seconds * 2 ** min(streak - 1, 16), MAX_OUTAGE_BACKOFF_SECONDS)
+    return Decision(
+        "next_attempt",
+        counts,
+        "ModelUnavailable",
+        f"the model provider is unavailable ({said}); attempt {attempt + 1} in {delay}s, "
+        f"for up to {limit - waited:.0f}s more of this outage",
+        delay,
+        outage_since=format_iso(since),
     )
 
 

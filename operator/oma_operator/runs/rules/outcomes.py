@@ -1,7 +1,8 @@
 """What happened to a runner pod, from its status alone (pure, exhaustively tested).
 
 Disruptions (evictions, preemption, node drain, a drained runner) do not count as failures and
-have their own budget; OOM kills have theirs; crashes are failures retried after a backoff.
+have their own budget; OOM kills have theirs; crashes are failures retried after a backoff; a
+model provider's outage (exit 14) is waited out, bounded by time rather than a count.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ Kind = Literal[
     "disruption",
     "oom",
     "crash",
+    "outage",
 ]
 TERMINAL: frozenset[Kind] = frozenset(
-    {"succeeded", "suspended", "fenced", "permanent", "disruption", "oom", "crash"}
+    {"succeeded", "suspended", "fenced", "permanent", "disruption", "oom", "crash", "outage"}
 )
 EXIT_KINDS: dict[int, Kind] = {
     Exit.OK: "succeeded",
@@ -33,6 +35,7 @@ EXIT_KINDS: dict[int, Kind] = {
     Exit.FENCED: "fenced",
     Exit.PERMANENT: "permanent",
     Exit.CHECKPOINT_LOST: "permanent",
+    Exit.MODEL_UNAVAILABLE: "outage",
 }
 
 
@@ -79,6 +82,7 @@ def classify(pod: PodBody) -> Outcome:
             "disruption": disruption or "Drained",
             "fenced": "Fenced",
             "permanent": "PermanentFailure",
+            "outage": "ModelUnavailable",
         }[kind]
         return Outcome(kind, reason, message, exit_code)
     if disruption is not None:

@@ -175,6 +175,7 @@ def after_attempt(
         if report.tasks is not None:
             new["taskSummary"] = f"{report.tasks.completed}/{report.tasks.total}"
         new["pendingApprovals"] = len(report.pending_approvals)
+    new["modelOutageSince"] = decision.outage_since  # None: merge patch removes it
     if next_attempt is not None:
         new["attempt"] = next_attempt
         start = datetime.now(UTC) + timedelta(seconds=decision.delay_seconds)
