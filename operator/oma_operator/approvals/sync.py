@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections import OrderedDict
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from oma.approval.errors import DurableApprovalError
@@ -20,6 +22,7 @@ from oma.checkpoint import Checkpoint, CheckpointSnapshotV4
 from oma.checkpoint.keys import checkpoint_key
 from oma.store.base import MemoryStore
 from oma.store.journal import JournalHead, supports_journal
+from oma.timeutil import format_iso
 from oma_operator import events, runtime
 from oma_operator.approvals.rules.binding import (
     earlier_own,
@@ -28,6 +31,12 @@ from oma_operator.approvals.rules.binding import (
     mirrored_status,
     run_over_status,
     status_patch,
+)
+from oma_operator.approvals.rules.expiry import (
+    EXPIRED_REVIEWER,
+    expires_at,
+    expiry_reason,
+    expiry_word,
 )
 from oma_operator.approvals.rules.resources import decision_manifest
 from oma_operator.approvals.rules.reviewers import (
@@ -39,7 +48,7 @@ from oma_operator.approvals.rules.reviewers import (
 from oma_operator.k8s.client import Kube
 from oma_operator.k8s.errors import CHANGED_OR_GONE, KubeConflict
 from oma_operator.resources.bodies import DecisionBody, ObjectMeta, TeamRunBody
-from oma_operator.resources.models import ReviewerSet, TeamRunSpec
+from oma_operator.resources.models import ReviewerSet, TeamRunApprovals, TeamRunSpec
 from oma_operator.resources.specs import run_id_of
 from oma_operator.stores import STORES
 
@@ -136,14 +145,14 @@ async def sync_approvals(kube: Kube, teamrun: TeamRunBody, spec: TeamRunSpec) ->
         resource_name = expected["metadata"]["name"]
         published.add(resource_name)
         resource = found.get(resource_name)
+        expiry = expires_at(record.request, spec.approvals)
         if resource is None:
             if record.decision is not None:
                 continue  # decided elsewhere before it was ever published
-            resource = await _publish(kube, expected, record)
+            resource = await _publish(kube, expected, record, expiry)
         if resource is not None:
-            records[request_id] = await _settle(
-                kube, store, teamrun, resource, expected, record, reviewers, excluded
-            )
+            judged = Judged(resource, expected, record, reviewers, excluded, expiry)
+            records[request_id] = await _settle(kube, store, teamrun, judged, spec.approvals)
     for resource_name, resource in found.items():
         if resource_name not in published and not earlier_own(resource, teamrun):
             await _ignore(
@@ -157,7 +166,7 @@ async def sync_approvals(kube: Kube, teamrun: TeamRunBody, spec: TeamRunSpec) ->
 
 
 async def _publish(
-    kube: Kube, expected: DecisionBody, record: ApprovalRecord
+    kube: Kube, expected: DecisionBody, record: ApprovalRecord, expiry: datetime | None
 ) -> DecisionBody | None:
     """Create the resource and mark it as the operator's own at once (by uid: a reviewer's
     decision right after the create does not stand in the way). On a taken name, the resource
@@ -167,7 +176,7 @@ async def _publish(
         created = await kube.create_decision(meta["namespace"], expected)
     except KubeConflict:
         return await kube.get_decision(meta["namespace"], meta["name"])
-    status = mirrored_status(record)
+    status = mirrored_status(record, expires=_iso(expiry))
     try:
         await kube.patch_decision_status(
             meta["namespace"], meta["name"], status, uid=created["metadata"]["uid"]
@@ -177,18 +186,30 @@ async def _publish(
     return {**created, "status": status}
 
 
+@dataclass(frozen=True)
+class Judged:
+    """A published resource, what the operator would publish for its request, the request's
+    record in the ledger, who may decide it, and when it expires."""
+
+    resource: DecisionBody
+    expected: DecisionBody
+    record: ApprovalRecord
+    reviewers: ReviewerSet | None
+    excluded: list[str] | None
+    expiry: datetime | None
+
+
 async def _settle(
     kube: Kube,
     store: MemoryStore,
     teamrun: TeamRunBody,
-    resource: DecisionBody,
-    expected: DecisionBody,
-    record: ApprovalRecord,
-    reviewers: ReviewerSet | None,
-    excluded: list[str] | None,
+    judged: Judged,
+    approvals: TeamRunApprovals | None,
 ) -> ApprovalRecord:
-    """Record a trusted resource's decision in the ledger (first decision wins) and mirror the
-    ledger into its status; replace or report a resource that is not the operator's."""
+    """Record a trusted resource's decision in the ledger (first decision wins), or expiry's
+    once the request expired undecided, and mirror the ledger into its status; replace or
+    report a resource that is not the operator's."""
+    resource, expected, record = judged.resource, judged.expected, judged.record
     meta = resource["metadata"]
     trust = judge(resource, expected)
     if trust.verdict == "repair":
@@ -226,11 +247,15 @@ async def _settle(
         return record
     message = None
     spec = resource.get("spec") or {}
-    if record.decision is None and spec.get("decision") in ("Approved", "Rejected"):
-        record, message = await _record(store, spec, record, reviewers, excluded)
+    expired = judged.expiry is not None and datetime.now(UTC) >= judged.expiry
+    if record.decision is None and expired and approvals is not None:
+        record = await _expire(store, record, approvals)  # a decision set now comes too late
+        message = _not_recorded(spec, record)
+    elif record.decision is None and spec.get("decision") in ("Approved", "Rejected"):
+        record, message = await _record(store, spec, record, judged.reviewers, judged.excluded)
     elif record.decision is not None:
         message = _not_recorded(spec, record)
-    wanted = mirrored_status(record, message)
+    wanted = mirrored_status(record, message, _iso(judged.expiry))
     patch = status_patch((resource.get("status") or {}), wanted)
     if patch is not None:
         version = meta["resourceVersion"] if trust.verdict == "adopt" else None
@@ -269,6 +294,27 @@ async def _record(
     except DurableApprovalError as exc:
         message = f"not recorded: {exc.code}: {exc}"
     return await ledger.get(record.request.id) or record, message
+
+
+async def _expire(
+    store: MemoryStore, record: ApprovalRecord, approvals: TeamRunApprovals
+) -> ApprovalRecord:
+    """Decide an expired request as ``onExpiry`` says, by the reviewer ``expired``; a decision
+    recorded meanwhile (by the CLI, in the store) stands instead."""
+    ledger = DurableApprovalLedger(store)
+    with contextlib.suppress(DurableApprovalError):  # decided meanwhile: first decision wins
+        await ledger.decide(
+            request_id=record.request.id,
+            request_hash=record.request.request_hash,
+            decision=expiry_word(record.request, approvals),
+            reviewer={"id": EXPIRED_REVIEWER},
+            reason=expiry_reason(approvals),
+        )
+    return await ledger.get(record.request.id) or record
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return format_iso(moment) if moment is not None else None
 
 
 def _not_recorded(spec: dict[str, Any], record: ApprovalRecord) -> str | None:

@@ -156,6 +156,13 @@ def approval_decisions_policy() -> dict[str, Any]:
                     "you created this TeamRun or changed what it executes, and its approvals "
                     "require separation of duties: someone else must decide",
                 ),
+                _check(
+                    "!variables.deciding || !has(oldObject.status) || "
+                    "!has(oldObject.status.recorded) || !oldObject.status.recorded",
+                    "this request is already decided (status.decision, by status.reviewer; "
+                    "'expired' when nobody decided it in time): a decision set now would not "
+                    "count",
+                ),
             ],
         },
     }

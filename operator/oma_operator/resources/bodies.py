@@ -117,6 +117,7 @@ class DecisionStatus(TypedDict, total=False):
     reason: str
     decidedAt: str
     message: str
+    expiresAt: str
 
 
 class DecisionBody(TypedDict, total=False):

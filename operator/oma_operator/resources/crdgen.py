@@ -293,6 +293,7 @@ def approvaldecision_crd() -> dict[str, Any]:
             ("Scope", "string", ".spec.scope"),
             ("Decision", "string", ".status.decision"),
             ("Reviewer", "string", ".status.reviewer"),
+            ("Expires", "string", ".status.expiresAt"),
             ("Age", "date", ".metadata.creationTimestamp"),
             ("Requested", "string", ".spec.decision", 1),
             ("Verified", "boolean", ".status.verified", 1),
@@ -321,6 +322,11 @@ def _decision_status_schema() -> dict[str, Any]:
             "reason": field("string", "Why, as recorded with the decision."),
             "decidedAt": field("string", "When the recorded decision was made."),
             "message": field("string", "Why a decision set here was not recorded, if it was not."),
+            "expiresAt": field(
+                "string",
+                "When the request is decided by expiry if nobody decides it first (the TeamRun's "
+                "approvals.expireAfterSeconds); a decision set after it is not recorded.",
+            ),
         },
     }
 

@@ -375,6 +375,18 @@ class TeamRunApprovals(ApprovalsSpec):
         f"(recorded by the API server in the {CREATOR_ANNOTATION} and {EDITORS_ANNOTATION} "
         "annotations) may not decide its requests.",
     )
+    expire_after_seconds: int | None = Field(
+        default=None,
+        ge=1,
+        le=31536000,
+        description="A request nobody decided this long after it was made is decided by "
+        "expiry (as onExpiry says; an uncertain tool call is always settled Failed, never run "
+        "again), recorded with reviewer 'expired'; a decision set later is not recorded. Its "
+        "ApprovalDecision shows status.expiresAt. Default: requests never expire.",
+    )
+    on_expiry: Literal["Reject", "Approve"] = Field(
+        default="Reject", description="What an expired request is decided as."
+    )
 
 
 class TeamRunSpec(SpecModel):

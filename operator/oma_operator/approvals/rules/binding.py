@@ -139,9 +139,14 @@ def run_over_status(
     return {**current, "recorded": False, "message": message}
 
 
-def mirrored_status(record: ApprovalRecord, message: str | None = None) -> DecisionStatus:
-    """The ledger's state of the request, for the resource's status (CamelCase, as in spec)."""
+def mirrored_status(
+    record: ApprovalRecord, message: str | None = None, expires: str | None = None
+) -> DecisionStatus:
+    """The ledger's state of the request, for the resource's status (CamelCase, as in spec);
+    ``expires``: when an undecided request expires."""
     status: DecisionStatus = {"verified": True, "recorded": record.decision is not None}
+    if expires is not None:
+        status["expiresAt"] = expires
     decision = record.decision
     if decision is None:
         status["decision"] = "Pending"
