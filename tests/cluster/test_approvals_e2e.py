@@ -13,6 +13,7 @@ import pytest
 
 from devcluster import KubeClient
 from devcluster.kube import ApiError
+from oma.timeutil import parse_iso
 from tests.cluster.approval_kit import (
     DECISIONS,
     KUBECTL_PATCH,
@@ -299,3 +300,39 @@ async def test_a_run_cancelled_while_it_waits_says_so_on_its_decisions(
     assert row is not None and row.decision is None  # the ledger keeps it undecided
     assert await effects.ledger() == []  # the charge never ran
     assert (await status_of(kube, namespace, "late"))["phase"] == "Cancelled"
+
+
+@pytest.mark.timeout(240)
+async def test_an_approval_nobody_decides_expires_rejected_and_a_later_patch_is_refused(
+    cluster: ClusterHandle,
+    kube: KubeClient,
+    namespace: str,
+    operator: Path,
+    e2e_redis: Endpoint,
+    redis_secret: str,
+    admission_policies: None,
+    effects: SideEffects,
+) -> None:
+    await grant_reviewers(kube, namespace, "erin")
+    body = gated("lapse", effects, "charge cancelled", approvals={"expireAfterSeconds": 5})
+    await kube.create(TEAMRUNS.format(ns=namespace), body)
+    decision = await pending_decision(kube, namespace, "lapse")
+    path = f"{DECISIONS.format(ns=namespace)}/{decision['metadata']['name']}"
+    final = await finished(kube, namespace, "lapse", 150)
+    # Rejected by expiry: the tool call became a denied result, the charge never ran.
+    assert final["phase"] == "Succeeded" and await effects.ledger() == []
+    assert [a["outcome"] for a in final["attempts"]] == ["suspended", "succeeded"]
+    status = (await kube.get(path))["status"]
+    assert (status["decision"], status["reviewer"]) == ("Rejected", "expired")
+    assert "expireAfterSeconds (5s)" in status["reason"] and status["recorded"] is True
+    row = await ledger_row(e2e_redis, body, namespace, decision["spec"]["requestId"])
+    assert row is not None and row.decision is not None
+    assert row.decision.reviewer.id == "expired"
+    asked, expires = parse_iso(row.request.requested_at), parse_iso(status["expiresAt"])
+    assert asked is not None and expires is not None
+    assert abs((expires - asked).total_seconds() - 5) < 1  # as the resource showed it
+    async with as_user(cluster, "erin") as erin:
+        with pytest.raises(ApiError) as late:
+            await erin.patch(path, {"spec": {"decision": "Approved", "reviewer": "erin"}})
+    assert late.value.status in (403, 422) and "already decided" in str(late.value)
+    assert await effects.ledger() == []
