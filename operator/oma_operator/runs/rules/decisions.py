@@ -19,6 +19,7 @@ Hold = Literal["cancel", "suspend"]  # spec.cancel, spec.suspend (oma_operator.r
 MAX_ATTEMPT_HISTORY = 50
 CANCELLED = "cancelled on request (spec.cancel); the checkpoint is kept"
 SUSPENDED = "suspended on request (spec.suspend): set it to false to resume from the checkpoint"
+MCP_TOOL_CHANGED = "MCP_TOOL_CHANGED"  # oma.tools.mcp.McpToolChangedError.code
 MAX_OUTAGE_BACKOFF_SECONDS = 300  # attempts during a provider outage: at most 5 minutes apart
 
 
@@ -96,8 +97,12 @@ def _decide(
             "failed", counts, "CheckpointLost", report.message if report else outcome.message
         )
     if outcome.kind == "permanent":
-        if outcome.report is not None and outcome.report.status == "rejected":
+        report = outcome.report
+        if report is not None and report.status == "rejected":
             return Decision("failed", counts, "Rejected", "a reviewer rejected the run")
+        if report is not None and report.message.startswith(f"{MCP_TOOL_CHANGED}: "):
+            # Nothing was called: put the tool back on its server, then `oma retry` resumes.
+            return Decision("failed", counts, "McpToolChanged", masking.mask(report.message))
         return Decision("failed", counts, "PermanentFailure", outcome.message)
     budget_key, limit = {
         "disruption": ("disruptions", policy.max_disruptions),
