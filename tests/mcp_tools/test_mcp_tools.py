@@ -214,3 +214,19 @@ async def test_a_tool_renamed_between_attempts_holds_the_run_and_is_never_called
         await _run(spec, "r1", tmp_path)
     assert not caught.value.transient
     assert counter.calls() == []
+
+
+async def test_deleting_the_checkpoint_deletes_the_tool_record_and_a_fresh_run_records_anew(
+    counter: McpCounterServer, tmp_path: Path
+) -> None:
+    from oma.checkpoint.keys import checkpoint_key
+    from oma.checkpoint.stored import remove_checkpoint
+    from oma.tools.mcp.record import record_key
+
+    spec = _spec(tmp_path / "s.json", [{"text": "done"}], {"url": counter.url, "tools": ["add"]})
+    assert (await _run(spec, "r1", tmp_path)).result.success
+    store = FileStore(tmp_path / "s.json")
+    recorded = await store.get(record_key("r1"))
+    assert recorded is not None and "counter__add" in recorded.value
+    assert await remove_checkpoint(store, checkpoint_key("r1"))
+    assert await store.get(record_key("r1")) is None

@@ -17,3 +17,9 @@ def checkpoint_key(run_id: str | None = None) -> str:
 def is_checkpoint_key(key: str) -> bool:
     """True for a key under the checkpoint prefix (``__oma_checkpoint__/``)."""
     return key.startswith(CHECKPOINT_KEY_PREFIX)
+
+
+def tool_record_key(checkpoint_key: str) -> str:
+    """Where a run keeps the MCP tools its agents saw (``oma.tools.mcp.record``), beside its
+    checkpoint: ``__oma_checkpoint__/<runId>/mcp-tools``."""
+    return checkpoint_key.removesuffix("latest") + "mcp-tools"

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 
 from oma.approval.ledger import DurableApprovalLedger
 from oma.checkpoint.attempts import attempts_key, load_attempt_log
-from oma.checkpoint.keys import checkpoint_key, is_checkpoint_key
+from oma.checkpoint.keys import checkpoint_key, is_checkpoint_key, tool_record_key
 from oma.checkpoint.manager import Checkpoint
 from oma.checkpoint.snapshot import CheckpointSnapshotV4
 from oma.errors import CheckpointError
@@ -67,8 +67,8 @@ async def saved_checkpoints(store: MemoryStore) -> StoreListing:
 
 
 async def remove_checkpoint(store: MemoryStore, key: str) -> bool:
-    """Delete the checkpoint under ``key`` and its attempt log; ``False`` when neither was
-    there."""
+    """Delete the checkpoint under ``key``, its attempt log and its record of MCP tools;
+    ``False`` when neither checkpoint nor log was there."""
     journal = await store.journal_version(key) if supports_journal(store) else None
     if (
         journal is None
@@ -78,6 +78,7 @@ async def remove_checkpoint(store: MemoryStore, key: str) -> bool:
         return False
     await store.delete(key)
     await store.delete(attempts_key(key))
+    await store.delete(tool_record_key(key))
     return True
 
 

@@ -16,13 +16,11 @@ from collections.abc import Mapping, Sequence
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from oma.checkpoint.keys import checkpoint_key
+from oma.checkpoint.keys import checkpoint_key, tool_record_key
 from oma.errors import StoreCorruptError
 from oma.store.base import MemoryStore
 from oma.tools.define import AnyTool
 from oma.tools.mcp.errors import McpToolChangedError
-
-_LATEST = "/latest"
 
 
 class ToolRecord(BaseModel):
@@ -32,7 +30,7 @@ class ToolRecord(BaseModel):
 
 
 def record_key(run_id: str) -> str:
-    return checkpoint_key(run_id).removesuffix(_LATEST) + "/mcp-tools"
+    return tool_record_key(checkpoint_key(run_id))
 
 
 def digest(tool: AnyTool) -> str:
