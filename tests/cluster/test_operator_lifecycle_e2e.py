@@ -258,7 +258,8 @@ async def test_a_pod_deleted_before_its_outcome_is_recorded_starts_the_next_atte
     # PodLost when it vanished unseen; PodDeleted when its end while being deleted was seen.
     assert (first["attempt"], first["outcome"]) == (1, "disruption")
     assert first["reason"] in ("PodLost", "PodDeleted"), first
-    assert "finalizer had been removed" in first["message"]
+    if first["reason"] == "PodLost":  # a PodDeleted end carries the pod's own (often empty) one
+        assert "finalizer had been removed" in first["message"], first
     assert second["outcome"] == "succeeded"
     assert await effects.ledger() == ["first", "second"]
 
