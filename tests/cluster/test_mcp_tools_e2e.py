@@ -1,5 +1,5 @@
-"""A TeamRun whose agent uses a real MCP server (``oma.testing.mcp_counter``, built with the SDK,
-started over stdio inside the runner image) while its runner is evicted after each call it
+"""A TeamRun whose agent uses a real MCP server (``oma.tools.mcp.counter_server``, built with
+the SDK, started over stdio inside the runner image) while its runner is evicted after each call it
 makes: every call reaches the server under one key on every attempt, and each takes effect
 once."""
 
@@ -49,7 +49,7 @@ def _teamrun(name: str, effects: SideEffects, redis_for_pods: str, prefix: str) 
     agent["mcpServers"] = [
         {
             "name": "counter",
-            "command": ["python", "-m", "oma.testing.mcp_counter", "--stdio"],
+            "command": ["python", "-m", "oma.tools.mcp.counter_server", "--stdio"],
             "env": {"MCP_COUNTER_REDIS_URL": redis_for_pods, "MCP_COUNTER_PREFIX": prefix},
             "tools": ["add"],
         }
@@ -100,7 +100,8 @@ async def test_mcp_calls_survive_evictions_once_each_under_one_key(
         total = int(await db.get(f"{prefix}:counter:n") or 0)
     finally:
         await db.aclose()
-    assert status.get("phase") == "Succeeded", status
+    said = [a.get("message") for a in status.get("attempts", [])]
+    assert status.get("phase") == "Succeeded", said
     assert len(evicted) >= 3, evicted
     keys = Counter(call["key"] for call in calls)
     run_id = body["spec"]["runId"]

@@ -1,4 +1,4 @@
-"""Tools from a real MCP server (``oma.testing.mcp_counter``, built with the SDK) in a run:
+"""Tools from a real MCP server (``oma.tools.mcp.counter_server``, built with the SDK) in a run:
 named for the model, called with the run's idempotency key, refused calls shown to the model,
 an unreachable server a transient failure of the attempt, credentials from the environment."""
 
@@ -170,7 +170,7 @@ async def test_a_stdio_server_from_the_runner_image_serves_the_same_tools(
     script = [*_calls(("c-1", "local__add", {"counter": "pears", "amount": 3})), {"text": "3"}]
     stdio = {
         "name": "local",
-        "command": [sys.executable, "-m", "oma.testing.mcp_counter", "--stdio"],
+        "command": [sys.executable, "-m", "oma.tools.mcp.counter_server", "--stdio"],
         "env": counter.child_env,
     }
     spec = RunSpec.model_validate(

@@ -1,4 +1,4 @@
-"""``oma.testing.mcp_counter`` (a real MCP server built with the SDK) as a child process on a
+"""``oma.tools.mcp.counter_server`` (a real MCP server built with the SDK) as a child process on a
 free loopback port, its side effects in the session's Redis under a prefix of its own."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class McpCounterServer:
 
     def start(self, **env: str) -> Self:
         """Start (or, after ``stop``, start again on the same port) with ``env`` on top."""
-        argv = [sys.executable, "-m", "oma.testing.mcp_counter", "--port"]
+        argv = [sys.executable, "-m", "oma.tools.mcp.counter_server", "--port"]
         environ = {**os.environ, **self.child_env, **self.env, **env}
         self.port = self.port or free_port()
         log = self.workdir / "mcp.log"

@@ -1,8 +1,10 @@
-"""A real MCP server for tests and demos, built with the ``mcp`` SDK: its side effects land in
-Redis, so a test sees exactly what ran and with which idempotency key.
+"""A counting MCP server built with the ``mcp`` SDK, the reference for a server that honours
+oma's idempotency key: its side effects land in Redis, so the tests (and a demo) see exactly
+what ran and under which key. Shipped in the runner image (``oma[mcp,redis]``), so a TeamRun
+can start it over stdio.
 
-``python -m oma.testing.mcp_counter --port 8765`` (streamable HTTP on 127.0.0.1, path ``/mcp``)
-or ``--stdio``. Environment:
+``python -m oma.tools.mcp.counter_server --port 8765`` (streamable HTTP on 127.0.0.1, path
+``/mcp``) or ``--stdio``. Environment:
 
 - ``MCP_COUNTER_REDIS_URL`` (required), ``MCP_COUNTER_PREFIX`` (key prefix, default ``mcp``);
 - ``MCP_COUNTER_RENAME=add=add_v2``: offer ``add`` under another name (a server that changed);
@@ -112,7 +114,7 @@ class _RequireToken:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m oma.testing.mcp_counter")
+    parser = argparse.ArgumentParser(prog="python -m oma.tools.mcp.counter_server")
     parser.add_argument("--stdio", action="store_true", help="serve on stdin/stdout")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8765)
