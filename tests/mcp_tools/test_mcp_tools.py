@@ -230,3 +230,32 @@ async def test_deleting_the_checkpoint_deletes_the_tool_record_and_a_fresh_run_r
     assert recorded is not None and "counter__add" in recorded.value
     assert await remove_checkpoint(store, checkpoint_key("r1"))
     assert await store.get(record_key("r1")) is None
+
+
+async def test_a_server_restarted_between_two_calls_serves_the_second_under_its_key(
+    counter: McpCounterServer, tmp_path: Path
+) -> None:
+    """A stateless (2026-07-28) server that restarts between calls loses nothing: the next
+    call reaches the new process with its own key, and each takes effect once."""
+    import asyncio
+
+    script = [
+        *_calls(("c-1", "counter__add", {"counter": "kiwis", "amount": 1})),
+        {**_calls(("c-2", "counter__add", {"counter": "kiwis", "amount": 2}))[0], "delay": 4},
+        {"text": "three kiwis"},
+    ]
+    spec = _spec(tmp_path / "s.json", script, {"url": counter.url})
+
+    async def restart_after_the_first_call() -> None:
+        # A condition in Redis, written by another process: polled, not awaited as an event.
+        while [c["tool"] for c in counter.calls()] != ["add"]:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+        await asyncio.to_thread(counter.stop)
+        await asyncio.to_thread(counter.start)
+
+    restarting = asyncio.create_task(restart_after_the_first_call())
+    run = await _run(spec, "r1", tmp_path)
+    await restarting
+    assert run.result.success and counter.counter("kiwis") == 3
+    keys = [call["key"].rsplit(":", 1)[1] for call in counter.calls()]
+    assert keys == ["c-1", "c-2"]

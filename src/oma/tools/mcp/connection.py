@@ -30,6 +30,10 @@ from oma.tools.mcp.spec import McpServerSpec
 MAX_TOOL_PAGES = 100
 # The JSON-RPC errors that say the call may have reached the server and its answer was lost.
 _OUTCOME_UNKNOWN = (-32000, -32001)  # connection closed, request timeout
+# What the SDK answers in the server's stead when the HTTP reply was an error status without a
+# JSON-RPC error in it (a gateway's 502/504, a restarted server's 404 for the old session): the
+# request may have run, so these are not the server's refusal either.
+_SDK_STAND_INS = ("Server returned an error response", "Session terminated")
 
 
 class McpConnection:
@@ -98,6 +102,8 @@ class McpConnection:
             await asyncio.wait({request, lost}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             lost.cancel()
+            if not request.done():  # this call was cancelled (the attempt is ending)
+                request.cancel()
         if not request.done():
             request.cancel()
             with contextlib.suppress(BaseException):
@@ -106,7 +112,7 @@ class McpConnection:
         try:
             return request.result()
         except MCPError as exc:
-            if exc.code in _OUTCOME_UNKNOWN:
+            if exc.code in _OUTCOME_UNKNOWN or exc.message in _SDK_STAND_INS:
                 raise self._unavailable(f"did not answer a call of {name!r}", exc) from exc
             refused = TextContent(type="text", text=f"MCP error {exc.code}: {exc.message}")
             return CallToolResult(content=[refused], is_error=True)
