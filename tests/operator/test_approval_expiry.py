@@ -112,3 +112,15 @@ async def test_a_decision_recorded_before_expiry_stands() -> None:
     # The record as read before the decision: still undecided.
     record = await _expire(store, pending, TeamRunApprovals(expire_after_seconds=5))
     assert record.decision is not None and record.decision.reviewer.id == "bob"
+
+
+@pytest.mark.parametrize(
+    "extra", [{"separationOfDuties": True}, {"reviewers": {"default": {"users": ["alice"]}}}]
+)
+def test_approve_on_expiry_cannot_bypass_reviewers_or_separation_of_duties(
+    extra: dict[str, object],
+) -> None:
+    with pytest.raises(ValueError, match="cannot be combined with reviewers"):
+        TeamRunApprovals.model_validate({"expireAfterSeconds": 5, "onExpiry": "Approve", **extra})
+    rejecting = {"expireAfterSeconds": 5, "onExpiry": "Reject", **extra}
+    assert TeamRunApprovals.model_validate(rejecting).on_expiry == "Reject"

@@ -385,8 +385,19 @@ class TeamRunApprovals(ApprovalsSpec):
         "ApprovalDecision shows status.expiresAt. Default: requests never expire.",
     )
     on_expiry: Literal["Reject", "Approve"] = Field(
-        default="Reject", description="What an expired request is decided as."
+        default="Reject",
+        description="What an expired request is decided as. Approve is refused with reviewers "
+        "or separationOfDuties: it would let requests pass that nobody allowed looked at.",
     )
+
+    @model_validator(mode="after")
+    def _expiry_does_not_bypass_reviewers(self) -> TeamRunApprovals:
+        if self.on_expiry == "Approve" and (self.reviewers or self.separation_of_duties):
+            raise ValueError(
+                "onExpiry: Approve cannot be combined with reviewers or separationOfDuties: an "
+                "expired request would pass without any of them; use Reject"
+            )
+        return self
 
 
 class TeamRunSpec(SpecModel):
