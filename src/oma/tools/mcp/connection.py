@@ -49,6 +49,7 @@ class McpConnection:
         self._failure: BaseException | None = None
         self._owner: asyncio.Task[None] | None = None
         self._refused: int | None = None  # an HTTP 401/403 seen: the credentials are wrong
+        self._opened = False
 
     @property
     def where(self) -> str:
@@ -78,10 +79,15 @@ class McpConnection:
             raise self._unavailable("could not be reached", failure) from failure
         try:
             async with asyncio.timeout(self.spec.timeout_seconds):
-                return await self._list_tools(self._client)
-        except (TimeoutError, MCPError, OSError, httpx2.HTTPError) as exc:
+                tools = await self._list_tools(self._client)
+        except McpToolError:
+            await self.close()
+            raise
+        except Exception as exc:  # timed out, refused, or an answer the SDK could not read
             await self.close()
             raise self._unavailable("did not list its tools", exc) from exc
+        self._opened = True  # from here on a 401/403 answers one call, not the connection
+        return tools
 
     async def call(self, name: str, arguments: dict[str, Any], key: str) -> CallToolResult:
         """Call ``name`` with the idempotency ``key`` in the request's ``_meta``. An error the
@@ -122,6 +128,8 @@ class McpConnection:
     async def close(self) -> None:
         self._closing.set()
         owner, self._owner = self._owner, None
+        if owner is not None and not self._ready.is_set():
+            owner.cancel()  # still connecting: do not wait out the SDK's own handshake timeouts
         if owner is not None:
             with contextlib.suppress(BaseException):
                 await owner
@@ -166,7 +174,7 @@ class McpConnection:
 
     async def _see_response(self, response: httpx2.Response) -> None:
         # The SDK turns a refusal into a generic JSON-RPC error; the status says why.
-        if response.status_code in (401, 403):
+        if response.status_code in (401, 403) and not self._opened:
             self._refused = response.status_code
 
     def _headers(self) -> dict[str, str]:
