@@ -708,7 +708,7 @@ async def test_operator_restart_mid_run_loses_no_outcome(
     assert await effects.ledger() == ["first", "second"]
 
 
-DECISION_COLUMNS = ["NAME", "TEAMRUN", "SCOPE", "DECISION", "REVIEWER", "AGE"]
+DECISION_COLUMNS = ["NAME", "TEAMRUN", "SCOPE", "DECISION", "REVIEWER", "EXPIRES", "AGE"]
 DECISION_WIDE = [*DECISION_COLUMNS, "REQUESTED", "VERIFIED", "REQUEST"]  # kubectl get -o wide
 AGE = re.compile(r"\d+[smhd]\S*")  # kubectl's ages: 5s, 2m3s, 4h, 3d
 
@@ -763,8 +763,8 @@ async def test_kubectl_get_shows_phase_attempt_tasks_approvals_and_checkpoint(
     assert suspended[1][:5] == ["shown", "AwaitingApproval", "1", "0/1", "1"], suspended
     (pending,) = tables(await kubectl(cluster, namespace, "get", "ad"))
     assert pending[0] == DECISION_COLUMNS and len(pending) == 2
-    assert pending[1][:5] == [decision, "shown", "tool_call", "Pending", ""], pending
-    assert AGE.fullmatch(pending[1][5]), pending
+    assert pending[1][:6] == [decision, "shown", "tool_call", "Pending", "", ""], pending
+    assert AGE.fullmatch(pending[1][6]), pending  # no approvals.expireAfterSeconds: no Expires
 
     user = await kubectl(
         cluster, namespace, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"
