@@ -259,3 +259,18 @@ async def test_a_server_restarted_between_two_calls_serves_the_second_under_its_
     assert run.result.success and counter.counter("kiwis") == 3
     keys = [call["key"].rsplit(":", 1)[1] for call in counter.calls()]
     assert keys == ["c-1", "c-2"]
+
+
+async def test_a_tampered_tool_record_stops_the_resumed_run_before_any_call(
+    counter: McpCounterServer, tmp_path: Path
+) -> None:
+    from oma.errors import StoreCorruptError
+    from oma.tools.mcp.record import record_key
+
+    script = [*_calls(("c-1", "counter__add", {"counter": "plums", "amount": 1})), {"text": "1"}]
+    spec = _spec(tmp_path / "s.json", script, {"url": counter.url}, approvals={"tools": ["*"]})
+    assert (await _run(spec, "r1", tmp_path)).result.status.code == "suspended"
+    await FileStore(tmp_path / "s.json").set(record_key("r1"), '{"agents": "not a map"}')
+    with pytest.raises(StoreCorruptError, match="MCP tool record is unreadable"):
+        await _run(spec, "r1", tmp_path)
+    assert counter.calls() == []

@@ -72,12 +72,11 @@ async def settle(
     kept: dict[str, list[AnyTool]] = {}
     for agent, found in tools.items():
         seen = recorded.agents.get(agent, {})
-        by_name = {tool.name: tool for tool in found}
+        now = current.agents[agent]
         for name, was in sorted(seen.items()):
-            now = by_name.get(name)
-            if now is None:
+            if name not in now:
                 raise McpToolChangedError(agent, name, "is gone from its server")
-            if digest(now) != was:
+            if now[name] != was:
                 raise McpToolChangedError(agent, name, "changed (schema, description or hints)")
         kept[agent] = [tool for tool in found if tool.name in seen]
     return kept
