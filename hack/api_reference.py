@@ -17,6 +17,7 @@ MODULES = [
     "oma",
     "oma.agent",
     "oma.approval",
+    "oma.budget",
     "oma.checkpoint",
     "oma.llm",
     "oma.memory",

@@ -27,6 +27,7 @@ def report_for(result: TeamRunResult, *, pod_attempt: int) -> TerminationReport:
             failed=sum(task.status == "failed" for task in tasks),
         ),
         pending_approvals=[request.id for request in result.pending_approvals],
+        budget=result.budget,
     )
 
 

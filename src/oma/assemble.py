@@ -67,6 +67,7 @@ def build_agent(
         system_prompt=spec.system_prompt,
         tools=[*(tools[name] for name in spec.tools), *mcp_tools],
         max_turns=spec.max_turns,
+        max_tokens=model.max_tokens,
     )
 
 

@@ -122,6 +122,7 @@ async def run_spec(
             drain=drain,
             on_attempt=tally.attempt_started,
             park_on_model_outage=True,  # a provider outage is an interruption: resume later
+            budget=spec.budget.run_budget() if spec.budget is not None else None,
             **gates_for(spec.approvals),
         )
         # Run ids are unique per tenant only: the tenant goes into task ids (and so into the

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from oma import jsonutil
+from oma.budget.state import BudgetReport
 from oma.errors import ModelUnavailableError, OmaError
 
 # Inputs: the run spec (one of three forms), who and which attempt this is, where to report.
@@ -138,6 +139,7 @@ class TerminationReport(_Report):
     truncated: bool = False
     checkpointed: bool | None = None
     metrics: dict[str, Any] | None = None
+    budget: BudgetReport | None = None  # the run's limits and spend, when it has a budget
 
     @classmethod
     def parse(cls, text: str) -> TerminationReport | None:

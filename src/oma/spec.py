@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
+from oma.budget.limits import RunBudget
 from oma.errors import OmaError
 from oma.store.names import POSTGRES_IDENTIFIER, REDIS_NAMESPACE
 from oma.store.prefixed import SCOPE_PATTERN
@@ -44,6 +45,13 @@ class ModelSpec(SpecModel):
     timeout_seconds: float = Field(default=60.0, gt=0, description="Per model call.")
     max_retries: int = Field(
         default=2, ge=0, description="The SDK's retries of a failed call (rate limits, 5xx)."
+    )
+    max_tokens: int = Field(
+        default=4096,
+        ge=1,
+        le=1_000_000,
+        description="Most tokens one model call may generate (sent as the call's limit); with "
+        "a budget, also what each call reserves for its output.",
     )
     script: list[Any] | dict[str, list[Any]] | None = Field(
         default=None,
@@ -206,6 +214,32 @@ class ApprovalsSpec(SpecModel):
     )
 
 
+class BudgetSpec(SpecModel):
+    """What the run may spend across all its attempts, retries and crashes. A step that would
+    pass a limit suspends the run on a request to raise it (an approval of scope ``budget``);
+    rejected, the run ends rejected. Needs a store with compare-and-set, like approvals."""
+
+    tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Input plus output tokens as the providers report them; a model call lost "
+        "in a crash counts at what it reserved (its input estimate plus maxTokens).",
+    )
+    model_calls: int | None = Field(default=None, ge=1, description="Model calls, lost ones too.")
+    tool_calls: int | None = Field(
+        default=None, ge=1, description="Tool calls committed (a call re-run after a crash: once)."
+    )
+
+    @model_validator(mode="after")
+    def _limits_something(self) -> BudgetSpec:
+        if self.tokens is None and self.model_calls is None and self.tool_calls is None:
+            raise ValueError("budget needs at least one of tokens, modelCalls, toolCalls")
+        return self
+
+    def run_budget(self) -> RunBudget:
+        return RunBudget(self.tokens, self.model_calls, self.tool_calls)
+
+
 # Declared once for both run spec forms (a spec file, a TeamRun).
 SHARED_MEMORY: Any = Field(
     default=False,
@@ -247,6 +281,9 @@ class RunSpec(SpecModel):
     )
     max_concurrency: int = Field(
         default=5, ge=1, le=256, description="Tasks run at the same time at most."
+    )
+    budget: BudgetSpec | None = Field(
+        default=None, description="Limits on the run's tokens, model calls and tool calls."
     )
     # Agents see earlier results (each task's result is written as `<agent>/task:<id>:result`)
     # through a shared memory kept in the run's store, next to the checkpoint.

@@ -24,10 +24,12 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from oma.agent.budget_hook import CostEstimate, StepBudget
 from oma.agent.state import PendingCall, RunnerState
 from oma.agent.tool_approvals import BeforeExecute, ToolApprovalSupport, decided_call, live_call
 from oma.agent.uncertain_calls import is_uncertain, uncertain_request
 from oma.approval.models import ApprovalRequest
+from oma.budget.state import BudgetReservation
 from oma.checkpoint.runner_state import InFlightTask, ToolCallCommit, ToolCallRecord, ToolCallStart
 from oma.checkpoint.runner_state import ToolResultBlock as CommittedResult
 from oma.errors import RunDrained
@@ -82,6 +84,7 @@ class AgentRunner:
         on_tool: Callable[[str, str, bool, float], None] | None = None,
         stop_requested: Callable[[], bool] | None = None,
         on_model: Callable[[ModelCall], None] | None = None,
+        budget: StepBudget | None = None,
     ) -> None:
         self.agent = agent
         self.run_id = run_id
@@ -95,6 +98,8 @@ class AgentRunner:
         self._stop_requested = stop_requested  # checked at every durable boundary
         self._on_model = on_model  # once per model call, failed ones too
         self._specs: list[ToolSpec] | None = None
+        self._budget = budget
+        self._estimate = CostEstimate()
 
     def _tool_specs(self) -> list[ToolSpec]:
         """The tools' specs (their JSON schemas), made once per task run, not per model turn."""
@@ -140,15 +145,25 @@ class AgentRunner:
             tools=self._tool_specs(),
             max_tokens=self.agent.max_tokens,
         )
+        reservation = await self._reserve(request)
+        if reservation is not None:
+            assert self._budget is not None
+            request.call_key = self._budget.call_key(self.task_id, reservation)
         started = time.monotonic()
         try:
             response = await self.agent.adapter.chat(request)
         except Exception as exc:
             self._model_called(started, error=type(exc).__name__)
+            if reservation is not None and self._budget is not None:
+                self._budget.after_model_call(reservation, None)
             raise
         usage = response.usage
         self._model_called(started, usage.input_tokens, usage.output_tokens)
+        if reservation is not None and self._budget is not None:
+            # Before the save below, which then holds the answer and its spend together.
+            self._budget.after_model_call(reservation, usage)
         message = response.message
+        self._estimate.answered(len(state.conversation) + 1, usage)
         state.conversation.append(message)
         state.messages.append(message)
         state.turns += 1
@@ -161,6 +176,13 @@ class AgentRunner:
             state.phase = "completed"
             state.final_output = message.text
         await self._persist(state)
+
+    async def _reserve(self, request: ChatRequest) -> BudgetReservation | None:
+        if self._budget is None:
+            return None
+        estimate = self._estimate.input_tokens(request.system, request.tools, request.messages)
+        tokens = estimate + request.max_tokens
+        return await self._budget.before_model_call(self.task_id, self.agent.name, tokens)
 
     def _model_called(
         self,
@@ -181,6 +203,9 @@ class AgentRunner:
 
     async def _run_tools(self, state: RunnerState) -> list[ApprovalRequest]:
         """Run the turn's calls; the requests still awaiting a decision, if any."""
+        if self._budget is not None:
+            fresh = sum(p.commit is None and not p.awaiting_decision for p in state.pending)
+            await self._budget.before_tools(self.task_id, self.agent.name, fresh)
         await asyncio.gather(*(self._run_one(state, pending) for pending in state.pending))
         waiting = [p.approval_request for p in state.pending if p.awaiting_decision]
         if waiting:
@@ -214,6 +239,15 @@ class AgentRunner:
             return
         if pending.awaiting_decision:
             return  # still suspended: neither executed nor committed
+        try:
+            await self._run_fresh(state, pending)
+        finally:
+            if self._budget is not None and pending.commit is None:
+                self._budget.tool_ended(committed=False)  # a commit counted itself
+
+    async def _run_fresh(self, state: RunnerState, pending: PendingCall) -> None:
+        """Run (or settle, if uncertain) a call not committed before."""
+        call = pending.call
         if self._guard is not None:
             await self._guard()
         started = time.monotonic()
@@ -261,6 +295,8 @@ class AgentRunner:
                 duration=round((time.monotonic() - started) * 1000),
             ),
         )
+        if self._budget is not None:
+            self._budget.tool_ended(committed=True)  # counted in the commit's own save
         await self._persist(state)
         if request is not None and self._approvals.on_consumed is not None:
             self._approvals.on_consumed(request)

@@ -17,7 +17,9 @@ from oma.jsstring import js_trim
 from oma.timeutil import is_iso_timestamp
 from oma.wire import WireModel
 
-ApprovalScope = Literal["plan", "task_round", "task_dispatch", "tool_call", "uncertain_tool_call"]
+ApprovalScope = Literal[
+    "plan", "task_round", "task_dispatch", "tool_call", "uncertain_tool_call", "budget"
+]
 # Scopes whose request is about one tool call and is attached to that call on restore.
 TOOL_CALL_SCOPES: frozenset[str] = frozenset({"tool_call", "uncertain_tool_call"})
 # How a reviewer settles an uncertain tool call: run it again, or record it without running it.
@@ -98,12 +100,34 @@ class UncertainToolCallContent(_ToolCallFields):
     after_approval: str | None = None
 
 
+class BudgetContent(WireModel):
+    """Raise one of the run's limits from ``current`` to ``proposed`` (not in the reference:
+    only this engine keeps budgets). ``used`` is what the run had spent and reserved, ``needed``
+    what the step that stopped needs; the task and agent name that step."""
+
+    kind: Literal["budget"]
+    limit: Literal["tokens", "modelCalls", "toolCalls"]
+    current: Annotated[int, Field(ge=1)]
+    proposed: Annotated[int, Field(ge=1)]
+    used: Annotated[int, Field(ge=0)]
+    needed: Annotated[int, Field(ge=1)]
+    task_id: str
+    agent_name: str
+
+    @model_validator(mode="after")
+    def _raises(self) -> BudgetContent:
+        if self.proposed <= self.current:
+            raise ValueError(f"proposed {self.proposed} is not above current {self.current}")
+        return self
+
+
 TypedContent = (
     PlanContent
     | TaskRoundContent
     | TaskDispatchContent
     | ToolCallContent
     | UncertainToolCallContent
+    | BudgetContent
 )
 ApprovalContent = Annotated[TypedContent, Field(discriminator="kind")]
 _CONTENT = TypeAdapter[ApprovalContent](ApprovalContent)

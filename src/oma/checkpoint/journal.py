@@ -142,9 +142,10 @@ class JournalWriter:
 
     @staticmethod
     def _with_progress(wire: dict[str, Any], metadata: dict[str, Any]) -> dict[str, Any]:
-        """The journal's metadata, with the tasks done and in all, and the ids of the approval
-        requests it waits for and has decided, when there are any (what the operator's polls
-        read instead of the journal: ``journal_head``, a few hundred bytes)."""
+        """The journal's metadata, with the tasks done and in all, the ids of the approval
+        requests it waits for and has decided, and the run's budget, when there are any (what
+        the operator's polls read instead of the journal: ``journal_head``, a few hundred
+        bytes)."""
         queue = wire.get("queue")
         if not isinstance(queue, dict) or not isinstance(queue.get("tasks"), list):
             return metadata
@@ -155,6 +156,16 @@ class JournalWriter:
         if pending:
             decided = _ids(wire.get("approvalDecisions"), "requestId")
             extra["approvals"] = {"pending": pending, "decided": decided}
+        budget = wire.get("budget")
+        if isinstance(budget, dict):  # the spend, raises and tokens reserved: ~300 bytes
+            reserved = budget.get("reserved")
+            extra["budget"] = {
+                "spent": budget.get("spent"),
+                "raised": budget.get("raised"),
+                "reservedTokens": sum(r.get("tokens", 0) for r in reserved if isinstance(r, dict))
+                if isinstance(reserved, list)
+                else 0,
+            }
         return {**metadata, **extra}
 
     async def claim(

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from oma.approval.models import ApprovalDecisionRecord, ApprovalRequest
+from oma.budget.state import BudgetState
 from oma.checkpoint.queue_snapshot import TaskQueueSnapshot
 from oma.checkpoint.runner_state import InFlightTask
 from oma.run_metadata import validate_run_metadata
@@ -150,6 +151,7 @@ class CheckpointSnapshotV4(_SnapshotBase):
     in_flight_tasks: list[InFlightTask]
     pending_approvals: list[ApprovalRequest]
     approval_decisions: list[ApprovalDecisionRecord]
+    budget: BudgetState | None = None  # oma's own (``oma.budget.state``), only with a budget
 
     @model_validator(mode="after")
     def _approvals_consistent(self) -> CheckpointSnapshotV4:

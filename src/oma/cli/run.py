@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from oma.budget.text import budget_line
 from oma.errors import OmaError
 from oma.local_run import LocalRun, RunFinishedError, run_spec
 from oma.orchestrator.events import OrchestratorEvent
@@ -188,3 +189,5 @@ def _summary(outcome: LocalRun, console: Console) -> None:
         f"{': ' + result.status.message if result.status.message else ''} · "
         f"tokens {usage.input_tokens}/{usage.output_tokens}"
     )
+    if result.budget is not None:
+        console.print(budget_line(result.budget))

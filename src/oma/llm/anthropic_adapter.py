@@ -21,6 +21,7 @@ from oma.llm.sdk_adapter import (
     LOCAL_PLACEHOLDER_KEY,
     SDKAdapter,
     SDKErrors,
+    call_headers,
     chat_response,
     configured_key,
     kind,
@@ -88,6 +89,7 @@ class AnthropicAdapter(SDKAdapter[anthropic.AsyncAnthropic]):
             system=request.system if request.system else anthropic.omit,
             tools=tools if tools else anthropic.omit,
             extra_body=extra,
+            extra_headers=call_headers(request),
         )
         return await raw.read()
 

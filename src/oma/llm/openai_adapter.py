@@ -22,6 +22,7 @@ from oma.llm.sdk_adapter import (
     LOCAL_PLACEHOLDER_KEY,
     SDKAdapter,
     SDKErrors,
+    call_headers,
     chat_response,
     configured_key,
     kind,
@@ -91,6 +92,7 @@ class OpenAIAdapter(SDKAdapter[openai.AsyncOpenAI]):
             tools=tools or openai.omit,
             max_completion_tokens=request.max_tokens if explicit else openai.omit,
             temperature=openai.omit if request.temperature is None else request.temperature,
+            extra_headers=call_headers(request),
         )
         return raw.content
 

@@ -18,7 +18,14 @@ from typing import Any, ClassVar, Generic, NamedTuple, Protocol, TypeVar, cast
 
 from oma.llm import output_json
 from oma.llm.adapter import LLMError, LLMResponseError
-from oma.llm.types import ChatRequest, ChatResponse, ContentBlock, TokenUsage, ToolUseBlock
+from oma.llm.types import (
+    CALL_KEY_HEADER,
+    ChatRequest,
+    ChatResponse,
+    ContentBlock,
+    TokenUsage,
+    ToolUseBlock,
+)
 
 # Sent when a base_url is configured but no key exists: local compatible servers usually ignore
 # authentication, but the SDKs refuse to send a request without some credential.
@@ -251,3 +258,8 @@ def token_usage(usage: object, fields: tuple[str, str], where: str) -> TokenUsag
 def kind(value: object) -> str:
     """What a JSON value is, for error messages."""
     return "missing" if value is None else f"a {type(value).__name__}"
+
+
+def call_headers(request: ChatRequest) -> dict[str, str] | None:
+    """The request's own headers: its call key, when it has one."""
+    return {CALL_KEY_HEADER: request.call_key} if request.call_key else None

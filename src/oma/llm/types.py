@@ -95,6 +95,9 @@ class ToolSpec(BaseModel):
     input_schema: dict[str, Any]
 
 
+CALL_KEY_HEADER = "X-Oma-Call-Key"
+
+
 class ChatRequest(BaseModel):
     """One model call as an adapter receives it: conversation, system prompt, tools and limits."""
 
@@ -104,6 +107,10 @@ class ChatRequest(BaseModel):
     tools: list[ToolSpec] = Field(default_factory=list)
     max_tokens: int = 4096
     temperature: float | None = None
+    # Names the call in its request (header ``CALL_KEY_HEADER``) when the run has a budget: the
+    # run's id, the task's and the call's reservation, so a provider's or gateway's logs can be
+    # matched with the run's spend. The same call sent again after a crash gets a new key.
+    call_key: str | None = None
 
 
 class ChatResponse(BaseModel):

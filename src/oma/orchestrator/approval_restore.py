@@ -51,7 +51,10 @@ async def continue_approvals(context: RunContext, snapshot: CheckpointSnapshotV4
                 "APPROVAL_INTEGRITY_ERROR",
                 f"Pending approval {request.id} belongs to run {request.run_id}.",
             )
-        _check_still_current(request, tasks, calls)
+        if request.scope == "budget" and not _budget_still_asked(context, request):
+            continue  # the spec's limit changed since: the run asks again if it must
+        if request.scope != "budget":
+            _check_still_current(request, tasks, calls)
         record = await ledger.ensure_request(request)
         if record.decision is None:
             outcome.undecided.append(request)
@@ -84,6 +87,10 @@ def _apply(
         _attach(context, request, decision)
         return True
     approved = decision.decision == "approved"
+    if approved and request.scope == "budget":
+        content = request.content
+        assert context.budget is not None  # _budget_still_asked
+        context.budget.raise_limit(content["limit"], content["current"], content["proposed"])
     if approved and request.scope == "task_dispatch":
         context.approved_dispatch[request.boundary] = request
         return True  # stays pending until the dispatch consumes it
@@ -115,6 +122,16 @@ async def _after_decisions(
             "APPROVAL_INTEGRITY_ERROR", "An approved plan-only request needs the run's goal."
         )
     return outcome
+
+
+def _budget_still_asked(context: RunContext, request: ApprovalRequest) -> bool:
+    """Whether a budget request still asks about the limit the run has now; one that does not
+    (the spec's budget was changed or removed since) is dropped, undecided or not."""
+    content, account = request.content, context.budget
+    if account is not None and account.limit(content["limit"]) == content["current"]:
+        return True
+    context.pending_approvals = [r for r in context.pending_approvals if r.id != request.id]
+    return False
 
 
 def _check_still_current(

@@ -13,6 +13,7 @@ from typing import Any, Literal, Protocol
 from oma.agent.result import AgentRunResult, RunIdentity
 from oma.approval.ledger import DurableApprovalLedger
 from oma.approval.models import ApprovalDecisionRecord, ApprovalRequest
+from oma.budget.account import BudgetAccount
 from oma.checkpoint.runner_state import InFlightTask
 from oma.checkpoint.snapshot import RunMode
 from oma.orchestrator.events import OrchestratorEvent, ProgressCallback
@@ -68,6 +69,7 @@ class RunContext:
     approved_dispatch: dict[str, ApprovalRequest] = field(default_factory=dict)
     drain: asyncio.Event | None = None  # set (e.g. on SIGTERM): stop at the next boundary
     park_on_model_outage: bool = False  # a provider outage ends the attempt, not the task
+    budget: BudgetAccount | None = None  # the run's limits and spend, when it has a budget
     encoder: SnapshotEncoder = field(default_factory=SnapshotEncoder, repr=False, compare=False)
 
     def drain_requested(self) -> bool:

@@ -10,6 +10,7 @@ from pydantic import TypeAdapter, ValidationError
 from oma.agent.result import AgentRunResult, RunStatus, Usage
 from oma.agent.runner import AgentRunner
 from oma.errors import OmaError
+from oma.orchestrator.budget_guard import step_budget
 from oma.orchestrator.context import RunContext
 from oma.orchestrator.prompts import decomposition_prompt, synthesis_prompt
 from oma.tasks.loading import TaskSpec
@@ -23,7 +24,12 @@ class CoordinatorError(OmaError):
 
 
 async def decompose(coordinator: AgentConfig, goal: str, context: RunContext) -> list[TaskSpec]:
-    runner = AgentRunner(coordinator, run_id=context.identity.run_id, task_id="coordinator:plan")
+    runner = AgentRunner(
+        coordinator,
+        run_id=context.identity.run_id,
+        task_id="coordinator:plan",
+        budget=step_budget(context, stops=False),
+    )
     outcome = await runner.run(decomposition_prompt(goal, context))
     return parse_task_list(outcome.output)
 
@@ -45,7 +51,10 @@ def parse_task_list(text: str) -> list[TaskSpec]:
 
 async def synthesize(coordinator: AgentConfig, goal: str, context: RunContext) -> AgentRunResult:
     runner = AgentRunner(
-        coordinator, run_id=context.identity.run_id, task_id="coordinator:synthesis"
+        coordinator,
+        run_id=context.identity.run_id,
+        task_id="coordinator:synthesis",
+        budget=step_budget(context, stops=False),
     )
     outcome = await runner.run(synthesis_prompt(goal, context))
     usage = outcome.state.usage

@@ -22,6 +22,7 @@ EventType = Literal[
     "checkpoint_saved",
     "tool_call",
     "model_call",
+    "budget",
     "message",
     "warning",
     "error",

@@ -9,6 +9,8 @@ from typing import Any
 from oma.agent.result import AgentRunResult, RunIdentity, RunStatus
 from oma.approval.gates import ToolCallGate
 from oma.approval.ledger import DurableApprovalLedger
+from oma.budget.account import BudgetAccount
+from oma.budget.limits import RunBudget
 from oma.checkpoint.attempts import load_attempt_log
 from oma.checkpoint.snapshot import CheckpointSnapshotV4, RunMode
 from oma.errors import CheckpointFencedError, CheckpointLostError
@@ -60,6 +62,7 @@ class OpenMultiAgent:
         drain: asyncio.Event | None = None,
         on_attempt: Callable[[RunIdentity], None] | None = None,
         park_on_model_outage: bool = False,
+        budget: RunBudget | None = None,
     ) -> None:
         if on_approval is not None and on_task_dispatch is not None:
             raise ValueError(
@@ -71,6 +74,8 @@ class OpenMultiAgent:
         # A model call that fails transiently after the SDK's retries ends the attempt
         # (ModelUnavailableError) instead of failing its task: for callers that resume.
         self.park_on_model_outage = park_on_model_outage
+        # Limits every run of this engine keeps across its attempts (``oma.budget``).
+        self.budget = budget
         # Told each run's identity (run id, attempt, trace and root span ids, the link to the
         # attempt before) before any of its work starts: tracing starts its spans from it.
         self.on_attempt = on_attempt
@@ -200,6 +205,8 @@ class OpenMultiAgent:
             context.drain = self.drain
             context.park_on_model_outage = self.park_on_model_outage
             context.ledger = DurableApprovalLedger(activation.checkpoint.store)
+            # Before the claim, which saves the run: with the spend its reservations left.
+            context.budget = self._account(context, snapshot)
             # With fencing, the run is claimed before any work: an older attempt still alive
             # fails its next save. If it wrote since we loaded, load its newer state instead.
             if await activation.active.claim(context, loaded):
@@ -309,10 +316,27 @@ class OpenMultiAgent:
             drain=self.drain,
             park_on_model_outage=self.park_on_model_outage,
             ledger=DurableApprovalLedger(activation.checkpoint.store) if activation else None,
+            budget=BudgetAccount(self.budget) if self.budget is not None else None,
         )
         self._announce(identity)
         _warn_if_unfenced(context, activation)
         return context
+
+    def _account(self, context: RunContext, snapshot: object) -> BudgetAccount | None:
+        if self.budget is None:
+            return None
+        saved = snapshot.budget if isinstance(snapshot, CheckpointSnapshotV4) else None
+        account = BudgetAccount(self.budget, saved)
+        for lost in account.recovered:
+            message = (
+                f"model call {lost.id} of task {lost.task_id} (attempt {lost.attempt}) was under "
+                f"way when that attempt ended: counted as spent at its reservation of "
+                f"{lost.tokens} tokens"
+            )
+            context.emit(
+                OrchestratorEvent("warning", data={"kind": "budget_call_lost", "message": message})
+            )
+        return account
 
     def _announce(self, identity: RunIdentity) -> None:
         if self.on_attempt is not None:

@@ -56,6 +56,7 @@ def build_result(
         goal=context.goal,
         pending_approvals=undecided_approvals(context),
         approval_decisions=list(context.approval_decisions),
+        budget=context.budget.report() if context.budget is not None else None,
     )
 
 

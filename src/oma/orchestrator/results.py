@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from oma.agent.result import AgentRunResult, RunIdentity, RunStatus
 from oma.approval.models import ApprovalDecisionRecord, ApprovalRequest
+from oma.budget.state import BudgetReport
 from oma.llm.types import TokenUsage
 from oma.tasks.task import Task
 
@@ -24,6 +25,7 @@ class TeamRunResult:
     goal: str | None = None
     pending_approvals: list[ApprovalRequest] = field(default_factory=list)
     approval_decisions: list[ApprovalDecisionRecord] = field(default_factory=list)
+    budget: BudgetReport | None = None  # limits and spend, when the run has a budget
 
     @property
     def success(self) -> bool:

@@ -75,6 +75,8 @@ async def encode_snapshot(context: RunContext, *, embed_shared_memory: bool) -> 
     wire["inFlightTasks"] = context.encoder.in_flight_wire(context.durable_in_flight())
     wire["pendingApprovals"] = [r.to_data() for r in context.all_pending_approvals()]
     wire["approvalDecisions"] = [d.to_data() for d in context.approval_decisions]
+    if context.budget is not None:
+        wire["budget"] = context.budget.state.to_data()
     metadata: dict[str, Any] = {
         "namespace": "checkpoint",
         "version": 4,
@@ -118,4 +120,5 @@ async def build_snapshot(context: RunContext, *, embed_shared_memory: bool) -> C
         in_flight_tasks=context.durable_in_flight(),
         pending_approvals=context.all_pending_approvals(),
         approval_decisions=list(context.approval_decisions),
+        budget=context.budget.state.model_copy(deep=True) if context.budget else None,
     )

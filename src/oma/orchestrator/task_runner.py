@@ -11,9 +11,11 @@ from oma.agent.runner import AgentRunner, ModelCall, RunnerOutcome
 from oma.agent.tool_approvals import ToolApprovalSupport
 from oma.approval.errors import DurableApprovalError
 from oma.approval.models import ApprovalRequest
+from oma.budget.errors import BudgetExceededError, BudgetSuspended
 from oma.checkpoint.runner_state import InFlightTask
 from oma.errors import ModelUnavailableError, RunDrained
 from oma.llm.adapter import LLMError, LLMResponseError
+from oma.orchestrator.budget_guard import step_budget
 from oma.orchestrator.context import FatalRunError, RunContext, Stop
 from oma.orchestrator.events import OrchestratorEvent
 from oma.orchestrator.gating import ENDS_THE_ATTEMPT
@@ -70,12 +72,16 @@ async def run_task(context: RunContext, task: Task) -> None:
             on_tool=_tool_events(context, task),
             stop_requested=context.drain_requested,
             on_model=_model_events(context, task),
+            budget=step_budget(context),
         )
         try:
             prompt = await task_prompt(context, task) if resume is None or attempt > 1 else ""
             outcome = await runner.run(prompt, resume if attempt == 1 else None)
-        except RunDrained:
+        except (RunDrained, BudgetSuspended):
             return  # stays in progress; its runner state is in the checkpoint
+        except BudgetExceededError as exc:
+            error = exc  # retrying cannot help: the budget is what it is
+            break
         except (FatalRunError, DurableApprovalError):
             raise
         except ENDS_THE_ATTEMPT:

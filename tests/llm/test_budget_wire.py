@@ -1,0 +1,71 @@
+"""With a budget, each model call names itself to the provider (``X-Oma-Call-Key``) and sends
+its ``maxTokens``; without one, no key is sent. Both SDKs, a loopback server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from oma.local_run import run_spec
+from oma.spec import RunSpec
+from oma.tools import builtin_tools
+from tests.llm import anthropic_wire
+from tests.llm.openai_wire import completion
+from tests.llm.wire_server import Reply, WireServer
+
+PROVIDERS: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "anthropic": ("/v1/messages", "", anthropic_wire.message(anthropic_wire.text("ok"))),
+    "openai": ("/v1/chat/completions", "/v1", completion("ok")),
+}
+
+
+def _spec(provider: str, base_url: str, budget: dict[str, int] | None) -> RunSpec:
+    model = {
+        "provider": provider,
+        "name": "test-model",
+        "baseURL": base_url,
+        "apiKeyEnv": "LOCAL_MODEL_KEY",
+        "maxRetries": 0,
+        "maxTokens": 321,
+    }
+    data: dict[str, Any] = {
+        "agents": [{"name": "clerk", "model": model}],
+        "tasks": [{"title": "Say", "description": "Say ok."}],
+        "store": {"memory": {}},
+    }
+    if budget is not None:
+        data["budget"] = budget
+    return RunSpec.model_validate(data)
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "openai"])
+@pytest.mark.parametrize("budget", [{"tokens": 100_000}, None])
+async def test_a_budgeted_call_carries_its_key_and_its_max_tokens(
+    provider: str,
+    budget: dict[str, int] | None,
+    server: WireServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LOCAL_MODEL_KEY", "sk-local-test-key-000000000000")
+    path, prefix, reply = PROVIDERS[provider]
+    server.expect(path, Reply(body=reply))
+    spec = _spec(provider, server.base_url + prefix, budget)
+    outcome = await run_spec(
+        spec, run_id="keyed", tools=builtin_tools(), default_store_path=tmp_path / "unused.json"
+    )
+    assert outcome.result.success
+    [sent] = server.received
+    assert isinstance(sent.body, dict)
+    limit = sent.body.get("max_tokens") or sent.body.get("max_completion_tokens")
+    assert limit == 321
+    task_id = outcome.result.tasks[0].id
+    if budget is None:
+        assert "x-oma-call-key" not in sent.headers
+        assert outcome.result.budget is None
+    else:
+        assert sent.headers["x-oma-call-key"] == f"keyed:{task_id}:m1"
+        assert outcome.result.budget is not None
+        assert outcome.result.budget.spent.model_calls == 1
