@@ -10,9 +10,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import start_http_server
 
+from oma.budget.state import BudgetReport
 from oma.orchestrator.events import OrchestratorEvent
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,20 @@ class RunnerMetrics:
             ["provider", "model", "direction"],
             registry=registry,
         )
+        # The run's budget, all attempts together (the checkpoint's count): a gauge per kind.
+        self.budget_limit = Gauge(
+            "oma_runner_budget_limit",
+            "The run's budget limits (its spec's plus approved raises), by kind.",
+            ["kind"],
+            registry=registry,
+        )
+        self.budget_used = Gauge(
+            "oma_runner_budget_used",
+            "What the run has used of each limited kind across its attempts (tokens: spent, "
+            "lost and reserved).",
+            ["kind"],
+            registry=registry,
+        )
         self._totals: dict[str, float] = {
             "saves": 0,
             "saveSeconds": 0.0,
@@ -92,6 +107,21 @@ class RunnerMetrics:
             self._totals[source] += 1
         elif event.type == "model_call":
             self._model_call(event.data)
+        elif event.type == "budget":
+            self._budget(event.data.get("report"))
+
+    def _budget(self, report: object) -> None:
+        if not isinstance(report, BudgetReport):
+            return
+        limits, spent = report.limits, report.spent
+        for kind, limit, used in (
+            ("tokens", limits.tokens, report.tokens),
+            ("modelCalls", limits.model_calls, spent.model_calls),
+            ("toolCalls", limits.tool_calls, spent.tool_calls),
+        ):
+            if limit is not None:
+                self.budget_limit.labels(kind).set(limit)
+                self.budget_used.labels(kind).set(used)
 
     def _model_call(self, data: dict[str, Any]) -> None:
         provider, model = str(data.get("provider") or ""), str(data.get("model") or "")

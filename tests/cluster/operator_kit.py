@@ -34,7 +34,7 @@ from tests.cluster.operators import operating
 
 TEAMRUNS = "/apis/oma.dev/v1alpha1/namespaces/{ns}/teamruns"
 # What `kubectl get teamruns` shows (crds/teamruns.oma.dev.yaml), and with `-o wide`.
-TEAMRUN_COLUMNS = ["NAME", "PHASE", "ATTEMPT", "TASKS", "APPROVALS", "CHECKPOINT", "AGE"]
+TEAMRUN_COLUMNS = ["NAME", "PHASE", "ATTEMPT", "TASKS", "APPROVALS", "SPEND", "CHECKPOINT", "AGE"]
 TEAMRUN_WIDE = [*TEAMRUN_COLUMNS, "RUN", "DISRUPTIONS", "FAILURES", "MESSAGE"]  # -o wide
 
 

@@ -783,7 +783,8 @@ async def test_kubectl_get_shows_phase_attempt_tasks_approvals_and_checkpoint(
         assert listed[0] == TEAMRUN_COLUMNS and len(listed) == 2, (name, listed)
         row = listed[1]
         assert row[:5] == ["shown", "Succeeded", "2", "1/1", "0"], (name, row)
-        assert AGE.fullmatch(row[5]) and AGE.fullmatch(row[6]), (name, row)  # checkpoint, run
+        assert row[5] == "", (name, row)  # no spec.budget: no spend
+        assert AGE.fullmatch(row[6]) and AGE.fullmatch(row[7]), (name, row)  # checkpoint, run
     # The category lists both kinds, each in its own table with its own columns.
     by_kind = {table[1][0].split("/")[0]: table for table in listings["oma"]}
     assert sorted(by_kind) == ["approvaldecision.oma.dev", "teamrun.oma.dev"], listings["oma"]
@@ -793,8 +794,8 @@ async def test_kubectl_get_shows_phase_attempt_tasks_approvals_and_checkpoint(
     (wide,) = tables(await kubectl(cluster, namespace, "get", "teamruns", "-o", "wide"))
     assert wide[0] == TEAMRUN_WIDE and len(wide) == 2, wide
     status = await status_of(kube, namespace, "shown")
-    assert wide[1][7:10] == [status["runId"], "0", "0"], wide  # run id, disruptions, failures
-    assert AGE.fullmatch(runs[1][5]) and AGE.fullmatch(runs[1][6]), runs
+    assert wide[1][8:11] == [status["runId"], "0", "0"], wide  # run id, disruptions, failures
+    assert AGE.fullmatch(runs[1][6]) and AGE.fullmatch(runs[1][7]), runs
     assert decisions[0] == DECISION_COLUMNS and len(decisions) == 2
     assert decisions[1][:5] == [
         f"approvaldecision.oma.dev/{decision}",

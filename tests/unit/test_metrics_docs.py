@@ -12,11 +12,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.metrics_core import Metric
 
+from oma.budget.state import BudgetReport
 from oma.orchestrator.events import OrchestratorEvent
 from oma_operator.runs import metrics as operator_metrics
 from oma_runner import metrics as runner_metrics
@@ -30,6 +32,9 @@ SAMPLE_SUFFIXES = {
     "gauge": {""},
     "histogram": {"_bucket", "_count", "_sum", "_created"},
 }
+
+
+UNKNOWN: tuple[tuple[str, frozenset[str]], ...] = (("?", frozenset()),)
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,10 @@ def exported(families: list[Metric]) -> dict[str, Series]:
     samples carry (every labelled series is initialised for each value it can take)."""
     found: dict[str, Series] = {}
     for family in families:
+        if not family.samples:  # a series per tenant, none yet: labels unknown, name and type
+            name = family.name + ("_total" if family.type == "counter" else "")
+            found[name] = Series(name, family.type, UNKNOWN)
+            continue
         suffixes = {sample.name.removeprefix(family.name) for sample in family.samples}
         assert suffixes == SAMPLE_SUFFIXES[family.type], (family.name, suffixes)
         values: dict[str, set[str]] = {}
@@ -91,14 +100,24 @@ def differences(doc: dict[str, Series], code: dict[str, Series]) -> list[str]:
 def _free_as_documented(series: Series, documented: Series | None) -> Series:
     if documented is None:
         return series
+    if series.labels == UNKNOWN:
+        return documented
     free = {label for label, values in documented.labels if not values}
     labels = tuple((label, frozenset() if label in free else v) for label, v in series.labels)
     return Series(series.name, series.type, labels)
 
 
 def _operator_families() -> list[Metric]:
+    """With a TeamRun that has a budget of every kind: the budget series have samples only
+    once a namespace's run was seen."""
     registry = CollectorRegistry()
-    operator_metrics.OperatorMetrics(registry)
+    metrics = operator_metrics.OperatorMetrics(registry)
+    budget = {
+        "limits": {"tokens": 100, "modelCalls": 5, "toolCalls": 9},
+        "spent": {"inputTokens": 30, "outputTokens": 5, "modelCalls": 2, "toolCalls": 1},
+    }
+    body: Any = {"metadata": {"uid": "u1", "namespace": "team-a"}, "status": {"budget": budget}}
+    metrics.teamrun_seen(body, "ADDED")
     return list(registry.collect())
 
 
@@ -111,6 +130,10 @@ def _runner_families() -> list[Metric]:
         data = {"provider": "scripted", "model": "m", "seconds": 0.1, "inputTokens": 3,
                 "outputTokens": 1, "error": error}  # fmt: skip
         metrics.on_progress(OrchestratorEvent("model_call", "w", "t", data))
+    report = BudgetReport.model_validate(
+        {"limits": {"tokens": 100, "modelCalls": 5, "toolCalls": 9}, "spent": {"modelCalls": 2}}
+    )
+    metrics.on_progress(OrchestratorEvent("budget", data={"report": report}))
     return list(registry.collect())
 
 

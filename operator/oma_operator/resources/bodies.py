@@ -67,6 +67,8 @@ class TeamRunStatus(TypedDict, total=False):
     oomKills: int
     taskSummary: str
     pendingApprovals: int
+    budget: dict[str, Any]  # oma.budget.state.BudgetReport's wire form
+    budgetSummary: str
     lastCheckpointAt: str
     checkpointSaved: bool
     nextAttemptAfter: str

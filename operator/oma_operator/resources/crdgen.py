@@ -145,6 +145,18 @@ def teamrun_crd() -> dict[str, Any]:
             "rule": _unchanged("approvals"),
             "message": "approvals (gates and reviewers) are immutable: create a new TeamRun",
         },
+        {
+            # A budget is raised by its reviewers (scope budget), not by whoever edits the run.
+            "rule": _unchanged("budget"),
+            "message": "budget is immutable: a run asks its reviewers to raise it when it "
+            "would pass a limit (an ApprovalDecision of scope budget)",
+        },
+    ]
+    spec["properties"]["budget"]["x-kubernetes-validations"] = [
+        {
+            "rule": "has(self.tokens) || has(self.modelCalls) || has(self.toolCalls)",
+            "message": "budget needs at least one of tokens, modelCalls, toolCalls",
+        }
     ]
     spec["properties"]["store"]["x-kubernetes-validations"] = [
         {
@@ -172,6 +184,7 @@ def teamrun_crd() -> dict[str, Any]:
             ("Attempt", "integer", ".status.attempt"),
             ("Tasks", "string", ".status.taskSummary"),
             ("Approvals", "integer", ".status.pendingApprovals"),
+            ("Spend", "string", ".status.budgetSummary"),
             ("Checkpoint", "date", ".status.lastCheckpointAt"),
             ("Age", "date", ".metadata.creationTimestamp"),
             # kubectl get teamruns -o wide: which run, which pod, how it is doing.
@@ -381,6 +394,17 @@ def _status_schema() -> dict[str, Any]:
             "oomKills": field("integer", "OOM kills so far."),
             "taskSummary": field("string", "Tasks completed/total, from the store or the runner."),
             "pendingApprovals": field("integer", "Approval requests waiting for a decision."),
+            "budget": {
+                "type": "object",
+                "description": "With spec.budget: limits (the spec's plus approved raises) and "
+                "spent (inputTokens, outputTokens, lostTokens, modelCalls, lostModelCalls, "
+                "toolCalls) across all attempts, and reservedTokens of calls under way; from "
+                "the store while the run runs, and from the runner when an attempt ends.",
+                **PRESERVE,
+            },
+            "budgetSummary": field(
+                "string", "Spend against the budget's first limit, e.g. 1200/5000 tokens."
+            ),
             "lastCheckpointAt": field("string", "When the latest checkpoint was saved."),
             "checkpointSaved": field(
                 "boolean",

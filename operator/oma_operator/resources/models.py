@@ -26,6 +26,7 @@ from oma.spec import (
     SHARED_MEMORY_SCOPE,
     AgentSpec,
     ApprovalsSpec,
+    BudgetSpec,
     ModelSpec,
     SpecModel,
     check_work,
@@ -342,7 +343,8 @@ class ReviewerSet(SpecModel):
 
 class ReviewersSpec(SpecModel):
     """Who decides which request. A tool call (and an uncertain tool call) takes its tool's
-    entry in ``tools``, a task dispatch its task title's in ``dispatch``, a plan ``plan``; ``*``
+    entry in ``tools``, a task dispatch its task title's in ``dispatch``, a plan ``plan``, a
+    budget raise ``budget``; ``*``
     matches any tool or task; anything without an entry takes ``default``. A request none of
     these names is decided by whoever RBAC lets update ApprovalDecisions."""
 
@@ -360,6 +362,9 @@ class ReviewersSpec(SpecModel):
         description='Reviewers of a task\'s dispatch, by task title ("*": any task).',
     )
     plan: ReviewerSet | None = Field(default=None, description="Reviewers of the plan.")
+    budget: ReviewerSet | None = Field(
+        default=None, description="Reviewers of raises of the run's budget."
+    )
 
 
 class TeamRunApprovals(ApprovalsSpec):
@@ -381,8 +386,9 @@ class TeamRunApprovals(ApprovalsSpec):
         le=31536000,
         description="A request nobody decided this long after it was made is decided by "
         "expiry (as onExpiry says; an uncertain tool call is always settled Failed, never run "
-        "again), recorded with reviewer 'expired'; a decision set later is not recorded. Its "
-        "ApprovalDecision shows status.expiresAt. Default: requests never expire.",
+        "again, and a budget raise always Rejected), recorded with reviewer 'expired'; a "
+        "decision set later is not recorded. Its ApprovalDecision shows status.expiresAt. "
+        "Default: requests never expire.",
     )
     on_expiry: Literal["Reject", "Approve"] = Field(
         default="Reject",
@@ -430,6 +436,12 @@ class TeamRunSpec(SpecModel):
     )
     max_concurrency: int = Field(
         default=5, ge=1, le=256, description="Tasks run at the same time at most."
+    )
+    budget: BudgetSpec | None = Field(
+        default=None,
+        description="Limits on the run's tokens, model calls and tool calls across all its "
+        "attempts; a step that would pass one waits for an ApprovalDecision (scope budget) "
+        "to raise it. Immutable: raises go through reviewers.",
     )
     shared_memory: bool = SHARED_MEMORY
     shared_memory_scope: str | None = SHARED_MEMORY_SCOPE
@@ -510,6 +522,8 @@ def to_run_spec(spec: TeamRunSpec, namespace: str) -> dict[str, Any]:
     }
     if spec.shared_memory_scope is not None:
         run["sharedMemoryScope"] = spec.shared_memory_scope
+    if spec.budget is not None:
+        run["budget"] = spec.budget.model_dump(mode="json", by_alias=True, exclude_none=True)
     if spec.coordinator is not None:
         run["coordinator"] = _agent(spec.coordinator)
     if spec.approvals is not None:
@@ -546,12 +560,12 @@ class ApprovalDecisionSpec(SpecModel):
         pattern=r"^[0-9a-f]{64}$",
         description="SHA-256 of the exact content asked about; a decision binds to it.",
     )
-    scope: Literal["plan", "task_round", "task_dispatch", "tool_call", "uncertain_tool_call"] = (
-        Field(
-            description="What is to be approved: a plan, a round of tasks, one task, one tool "
-            "call, or an uncertain tool call (a non-idempotent call that started before a crash "
-            "and may or may not have happened)."
-        )
+    scope: Literal[
+        "plan", "task_round", "task_dispatch", "tool_call", "uncertain_tool_call", "budget"
+    ] = Field(
+        description="What is to be approved: a plan, a round of tasks, one task, one tool "
+        "call, an uncertain tool call (a non-idempotent call that started before a crash "
+        "and may or may not have happened), or a raise of the run's budget."
     )
     boundary: str | None = Field(
         default=None, max_length=4096, description="The request's boundary (part of the hash)."

@@ -331,7 +331,8 @@ async def _progress(
 ) -> dict[str, Any]:
     async with asyncio.timeout(STORE_READ_SECONDS):
         store = await STORES.store_of(runtime.kube(), teamrun["metadata"]["namespace"], spec)
-        return await read_progress(store, run_id_of(teamrun), read_limit) or {}
+        budget = spec.budget.run_budget() if spec.budget is not None else None
+        return await read_progress(store, run_id_of(teamrun), read_limit, budget) or {}
 
 
 async def _progress_or_error(

@@ -16,7 +16,9 @@ from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import start_http_server
+from pydantic import ValidationError
 
+from oma.budget.state import BudgetReport
 from oma.pod_contract import TerminationReport
 from oma.timeutil import parse_iso
 from oma_operator.resources.bodies import DecisionBody, PodBody, TeamRunBody
@@ -119,6 +121,21 @@ class OperatorMetrics:
         )
         for direction in ("input", "output"):
             self.tokens.labels(direction)
+        # Per namespace (the tenant a budget is charged to), summed over its TeamRuns with a
+        # budget as their statuses show it: a bounded label, unlike run names.
+        self.budget_used = Gauge(
+            "oma_budget_used",
+            "What the TeamRuns of a namespace have used of their budgets (status.budget), by "
+            "kind; tokens include lost and reserved ones.",
+            ["namespace", "kind"],
+            registry=registry,
+        )
+        self.budget_limit = Gauge(
+            "oma_budget_limit",
+            "The budgets of a namespace's TeamRuns, summed, by kind.",
+            ["namespace", "kind"],
+            registry=registry,
+        )
         for phase in PHASES:
             self.teamruns.labels(phase)
         for kind in sorted(TERMINAL):
@@ -132,10 +149,14 @@ class OperatorMetrics:
         self._phases: dict[str, str] = {}  # TeamRun uid -> phase
         self._counts: Tally[str] = Tally()  # TeamRuns by phase
         self._decided: set[str] = set()  # uids of ApprovalDecisions known to be decided
+        # TeamRun uid -> (namespace, {kind: (used, limit)}); the series set so far
+        self._budgets: dict[str, tuple[str, dict[str, tuple[float, float]]]] = {}
+        self._budget_series: set[tuple[str, str]] = set()
 
     def teamrun_seen(self, body: TeamRunBody, event_type: str | None) -> None:
         # Counted as phases change, not recounted per event: thousands of TeamRuns, each event.
         uid = str(body.get("metadata", {}).get("uid", ""))
+        self._budget_seen(uid, body, event_type)
         before = self._phases.get(uid)
         if event_type == "DELETED":
             self._phases.pop(uid, None)
@@ -149,6 +170,36 @@ class OperatorMetrics:
             if phase is not None:
                 self._counts[phase] += change
                 self.teamruns.labels(phase).set(self._counts[phase])
+
+    def _budget_seen(self, uid: str, body: TeamRunBody, event_type: str | None) -> None:
+        namespace = str(body.get("metadata", {}).get("namespace", ""))
+        found = budget_figures((body.get("status") or {}).get("budget"))
+        old = self._budgets.get(uid)
+        if event_type == "DELETED" or not found:
+            self._budgets.pop(uid, None)
+        else:
+            self._budgets[uid] = (namespace, found)
+        if old == self._budgets.get(uid):
+            return
+        for space in {namespace} | ({old[0]} if old is not None else set()):
+            self._budget_totals(space)
+
+    def _budget_totals(self, namespace: str) -> None:
+        totals: dict[str, tuple[float, float]] = {}
+        for space, figures in self._budgets.values():
+            if space != namespace:
+                continue
+            for kind, (used, limit) in figures.items():
+                before = totals.get(kind, (0.0, 0.0))
+                totals[kind] = (before[0] + used, before[1] + limit)
+        for kind in BUDGET_KINDS:
+            # A namespace's series stays once it existed (at 0 when its last run went).
+            if kind not in totals and (namespace, kind) not in self._budget_series:
+                continue
+            self._budget_series.add((namespace, kind))
+            used, limit = totals.get(kind, (0.0, 0.0))
+            self.budget_used.labels(namespace, kind).set(used)
+            self.budget_limit.labels(namespace, kind).set(limit)
 
     def attempt_ended(self, kind: str) -> None:
         self.attempts.labels(kind).inc()
@@ -196,6 +247,25 @@ class OperatorMetrics:
         if isinstance(tokens, dict):
             for direction in ("input", "output"):
                 self.tokens.labels(direction).inc(_amount(tokens.get(direction)))
+
+
+BUDGET_KINDS = ("tokens", "modelCalls", "toolCalls")
+
+
+def budget_figures(value: object) -> dict[str, tuple[float, float]]:
+    """(used, limit) by kind from a status's ``budget``; what does not parse is left out (a
+    status written by someone else never breaks the operator)."""
+    try:
+        report = BudgetReport.model_validate(value)
+    except ValidationError:
+        return {}
+    limits, spent = report.limits, report.spent
+    pairs = (
+        ("tokens", report.tokens, limits.tokens),
+        ("modelCalls", spent.model_calls, limits.model_calls),
+        ("toolCalls", spent.tool_calls, limits.tool_calls),
+    )
+    return {kind: (float(used), float(limit)) for kind, used, limit in pairs if limit is not None}
 
 
 def _amount(value: Any) -> float:

@@ -31,6 +31,8 @@ def expires_at(request: ApprovalRequest, approvals: TeamRunApprovals | None) -> 
 def expiry_word(request: ApprovalRequest, approvals: TeamRunApprovals) -> DecisionWord:
     if request.scope == "uncertain_tool_call":
         return "failed"
+    if request.scope == "budget":
+        return "reject"  # spending more is never decided by nobody
     return "approve" if approvals.on_expiry == "Approve" else "reject"
 
 

@@ -75,6 +75,14 @@ def summary(request: ApprovalRequest) -> str:
             f"assigned to {task.get('assignee')}."
         )
         lines.append(f"Description: {task.get('description')}")
+    elif request.scope == "budget":
+        lines.append(
+            f"Raise the run's {content.get('limit')} budget from {content.get('current')} to "
+            f"{content.get('proposed')}? {content.get('used')} are used or reserved, and the "
+            f"next step of task {content.get('taskId')} (agent {content.get('agentName')}) "
+            f"needs {content.get('needed')}."
+        )
+        lines.append("Approve to raise it and continue; Reject to end the run (Rejected).")
     elif request.scope == "task_round":
         done = [t.get("title") for t in content.get("completedTasks") or []]
         upcoming = [t.get("title") for t in content.get("nextTasks") or []]

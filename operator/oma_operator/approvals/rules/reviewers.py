@@ -37,6 +37,8 @@ def reviewers_for(
         specific = _entry(spec.dispatch, str((content.get("task") or {}).get("title")))
     elif request.scope == "plan":
         specific = spec.plan
+    elif request.scope == "budget":
+        specific = spec.budget
     return specific or spec.default
 
 

@@ -14,8 +14,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+
+from oma.budget.account import budget_report
+from oma.budget.limits import RunBudget
+from oma.budget.state import BudgetReport, BudgetState
+from oma.budget.text import budget_column
 from oma.checkpoint import Checkpoint
 from oma.checkpoint.keys import checkpoint_key
+from oma.checkpoint.snapshot import CheckpointSnapshotV4
 from oma.checkpoint.summary import summarize
 from oma.errors import OmaError
 from oma.store.base import MemoryStore, supports_value_size
@@ -41,14 +48,18 @@ class CheckpointTooLargeToPoll(OmaError):
 
 
 async def read_progress(
-    store: MemoryStore, run_id: str, read_limit: int | None = None
+    store: MemoryStore,
+    run_id: str,
+    read_limit: int | None = None,
+    budget: RunBudget | None = None,
 ) -> dict[str, Any] | None:
-    """``taskSummary`` and ``lastCheckpointAt`` for the status, or None before the first save.
-    ``read_limit``: a snapshot stored in more bytes is not read (``CheckpointTooLargeToPoll``)."""
+    """``taskSummary`` and ``lastCheckpointAt`` for the status (and with ``budget``, the spec's,
+    ``budget`` and ``budgetSummary``), or None before the first save. ``read_limit``: a
+    snapshot stored in more bytes is not read (``CheckpointTooLargeToPoll``)."""
     key = checkpoint_key(run_id)
     if supports_journal(store):
         head = await store.journal_head(key)
-        from_head = _from_head(head.metadata) if head is not None else None
+        from_head = _from_head(head.metadata, budget) if head is not None else None
         if from_head is not None:
             return from_head
     if read_limit is not None and supports_value_size(store):
@@ -68,7 +79,15 @@ async def read_progress(
     if summary.tasks:
         done = summary.task_counts.get("completed", 0)
         progress["taskSummary"] = f"{done}/{len(summary.tasks)}"
+    if budget is not None:
+        saved = snapshot.budget if isinstance(snapshot, CheckpointSnapshotV4) else None
+        progress.update(budget_status(budget_report(budget, saved)))
     return progress
+
+
+def budget_status(report: BudgetReport) -> dict[str, Any]:
+    """A TeamRun status's ``budget`` (limits and spend) and ``budgetSummary`` (its column)."""
+    return {"budget": report.to_data(), "budgetSummary": budget_column(report)}
 
 
 def _size(limit: int) -> str:
@@ -76,7 +95,7 @@ def _size(limit: int) -> str:
     return f"{mib:g} MiB" if mib >= 1 else f"{limit} bytes"
 
 
-def _from_head(metadata: dict[str, Any] | None) -> dict[str, Any] | None:
+def _from_head(metadata: dict[str, Any] | None, budget: RunBudget | None) -> dict[str, Any] | None:
     """Progress from a journal head's metadata; ``None`` when it has none that makes sense
     (then the journal itself is read)."""
     meta = metadata or {}
@@ -89,7 +108,28 @@ def _from_head(metadata: dict[str, Any] | None) -> dict[str, Any] | None:
     progress: dict[str, Any] = {"lastCheckpointAt": saved}
     if tasks:
         progress["taskSummary"] = f"{done}/{tasks}"
+    if budget is not None:
+        progress.update(budget_status(_head_report(budget, meta.get("budget"))))
     return progress
+
+
+def _head_report(budget: RunBudget, value: object) -> BudgetReport:
+    """The run's budget from its journal head (spend, raises, tokens reserved); one that does
+    not parse counts as nothing spent (the status only: the runner reads its checkpoint,
+    strictly)."""
+    if not isinstance(value, dict):
+        return budget_report(budget, None)
+    try:
+        state = BudgetState.model_validate(
+            {key: value[key] for key in ("spent", "raised") if value.get(key) is not None}
+        )
+    except ValidationError:
+        return budget_report(budget, None)
+    report = budget_report(budget, state)
+    reserved = value.get("reservedTokens")
+    if type(reserved) is int and reserved >= 0:
+        report.reserved_tokens = reserved
+    return report
 
 
 def changed(status: TeamRunStatus, progress: dict[str, Any]) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from oma.budget.text import budget_column
 from oma.pod_contract import TerminationReport
 from oma.timeutil import format_iso, now_iso, parse_iso
 from oma_operator import masking
@@ -175,6 +176,9 @@ def after_attempt(
         if report.tasks is not None:
             new["taskSummary"] = f"{report.tasks.completed}/{report.tasks.total}"
         new["pendingApprovals"] = len(report.pending_approvals)
+        if report.budget is not None:
+            new["budget"] = report.budget.to_data()
+            new["budgetSummary"] = budget_column(report.budget)
     new["modelOutageSince"] = decision.outage_since  # None: merge patch removes it
     if next_attempt is not None:
         new["attempt"] = next_attempt
