@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from oma.agent.budget_hook import CostEstimate, StepBudget
 from oma.agent.state import PendingCall, RunnerState
@@ -206,7 +207,7 @@ class AgentRunner:
         if self._budget is not None:
             fresh = sum(p.commit is None and not p.awaiting_decision for p in state.pending)
             await self._budget.before_tools(self.task_id, self.agent.name, fresh)
-        await asyncio.gather(*(self._run_one(state, pending) for pending in state.pending))
+        await _all_or_none(self._run_one(state, pending) for pending in state.pending)
         waiting = [p.approval_request for p in state.pending if p.awaiting_decision]
         if waiting:
             await self._persist(state, strict=True)
@@ -370,6 +371,29 @@ class AgentRunner:
     async def _persist(self, state: RunnerState, *, strict: bool = False) -> None:
         if self._on_boundary is not None:
             await self._on_boundary(state.to_checkpoint(self.task_id, self.agent.name), strict)
+
+
+async def _all_or_none(steps: Iterable[Coroutine[Any, Any, None]]) -> None:
+    """Run ``steps`` concurrently; when one raises, cancel the others (a sibling call must not
+    go on running tools after the attempt ended: fenced, its store gone, its server lost) and
+    raise that error itself (not wrapped, as a TaskGroup would)."""
+    tasks = [asyncio.ensure_future(step) for step in steps]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    except BaseException:  # this task was cancelled: so are its calls
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+    failed = next((t for t in tasks if t in done and not t.cancelled() and t.exception()), None)
+    if failed is None:
+        return
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    error = failed.exception()
+    assert error is not None
+    raise error
 
 
 def _last_assistant_text(state: RunnerState) -> str:
