@@ -118,3 +118,40 @@ async def test_a_request_the_provider_refuses_still_fails_the_task(
     run = await _run(spec, tmp_path)
     assert run.exit_code == Exit.PERMANENT and run.result.status.code == "error"
     assert "HTTP 401" in (run.result.tasks[0].result or "")
+
+
+async def test_an_outage_while_the_coordinator_plans_or_synthesizes_parks_the_run_too(
+    server: WireServer, tmp_path: Path
+) -> None:
+    model = {"provider": "anthropic", "name": "claude-test-1", "baseURL": server.base_url}
+    agent = {"apiKeyEnv": "LOCAL_MODEL_KEY", "maxRetries": 1, **model}
+    spec = RunSpec.model_validate(
+        {
+            "mode": "team",
+            "goal": "Say hello.",
+            "agents": [{"name": "clerk", "model": agent}],
+            "coordinator": {"name": "lead", "model": agent},
+            "store": {"file": {"path": str(tmp_path / "store.json")}},
+        }
+    )
+    plan = '[{"title": "Greet", "description": "Say hello.", "assignee": "clerk"}]'
+    overloaded = [Reply(529, OVERLOADED, FAST)] * 2
+    server.expect(anthropic_wire.PATH, *overloaded)  # planning: the SDK tries twice
+    with pytest.raises(ModelUnavailableError, match="HTTP 529"):
+        await _run(spec, tmp_path)
+
+    text = anthropic_wire.text
+    server.expect(
+        anthropic_wire.PATH,
+        Reply(body=anthropic_wire.message(text(plan))),  # the plan
+        Reply(body=anthropic_wire.message(text("hello"))),  # the task
+        *overloaded,  # synthesis
+    )
+    with pytest.raises(ModelUnavailableError, match="HTTP 529"):
+        await _run(spec, tmp_path)
+
+    server.expect(anthropic_wire.PATH, Reply(body=anthropic_wire.message(text("all said"))))
+    resumed = await _run(spec, tmp_path)
+    assert resumed.resumed and resumed.result.success, resumed.result.status
+    assert resumed.result.agent_results["coordinator"].output == "all said"
+    assert server.pending == 0

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
 from oma.agent.result import AgentRunResult, RunStatus, Usage
-from oma.agent.runner import AgentRunner
-from oma.errors import OmaError
+from oma.agent.runner import AgentRunner, RunnerOutcome
+from oma.errors import ModelUnavailableError, OmaError
+from oma.llm.adapter import LLMError
 from oma.orchestrator.budget_guard import step_budget
 from oma.orchestrator.context import RunContext
 from oma.orchestrator.prompts import decomposition_prompt, synthesis_prompt
+from oma.orchestrator.task_runner import is_outage
 from oma.tasks.loading import TaskSpec
 from oma.team import AgentConfig
 
@@ -30,8 +33,20 @@ async def decompose(coordinator: AgentConfig, goal: str, context: RunContext) ->
         task_id="coordinator:plan",
         budget=step_budget(context, stops=False),
     )
-    outcome = await runner.run(decomposition_prompt(goal, context))
+    outcome = await _parked(context, runner.run(decomposition_prompt(goal, context)))
     return parse_task_list(outcome.output)
+
+
+async def _parked(context: RunContext, call: Awaitable[RunnerOutcome]) -> RunnerOutcome:
+    """The coordinator's answer; a provider outage ends the attempt as a task's model call
+    does (``ModelUnavailableError``) where the run parks on outages: planning is done again
+    by the next attempt, synthesis after its tasks are restored."""
+    try:
+        return await call
+    except LLMError as exc:
+        if context.park_on_model_outage and is_outage(exc):
+            raise ModelUnavailableError(str(exc)) from exc
+        raise
 
 
 def parse_task_list(text: str) -> list[TaskSpec]:
@@ -56,7 +71,7 @@ async def synthesize(coordinator: AgentConfig, goal: str, context: RunContext) -
         task_id="coordinator:synthesis",
         budget=step_budget(context, stops=False),
     )
-    outcome = await runner.run(synthesis_prompt(goal, context))
+    outcome = await _parked(context, runner.run(synthesis_prompt(goal, context)))
     usage = outcome.state.usage
     return AgentRunResult(
         success=True,

@@ -13,7 +13,7 @@ from oma.budget.account import BudgetAccount
 from oma.budget.limits import RunBudget
 from oma.checkpoint.attempts import load_attempt_log
 from oma.checkpoint.snapshot import CheckpointSnapshotV4, RunMode
-from oma.errors import CheckpointFencedError, CheckpointLostError
+from oma.errors import CheckpointFencedError, CheckpointLostError, ModelUnavailableError
 from oma.orchestrator.activation import Activation, CheckpointConfigError, activate
 from oma.orchestrator.approval_restore import continue_approvals
 from oma.orchestrator.context import RunContext
@@ -237,6 +237,8 @@ class OpenMultiAgent:
         try:
             lead = coordinator or _default_coordinator(team)
             synthesis: AgentRunResult = await synthesize(lead, context.goal, context)
+        except ModelUnavailableError:
+            raise  # parked: the next attempt synthesizes once the provider is back
         except Exception as exc:  # best-effort: the task outputs are still returned
             context.emit(
                 OrchestratorEvent("error", data={"kind": "synthesis_failed", "error": exc})
