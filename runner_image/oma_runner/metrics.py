@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
@@ -15,6 +16,7 @@ from prometheus_client.exposition import start_http_server
 
 from oma.budget.state import BudgetReport
 from oma.orchestrator.events import OrchestratorEvent
+from oma.timeutil import format_iso
 
 log = logging.getLogger(__name__)
 # Saves are milliseconds on Redis/PostgreSQL (docs/performance.md); slow ones are what matters.
@@ -80,6 +82,11 @@ class RunnerMetrics:
             ["kind"],
             registry=registry,
         )
+        # When this attempt's model calls began failing (after its last call that worked), and
+        # how many worked: the operator measures a provider outage from there (a run that
+        # recovered in between starts a new outage, not the old one's clock).
+        self._failing_since: datetime | None = None
+        self._model_ok = 0
         self._totals: dict[str, float] = {
             "saves": 0,
             "saveSeconds": 0.0,
@@ -131,6 +138,11 @@ class RunnerMetrics:
             int(data.get("outputTokens") or 0),
         )
         outcome = "error" if data.get("error") else "ok"
+        if outcome == "ok":
+            self._model_ok += 1
+            self._failing_since = None
+        elif self._failing_since is None:
+            self._failing_since = datetime.now(UTC) - timedelta(seconds=seconds)
         self.model_calls.labels(provider, model, outcome).inc()
         self.model_seconds.labels(provider, model).observe(seconds)
         self.tokens.labels(provider, model, "input").inc(tokens_in)
@@ -152,6 +164,8 @@ class RunnerMetrics:
             "modelCalls": int(totals["modelCalls"]),
             "modelSeconds": round(totals["modelSeconds"], 3),
             "tokens": {"input": int(totals["inputTokens"]), "output": int(totals["outputTokens"])},
+            "modelOk": self._model_ok,
+            "modelFailingSince": format_iso(self._failing_since) if self._failing_since else None,
         }
 
 

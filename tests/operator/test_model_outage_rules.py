@@ -7,14 +7,18 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
+from oma.orchestrator.events import OrchestratorEvent
 from oma.pod_contract import Exit, TerminationReport
-from oma.timeutil import format_iso
+from oma.timeutil import format_iso, parse_iso
 from oma.tools.mcp import McpToolChangedError
 from oma_operator.resources.bodies import TeamRunStatus
 from oma_operator.resources.models import RetryPolicy
 from oma_operator.runs.rules.decisions import Decision, attempt_record, decide
 from oma_operator.runs.rules.outcomes import Outcome, classify
 from oma_operator.runs.rules.status import after_attempt
+from oma_runner.metrics import RunnerMetrics
 from tests.operator.pod_fixtures import runner_pod_in
 
 NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
@@ -87,3 +91,44 @@ def test_a_changed_mcp_tool_fails_the_run_with_its_own_reason_and_the_tools_name
     assert (decision.action, decision.reason) == ("failed", "McpToolChanged")
     assert "'crm__find' is gone" in decision.message
     assert McpToolChangedError.code == "MCP_TOOL_CHANGED"
+
+
+def _reported(metrics: dict[str, Any]) -> Outcome:
+    report = TerminationReport(
+        status="model_unavailable", message=f"MODEL_UNAVAILABLE: {SAID}", metrics=metrics
+    )
+    return Outcome("outage", "ModelUnavailable", report.model_dump_json(by_alias=True), 14)
+
+
+def test_an_attempt_that_worked_before_failing_again_starts_a_new_outage() -> None:
+    """The clock of an outage the run recovered from is not carried into the next one: the
+    runner says since when its calls fail and that some worked before."""
+    status: dict[str, Any] = {"modelOutageSince": format_iso(NOW), "attempts": [{}]}
+    later = NOW + timedelta(minutes=30)  # far past the policy's 600 s since the first outage
+    failing = format_iso(later - timedelta(seconds=20))
+    recovered = _reported({"modelOk": 40, "modelFailingSince": failing})
+    decision = decide(recovered, status, POLICY, 5, now=later)  # type: ignore[arg-type]
+    assert decision.action == "next_attempt" and decision.outage_since == failing
+    assert "for up to 580s more" in decision.message
+    # No call worked in this attempt: the same outage goes on, and has lasted too long.
+    still = _reported({"modelOk": 0, "modelFailingSince": failing})
+    assert decide(still, status, POLICY, 5, now=later).action == "failed"  # type: ignore[arg-type]
+    # A report that says nothing of it (an older runner): as before.
+    assert decide(_outage(), status, POLICY, 5, now=later).action == "failed"  # type: ignore[arg-type]
+    # The first outage of a run starts where its calls began failing, not at the attempt's end.
+    first = decide(still, {}, POLICY, 1, now=later)
+    assert first.outage_since == failing
+
+
+def test_the_runner_reports_since_when_its_model_calls_fail() -> None:
+    metrics = RunnerMetrics(CollectorRegistry())
+    call = {"provider": "anthropic", "model": "m", "seconds": 2.0}
+    metrics.on_progress(OrchestratorEvent("model_call", data={**call, "error": "LLMError"}))
+    metrics.on_progress(OrchestratorEvent("model_call", data={**call, "error": None}))
+    assert metrics.report()["modelFailingSince"] is None and metrics.report()["modelOk"] == 1
+    before = datetime.now(UTC)
+    metrics.on_progress(OrchestratorEvent("model_call", data={**call, "error": "LLMError"}))
+    first = parse_iso(metrics.report()["modelFailingSince"])
+    metrics.on_progress(OrchestratorEvent("model_call", data={**call, "error": "LLMError"}))
+    assert parse_iso(metrics.report()["modelFailingSince"]) == first  # the streak's first
+    assert first is not None and before - timedelta(seconds=3) <= first <= datetime.now(UTC)

@@ -413,8 +413,10 @@ def _status_schema() -> dict[str, Any]:
             "nextAttemptAfter": field("string", "When the next attempt may start (a backoff)."),
             "modelOutageSince": field(
                 "string",
-                "When the model provider's current outage began (the first of the attempts "
-                "that ended ModelUnavailable one after another); gone once one ends otherwise.",
+                "When the model provider's current outage began: where the model calls of the "
+                "first of the attempts that ended ModelUnavailable one after another began "
+                "failing (an attempt whose calls worked before they failed starts a new "
+                "outage); gone once an attempt ends otherwise.",
             ),
             "stoppedForHold": field(
                 "string",

@@ -135,7 +135,7 @@ def _outage(
     used, until the outage (since the first of the attempts that ended so, one after another)
     has lasted ``modelOutageSeconds``."""
     counts = _budgets_used(status)
-    since = parse_iso(str(status.get("modelOutageSince") or "")) or now
+    since = outage_began(status, outcome, now)
     waited = max(0.0, (now - since).total_seconds())
     limit = policy.model_outage_seconds
     report = outcome.report
@@ -163,6 +163,20 @@ def _outage(
         delay,
         outage_since=format_iso(since),
     )
+
+
+def outage_began(status: TeamRunStatus, outcome: Outcome, now: datetime) -> datetime:
+    """When the outage that ended this attempt began: where the attempt's model calls began
+    failing, if one of them worked first (the provider had recovered: a new outage); else the
+    outage the attempts before it waited out (``modelOutageSince``), else that same point."""
+    report = outcome.report
+    found = report.metrics if report is not None and isinstance(report.metrics, dict) else {}
+    failing = parse_iso(str(found.get("modelFailingSince") or ""))
+    recovered = type(found.get("modelOk")) is int and found["modelOk"] > 0
+    if recovered and failing is not None:
+        return min(failing, now)
+    before = parse_iso(str(status.get("modelOutageSince") or ""))
+    return before or (min(failing, now) if failing is not None else now)
 
 
 def attempt_record(attempt: int, outcome: Outcome, pod: str, ended_at: str) -> dict[str, Any]:
