@@ -123,6 +123,19 @@ async def test_a_call_the_server_refuses_is_an_error_result_the_model_sees(
     assert [call["tool"] for call in counter.calls()] == ["refuse"]
 
 
+async def test_a_json_rpc_error_of_the_servers_own_is_a_refusal_not_a_lost_answer(
+    counter: McpCounterServer, tmp_path: Path
+) -> None:
+    """Code -32000 opens the range of server errors; the SDK also uses it for a connection it
+    saw close. Only the latter leaves the outcome unknown (the attempt ends)."""
+    script = [*_calls(("c-1", "counter__deny", {"reason": "over limit"})), {"text": "denied"}]
+    spec = _spec(tmp_path / "s.json", script, {"url": counter.url})
+    run = await _run(spec, "r1", tmp_path)
+    assert run.result.status.code == "ok" and run.result.tasks[0].result == "denied"
+    assert _outputs(run) == [("counter__deny", "MCP error -32000: denied: over limit")]
+    assert [call["tool"] for call in counter.calls()] == ["deny"]
+
+
 async def test_an_unreachable_server_is_a_transient_failure_before_anything_runs(
     tmp_path: Path,
 ) -> None:

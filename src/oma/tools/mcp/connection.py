@@ -28,8 +28,11 @@ from oma.tools.mcp.spec import McpServerSpec
 
 # How many pages of tools/list a server may answer with (a server paging forever is refused).
 MAX_TOOL_PAGES = 100
-# The JSON-RPC errors that say the call may have reached the server and its answer was lost.
-_OUTCOME_UNKNOWN = (-32000, -32001)  # connection closed, request timeout
+# The JSON-RPC errors that say the call may have reached the server and its answer was lost:
+# the SDK's "Connection closed" (code -32000, which is also the first code of the range servers
+# use for their own errors, so only with the SDK's message) and any request timeout (-32001).
+_CONNECTION_CLOSED = (-32000, "Connection closed")
+_REQUEST_TIMEOUT = -32001
 # What the SDK answers in the server's stead when the HTTP reply was an error status without a
 # JSON-RPC error in it (a gateway's 502/504, a restarted server's 404 for the old session): the
 # request may have run, so these are not the server's refusal either.
@@ -118,7 +121,8 @@ class McpConnection:
         try:
             return request.result()
         except MCPError as exc:
-            if exc.code in _OUTCOME_UNKNOWN or exc.message in _SDK_STAND_INS:
+            closed = (exc.code, exc.message) == _CONNECTION_CLOSED
+            if closed or exc.code == _REQUEST_TIMEOUT or exc.message in _SDK_STAND_INS:
                 raise self._unavailable(f"did not answer a call of {name!r}", exc) from exc
             refused = TextContent(type="text", text=f"MCP error {exc.code}: {exc.message}")
             return CallToolResult(content=[refused], is_error=True)

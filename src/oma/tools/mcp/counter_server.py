@@ -12,8 +12,8 @@ can start it over stdio.
   ``Bearer <token>``.
 
 Tools: ``add`` (idempotent by key: an amount added once per key), ``pay`` (destructive: every
-call pays again), ``lookup`` (read-only), ``refuse`` (always a tool error) and ``whoami`` (the
-``X-Team`` header it was sent). Every call is appended to ``<prefix>:calls`` as JSON with its
+call pays again), ``lookup`` (read-only), ``refuse`` (always a tool error), ``deny`` (always a JSON-RPC error
+of the server's own, code -32000) and ``whoami`` (the ``X-Team`` header it was sent). Every call is appended to ``<prefix>:calls`` as JSON with its
 tool, key and arguments.
 """
 
@@ -27,6 +27,7 @@ from typing import Any
 import redis.asyncio as redis
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.shared.exceptions import MCPError
 from mcp.types import ToolAnnotations
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -88,6 +89,13 @@ def build_server() -> MCPServer:
     async def refuse(reason: str, ctx: Context) -> str:
         await seen("refuse", ctx, {"reason": reason})
         raise ToolError(f"refused: {reason}")
+
+    @server.tool(name="deny", description="Always refuses with a JSON-RPC error of its own.")
+    async def deny(reason: str, ctx: Context) -> str:
+        await seen("deny", ctx, {"reason": reason})
+        # -32000: the first code of the range servers use for their own errors, which the SDK
+        # also uses for a connection it saw close.
+        raise MCPError(code=-32000, message=f"denied: {reason}")
 
     @server.tool(name="whoami", description="The X-Team header this call came with.")
     async def whoami(ctx: Context) -> str:
