@@ -318,6 +318,7 @@ async def test_an_approval_nobody_decides_expires_rejected_and_a_later_patch_is_
     await kube.create(TEAMRUNS.format(ns=namespace), body)
     decision = await pending_decision(kube, namespace, "lapse")
     path = f"{DECISIONS.format(ns=namespace)}/{decision['metadata']['name']}"
+    shown = decision["status"]["expiresAt"]  # while it waits
     final = await finished(kube, namespace, "lapse", 150)
     # Rejected by expiry: the tool call became a denied result, the charge never ran.
     assert final["phase"] == "Succeeded" and await effects.ledger() == []
@@ -328,7 +329,8 @@ async def test_an_approval_nobody_decides_expires_rejected_and_a_later_patch_is_
     row = await ledger_row(e2e_redis, body, namespace, decision["spec"]["requestId"])
     assert row is not None and row.decision is not None
     assert row.decision.reviewer.id == "expired"
-    asked, expires = parse_iso(row.request.requested_at), parse_iso(status["expiresAt"])
+    assert "expiresAt" not in status  # decided: decidedAt says when
+    asked, expires = parse_iso(row.request.requested_at), parse_iso(shown)
     assert asked is not None and expires is not None
     assert abs((expires - asked).total_seconds() - 5) < 1  # as the resource showed it
     async with as_user(cluster, "erin") as erin:

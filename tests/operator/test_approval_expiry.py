@@ -83,9 +83,12 @@ async def test_expiry_is_recorded_once_in_the_ledger_by_expired_and_a_later_deci
     assert record.decision is not None
     assert (record.decision.decision, record.decision.reviewer.id) == ("rejected", EXPIRED_REVIEWER)
     assert "expireAfterSeconds (5s)" in (record.decision.reason or "")
+    assert mirrored_status(pending, expires="2026-12-06T10:00:05Z")["expiresAt"] == (
+        "2026-12-06T10:00:05Z"
+    )
     status = mirrored_status(record, expires="2026-12-06T10:00:05Z")
     assert status["decision"] == "Rejected" and status["reviewer"] == "expired"
-    assert status["expiresAt"] == "2026-12-06T10:00:05Z"
+    assert "expiresAt" not in status and "decidedAt" in status  # decided: no longer expires
     late = _not_recorded({"decision": "Approved", "reviewer": "bob"}, record)
     assert late == (
         "spec.decision Approved by bob was not recorded: the request was already rejected "

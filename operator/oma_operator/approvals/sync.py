@@ -146,6 +146,10 @@ async def sync_approvals(kube: Kube, teamrun: TeamRunBody, spec: TeamRunSpec) ->
         published.add(resource_name)
         resource = found.get(resource_name)
         expiry = expires_at(record.request, spec.approvals)
+        if record.decision is None and _past(expiry) and spec.approvals is not None:
+            # Whatever became of its resource (never published, taken by someone else's):
+            # expiry is the request's, and a decision set from now on comes too late.
+            record = records[request_id] = await _expire(store, record, spec.approvals)
         if resource is None:
             if record.decision is not None:
                 continue  # decided elsewhere before it was ever published
@@ -247,9 +251,8 @@ async def _settle(
         return record
     message = None
     spec = resource.get("spec") or {}
-    expired = judged.expiry is not None and datetime.now(UTC) >= judged.expiry
-    if record.decision is None and expired and approvals is not None:
-        record = await _expire(store, record, approvals)  # a decision set now comes too late
+    if record.decision is None and _past(judged.expiry) and approvals is not None:
+        record = await _expire(store, record, approvals)  # expired since the check above
         message = _not_recorded(spec, record)
     elif record.decision is None and spec.get("decision") in ("Approved", "Rejected"):
         record, message = await _record(store, spec, record, judged.reviewers, judged.excluded)
@@ -311,6 +314,10 @@ async def _expire(
             reason=expiry_reason(approvals),
         )
     return await ledger.get(record.request.id) or record
+
+
+def _past(moment: datetime | None) -> bool:
+    return moment is not None and datetime.now(UTC) >= moment
 
 
 def _iso(moment: datetime | None) -> str | None:

@@ -338,7 +338,8 @@ def _decision_status_schema() -> dict[str, Any]:
             "expiresAt": field(
                 "string",
                 "When the request is decided by expiry if nobody decides it first (the TeamRun's "
-                "approvals.expireAfterSeconds); a decision set after it is not recorded.",
+                "approvals.expireAfterSeconds); a decision set after it is not recorded. Shown "
+                "while the request waits; once decided, decidedAt says when.",
             ),
         },
     }

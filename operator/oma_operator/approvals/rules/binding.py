@@ -143,9 +143,9 @@ def mirrored_status(
     record: ApprovalRecord, message: str | None = None, expires: str | None = None
 ) -> DecisionStatus:
     """The ledger's state of the request, for the resource's status (CamelCase, as in spec);
-    ``expires``: when an undecided request expires."""
+    ``expires``: when an undecided request expires (not shown once it is decided)."""
     status: DecisionStatus = {"verified": True, "recorded": record.decision is not None}
-    if expires is not None:
+    if expires is not None and record.decision is None:  # gone once decided: decidedAt says
         status["expiresAt"] = expires
     decision = record.decision
     if decision is None:
