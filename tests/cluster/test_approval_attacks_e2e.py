@@ -765,3 +765,50 @@ async def test_a_pod_squatting_an_attempts_name_holds_the_run_until_it_is_gone(
     decision = await pending_decision(kube, namespace, "squatted")  # the real runner ran
     assert decision is not None and decision["spec"]["scope"] == "tool_call"
     assert "PodCreateFailed" in await event_counts(kube, namespace, "squatted")
+
+
+@pytest.mark.timeout(300)
+async def test_a_request_whose_resource_name_was_taken_still_expires(
+    kube: KubeClient,
+    namespace: str,
+    operator: Path,
+    e2e_redis: Endpoint,
+    redis_secret: str,
+    admission_policies: None,
+    effects: SideEffects,
+) -> None:
+    """Someone who may write ApprovalDecisions (here the admin, past the policy) takes the
+    name of a request's resource with a decided one of their own. The operator ignores it (it
+    decides nothing), and before this fix the request then never expired: the run waited for
+    ever. Expiry is the request's: it ends rejected by ``expired`` all the same."""
+    body = gated("taken", effects, "charge cancelled", approvals={"expireAfterSeconds": 10})
+    await kube.create(TEAMRUNS.format(ns=namespace), body)
+    real = await pending_decision(kube, namespace, "taken")
+    name = real["metadata"]["name"]
+    squat = copy.deepcopy(real)
+    squat["metadata"] = {"name": name, "labels": real["metadata"]["labels"]}
+    squat.pop("status")
+    squat["spec"] |= {"decision": "Pending", "reason": "mine now"}
+    decided = {"spec": {"decision": "Approved", "reviewer": "admin"}}
+    for _ in range(20):  # the operator republishes the request within seconds: win the name
+        await kube.delete_if_present(_path(namespace, name))
+        try:  # created Pending (the policy's rule), decided by its author at once
+            await kube.create(DECISIONS.format(ns=namespace), squat)
+            await kube.patch(_path(namespace, name), decided)
+            break
+        except ApiError as exc:
+            if exc.status not in (404, 409):  # only "the operator got there first" is retried
+                raise
+    else:
+        pytest.fail("the squatting resource never got the name")
+
+    async def ignored() -> dict[str, Any] | None:
+        status = (await kube.get(_path(namespace, name))).get("status") or {}
+        return status if status.get("verified") is False else None
+
+    await wait_for(ignored, 30, "the operator to ignore the squatting resource")
+    final = await finished(kube, namespace, "taken", 150)
+    assert final["phase"] == "Succeeded" and await effects.ledger() == []  # denied, never paid
+    row = await ledger_row(e2e_redis, body, namespace, real["spec"]["requestId"])
+    assert row is not None and row.decision is not None
+    assert (row.decision.decision, row.decision.reviewer.id) == ("rejected", "expired")

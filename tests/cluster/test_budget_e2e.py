@@ -21,6 +21,7 @@ from tests.cluster.approval_kit import (
 )
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import SideEffects
+from tests.cluster.helpers import wait_for
 from tests.cluster.operator_kit import (
     TEAMRUNS,
     crds_installed,
@@ -103,7 +104,12 @@ async def test_an_unanswered_raise_expires_rejected_even_with_on_expiry_approve(
     approvals = {"expireAfterSeconds": 5, "onExpiry": "Approve"}
     await kube.create(TEAMRUNS.format(ns=namespace), _two_payments("lapse", effects, approvals))
     decision = await pending_decision(kube, namespace, "lapse")
-    final = await finished(kube, namespace, "lapse", 150)
+
+    async def rejected() -> dict[str, Any] | None:
+        status = await status_of(kube, namespace, "lapse")
+        return status if status.get("phase") in ("Rejected", "Succeeded", "Failed") else None
+
+    final = await wait_for(rejected, 150, "the run to end")
     assert final["phase"] == "Rejected", final
     assert await effects.ledger() == ["first"]
     path = f"{DECISIONS.format(ns=namespace)}/{decision['metadata']['name']}"

@@ -12,14 +12,16 @@ can start it over stdio.
   ``Bearer <token>``.
 
 Tools: ``add`` (idempotent by key: an amount added once per key), ``pay`` (destructive: every
-call pays again), ``lookup`` (read-only), ``refuse`` (always a tool error), ``deny`` (always a JSON-RPC error
-of the server's own, code -32000) and ``whoami`` (the ``X-Team`` header it was sent). Every call is appended to ``<prefix>:calls`` as JSON with its
-tool, key and arguments.
+call pays again; ``acknowledge_seconds`` delays its answer, not the payment), ``lookup``
+(read-only), ``refuse`` (always a tool error), ``deny`` (always a JSON-RPC error of the server's
+own, code -32000) and ``whoami`` (the ``X-Team`` header it was sent). Every call is appended to
+``<prefix>:calls`` as JSON with its tool, key and arguments.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 from typing import Any
@@ -71,9 +73,12 @@ def build_server() -> MCPServer:
         description="Pay an amount to someone (every call pays).",
         annotations=ToolAnnotations(destructive_hint=True, idempotent_hint=False),
     )
-    async def pay(to: str, amount: int, ctx: Context) -> str:
+    async def pay(to: str, amount: int, ctx: Context, acknowledge_seconds: float = 0) -> str:
         await seen("pay", ctx, {"to": to, "amount": amount})
         total = await db.incrby(f"{prefix}:paid:{to}", amount)
+        # Paid before answering: a caller that dies meanwhile leaves a payment it never heard
+        # of (what a reviewer must find out before running the call again).
+        await asyncio.sleep(min(max(acknowledge_seconds, 0.0), 30.0))
         return f"paid {amount} to {to} (total {total})"
 
     @server.tool(
