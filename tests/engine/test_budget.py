@@ -17,6 +17,7 @@ from oma.checkpoint.manager import Checkpoint
 from oma.errors import OmaError
 from oma.llm.types import ChatRequest, ChatResponse
 from oma.orchestrator.results import TeamRunResult
+from oma.store import RedactingStore
 from oma.tools import ToolContext, define_tool
 from tests.engine.crashing import SimulatedCrash
 
@@ -264,3 +265,16 @@ def test_a_budget_needs_a_positive_limit() -> None:
         RunBudget()
     with pytest.raises(ValueError, match="at least 1"):
         RunBudget(tokens=0)
+
+
+async def test_a_budget_on_a_store_without_compare_and_set_fails_the_task_clearly(
+    tmp_path: Path,
+) -> None:
+    billed: list[str] = []
+    store = RedactingStore(FileStore(str(tmp_path / "store.json")))
+    engine = OpenMultiAgent(budget=RunBudget(model_calls=1))
+    options = CheckpointOptions(store=store, run_id="r1")
+    result = await engine.run_tasks(_team(billed, []), TASK, checkpoint=options)
+    [task] = result.tasks
+    assert task.status == "failed" and "compare_and_set" in (task.result or "")
+    assert "modelCalls budget of 1" in (task.result or "") and len(billed) == 1

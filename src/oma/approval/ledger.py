@@ -50,8 +50,13 @@ class DurableApprovalLedger:
     def __init__(self, store: MemoryStore) -> None:
         self.store = store
 
+    @property
+    def atomic(self) -> bool:
+        """Whether its store can hold durable approvals (has ``compare_and_set``)."""
+        return supports_compare_and_set(self.store)
+
     def assert_atomic_support(self) -> None:
-        if not supports_compare_and_set(self.store):
+        if not self.atomic:
             raise DurableApprovalError(
                 "APPROVAL_ATOMIC_STORE_REQUIRED",
                 f"Durable approvals need a store with compare_and_set; "

@@ -103,7 +103,8 @@ class BudgetGuard:
 
     async def _stop(self, task_id: str, agent_name: str, shortfall: Shortfall) -> None:
         context = self.context
-        if context.ledger is None or context.checkpoint is None:
+        ledger = context.ledger
+        if ledger is None or context.checkpoint is None or not ledger.atomic:
             raise BudgetExceededError(
                 f"Task {task_id} stopped: {shortfall_text(shortfall)}. The run cannot ask for a "
                 "raise without a checkpoint in a store with compare_and_set: raise the spec's "
