@@ -788,7 +788,7 @@ async def test_a_request_whose_resource_name_was_taken_still_expires(
     squat = copy.deepcopy(real)
     squat["metadata"] = {"name": name, "labels": real["metadata"]["labels"]}
     squat.pop("status")
-    squat["spec"] |= {"decision": "Pending", "reason": "mine now"}
+    squat["spec"] |= {"decision": "Pending", "summary": "mine now"}
     decided = {"spec": {"decision": "Approved", "reviewer": "admin"}}
     for _ in range(20):  # the operator republishes the request within seconds: win the name
         await kube.delete_if_present(_path(namespace, name))
