@@ -1,12 +1,16 @@
 """A TeamRun whose agent calls a real MCP server running in its own pod (the counter server,
 built with the SDK) over streamable HTTP, evicted (Eviction API, grace period 0: killed at
-once) after every durable boundary its runner reaches, 35 times or more over a 20-call run:
+once) right after durable boundaries of a 20-call run, 35 times or more: the test watches the
+run's journal and evicts the runner as soon as it saved a boundary past its claim, while its
+next step (a tool call the server answers a second after its effect, a model turn of a second)
+is under way. Then:
 
 - every ``add`` (``idempotentHint``) reaches the server under one key on every attempt and takes
-  effect once by that key;
-- every ``pay`` (destructive, not idempotent) pays exactly once: one killed between its
-  "started" mark and its commit reaches a reviewer (an uncertain_tool_call ApprovalDecision),
-  who settles it from what the server shows, and is never run again silently.
+  effect once by that key, however often it was sent;
+- every ``pay`` (destructive, not idempotent) pays exactly once: one whose runner was killed
+  between its "started" mark and its commit reaches a reviewer (an uncertain_tool_call
+  ApprovalDecision), who settles it from what the server shows, and it is never run again
+  silently.
 """
 
 from __future__ import annotations
@@ -48,12 +52,15 @@ PORT = 8765
 
 
 def _turn(n: int) -> dict[str, Any]:
+    """Call n, answered by the model after a second; the server applies the call at once and
+    answers a second later: a kill lands in one of the two."""
     if n in PAYS:
-        # The server pays at once and answers 2 s later: a kill lands between the two.
-        pay = {"to": "bob", "amount": n, "acknowledge_seconds": 2}
-        return {"tool_calls": [{"id": f"p-{n}", "name": "counter__pay", "input": pay}]}
-    add = {"counter": "n", "amount": n}
-    return {"tool_calls": [{"id": f"a-{n}", "name": "counter__add", "input": add}]}
+        pay = {"to": "bob", "amount": n, "acknowledge_seconds": 1}
+        call = {"id": f"p-{n}", "name": "counter__pay", "input": pay}
+    else:
+        add = {"counter": "n", "amount": n, "acknowledge_seconds": 1}
+        call = {"id": f"a-{n}", "name": "counter__add", "input": add}
+    return {"tool_calls": [call], "delay": 1}
 
 
 def _server_pod(redis_for_pods: str, prefix: str) -> dict[str, Any]:
@@ -162,8 +169,8 @@ async def test_a_20_call_mcp_run_evicted_at_every_boundary_applies_each_effect_o
     db = redis.Redis.from_url(e2e_redis.for_tests)
     evicted: list[str] = []
     settled: Counter[str] = Counter()
-    last_version: str | None = None
     status: dict[str, Any] = {}
+    evicted_at: str | None = None  # the journal's version when the last attempt was evicted
     try:
         deadline = time.monotonic() + 780
         while time.monotonic() < deadline:
@@ -171,23 +178,23 @@ async def test_a_20_call_mcp_run_evicted_at_every_boundary_applies_each_effect_o
             if status.get("phase") in ("Succeeded", "Failed"):
                 break
             if status.get("phase") == "AwaitingApproval":
-                settled += await _settle_uncertain(
-                    cluster, kube, namespace, await _calls(db, prefix)
-                )
-            head = await store.journal_head(key)
-            name = f"evicted-a{status.get('attempt', 1)}"
+                seen = await _calls(db, prefix)
+                settled += await _settle_uncertain(cluster, kube, namespace, seen)
+            attempt = int(status.get("attempt") or 1)
+            name = f"evicted-a{attempt}"
             pod = await get_or_none(kube, f"{pods}/{name}")
-            running = pod is not None and pod["status"].get("phase") == "Running"
-            # A boundary past the attempt's claim (its new base): kill the runner right there.
-            moved = head is not None and head.records >= 2 and head.version != last_version
-            if (
-                running
-                and moved
-                and name not in evicted
-                and await _evict_now(kube, namespace, name)
-            ):
+            if pod is None or pod["status"].get("phase") != "Running" or name in evicted:
+                await asyncio.sleep(0.1)
+                continue
+            head = await store.journal_head(key)
+            # A boundary past the attempt's claim: a journal's base is two records (a claim
+            # writes a new one), so the first attempt's first save shows 2, a later one's first
+            # boundary 3. A journal unchanged since the last eviction is that attempt's.
+            fresh = head is not None and head.version != evicted_at
+            saved = fresh and head is not None and head.records >= (2 if attempt == 1 else 3)
+            if saved and await _evict_now(kube, namespace, name):
                 evicted.append(name)
-                last_version = head.version if head is not None else None
+                evicted_at = head.version if head is not None else None
             await asyncio.sleep(0.1)  # the next look (a poll, not an ordering)
         calls = await _calls(db, prefix)
         added = int(await db.get(f"{prefix}:counter:n") or 0)
@@ -195,9 +202,10 @@ async def test_a_20_call_mcp_run_evicted_at_every_boundary_applies_each_effect_o
     finally:
         await db.aclose()
         await store.aclose()
-    said = [a.get("message") for a in status.get("attempts", [])][-5:]
+    print(f"\n{len(evicted)} evictions; uncertain calls settled: {dict(settled)}; calls: ")
+    print(Counter(call["key"].rsplit(":", 1)[1] for call in calls))
+    said = [(a.get("outcome"), a.get("message")) for a in status.get("attempts", [])][-5:]
     assert status.get("phase") == "Succeeded", said
-    print(f"\n{len(evicted)} evictions; uncertain calls settled: {dict(settled)}")
     assert len(evicted) >= 35, evicted
     run_id = body["spec"]["runId"]
     by_id: dict[str, set[str]] = {}

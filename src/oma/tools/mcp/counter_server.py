@@ -12,7 +12,7 @@ can start it over stdio.
   ``Bearer <token>``.
 
 Tools: ``add`` (idempotent by key: an amount added once per key), ``pay`` (destructive: every
-call pays again; ``acknowledge_seconds`` delays its answer, not the payment), ``lookup``
+call pays again; for both, ``acknowledge_seconds`` delays the answer, not the effect), ``lookup``
 (read-only), ``refuse`` (always a tool error), ``deny`` (always a JSON-RPC error of the server's
 own, code -32000) and ``whoami`` (the ``X-Team`` header it was sent). Every call is appended to
 ``<prefix>:calls`` as JSON with its tool, key and arguments.
@@ -59,13 +59,14 @@ def build_server() -> MCPServer:
         description="Add an amount to a named counter (once per idempotency key).",
         annotations=ToolAnnotations(idempotent_hint=True, destructive_hint=False),
     )
-    async def add(counter: str, amount: int, ctx: Context) -> str:
+    async def add(counter: str, amount: int, ctx: Context, acknowledge_seconds: float = 0) -> str:
         key = await seen("add", ctx, {"counter": counter, "amount": amount})
         if not key:
             raise ToolError("no idempotency key in the request's _meta")
         if await db.set(f"{prefix}:done:{key}", "1", nx=True):
             await db.incrby(f"{prefix}:counter:{counter}", amount)
         total = int(await db.get(f"{prefix}:counter:{counter}") or 0)
+        await asyncio.sleep(min(max(acknowledge_seconds, 0.0), 30.0))
         return f"{counter} = {total}"
 
     @server.tool(
