@@ -278,3 +278,26 @@ async def test_a_budget_on_a_store_without_compare_and_set_fails_the_task_clearl
     [task] = result.tasks
     assert task.status == "failed" and "compare_and_set" in (task.result or "")
     assert "modelCalls budget of 1" in (task.result or "") and len(billed) == 1
+
+
+async def test_a_restore_given_no_budget_keeps_the_runs_spend(tmp_path: Path) -> None:
+    billed: list[str] = []
+    await OpenMultiAgent(budget=RunBudget(tokens=300)).run_tasks(
+        _team(billed, []), TASK, checkpoint=_options(tmp_path)
+    )
+    before = await _saved_budget(tmp_path)
+    await OpenMultiAgent().restore(_team(billed, []), checkpoint=_options(tmp_path))
+    assert await _saved_budget(tmp_path) == before  # not erased by a run without a budget
+
+
+async def test_the_coordinators_calls_are_counted_and_synthesis_is_saved(tmp_path: Path) -> None:
+    plan = '[{"title": "Say", "description": "Say hi.", "assignee": "w"}]'
+    lead = AgentConfig(name="lead", adapter=ScriptedAdapter([{"text": plan}, {"text": "sum"}]))
+    worker = AgentConfig(name="w", adapter=ScriptedAdapter([{"text": "hi"}]))
+    team = Team(name="t", agents=[worker])
+    engine = OpenMultiAgent(budget=RunBudget(model_calls=2))  # passed by synthesis: no stop
+    result = await engine.run_team(team, "Greet.", coordinator=lead, checkpoint=_options(tmp_path))
+    assert result.success and result.budget is not None
+    assert result.budget.spent.model_calls == 3
+    saved = await _saved_budget(tmp_path)
+    assert saved["spent"]["modelCalls"] == 3 and saved["reserved"] == []

@@ -56,3 +56,29 @@ async def test_a_call_that_ends_the_attempt_cancels_its_siblings() -> None:
             OpenMultiAgent().run_tasks(team, [{"title": "A", "description": "a"}]), 10
         )
     assert sorted(cancelled) == ["s1", "s2"] and effects == []
+
+
+async def test_a_call_cancelled_by_its_own_tool_ends_the_turn_uncommitted() -> None:
+    async def gives_up(_: Nothing, ctx: ToolContext) -> str:
+        raise asyncio.CancelledError
+
+    async def fine(_: Nothing, ctx: ToolContext) -> str:
+        return "ok"
+
+    script = [
+        {
+            "tool_calls": [
+                {"id": "g1", "name": "gives_up", "input": {}},
+                {"id": "f1", "name": "fine", "input": {}},
+            ]
+        },
+        {"text": "never"},
+    ]
+    tools = [
+        define_tool("gives_up", "Gives up.", Nothing, gives_up),
+        define_tool("fine", "Fine.", Nothing, fine),
+    ]
+    agent = AgentConfig(name="w", adapter=ScriptedAdapter(script), tools=tools)
+    team = Team(name="t", agents=[agent])
+    with pytest.raises(asyncio.CancelledError):
+        await OpenMultiAgent().run_tasks(team, [{"title": "A", "description": "a"}])

@@ -69,3 +69,43 @@ async def test_a_budgeted_call_carries_its_key_and_its_max_tokens(
         assert sent.headers["x-oma-call-key"] == f"keyed:{task_id}:m1"
         assert outcome.result.budget is not None
         assert outcome.result.budget.spent.model_calls == 1
+
+
+async def _budgeted(server: WireServer, tmp_path: Path, *replies: Reply) -> Any:
+    server.expect("/v1/messages", *replies)
+    spec = _spec("anthropic", server.base_url, {"tokens": 100_000})
+    return await run_spec(
+        spec, run_id="spend", tools=builtin_tools(), default_store_path=tmp_path / "unused.json"
+    )
+
+
+async def test_a_call_the_provider_refused_costs_nothing_and_one_it_answered_badly_counts(
+    server: WireServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LOCAL_MODEL_KEY", "sk-local-test-key-000000000000")
+    refused = {"type": "error", "error": {"type": "invalid_request_error", "message": "no"}}
+    run = await _budgeted(server, tmp_path, Reply(400, refused))
+    assert run.result.budget is not None
+    spent = run.result.budget.spent
+    assert (spent.model_calls, spent.tokens) == (0, 0)  # an HTTP error: released
+
+    server.reset()
+    unusable = anthropic_wire.message({"type": "mystery_block"})
+    run = await _budgeted(server, tmp_path / "b", Reply(body=unusable))
+    assert run.result.budget is not None
+    spent = run.result.budget.spent
+    assert (spent.model_calls, spent.lost_model_calls) == (1, 1)  # answered: billed
+    assert spent.lost_tokens > 321 and run.result.budget.limits.tokens == 100_000
+
+
+async def test_an_answer_without_usage_counts_at_its_reservation(
+    server: WireServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LOCAL_MODEL_KEY", "sk-local-test-key-000000000000")
+    body = anthropic_wire.message(anthropic_wire.text("ok"))
+    del body["usage"]
+    run = await _budgeted(server, tmp_path, Reply(body=body))
+    assert run.result.success and run.result.budget is not None
+    spent = run.result.budget.spent
+    assert spent.model_calls == 1 and spent.input_tokens == spent.output_tokens == 0
+    assert spent.unreported_tokens > 321 and spent.tokens == spent.unreported_tokens

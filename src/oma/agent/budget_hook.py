@@ -8,6 +8,7 @@ from typing import Protocol
 
 from oma import jsonutil
 from oma.budget.state import BudgetReservation
+from oma.llm.adapter import LLMError, LLMResponseError
 from oma.llm.types import LLMMessage, TokenUsage, ToolSpec
 
 BYTES_PER_TOKEN = 3  # generous for text: tokenizers average nearer 4 bytes per token
@@ -21,8 +22,13 @@ class StepBudget(Protocol):
         when the budget cannot cover the call."""
         ...
 
-    def after_model_call(self, reservation: BudgetReservation, usage: TokenUsage | None) -> None:
-        """Settle with the provider's usage; ``None``: the call failed, nothing to count."""
+    def model_answered(self, reservation: BudgetReservation, usage: TokenUsage | None) -> None:
+        """Settle with the provider's usage (``None``: it reported none: the reservation)."""
+        ...
+
+    def model_failed(self, reservation: BudgetReservation, *, billed: bool) -> None:
+        """The call raised: ``billed`` when it may have cost something (counted at its
+        reservation), else released."""
         ...
 
     async def before_tools(self, task_id: str, agent_name: str, calls: int) -> None:
@@ -32,6 +38,14 @@ class StepBudget(Protocol):
     def tool_ended(self, *, committed: bool) -> None: ...
 
     def call_key(self, task_id: str, reservation: BudgetReservation) -> str: ...
+
+
+def may_have_cost(error: Exception) -> bool:
+    """Whether a model call that raised ``error`` may have been billed: all but a provider's
+    refusal with an error status (an answer it could not use was billed; a timeout or a lost
+    connection may have been)."""
+    refused = isinstance(error, LLMError) and error.status is not None
+    return not refused or isinstance(error, LLMResponseError)
 
 
 def message_bytes(messages: Sequence[LLMMessage]) -> int:
@@ -62,7 +76,9 @@ class CostEstimate:
         total = self._fixed + message_bytes(conversation)
         return -(-total // BYTES_PER_TOKEN)
 
-    def answered(self, conversation_length: int, usage: TokenUsage) -> None:
+    def answered(self, conversation_length: int, usage: TokenUsage, *, reported: bool) -> None:
         """The conversation of ``conversation_length`` messages (the answer included) is, as
-        the provider counted, ``input + output`` tokens."""
-        self._base = (conversation_length, usage.input_tokens + usage.output_tokens)
+        the provider counted, ``input + output`` tokens; a response without usage teaches
+        nothing (the estimate goes on from what it knew)."""
+        if reported:
+            self._base = (conversation_length, usage.input_tokens + usage.output_tokens)

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from oma.agent.budget_hook import CostEstimate, StepBudget
+from oma.agent.budget_hook import CostEstimate, StepBudget, may_have_cost
 from oma.agent.state import PendingCall, RunnerState
 from oma.agent.tool_approvals import BeforeExecute, ToolApprovalSupport, decided_call, live_call
 from oma.agent.uncertain_calls import is_uncertain, uncertain_request
@@ -156,15 +156,17 @@ class AgentRunner:
         except Exception as exc:
             self._model_called(started, error=type(exc).__name__)
             if reservation is not None and self._budget is not None:
-                self._budget.after_model_call(reservation, None)
+                self._budget.model_failed(reservation, billed=may_have_cost(exc))
             raise
         usage = response.usage
         self._model_called(started, usage.input_tokens, usage.output_tokens)
         if reservation is not None and self._budget is not None:
             # Before the save below, which then holds the answer and its spend together.
-            self._budget.after_model_call(reservation, usage)
+            self._budget.model_answered(reservation, usage if response.usage_reported else None)
         message = response.message
-        self._estimate.answered(len(state.conversation) + 1, usage)
+        self._estimate.answered(
+            len(state.conversation) + 1, usage, reported=response.usage_reported
+        )
         state.conversation.append(message)
         state.messages.append(message)
         state.turns += 1
@@ -379,18 +381,22 @@ async def _all_or_none(steps: Iterable[Coroutine[Any, Any, None]]) -> None:
     raise that error itself (not wrapped, as a TaskGroup would)."""
     tasks = [asyncio.ensure_future(step) for step in steps]
     try:
-        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
     except BaseException:  # this task was cancelled: so are its calls
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         raise
-    failed = next((t for t in tasks if t in done and not t.cancelled() and t.exception()), None)
+    # A call cancelled by someone else (a tool that raised CancelledError itself) ends the
+    # turn as gather would have: it never committed.
+    failed = next((t for t in tasks if t.done() and (t.cancelled() or t.exception())), None)
     if failed is None:
         return
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
+    if failed.cancelled():
+        raise asyncio.CancelledError()
     error = failed.exception()
     assert error is not None
     raise error

@@ -41,14 +41,20 @@ class BudgetAccount:
 
     def _count_lost(self) -> list[BudgetReservation]:
         """Reservations saved by an earlier attempt that never settled them."""
-        lost, spent = self.state.reserved, self.state.spent
+        lost = self.state.reserved
         for reservation in lost:
-            spent.lost_tokens += reservation.tokens
-            spent.lost_model_calls += 1
-            spent.model_calls += 1
-        self.state.lost = [*self.state.lost, *lost][-LOST_KEPT:]
-        self.state.reserved = []
+            self.lose(reservation)
         return lost
+
+    def lose(self, reservation: BudgetReservation) -> None:
+        """A call whose cost nobody knows (its answer lost to a crash, a timeout, a dropped
+        connection, or unusable): counted at its reservation, and named."""
+        self._drop(reservation)
+        spent = self.state.spent
+        spent.lost_tokens += reservation.tokens
+        spent.lost_model_calls += 1
+        spent.model_calls += 1
+        self.state.lost = [*self.state.lost, reservation][-LOST_KEPT:]
 
     def limit(self, kind: BudgetKind) -> int | None:
         base = self.budget.limit(kind)
@@ -102,8 +108,15 @@ class BudgetAccount:
         spent.output_tokens += max(0, output_tokens)
         spent.model_calls += 1
 
+    def settle_unreported(self, reservation: BudgetReservation) -> None:
+        """The call answered without saying what it used: counted at its reservation."""
+        self._drop(reservation)
+        self.state.spent.unreported_tokens += reservation.tokens
+        self.state.spent.model_calls += 1
+
     def release(self, reservation: BudgetReservation) -> None:
-        """The call failed with the provider's error: nothing was generated or billed."""
+        """The provider refused the call with an error status (nothing generated or billed),
+        or it was never sent."""
         self._drop(reservation)
 
     def _drop(self, reservation: BudgetReservation) -> None:

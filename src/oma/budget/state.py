@@ -17,18 +17,21 @@ Count = Annotated[int, Field(ge=0)]
 
 class BudgetSpend(WireModel):
     """What the run has used across all its attempts. ``lost_tokens`` and ``lost_model_calls``:
-    calls whose outcome a crash hid, counted at what they had reserved."""
+    calls whose cost is unknown (a crash hid their outcome, they timed out or lost their
+    connection, or the provider's answer was unusable), counted at what they had reserved;
+    ``unreported_tokens``: calls answered without usage, counted at their reservation too."""
 
     input_tokens: Count = 0
     output_tokens: Count = 0
     lost_tokens: Count = 0
+    unreported_tokens: Count = 0
     model_calls: Count = 0
     lost_model_calls: Count = 0
     tool_calls: Count = 0
 
     @property
     def tokens(self) -> int:
-        return self.input_tokens + self.output_tokens + self.lost_tokens
+        return self.input_tokens + self.output_tokens + self.lost_tokens + self.unreported_tokens
 
 
 class BudgetReservation(WireModel):

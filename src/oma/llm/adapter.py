@@ -15,6 +15,10 @@ class LLMError(OmaError):
 
     code = "LLM_ERROR"
     transient = True
+    # The HTTP status the provider answered with, when it answered with an error status (it
+    # generated, and billed, nothing); None when the request failed otherwise (timed out,
+    # connection lost: it may have been billed) or the answer was unusable.
+    status: int | None = None
 
 
 class LLMResponseError(LLMError):

@@ -167,10 +167,12 @@ class SDKAdapter(ABC, Generic[ClientT]):
             # Redacted before it is cut: a key across the cut would leave its first part.
             detail = one_line(redact(self._explain(err.body), secrets))
             rid = f" [request-id {err.request_id}]" if err.request_id else ""
-            return LLMError(
+            error = LLMError(
                 f"{where} answered HTTP {status}{after}{hint}: {detail}{rid}",
                 transient=status not in _REFUSED_AS_SUCH,
             )
+            error.status = status
+            return error
         if isinstance(err, self.errors.timeout):
             return LLMError(f"{where} timed out after {self.timeout}s ({self._attempts})")
         if isinstance(err, self.errors.connection):
@@ -235,6 +237,7 @@ def chat_response(
     return ChatResponse(
         content=blocks,
         usage=token_usage(body.get("usage"), usage, where),
+        usage_reported=body.get("usage") is not None,
         stop_reason=stop if isinstance(stop, str) else None,
         model=body["model"] if isinstance(body.get("model"), str) else model,
     )

@@ -118,6 +118,7 @@ class ChatResponse(BaseModel):
 
     content: list[ContentBlock]
     usage: TokenUsage = Field(default_factory=TokenUsage)
+    usage_reported: bool = True  # False: the server sent no usage (``usage`` is zeros)
     stop_reason: str | None = None
     model: str = ""
 

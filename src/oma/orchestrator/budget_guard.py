@@ -49,10 +49,9 @@ def shortfall_text(shortfall: Shortfall) -> str:
 
 class BudgetGuard:
     """``stops=False`` (the coordinator's planning and synthesis): its calls are reserved and
-    counted, but never stop for the budget, and their reservations are not saved on their own
-    (a save while the coordinator plans would be a checkpoint with no tasks, which a restore
-    would take for a run with nothing left to do): their spend is saved with the run's next
-    boundary."""
+    counted, but never stop for the budget. While the coordinator plans, its reservations are
+    not saved (a checkpoint with no tasks yet would be taken by a restore for a run with nothing
+    left to do): the plan's spend is saved with the run's first boundary."""
 
     def __init__(self, context: RunContext, account: BudgetAccount, *, stops: bool = True) -> None:
         self.context = context
@@ -66,8 +65,8 @@ class BudgetGuard:
         if shortfall is not None and self.stops:
             await self._stop(task_id, agent_name, shortfall)
         reservation = self.account.reserve(task_id, tokens, self.context.identity.attempt)
-        if not self.stops:
-            return reservation
+        if not self.stops and not self.context.queue.tasks:
+            return reservation  # planning
         try:
             # Durable before the call is sent: a crash during it cannot make it uncounted.
             await save_run(self.context, strict=True)
@@ -76,12 +75,19 @@ class BudgetGuard:
             raise
         return reservation
 
-    def after_model_call(self, reservation: BudgetReservation, usage: TokenUsage | None) -> None:
+    def model_answered(self, reservation: BudgetReservation, usage: TokenUsage | None) -> None:
         if usage is None:
-            self.account.release(reservation)
+            self.account.settle_unreported(reservation)
         else:
             self.account.settle(reservation, usage.input_tokens, usage.output_tokens)
+        self._spent()
+
+    def model_failed(self, reservation: BudgetReservation, *, billed: bool) -> None:
+        if billed:
+            self.account.lose(reservation)
             self._spent()
+        else:
+            self.account.release(reservation)
 
     async def before_tools(self, task_id: str, agent_name: str, calls: int) -> None:
         shortfall = self.account.tool_call_shortfall(calls)

@@ -14,6 +14,7 @@ from oma.agent.result import AgentRunResult, RunIdentity
 from oma.approval.ledger import DurableApprovalLedger
 from oma.approval.models import ApprovalDecisionRecord, ApprovalRequest
 from oma.budget.account import BudgetAccount
+from oma.budget.state import BudgetState
 from oma.checkpoint.runner_state import InFlightTask
 from oma.checkpoint.snapshot import RunMode
 from oma.orchestrator.events import OrchestratorEvent, ProgressCallback
@@ -70,6 +71,7 @@ class RunContext:
     drain: asyncio.Event | None = None  # set (e.g. on SIGTERM): stop at the next boundary
     park_on_model_outage: bool = False  # a provider outage ends the attempt, not the task
     budget: BudgetAccount | None = None  # the run's limits and spend, when it has a budget
+    kept_budget: BudgetState | None = None  # a saved budget this engine was given none for
     encoder: SnapshotEncoder = field(default_factory=SnapshotEncoder, repr=False, compare=False)
 
     def drain_requested(self) -> bool:

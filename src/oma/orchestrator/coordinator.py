@@ -15,6 +15,7 @@ from oma.llm.adapter import LLMError
 from oma.orchestrator.budget_guard import step_budget
 from oma.orchestrator.context import RunContext
 from oma.orchestrator.prompts import decomposition_prompt, synthesis_prompt
+from oma.orchestrator.saver import save_run
 from oma.orchestrator.task_runner import is_outage
 from oma.tasks.loading import TaskSpec
 from oma.team import AgentConfig
@@ -72,6 +73,8 @@ async def synthesize(coordinator: AgentConfig, goal: str, context: RunContext) -
         budget=step_budget(context, stops=False),
     )
     outcome = await _parked(context, runner.run(synthesis_prompt(goal, context)))
+    if context.budget is not None:
+        await save_run(context)  # the synthesis's spend: no boundary of the run follows it
     usage = outcome.state.usage
     return AgentRunResult(
         success=True,

@@ -325,9 +325,11 @@ class OpenMultiAgent:
         return context
 
     def _account(self, context: RunContext, snapshot: object) -> BudgetAccount | None:
-        if self.budget is None:
-            return None
         saved = snapshot.budget if isinstance(snapshot, CheckpointSnapshotV4) else None
+        if self.budget is None:
+            # Kept as it is: a restore given no budget does not erase the run's spend.
+            context.kept_budget = saved
+            return None
         account = BudgetAccount(self.budget, saved)
         for lost in account.recovered:
             message = (

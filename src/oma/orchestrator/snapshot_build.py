@@ -77,6 +77,8 @@ async def encode_snapshot(context: RunContext, *, embed_shared_memory: bool) -> 
     wire["approvalDecisions"] = [d.to_data() for d in context.approval_decisions]
     if context.budget is not None:
         wire["budget"] = context.budget.state.to_data()
+    elif context.kept_budget is not None:
+        wire["budget"] = context.kept_budget.to_data()
     metadata: dict[str, Any] = {
         "namespace": "checkpoint",
         "version": 4,
@@ -120,5 +122,7 @@ async def build_snapshot(context: RunContext, *, embed_shared_memory: bool) -> C
         in_flight_tasks=context.durable_in_flight(),
         pending_approvals=context.all_pending_approvals(),
         approval_decisions=list(context.approval_decisions),
-        budget=context.budget.state.model_copy(deep=True) if context.budget else None,
+        budget=context.budget.state.model_copy(deep=True)
+        if context.budget
+        else context.kept_budget,
     )
