@@ -120,15 +120,9 @@ class RunnerMetrics:
     def _budget(self, report: object) -> None:
         if not isinstance(report, BudgetReport):
             return
-        limits, spent = report.limits, report.spent
-        for kind, limit, used in (
-            ("tokens", limits.tokens, report.tokens),
-            ("modelCalls", limits.model_calls, spent.model_calls),
-            ("toolCalls", limits.tool_calls, spent.tool_calls),
-        ):
-            if limit is not None:
-                self.budget_limit.labels(kind).set(limit)
-                self.budget_used.labels(kind).set(used)
+        for kind, used, limit in report.usage():
+            self.budget_limit.labels(kind).set(limit)
+            self.budget_used.labels(kind).set(used)
 
     def _model_call(self, data: dict[str, Any]) -> None:
         provider, model = str(data.get("provider") or ""), str(data.get("model") or "")

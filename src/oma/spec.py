@@ -232,8 +232,7 @@ class BudgetSpec(SpecModel):
 
     @model_validator(mode="after")
     def _limits_something(self) -> BudgetSpec:
-        if self.tokens is None and self.model_calls is None and self.tool_calls is None:
-            raise ValueError("budget needs at least one of tokens, modelCalls, toolCalls")
+        self.run_budget()  # RunBudget's own rules: at least one limit
         return self
 
     def run_budget(self) -> RunBudget:

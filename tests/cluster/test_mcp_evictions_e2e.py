@@ -44,7 +44,11 @@ from tests.cluster.operator_kit import (
 __all__ = ["admission_policies", "crds_installed", "operator", "redis_secret"]
 pytestmark = [
     pytest.mark.cluster,
-    pytest.mark.skipif(not REAL_NODE, reason="a server in its own pod needs the real node"),
+    pytest.mark.skipif(
+        not REAL_NODE,
+        reason="the node agent runs runner processes only, not a server image in a pod of its "
+        "own: this needs the real node (kubelet + containerd)",
+    ),
 ]
 CALLS = 20
 PAYS = (5, 10, 15, 20)  # the calls that pay; the others add

@@ -259,13 +259,7 @@ def budget_figures(value: object) -> dict[str, tuple[float, float]]:
         report = BudgetReport.model_validate(value)
     except ValidationError:
         return {}
-    limits, spent = report.limits, report.spent
-    pairs = (
-        ("tokens", report.tokens, limits.tokens),
-        ("modelCalls", spent.model_calls, limits.model_calls),
-        ("toolCalls", spent.tool_calls, limits.tool_calls),
-    )
-    return {kind: (float(used), float(limit)) for kind, used, limit in pairs if limit is not None}
+    return {kind: (float(used), float(limit)) for kind, used, limit in report.usage()}
 
 
 def _amount(value: Any) -> float:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from oma.budget.limits import BudgetKind, RunBudget
+from oma.budget.limits import FIELD, KINDS, BudgetKind, RunBudget
 from oma.budget.state import LOST_KEPT, BudgetLimits, BudgetReport, BudgetReservation, BudgetState
 
 
@@ -58,15 +58,7 @@ class BudgetAccount:
 
     def limit(self, kind: BudgetKind) -> int | None:
         base = self.budget.limit(kind)
-        if base is None:
-            return None
-        raised = self.state.raised
-        extra = {
-            "tokens": raised.tokens,
-            "modelCalls": raised.model_calls,
-            "toolCalls": raised.tool_calls,
-        }
-        return base + extra[kind]
+        return None if base is None else base + _raised(self.state, kind)
 
     def used(self, kind: BudgetKind) -> int:
         spent, reserved = self.state.spent, self.state.reserved
@@ -135,13 +127,8 @@ class BudgetAccount:
         is no longer ``current`` (the spec changed since), and nothing changes."""
         if self.limit(kind) != current or proposed <= current:
             return False
-        raised = self.state.raised
-        if kind == "tokens":
-            raised.tokens += proposed - current
-        elif kind == "modelCalls":
-            raised.model_calls += proposed - current
-        else:
-            raised.tool_calls += proposed - current
+        field = FIELD[kind]
+        setattr(self.state.raised, field, _raised(self.state, kind) + proposed - current)
         return True
 
     def report(self) -> BudgetReport:
@@ -152,14 +139,20 @@ def budget_report(budget: RunBudget, state: BudgetState | None) -> BudgetReport:
     """Limits and spend as ``state`` has them, its reservations counted as reserved (not lost:
     for a run still running, e.g. as the operator polls it)."""
     state = state if state is not None else BudgetState()
-    raised = state.raised
     limits = BudgetLimits(
-        tokens=budget.tokens + raised.tokens if budget.tokens else None,
-        model_calls=budget.model_calls + raised.model_calls if budget.model_calls else None,
-        tool_calls=budget.tool_calls + raised.tool_calls if budget.tool_calls else None,
+        **{
+            FIELD[kind]: base + _raised(state, kind)
+            for kind in KINDS
+            if (base := budget.limit(kind)) is not None
+        }
     )
     return BudgetReport(
         limits=limits,
         spent=state.spent.model_copy(),
         reserved_tokens=sum(r.tokens for r in state.reserved),
     )
+
+
+def _raised(state: BudgetState, kind: BudgetKind) -> int:
+    value: int = getattr(state.raised, FIELD[kind])
+    return value

@@ -7,6 +7,13 @@ from typing import Literal
 
 BudgetKind = Literal["tokens", "modelCalls", "toolCalls"]
 KINDS: tuple[BudgetKind, ...] = ("tokens", "modelCalls", "toolCalls")
+# Each kind's attribute on RunBudget, BudgetRaises and BudgetLimits (the spec's camelCase names
+# are the kinds).
+FIELD: dict[BudgetKind, str] = {
+    "tokens": "tokens",
+    "modelCalls": "model_calls",
+    "toolCalls": "tool_calls",
+}
 
 
 @dataclass(frozen=True)
@@ -28,8 +35,5 @@ class RunBudget:
             raise ValueError("a budget needs at least one of tokens, modelCalls, toolCalls")
 
     def limit(self, kind: BudgetKind) -> int | None:
-        if kind == "tokens":
-            return self.tokens
-        if kind == "modelCalls":
-            return self.model_calls
-        return self.tool_calls
+        value: int | None = getattr(self, FIELD[kind])
+        return value

@@ -10,6 +10,7 @@ from typing import Annotated
 
 from pydantic import Field
 
+from oma.budget.limits import BudgetKind
 from oma.wire import WireModel
 
 Count = Annotated[int, Field(ge=0)]
@@ -87,3 +88,14 @@ class BudgetReport(WireModel):
     def tokens(self) -> int:
         """Tokens counted against the limit: spent (lost calls included) and reserved."""
         return self.spent.tokens + self.reserved_tokens
+
+    def usage(self) -> list[tuple[BudgetKind, int, int]]:
+        """``(kind, used, limit)`` for each limited kind, tokens first, then model and tool
+        calls."""
+        limits, spent = self.limits, self.spent
+        found: list[tuple[BudgetKind, int, int | None]] = [
+            ("tokens", self.tokens, limits.tokens),
+            ("modelCalls", spent.model_calls, limits.model_calls),
+            ("toolCalls", spent.tool_calls, limits.tool_calls),
+        ]
+        return [(kind, used, limit) for kind, used, limit in found if limit is not None]

@@ -23,9 +23,8 @@ def budget_line(report: BudgetReport) -> str:
 
 def budget_column(report: BudgetReport) -> str:
     """The first limited kind as ``used/limit kind`` (tokens before model calls before tools)."""
-    limits, spent = report.limits, report.spent
-    if limits.tokens is not None:
-        return f"{report.tokens}/{limits.tokens} tokens"
-    if limits.model_calls is not None:
-        return f"{spent.model_calls}/{limits.model_calls} model calls"
-    return f"{spent.tool_calls}/{limits.tool_calls} tool calls"
+    kind, used, limit = report.usage()[0]
+    return f"{used}/{limit} {_WORDS[kind]}"
+
+
+_WORDS = {"tokens": "tokens", "modelCalls": "model calls", "toolCalls": "tool calls"}

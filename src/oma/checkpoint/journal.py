@@ -158,13 +158,12 @@ class JournalWriter:
             extra["approvals"] = {"pending": pending, "decided": decided}
         budget = wire.get("budget")
         if isinstance(budget, dict):  # the spend, raises and tokens reserved: ~300 bytes
-            reserved = budget.get("reserved")
+            reserved = budget.get("reserved") or []
+            tokens = sum(r.get("tokens", 0) for r in reserved if isinstance(r, dict))
             extra["budget"] = {
                 "spent": budget.get("spent"),
                 "raised": budget.get("raised"),
-                "reservedTokens": sum(r.get("tokens", 0) for r in reserved if isinstance(r, dict))
-                if isinstance(reserved, list)
-                else 0,
+                "reservedTokens": tokens,
             }
         return {**metadata, **extra}
 

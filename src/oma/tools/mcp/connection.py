@@ -109,11 +109,12 @@ class McpConnection:
         lost = asyncio.ensure_future(self._lost.wait())
         try:
             await asyncio.wait({request, lost}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:  # this call was cancelled (the attempt is ending): so is its request
+            request.cancel()
+            raise
         finally:
             lost.cancel()
-            if not request.done():  # this call was cancelled (the attempt is ending)
-                request.cancel()
-        if not request.done():
+        if not request.done():  # the connection went first
             request.cancel()
             with contextlib.suppress(BaseException):
                 await request
