@@ -109,3 +109,22 @@ async def test_an_answer_without_usage_counts_at_its_reservation(
     spent = run.result.budget.spent
     assert spent.model_calls == 1 and spent.input_tokens == spent.output_tokens == 0
     assert spent.unreported_tokens > 321 and spent.tokens == spent.unreported_tokens
+
+
+async def test_a_call_key_is_sent_percent_encoded_whatever_the_run_id_holds(
+    server: WireServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run id is the user's: a newline in it must not end the header (or add one), a
+    non-ASCII letter must not fail the call."""
+    monkeypatch.setenv("LOCAL_MODEL_KEY", "sk-local-test-key-000000000000")
+    server.expect("/v1/messages", Reply(body=anthropic_wire.message(anthropic_wire.text("ok"))))
+    spec = _spec("anthropic", server.base_url, {"tokens": 100_000})
+    run_id = "zählung 1\nX-Injected: yes"
+    outcome = await run_spec(
+        spec, run_id=run_id, tools=builtin_tools(), default_store_path=tmp_path / "unused.json"
+    )
+    assert outcome.result.success
+    [sent] = server.received
+    task_id = outcome.result.tasks[0].id
+    assert sent.headers["x-oma-call-key"] == f"z%C3%A4hlung%201%0AX-Injected:%20yes:{task_id}:m1"
+    assert "x-injected" not in sent.headers

@@ -15,6 +15,7 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from typing import Any, ClassVar, Generic, NamedTuple, Protocol, TypeVar, cast
+from urllib.parse import quote
 
 from oma.llm import output_json
 from oma.llm.adapter import LLMError, LLMResponseError
@@ -264,5 +265,9 @@ def kind(value: object) -> str:
 
 
 def call_headers(request: ChatRequest) -> dict[str, str] | None:
-    """The request's own headers: its call key, when it has one."""
-    return {CALL_KEY_HEADER: request.call_key} if request.call_key else None
+    """The request's own headers: its call key, when it has one, percent-encoded: run and task
+    ids may hold any character, and a header value only visible ASCII (a newline in one would
+    end the header, a non-ASCII letter fails the request)."""
+    if not request.call_key:
+        return None
+    return {CALL_KEY_HEADER: quote(request.call_key, safe=":-._~")}
