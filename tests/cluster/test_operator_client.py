@@ -10,10 +10,13 @@ from typing import Any
 import pytest
 
 from devcluster import KubeClient
+from devcluster.kube import ApiError
 from oma_operator.k8s.client import Kube
 from tests.cluster.conftest import ClusterHandle
+from tests.cluster.operator_kit import crds_installed
 
 pytestmark = pytest.mark.cluster
+__all__ = ["crds_installed"]
 OURS = "oma.dev/outcome"
 THEIRS = "example.com/backup"
 
@@ -96,3 +99,40 @@ async def test_remove_finalizer_from_the_pod_as_seen_and_as_it_changed_since(
     )
     for name in ("current", "moved", "replaced", "unseen"):
         await release(kube, namespace, name)
+
+
+@pytest.mark.timeout(60)
+async def test_delete_decision_deletes_it_only_as_it_was_read(
+    kube: KubeClient, namespace: str, operator_client: Kube, crds_installed: None
+) -> None:
+    """The operator deletes a Pending ApprovalDecision that is not its own (and publishes the
+    request again). One decided between the operator's read and its delete must be judged as
+    it is now, not deleted unseen: the delete names the resourceVersion it judged."""
+    decisions = f"/apis/oma.dev/v1alpha1/namespaces/{namespace}/approvaldecisions"
+    body = {
+        "apiVersion": "oma.dev/v1alpha1",
+        "kind": "ApprovalDecision",
+        "metadata": {"name": "squat"},
+        "spec": {
+            "teamRun": "run",
+            "requestId": "apr_" + "0" * 32,
+            "requestHash": "a" * 64,
+            "scope": "tool_call",
+            "decision": "Pending",
+        },
+    }
+    judged = await kube.create(decisions, body)
+    meta = judged["metadata"]
+    decided = await kube.patch(
+        f"{decisions}/squat", {"spec": {"decision": "Approved", "reviewer": "someone"}}
+    )
+    assert not await operator_client.delete_decision(
+        namespace, "squat", meta["uid"], meta["resourceVersion"]
+    )
+    assert (await kube.get(f"{decisions}/squat"))["spec"]["decision"] == "Approved"
+    now = decided["metadata"]["resourceVersion"]
+    assert await operator_client.delete_decision(namespace, "squat", meta["uid"], now)
+    assert await operator_client.delete_decision(namespace, "squat", meta["uid"], now)  # gone
+    with pytest.raises(ApiError) as gone:
+        await kube.get(f"{decisions}/squat")
+    assert gone.value.status == 404

@@ -9,6 +9,7 @@ import pytest
 
 from oma_operator.resources.bodies import PodBody, PodStatus, TeamRunBody
 from oma_operator.resources.models import TeamRunSpec
+from oma_operator.runs.rules.pod_secrets import SecretRef, missing_secrets, secret_refs
 from oma_operator.runs.rules.pods import runner_pod
 from oma_operator.runs.rules.watchdog import (
     NODE_LOSS_GRACE_ANNOTATION,
@@ -158,3 +159,63 @@ def test_runner_pods_carry_their_limits_from_the_retry_policy() -> None:
     ]
     assert annotations[START_TIMEOUT_ANNOTATION] == "120"
     assert annotations[NODE_LOSS_GRACE_ANNOTATION] == "5"
+
+
+def test_a_start_timeout_names_the_secrets_and_keys_the_runner_pod_lacks() -> None:
+    """Under load the kubelet's CreateContainerConfigError says only "failed to sync secret
+    cache": the operator reads the Secrets the pod needs and names what is missing."""
+    spec = TeamRunSpec.model_validate(
+        {
+            "team": {
+                "agents": [
+                    {
+                        "name": "a",
+                        "model": {
+                            "provider": "anthropic",
+                            "name": "m",
+                            "apiKeySecretRef": {"name": "no-such-secret", "key": "key"},
+                        },
+                    }
+                ]
+            },
+            "tasks": [{"title": "t", "description": "d"}],
+            "store": {"redis": {"urlSecretRef": {"name": "store", "key": "url"}}},
+            "runner": {
+                "env": [
+                    {"name": "X", "valueFrom": {"secretKeyRef": {"name": "store", "key": "x"}}},
+                    {
+                        "name": "Y",
+                        "valueFrom": {
+                            "secretKeyRef": {"name": "maybe", "key": "y", "optional": True}
+                        },
+                    },
+                ]
+            },
+        }
+    )
+    body: TeamRunBody = {"metadata": {"name": "r", "namespace": "ns", "uid": "u"}, "spec": {}}
+    pod = runner_pod(body, spec, 1, RunnerPodSettings(image="img"))
+    refs = secret_refs(pod)
+    assert SecretRef("no-such-secret", "key") in refs
+    assert SecretRef("store", "url") in refs and SecretRef("store", "x") in refs
+    assert all(ref.name != "maybe" for ref in refs)  # optional: it does not stop the start
+    keys = {"no-such-secret": None, "store": frozenset({"url"})}
+    assert missing_secrets(refs, keys) == (
+        "Secret store has no key x; Secret no-such-secret does not exist"
+    )
+    assert missing_secrets(refs, {"store": frozenset({"url", "x"})}) == ""  # others unknown
+
+
+def test_secrets_read_whole_by_envfrom_or_a_volume_count_by_name() -> None:
+    pod: PodBody = {
+        "spec": {
+            "containers": [{"envFrom": [{"secretRef": {"name": "bulk"}}]}],
+            "volumes": [
+                {"secret": {"secretName": "files"}},
+                {"secret": {"secretName": "spare", "optional": True}},
+            ],
+        }
+    }
+    assert secret_refs(pod) == [SecretRef("bulk"), SecretRef("files")]
+    keys: dict[str, frozenset[str] | None] = {"bulk": frozenset(), "files": None}
+    assert missing_secrets(secret_refs(pod), keys) == "Secret files does not exist"

@@ -229,11 +229,17 @@ async def _settle(
         repaired: ObjectMeta = {**meta, **expected["metadata"], "finalizers": []}
         trust = judge({**resource, "metadata": repaired}, expected)
     if trust.verdict == "replace":
+        as_judged = meta["resourceVersion"]
         if meta.get("finalizers"):  # someone else's: it would stay Terminating for good
-            await kube.restore_decision_metadata(
+            restored = await kube.restore_decision_metadata(
                 meta["namespace"], meta["name"], meta["uid"], expected["metadata"]
             )
-        await kube.delete_decision(meta["namespace"], meta["name"], meta["uid"])
+            if (restored.get("spec") or {}).get("decision", "Pending") != "Pending":
+                return record  # decided meanwhile: the next round judges it as it is now
+            as_judged = restored["metadata"]["resourceVersion"]
+        gone = await kube.delete_decision(meta["namespace"], meta["name"], meta["uid"], as_judged)
+        if not gone:
+            return record  # changed since it was judged (decided?): the next round judges it
         await events.warn(
             teamrun,
             "ApprovalDecisionReplaced",

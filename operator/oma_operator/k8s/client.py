@@ -271,23 +271,32 @@ class Kube:
         path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/approvaldecisions"
         return cast(DecisionBody, await self._call("POST", path, json=decision))
 
-    async def delete_decision(self, namespace: str, name: str, uid: str) -> None:
-        """Delete exactly the resource with ``uid`` (a newer one of that name is left alone);
-        gone already is fine."""
-        with contextlib.suppress(*CHANGED_OR_GONE):
+    async def delete_decision(
+        self, namespace: str, name: str, uid: str, resource_version: str
+    ) -> bool:
+        """Delete exactly the resource with ``uid`` as it was read at ``resource_version``:
+        ``True`` when it is gone (or was already), ``False`` when it changed since (409; a
+        decision made on it meanwhile must be judged again, not deleted unseen)."""
+        preconditions = {"uid": uid, "resourceVersion": resource_version}
+        try:
             await self._call(
                 "DELETE",
                 f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/approvaldecisions/{name}",
-                json={"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}},
+                json={"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": preconditions},
             )
+        except KubeNotFound:
+            return True
+        except KubeConflict:
+            return False
+        return True
 
     async def restore_decision_metadata(
         self, namespace: str, name: str, uid: str, published: ObjectMeta
-    ) -> None:
+    ) -> DecisionBody:
         """Put back the owner references and labels the operator published and drop every
         finalizer, on exactly the resource with ``uid`` (a merge patch naming the uid is refused
-        for another one)."""
-        await self._call(
+        for another one); returns the resource as patched."""
+        patched = await self._call(
             "PATCH",
             f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/approvaldecisions/{name}",
             json={
@@ -300,6 +309,7 @@ class Kube:
             },
             headers={"Content-Type": "application/merge-patch+json"},
         )
+        return cast(DecisionBody, patched)
 
     async def list_decisions(self, namespace: str, teamrun: str) -> list[DecisionBody]:
         listed = await self._call(
@@ -359,6 +369,14 @@ class Kube:
         if data is None:
             raise kube_error(404, f"secret {namespace}/{name} has no key {key!r}")
         return base64.b64decode(data).decode()
+
+    async def secret_keys(self, namespace: str, name: str) -> frozenset[str] | None:
+        """The keys the Secret holds, or None when there is no such Secret."""
+        try:
+            secret = await self._call("GET", f"/api/v1/namespaces/{namespace}/secrets/{name}")
+        except KubeNotFound:
+            return None
+        return frozenset(secret.get("data") or {})
 
     async def annotate_teamrun(
         self, namespace: str, name: str, annotations: dict[str, str], resource_version: str
