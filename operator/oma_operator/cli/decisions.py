@@ -27,7 +27,7 @@ import json
 import os
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
 
@@ -226,62 +226,74 @@ async def decide(
     settle: dict[str, str] | None = None,
     checks: Checks = Checks(),
 ) -> dict[str, Any]:
+    """``decide_with`` on a client for ``target``'s kubeconfig, closed at the end."""
+    kube = await connect(target)
+    async with api_session(kube):
+        namespace = target.namespace or kube.namespace
+        return await decide_with(
+            kube, namespace, target.name, verdict, reason, show=show, settle=settle, checks=checks
+        )
+
+
+async def decide_with(
+    kube: Kube,
+    namespace: str,
+    name: str,
+    verdict: Verdict,
+    reason: str | None,
+    show: Callable[[DecisionBody, Any | None], None] | None = None,
+    settle: dict[str, str] | None = None,
+    checks: Checks = Checks(),
+) -> dict[str, Any]:
     """Check the decision is pending and its content is what its hash binds, show it
-    (``show(decision, content)``), patch it; return the decided resource as a small dict.
-    Raises ``DecisionRefused`` for every expected failure. ``settle`` adds ``resolution`` (and
-    ``result``) for an uncertain tool call."""
+    (``show(decision, content)``, which may refuse by raising), patch it as the user ``kube``
+    acts for; return the decided resource as a small dict. Raises ``DecisionRefused`` for
+    every expected failure but the API's own refusals (``api_errors`` turns those into it).
+    ``settle`` adds ``resolution`` (and ``result``) for an uncertain tool call."""
     # Imported here, not at the top: every `oma` invocation loads this plugin to register it.
     with operator_extra():
         from oma_operator.k8s.errors import KubeConflict
 
-    kube = await connect(target)
-    target = replace(target, namespace=target.namespace or kube.namespace)
-    assert target.namespace is not None
-    async with api_session(kube):
-        user = await kube.self_subject_review()
-        reviewer = user.get("username")
-        if not reviewer:
-            raise DecisionRefused("the API server did not say who you are (no username)")
-        decision = await kube.get_decision(target.namespace, target.name)
-        if decision is None:
+    user = await kube.self_subject_review()
+    reviewer = user.get("username")
+    if not reviewer:
+        raise DecisionRefused("the API server did not say who you are (no username)")
+    decision = await kube.get_decision(namespace, name)
+    if decision is None:
+        raise DecisionRefused(f"approvaldecision {name} not found in namespace {namespace}")
+    _ensure_pending(decision)
+    if decision["metadata"].get("deletionTimestamp"):
+        raise DecisionRefused(
+            f"approvaldecision {name} is being deleted: a decision on it would not "
+            "count; the operator publishes the request again, decide that one"
+        )
+    content = _checked_content(decision, checks)
+    if show is not None:
+        show(decision, content)
+    spec: dict[str, Any] = {"decision": verdict, "reviewer": reviewer}
+    if reason is not None:
+        spec["reason"] = reason
+    if settle:
+        if (decision.get("spec") or {}).get("scope") != "uncertain_tool_call":
             raise DecisionRefused(
-                f"approvaldecision {target.name} not found in namespace {target.namespace}"
+                f"approvaldecision {name} is not an uncertain tool call: use "
+                "oma approve or oma reject"
             )
-        _ensure_pending(decision)
-        if decision["metadata"].get("deletionTimestamp"):
-            raise DecisionRefused(
-                f"approvaldecision {target.name} is being deleted: a decision on it would not "
-                "count; the operator publishes the request again, decide that one"
-            )
-        content = _checked_content(decision, checks)
-        if show is not None:
-            show(decision, content)
-        spec: dict[str, Any] = {"decision": verdict, "reviewer": reviewer}
-        if reason is not None:
-            spec["reason"] = reason
-        if settle:
-            if (decision.get("spec") or {}).get("scope") != "uncertain_tool_call":
-                raise DecisionRefused(
-                    f"approvaldecision {target.name} is not an uncertain tool call: use "
-                    "oma approve or oma reject"
-                )
-            spec |= settle
-        version = decision["metadata"]["resourceVersion"]
-        try:
-            decided = await kube.patch_decision_spec(target.namespace, target.name, spec, version)
-        except KubeConflict as exc:
-            # Someone wrote in between: report what they did rather than overwrite it.
-            latest = await kube.get_decision(target.namespace, target.name)
-            if latest is not None:
-                _ensure_pending(latest)
-            raise DecisionRefused(
-                f"approvaldecision {target.name} changed meanwhile: try again"
-            ) from exc
-        result = _result(decided, target.namespace)
-        if checks.wait_seconds > 0:
-            await _await_recorded(kube, decided, checks.wait_seconds)
-            result["recorded"] = True
-        return result
+        spec |= settle
+    version = decision["metadata"]["resourceVersion"]
+    try:
+        decided = await kube.patch_decision_spec(namespace, name, spec, version)
+    except KubeConflict as exc:
+        # Someone wrote in between: report what they did rather than overwrite it.
+        latest = await kube.get_decision(namespace, name)
+        if latest is not None:
+            _ensure_pending(latest)
+        raise DecisionRefused(f"approvaldecision {name} changed meanwhile: try again") from exc
+    result = _result(decided, namespace)
+    if checks.wait_seconds > 0:
+        await _await_recorded(kube, decided, checks.wait_seconds)
+        result["recorded"] = True
+    return result
 
 
 async def _await_recorded(kube: Kube, decided: DecisionBody, seconds: float) -> None:
@@ -346,8 +358,18 @@ def operator_extra() -> Iterator[None]:
 
 @contextlib.asynccontextmanager
 async def api_session(kube: Kube) -> AsyncIterator[None]:
-    """Work with ``kube``: the API's refusals become ``DecisionRefused`` (exit 1; 2 when the
-    credentials are not accepted), an unreachable cluster too (exit 2); the client is closed."""
+    """Work with ``kube`` (``api_errors``), closed at the end."""
+    try:
+        async with api_errors(kube):
+            yield
+    finally:
+        await kube.aclose()
+
+
+@contextlib.asynccontextmanager
+async def api_errors(kube: Kube) -> AsyncIterator[None]:
+    """The API's refusals become ``DecisionRefused`` (exit 1; 2 when the credentials are not
+    accepted), an unreachable cluster too (exit 2)."""
     with operator_extra():
         import httpx
 
@@ -363,8 +385,6 @@ async def api_session(kube: Kube) -> AsyncIterator[None]:
             f"cannot reach the cluster at {kube.server}: {exc or type(exc).__name__}",
             EXIT_NO_CLUSTER,
         ) from exc
-    finally:
-        await kube.aclose()
 
 
 async def connect(target: Target) -> Kube:

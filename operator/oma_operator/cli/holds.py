@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import typer
 
@@ -36,6 +35,9 @@ from oma_operator.cli.decisions import (
 )
 from oma_operator.cli.runs import TeamRunArgument
 from oma_operator.resources.phases import FINAL_PHASES
+
+if TYPE_CHECKING:
+    from oma_operator.k8s.client import Kube
 
 Request = Literal["suspend", "resume", "cancel"]
 PATCHES: dict[Request, dict[str, bool]] = {
@@ -81,36 +83,32 @@ def register(app: typer.Typer) -> None:
 
 
 async def request_hold(target: Target, request: Request) -> dict[str, Any]:
+    kube = await connect(target)
+    async with api_session(kube):
+        return await hold_with(kube, target.namespace or kube.namespace, target.name, request)
+
+
+async def hold_with(kube: Kube, namespace: str, name: str, request: Request) -> dict[str, Any]:
+    """Set (or clear) ``spec.suspend``, or set ``spec.cancel``, on the TeamRun as read."""
     with operator_extra():
         from oma_operator.k8s.errors import KubeConflict
 
-    kube = await connect(target)
-    target = replace(target, namespace=target.namespace or kube.namespace)
-    assert target.namespace is not None
-    async with api_session(kube):
-        teamrun = await kube.get_teamrun(target.namespace, target.name)
-        if teamrun is None:
-            raise DecisionRefused(
-                f"teamrun {target.name} not found in namespace {target.namespace}"
-            )
-        phase = (teamrun.get("status") or {}).get("phase") or "new"
-        spec = teamrun.get("spec") or {}
-        if phase in FINAL_PHASES:
-            raise DecisionRefused(f"teamrun {target.name} is {phase}: it has finished")
-        if spec.get("cancel") is True:
-            raise DecisionRefused(f"teamrun {target.name} is being cancelled already")
-        if request == "resume" and spec.get("suspend") is not True:
-            raise DecisionRefused(f"teamrun {target.name} is not suspended (phase {phase})")
-        if request == "suspend" and spec.get("suspend") is True:
-            raise DecisionRefused(f"teamrun {target.name} is suspended already (phase {phase})")
-        version = teamrun["metadata"]["resourceVersion"]
-        try:
-            await kube.patch_teamrun_spec(target.namespace, target.name, PATCHES[request], version)
-        except KubeConflict as exc:
-            raise DecisionRefused(f"teamrun {target.name} changed meanwhile: try again") from exc
-        return {
-            "teamRun": target.name,
-            "namespace": target.namespace,
-            "request": request,
-            "phase": phase,
-        }
+    teamrun = await kube.get_teamrun(namespace, name)
+    if teamrun is None:
+        raise DecisionRefused(f"teamrun {name} not found in namespace {namespace}")
+    phase = (teamrun.get("status") or {}).get("phase") or "new"
+    spec = teamrun.get("spec") or {}
+    if phase in FINAL_PHASES:
+        raise DecisionRefused(f"teamrun {name} is {phase}: it has finished")
+    if spec.get("cancel") is True:
+        raise DecisionRefused(f"teamrun {name} is being cancelled already")
+    if request == "resume" and spec.get("suspend") is not True:
+        raise DecisionRefused(f"teamrun {name} is not suspended (phase {phase})")
+    if request == "suspend" and spec.get("suspend") is True:
+        raise DecisionRefused(f"teamrun {name} is suspended already (phase {phase})")
+    version = teamrun["metadata"]["resourceVersion"]
+    try:
+        await kube.patch_teamrun_spec(namespace, name, PATCHES[request], version)
+    except KubeConflict as exc:
+        raise DecisionRefused(f"teamrun {name} changed meanwhile: try again") from exc
+    return {"teamRun": name, "namespace": namespace, "request": request, "phase": phase}

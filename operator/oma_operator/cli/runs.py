@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -92,48 +91,52 @@ def register(app: typer.Typer) -> None:
 async def request_retry(
     target: Target, wait_seconds: float = HANDLED_WAIT_SECONDS
 ) -> dict[str, Any]:
+    kube = await connect(target)
+    async with api_session(kube):
+        namespace = target.namespace or kube.namespace
+        return await retry_with(kube, namespace, target.name, wait_seconds)
+
+
+async def retry_with(
+    kube: Kube, namespace: str, name: str, wait_seconds: float = HANDLED_WAIT_SECONDS
+) -> dict[str, Any]:
+    """Request a retry of the Failed TeamRun as read and (``wait_seconds``) wait for the
+    operator to handle it."""
     with operator_extra():
         from oma_operator.k8s.errors import KubeConflict
 
-    kube = await connect(target)
-    target = replace(target, namespace=target.namespace or kube.namespace)
-    assert target.namespace is not None
-    async with api_session(kube):
-        teamrun = await kube.get_teamrun(target.namespace, target.name)
-        if teamrun is None:
-            raise DecisionRefused(
-                f"teamrun {target.name} not found in namespace {target.namespace}"
-            )
-        status = teamrun.get("status") or {}
-        phase = status.get("phase") or "new"
-        if phase != "Failed":
-            why = {
-                "Succeeded": "it succeeded",
-                "Rejected": "a reviewer rejected it",
-            }.get(phase, "it has not failed")
-            raise DecisionRefused(
-                f"teamrun {target.name} is {phase}: only a Failed run can be retried ({why})"
-            )
-        conditions: list[Condition] = status.get("conditions") or []
-        failed: Condition = next((c for c in conditions if c.get("type") == "Failed"), Condition())
-        requested = now_iso()
-        version = teamrun["metadata"]["resourceVersion"]
-        try:
-            await kube.annotate_teamrun(
-                target.namespace, target.name, {RETRY_ANNOTATION: requested}, version
-            )
-        except KubeConflict as exc:
-            raise DecisionRefused(f"teamrun {target.name} changed meanwhile: try again") from exc
-        if wait_seconds > 0:
-            await _await_handled(kube, target, teamrun["metadata"]["uid"], requested, wait_seconds)
-        return {
-            "teamRun": target.name,
-            "namespace": target.namespace,
-            "requested": requested,
-            "retried": wait_seconds > 0,
-            "failedAttempt": int(status.get("attempt") or 0),
-            "reason": failed.get("reason") or "Failed",
-        }
+    teamrun = await kube.get_teamrun(namespace, name)
+    if teamrun is None:
+        raise DecisionRefused(f"teamrun {name} not found in namespace {namespace}")
+    status = teamrun.get("status") or {}
+    phase = status.get("phase") or "new"
+    if phase != "Failed":
+        why = {
+            "Succeeded": "it succeeded",
+            "Rejected": "a reviewer rejected it",
+        }.get(phase, "it has not failed")
+        raise DecisionRefused(
+            f"teamrun {name} is {phase}: only a Failed run can be retried ({why})"
+        )
+    conditions: list[Condition] = status.get("conditions") or []
+    failed: Condition = next((c for c in conditions if c.get("type") == "Failed"), Condition())
+    requested = now_iso()
+    version = teamrun["metadata"]["resourceVersion"]
+    try:
+        await kube.annotate_teamrun(namespace, name, {RETRY_ANNOTATION: requested}, version)
+    except KubeConflict as exc:
+        raise DecisionRefused(f"teamrun {name} changed meanwhile: try again") from exc
+    if wait_seconds > 0:
+        target = Target(name, namespace, None)
+        await _await_handled(kube, target, teamrun["metadata"]["uid"], requested, wait_seconds)
+    return {
+        "teamRun": name,
+        "namespace": namespace,
+        "requested": requested,
+        "retried": wait_seconds > 0,
+        "failedAttempt": int(status.get("attempt") or 0),
+        "reason": failed.get("reason") or "Failed",
+    }
 
 
 async def _await_handled(

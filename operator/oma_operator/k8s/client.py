@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import json
 import os
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -93,6 +94,26 @@ class Kube:
             own = path.read_text().strip() if path.is_file() else None
         return cls(api, impersonate=impersonate, context=context, namespace=own)
 
+    @classmethod
+    async def with_token(cls, server: str, token: str, ca_file: str | None = None) -> Kube:
+        """A client that acts as whoever ``token`` (a bearer token: a service account's, an
+        OIDC id token the API server accepts) belongs to, on ``server``."""
+        cluster: dict[str, str] = {"server": server}
+        if ca_file:
+            cluster["certificate-authority"] = ca_file
+        document = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "cluster", "cluster": cluster}],
+            "users": [{"name": "user", "user": {"token": token}}],
+            "contexts": [{"name": "user", "context": {"cluster": "cluster", "user": "user"}}],
+            "current-context": "user",
+        }
+        api = kr8s.asyncio.Api(kubeconfig=document, bypass_factory=True)
+        await api.auth.reauthenticate()
+        api.timeout = TIMEOUT_SECONDS
+        return cls(api, context="user")
+
     @property
     def server(self) -> str:
         return str(self.api.auth.server)
@@ -147,6 +168,41 @@ class Kube:
             except ValueError:
                 message = failed.text
             raise kube_error(failed.status_code, message) from None
+
+    async def get_json(self, path: str, **params: str) -> dict[str, Any]:
+        """GET ``path`` (a list, an object) as the user this client acts for."""
+        return await self._call("GET", path, params=params)
+
+    async def watch_lines(
+        self, path: str, resource_version: str, seconds: int
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The watch events of the list at ``path`` after ``resource_version``, for at most
+        ``seconds`` (the API server then ends the watch; watch again from the last one)."""
+        base, _, last = path.rpartition("/")
+        params = {
+            "watch": "1",
+            "resourceVersion": resource_version,
+            "timeoutSeconds": str(seconds),
+            "allowWatchBookmarks": "true",
+        }
+        try:  # not bounded by _in_flight: a watch holds its connection for ``seconds``
+            async with self.api.call_api(
+                "GET",
+                version="",
+                base=base,
+                url=last,
+                headers=self._headers,
+                params=params,
+                stream=True,
+            ) as response:
+                async for line in response.aiter_lines():
+                    if line.strip():
+                        event: dict[str, Any] = json.loads(line)
+                        yield event
+        except (kr8s.ServerError, httpx.HTTPStatusError) as exc:
+            failed: httpx.Response | None = exc.response
+            status = failed.status_code if failed is not None else 0
+            raise kube_error(status, str(exc)) from None
 
     async def _merge_patch(self, path: str, patch: dict[str, Any]) -> dict[str, Any]:
         return await self._call(
@@ -431,6 +487,24 @@ class Kube:
             return None
 
     # -- identity ------------------------------------------------------------------------------
+    async def may(self, verb: str, group: str, resource: str, namespace: str | None) -> bool:
+        """Whether the API server lets us ``verb`` ``resource`` (in ``namespace``; None: in
+        every namespace), asked with a SelfSubjectAccessReview: a refused attempt would make
+        kr8s re-authenticate and open a new connection pool, which ends every watch in flight."""
+        attributes = {"verb": verb, "group": group, "resource": resource}
+        if namespace is not None:
+            attributes["namespace"] = namespace
+        review = await self._call(
+            "POST",
+            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+            json={
+                "apiVersion": "authorization.k8s.io/v1",
+                "kind": "SelfSubjectAccessReview",
+                "spec": {"resourceAttributes": attributes},
+            },
+        )
+        return bool((review.get("status") or {}).get("allowed"))
+
     async def self_subject_review(self) -> dict[str, Any]:
         """Who the API server takes us for (``status.userInfo``: username, groups)."""
         review = await self._call(

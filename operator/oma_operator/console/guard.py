@@ -1,0 +1,51 @@
+"""What every response carries and every action must prove.
+
+Content is attacker-controlled (a model wrote the tool input; anyone who may create a TeamRun
+wrote its tasks): pages run no inline script and load nothing from elsewhere (a strict
+Content-Security-Policy), are never framed, cached or given a referrer; every form that acts
+carries the session's CSRF token, checked in constant time.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+HEADERS = [
+    (b"content-security-policy", CSP.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"cache-control", b"no-store"),
+    (b"cross-origin-opener-policy", b"same-origin"),
+]
+
+
+class SecurityHeaders:
+    """ASGI middleware: the headers above on every HTTP response (streams included)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                names = {name for name, _ in HEADERS}
+                kept = [(k, v) for k, v in message.get("headers", []) if k.lower() not in names]
+                message["headers"] = kept + HEADERS
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+def csrf_ok(expected: str, offered: object) -> bool:
+    return isinstance(offered, str) and secrets.compare_digest(expected, offered)

@@ -1,0 +1,100 @@
+"""What the console reads from the API server, as the signed-in user: ApprovalDecisions and
+TeamRuns across every namespace the user may list, a run's Events, and a watch that says when
+the inbox changed.
+
+Listing across namespaces needs a cluster-wide ``list``; a user allowed only some namespaces
+gets them from the session's list (``--namespace``, the sign-in form), each tried alone, a
+refused one left out: nobody sees what RBAC does not show them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, cast
+
+from oma_operator.k8s.client import Kube
+from oma_operator.k8s.errors import KubeForbidden, KubeGone
+from oma_operator.resources.bodies import DecisionBody, TeamRunBody
+from oma_operator.resources.models import GROUP, VERSION
+
+log = logging.getLogger(__name__)
+WATCH_SECONDS = 50  # the API server ends each watch by then; the next starts where it ended
+RETRY_SECONDS = 0.2  # a watch ends when the user's client opens new connections: resume at once
+MAX_RETRY_SECONDS = 10.0
+
+
+def paths(plural: str, namespaces: tuple[str, ...] | None) -> list[str]:
+    """The list paths of ``plural`` (None: across every namespace)."""
+    if namespaces is None:
+        return [f"/apis/{GROUP}/{VERSION}/{plural}"]
+    return [f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/{plural}" for ns in namespaces]
+
+
+async def readable(kube: Kube, plural: str, namespaces: tuple[str, ...]) -> list[str]:
+    """The list paths the user may read: across namespaces if allowed, else each of theirs
+    that RBAC lets them list (asked, never tried: see ``Kube.may``)."""
+    if await kube.may("list", GROUP, plural, None):
+        return paths(plural, None)
+    allowed = [ns for ns in namespaces if await kube.may("list", GROUP, plural, ns)]
+    return paths(plural, tuple(allowed))
+
+
+async def list_all(kube: Kube, plural: str, namespaces: tuple[str, ...]) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    for path in await readable(kube, plural, namespaces):
+        items += (await kube.get_json(path)).get("items") or []
+    return items
+
+
+async def decisions(kube: Kube, namespaces: tuple[str, ...]) -> list[DecisionBody]:
+    return cast(list[DecisionBody], await list_all(kube, "approvaldecisions", namespaces))
+
+
+async def teamruns(kube: Kube, namespaces: tuple[str, ...]) -> list[TeamRunBody]:
+    return cast(list[TeamRunBody], await list_all(kube, "teamruns", namespaces))
+
+
+async def decisions_of_run(kube: Kube, namespace: str, teamrun: str) -> list[DecisionBody]:
+    path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/approvaldecisions"
+    listed = await kube.get_json(path, labelSelector=f"oma.dev/teamrun={teamrun}")
+    return cast(list[DecisionBody], listed.get("items") or [])
+
+
+async def events_of(kube: Kube, namespace: str, name: str, kind: str) -> list[dict[str, Any]]:
+    """The core Events about the object, oldest first ([] when the user may not read them)."""
+    selector = f"involvedObject.name={name},involvedObject.kind={kind}"
+    try:
+        listed = await kube.get_json(
+            f"/api/v1/namespaces/{namespace}/events", fieldSelector=selector
+        )
+    except KubeForbidden:
+        return []
+    items: list[dict[str, Any]] = listed.get("items") or []
+    return sorted(items, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+
+
+async def watch_changes(kube: Kube, path: str, changed: asyncio.Queue[None]) -> None:
+    """Put to ``changed`` once at the start and after every change of the list at ``path``,
+    until cancelled (list, then watch from its version; a watch too old lists again)."""
+    pause = RETRY_SECONDS
+    while True:
+        try:
+            listed = await kube.get_json(path, limit="1")
+            version = str((listed.get("metadata") or {}).get("resourceVersion") or "0")
+            changed.put_nowait(None)
+            pause = RETRY_SECONDS
+            while True:
+                async for event in kube.watch_lines(path, version, WATCH_SECONDS):
+                    obj = event.get("object") or {}
+                    if event.get("type") == "ERROR":
+                        raise KubeGone(410, str(obj.get("message") or "watch expired"))
+                    version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+                    if event.get("type") != "BOOKMARK":
+                        changed.put_nowait(None)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a refused, expired or broken watch: list and watch again
+            log.info("watch of %s ended (%r); listing again in %.1f s", path, exc, pause)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, MAX_RETRY_SECONDS)

@@ -1,0 +1,109 @@
+"""The console's pages in a real headless Chromium, against the API server: content a model or
+a tenant wrote is shown inert and visible, the page runs no inline script (its CSP, as the
+browser enforces it), and a new request appears in an open inbox by itself."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+from playwright.async_api import Error as PlaywrightError
+
+from devcluster import KubeClient
+from tests.cluster.approval_kit import grant_reviewers, published_decision, tool_request
+from tests.cluster.conftest import ClusterHandle
+from tests.cluster.console_kit import browser, console, screenshot
+from tests.cluster.operator_kit import crds_installed
+
+pytestmark = pytest.mark.cluster
+__all__ = ["crds_installed"]
+
+HOSTILE = "<script>window.__pwned = 1</script>\x1b[2Kpaid\u202eevil"
+
+
+@pytest.mark.timeout(120)
+async def test_hostile_content_is_inert_and_visible_and_inline_script_is_blocked(
+    cluster: ClusterHandle, kube: KubeClient, namespace: str, crds_installed: None, tmp_path: Path
+) -> None:
+    await grant_reviewers(kube, namespace, "alice")
+    request = tool_request(memo=HOSTILE)
+    published = await published_decision(kube, namespace, request)
+    name = published["metadata"]["name"]
+    kubeconfig = str(cluster.mint_kubeconfig("alice"))
+    async with console("--kubeconfig", kubeconfig, "-n", namespace) as site, browser() as chromium:
+        page = await chromium.new_page()
+        said: list[str] = []
+        page.on("console", lambda message: said.append(message.text))
+        await page.goto(site.launch)
+        await page.click(f"text={namespace}/{name}")
+        await page.wait_for_selector("#content")
+        path = page.locator("td:first-child", has_text=re.compile(r"^/input/memo$"))
+        memo = page.locator("#content tr").filter(has=path)
+        shown = await memo.locator("td").nth(1).inner_text()
+        assert shown == '"<script>window.__pwned = 1</script>\\x1b[2Kpaid\\u202eevil"'
+        assert "escaped" in str(await memo.get_attribute("class"))  # highlighted, with a legend
+        assert await page.evaluate("window.__pwned") is None
+        scripts = await page.evaluate(
+            "Array.from(document.scripts).map(s => s.getAttribute('src'))"
+        )
+        assert scripts == ["/static/console.js"]
+        hashes = [
+            await page.inner_text(f"#{which} code") for which in ("request-hash", "recomputed-hash")
+        ]
+        assert hashes == [request.request_hash, request.request_hash]
+        assert "matches" in await page.inner_text("#recomputed-hash")
+        await screenshot(page, "decision-hostile", tmp_path)
+        # What an injected inline script meets: the browser refuses it and says so.
+        with pytest.raises(PlaywrightError, match="Content Security Policy"):
+            await page.add_script_tag(content="window.__pwned = 2")
+        assert await page.evaluate("window.__pwned") is None
+        assert any("Content Security Policy" in text for text in said), said
+
+
+@pytest.mark.timeout(120)
+async def test_a_new_request_appears_in_an_open_inbox_without_a_reload(
+    cluster: ClusterHandle, kube: KubeClient, namespace: str, crds_installed: None, tmp_path: Path
+) -> None:
+    await grant_reviewers(kube, namespace, "alice")
+    kubeconfig = str(cluster.mint_kubeconfig("alice"))
+    async with console("--kubeconfig", kubeconfig, "-n", namespace) as site, browser() as chromium:
+        page = await chromium.new_page()
+        await page.goto(site.launch)
+        await page.wait_for_selector("#inbox-rows tr.empty")
+        # The stream's first push (the list as of now) says the page is live.
+        await page.wait_for_function("() => Number(document.body.dataset.inboxUpdates || 0) >= 1")
+        published = await published_decision(kube, namespace, tool_request(amount=12))
+        started = time.monotonic()
+        name = published["metadata"]["name"]
+        await page.wait_for_selector(f'#inbox-rows tr[data-request="{namespace}/{name}"]')
+        latency = time.monotonic() - started
+        print(f"\nnew request shown in the open inbox {latency:.2f} s after it was created")
+        navigations = await page.evaluate("performance.getEntriesByType('navigation').length")
+        assert navigations == 1  # pushed into the page, not reloaded
+        await screenshot(page, "inbox", tmp_path)
+
+
+@pytest.mark.timeout(60)
+async def test_without_the_launch_link_nothing_is_shown_and_the_link_works_once(
+    cluster: ClusterHandle, kube: KubeClient, namespace: str, crds_installed: None
+) -> None:
+    await grant_reviewers(kube, namespace, "alice")
+    await published_decision(kube, namespace, tool_request())
+    kubeconfig = str(cluster.mint_kubeconfig("alice"))
+    async with console("--kubeconfig", kubeconfig, "-n", namespace) as site, browser() as chromium:
+        stranger = await chromium.new_page()
+        response = await stranger.goto(f"{site.url}/inbox")
+        assert response is not None and response.status == 401
+        assert "tr" not in await stranger.inner_html("main")
+        first = await chromium.new_context()
+        page = await first.new_page()
+        await page.goto(site.launch)
+        assert page.url.endswith("/inbox")
+        assert await page.inner_text("#who") == "alice"
+        late = await (await chromium.new_context()).new_page()
+        again = await late.goto(site.launch)
+        assert again is not None and again.status == 401  # spent
+        headers = await again.all_headers()
+        assert "script-src 'self'" in headers["content-security-policy"]
