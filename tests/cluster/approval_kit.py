@@ -279,11 +279,13 @@ async def published_decision(
     request: ApprovalRequest,
     teamrun_name: str = "pay",
     reviewers: ReviewerSet | None = None,
+    resource_name: str | None = None,
     **spec: Any,
 ) -> dict[str, Any]:
     """``request`` published as the operator publishes it (created by the test's admin, who
-    holds every verb, then marked verified), for a TeamRun that need not exist; ``spec``
-    entries replace the manifest's (None removes one)."""
+    holds every verb, then marked verified), for a TeamRun that need not exist, under
+    ``resource_name`` (default: a new one); ``spec`` entries replace the manifest's (None
+    removes one)."""
     owner: TeamRunBody = {
         "metadata": {"name": teamrun_name, "namespace": namespace, "uid": str(uuid.uuid4())}
     }
@@ -291,7 +293,7 @@ async def published_decision(
     manifest["spec"] = {
         key: value for key, value in (manifest["spec"] | spec).items() if value is not None
     }
-    manifest["metadata"]["name"] = f"{teamrun_name}-{uuid.uuid4().hex[:16]}"
+    manifest["metadata"]["name"] = resource_name or f"{teamrun_name}-{uuid.uuid4().hex[:16]}"
     del manifest["metadata"]["ownerReferences"]  # the garbage collector would remove it
     # devcluster's client takes plain JSON (dict[str, Any]), which a TypedDict is not
     created = await kube.create(DECISIONS.format(ns=namespace), cast(JSON, manifest))

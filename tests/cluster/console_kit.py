@@ -70,9 +70,10 @@ async def console(*args: str) -> AsyncIterator[Console]:
                 proc.kill()
                 await proc.wait()
         with contextlib.suppress(NameError, asyncio.CancelledError):
-            said = (await rest).decode(errors="replace")
-            if said.strip() and not said.startswith("(a one-time link") or said.count("\n") > 1:
-                print(f"oma console said:\n{said}")
+            said = (await rest).decode(errors="replace").splitlines()
+            said = [line for line in said if not line.startswith("(a one-time link")]
+            if any(line.strip() for line in said):
+                print("oma console said:", *said, sep="\n")
 
 
 @contextlib.asynccontextmanager

@@ -12,7 +12,12 @@ import pytest
 from playwright.async_api import Error as PlaywrightError
 
 from devcluster import KubeClient
-from tests.cluster.approval_kit import grant_reviewers, published_decision, tool_request
+from tests.cluster.approval_kit import (
+    DECISIONS,
+    grant_reviewers,
+    published_decision,
+    tool_request,
+)
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.console_kit import browser, console, screenshot
 from tests.cluster.operator_kit import crds_installed
@@ -107,3 +112,35 @@ async def test_without_the_launch_link_nothing_is_shown_and_the_link_works_once(
         assert again is not None and again.status == 401  # spent
         headers = await again.all_headers()
         assert "script-src 'self'" in headers["content-security-policy"]
+
+
+@pytest.mark.timeout(120)
+async def test_a_request_republished_after_the_page_showed_it_is_refused_and_not_decided(
+    cluster: ClusterHandle, kube: KubeClient, namespace: str, crds_installed: None
+) -> None:
+    """The resource under the page's name is replaced by one with other content (what the
+    operator does when the stored request changed): the decision is refused, none is made."""
+    await grant_reviewers(kube, namespace, "alice")
+    shown = await published_decision(kube, namespace, tool_request(amount=7))
+    name = shown["metadata"]["name"]
+    path = f"{DECISIONS.format(ns=namespace)}/{name}"
+    kubeconfig = str(cluster.mint_kubeconfig("alice"))
+    async with console("--kubeconfig", kubeconfig, "-n", namespace) as site, browser() as chromium:
+        page = await chromium.new_page()
+        await page.goto(site.launch)
+        await page.goto(f"{site.url}/decisions/{namespace}/{name}")
+        await page.wait_for_selector("#approve")
+        await kube.delete(path)
+        other = tool_request(amount=7000)
+        await published_decision(kube, namespace, other, resource_name=name)
+        await page.click("#approve")
+        error = await page.inner_text("#error")
+        assert "changed after the page showed it" in error, error
+        assert "nothing was decided" in error
+        now = await kube.get(path)
+        assert (
+            now["spec"]["decision"] == "Pending"
+            and now["spec"]["requestHash"] == other.request_hash
+        )
+        # The page now shows the request as it is, to be read again.
+        assert other.request_hash in await page.inner_text("#request-hash")

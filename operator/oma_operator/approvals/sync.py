@@ -134,9 +134,13 @@ async def sync_approvals(kube: Kube, teamrun: TeamRunBody, spec: TeamRunSpec) ->
     if status.get("phase") == "AwaitingApproval":  # no runner writes its checkpoint meanwhile
         waiting_in = int(status.get("attempt") or 0)
     owner = str(teamrun["metadata"].get("uid") or "")
-    found_records = await run_records(store, run_id_of(teamrun), owner, waiting_in)
-    records = {r.request.id: r for r in found_records}
     found = {d["metadata"]["name"]: d for d in await kube.list_decisions(namespace, name)}
+    try:
+        found_records = await run_records(store, run_id_of(teamrun), owner, waiting_in)
+    except DurableApprovalError as exc:  # a row someone rewrote (or a store that lost part)
+        await _ledger_unreadable(kube, teamrun, list(found.values()), str(exc))
+        return False
+    records = {r.request.id: r for r in found_records}
     excluded = excluded_reviewers(spec.approvals, teamrun, runtime.settings().creator_recorded)
     published: set[str] = set()
     for request_id, record in records.items():
@@ -365,6 +369,39 @@ async def close_pending(kube: Kube, teamrun: TeamRunBody) -> None:
         with contextlib.suppress(*CHANGED_OR_GONE):
             await kube.patch_decision_status(
                 where["namespace"], where["name"], patch, uid=where["uid"]
+            )
+
+
+async def _ledger_unreadable(
+    kube: Kube, teamrun: TeamRunBody, resources: list[DecisionBody], problem: str
+) -> None:
+    """The run's approval rows in its store cannot be trusted: nothing is recorded, no request
+    is decided, and every undecided resource of the run says so (a reviewer's decision on one
+    is reported as not recorded, at once, instead of waiting for a record that never comes)."""
+    over = (
+        f"the run's approval requests in its store cannot be read ({problem}): nothing is "
+        "decided until the store is repaired"
+    )
+    warned = False
+    for resource in resources:
+        meta, spec = resource["metadata"], resource.get("spec") or {}
+        status = resource.get("status") or {}
+        if status.get("verified") is not True or status.get("recorded"):
+            continue
+        decided = spec.get("decision")
+        if decided and decided != "Pending":
+            message = f"spec.decision {decided} by {spec.get('reviewer')} was not recorded: {over}"
+        else:
+            message = f"a decision set now is not recorded: {over}"
+        patch = status_patch(status, {**status, "recorded": False, "message": message})
+        if patch is None:
+            continue
+        if not warned:
+            await events.warn(teamrun, "ApprovalLedgerUnreadable", over)
+            warned = True
+        with contextlib.suppress(*CHANGED_OR_GONE):
+            await kube.patch_decision_status(
+                meta["namespace"], meta["name"], patch, uid=meta["uid"]
             )
 
 

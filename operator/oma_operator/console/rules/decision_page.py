@@ -109,13 +109,19 @@ def decision_page(
 
 
 def task_title(teamrun: TeamRunBody | None, task_id: str) -> str:
-    """The title of the spec's task with ``task_id`` (ids derive from run id, index, title)."""
+    """The title of the spec's task with ``task_id``: ids derive from the run's seed (on
+    Kubernetes ``<namespace>/<runId>``, the store's tenant and the run), index and title."""
     if not task_id or teamrun is None:
         return task_id
-    run_id = str((teamrun.get("status") or {}).get("runId") or "")
-    for index, task in enumerate((teamrun.get("spec") or {}).get("tasks") or []):
+    spec, status = teamrun.get("spec") or {}, teamrun.get("status") or {}
+    run_id = str(status.get("runId") or spec.get("runId") or "")
+    namespace = str(teamrun["metadata"].get("namespace") or "")
+    seeds = (f"{namespace}/{run_id}", run_id)
+    for index, task in enumerate(spec.get("tasks") or []):
         title = str(task.get("title") or "")
-        if task.get("id") == task_id or derived_task_id(run_id, index, title) == task_id:
+        if task.get("id") == task_id or any(
+            derived_task_id(seed, index, title) == task_id for seed in seeds
+        ):
             return title
     return task_id
 
