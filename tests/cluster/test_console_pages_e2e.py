@@ -8,6 +8,7 @@ import re
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 from playwright.async_api import Error as PlaywrightError
 
@@ -144,3 +145,36 @@ async def test_a_request_republished_after_the_page_showed_it_is_refused_and_not
         )
         # The page now shows the request as it is, to be read again.
         assert other.request_hash in await page.inner_text("#request-hash")
+
+
+@pytest.mark.timeout(60)
+async def test_an_action_without_the_sessions_csrf_token_is_refused_and_decides_nothing(
+    cluster: ClusterHandle, kube: KubeClient, namespace: str, crds_installed: None
+) -> None:
+    """What a page on another site could post with the reviewer's cookie (were it sent): no
+    CSRF token, or another one, decides nothing."""
+    await grant_reviewers(kube, namespace, "alice")
+    shown = await published_decision(kube, namespace, tool_request(amount=3))
+    name = shown["metadata"]["name"]
+    kubeconfig = str(cluster.mint_kubeconfig("alice"))
+    async with (
+        console("--kubeconfig", kubeconfig, "-n", namespace) as site,
+        httpx.AsyncClient(base_url=site.url) as client,
+    ):
+        signed_in = await client.get(site.launch.removeprefix(site.url), follow_redirects=True)
+        assert signed_in.status_code == 200 and "alice" in signed_in.text
+        form = {
+            "action": "approve",
+            "uid": shown["metadata"]["uid"],
+            "hash": shown["spec"]["requestHash"],
+        }
+        for token in (None, "guessed"):
+            sent = form | ({"csrf": token} if token else {})
+            refused = await client.post(f"/decisions/{namespace}/{name}", data=sent)
+            assert refused.status_code == 403, refused.text
+            assert "the form is not this session&#39;s" in refused.text
+        decision = await kube.get(f"{DECISIONS.format(ns=namespace)}/{name}")
+        assert decision["spec"]["decision"] == "Pending"
+        async with httpx.AsyncClient(base_url=site.url) as stranger:
+            posted = await stranger.post(f"/decisions/{namespace}/{name}", data=form)
+            assert posted.status_code == 401  # no session: no page, nothing done

@@ -14,7 +14,7 @@ import logging
 from typing import Any, cast
 
 from oma_operator.k8s.client import Kube
-from oma_operator.k8s.errors import KubeForbidden, KubeGone
+from oma_operator.k8s.errors import KubeGone
 from oma_operator.resources.bodies import DecisionBody, TeamRunBody
 from oma_operator.resources.models import GROUP, VERSION
 
@@ -63,13 +63,10 @@ async def decisions_of_run(kube: Kube, namespace: str, teamrun: str) -> list[Dec
 
 async def events_of(kube: Kube, namespace: str, name: str, kind: str) -> list[dict[str, Any]]:
     """The core Events about the object, oldest first ([] when the user may not read them)."""
-    selector = f"involvedObject.name={name},involvedObject.kind={kind}"
-    try:
-        listed = await kube.get_json(
-            f"/api/v1/namespaces/{namespace}/events", fieldSelector=selector
-        )
-    except KubeForbidden:
+    if not await kube.may("list", "", "events", namespace):
         return []
+    selector = f"involvedObject.name={name},involvedObject.kind={kind}"
+    listed = await kube.get_json(f"/api/v1/namespaces/{namespace}/events", fieldSelector=selector)
     items: list[dict[str, Any]] = listed.get("items") or []
     return sorted(items, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
 
