@@ -15,13 +15,14 @@ from playwright.async_api import Error as PlaywrightError
 from devcluster import KubeClient
 from tests.cluster.approval_kit import (
     DECISIONS,
+    grant,
     grant_reviewers,
     published_decision,
     tool_request,
 )
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.console_kit import browser, console, screenshot
-from tests.cluster.operator_kit import crds_installed
+from tests.cluster.operator_kit import TEAMRUNS, crds_installed, create_admitted, teamrun
 
 pytestmark = pytest.mark.cluster
 __all__ = ["crds_installed"]
@@ -178,3 +179,43 @@ async def test_an_action_without_the_sessions_csrf_token_is_refused_and_decides_
         async with httpx.AsyncClient(base_url=site.url) as stranger:
             posted = await stranger.post(f"/decisions/{namespace}/{name}", data=form)
             assert posted.status_code == 401  # no session: no page, nothing done
+
+
+@pytest.mark.timeout(120)
+async def test_a_runs_attempts_are_shown_and_a_keyboard_suspends_it_on_a_narrow_screen(
+    cluster: ClusterHandle, kube: KubeClient, namespace: str, crds_installed: None, tmp_path: Path
+) -> None:
+    rules = [
+        {"apiGroups": ["oma.dev"], "resources": ["teamruns"], "verbs": ["get", "list", "patch"]}
+    ]
+    await grant(kube, namespace, "runners", rules, ("alice",))
+    await create_admitted(kube, namespace, teamrun("nightly", [{"text": "done"}]))
+    evicted = {
+        "attempt": 1,
+        "outcome": "disruption",
+        "reason": "Evicted",
+        "message": "node drained \x1b[31m<b>now</b>",
+        "pod": "nightly-a1",
+        "endedAt": "2026-12-07T10:00:00Z",
+    }
+    status = {"phase": "Running", "attempt": 2, "taskSummary": "0/1 done", "attempts": [evicted]}
+    await kube.patch(f"{TEAMRUNS.format(ns=namespace)}/nightly/status", {"status": status})
+    kubeconfig = str(cluster.mint_kubeconfig("alice"))
+    async with console("--kubeconfig", kubeconfig, "-n", namespace) as site, browser() as chromium:
+        page = await chromium.new_page(viewport={"width": 375, "height": 800})
+        await page.goto(site.launch)
+        await page.click("text=Runs")
+        row = page.locator("#runs tr", has_text=f"{namespace}/nightly")
+        assert "Running" in await row.inner_text() and "0/1 done" in await row.inner_text()
+        await row.locator("a").click()
+        attempts = await page.inner_text("#attempts")
+        assert "Evicted" in attempts and "node drained \\x1b[31m<b>now</b>" in attempts
+        wide = await page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert wide <= 0  # nothing wider than the screen: tables scroll inside themselves
+        await screenshot(page, "run", tmp_path)
+        await page.focus("button[value=suspend]")
+        await page.keyboard.press("Enter")
+        await page.wait_for_selector("#done")
+        assert await page.inner_text("#done") == "suspend requested"
+    body = await kube.get(f"{TEAMRUNS.format(ns=namespace)}/nightly")
+    assert body["spec"]["suspend"] is True

@@ -57,10 +57,11 @@ def test_the_inbox_lists_verified_waiting_requests_newest_first() -> None:
     decided = published(5, "c3", "2026-12-07T11:59:00Z", decided="Approved")
     forged = published(1, "c4", "2026-12-07T11:59:30Z")
     forged["status"] = {"verified": False}
-    rows = inbox_rows([old, decided, forged, new], NOW)
+    rows = inbox_rows([old, decided, forged, new], NOW, {("team-a", "pay"): RUN})
     assert [r.name for r in rows] == [new["metadata"]["name"], old["metadata"]["name"]]
     assert (rows[0].waited, rows[1].waited) == ("1m", "1h0m")
-    assert rows[0].subject == "tool call c2" and rows[0].team_run == "pay"
+    assert (rows[0].subject, rows[0].team_run, rows[0].task) == ("call of wire", "pay", "Wire")
+    assert inbox_rows([new], NOW)[0].task == new["spec"]["boundary"].split(":")[0]  # no run
     assert waited("not a time", NOW) == "?" and waited("2026-12-05T10:00:00Z", NOW) == "2d2h"
 
 
@@ -125,6 +126,7 @@ def test_templates_escape_markup_and_show_hidden_characters() -> None:
         "namespace": "ns",
         "name": "n",
         "team_run": "<b>x</b>",
+        "task": "t",
         "subject": "tool call c1",
         "summary": "pay\x1b[2K\u202eevil",
         "waiting_since": "",

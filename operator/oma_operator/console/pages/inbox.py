@@ -26,9 +26,11 @@ async def _rows(session: Session) -> tuple[list[InboxRow], str]:
     try:
         async with api_errors(session.kube):
             found = await reads.decisions(session.kube, session.namespaces)
+            runs = await reads.teamruns(session.kube, session.namespaces) if found else []
     except DecisionRefused as exc:
         return [], str(exc)
-    return inbox_rows(found, datetime.now(UTC)), ""
+    by_name = {(r["metadata"].get("namespace", ""), r["metadata"]["name"]): r for r in runs}
+    return inbox_rows(found, datetime.now(UTC), by_name), ""
 
 
 async def inbox(request: Request) -> Response:

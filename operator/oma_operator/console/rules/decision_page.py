@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from oma.approval.models import hash_approval_request
-from oma.tasks.loading import derived_task_id
 from oma_operator.approvals.rules.decision_view import ContentMismatch, verified_content
 from oma_operator.console.rules.content_diff import Change, content_diff
 from oma_operator.console.rules.content_view import ContentView, content_view
+from oma_operator.console.rules.task_titles import task_title
 from oma_operator.resources.bodies import DecisionBody, TeamRunBody
 
 
@@ -106,24 +106,6 @@ def decision_page(
         previous=previous_request(decision, content, siblings),
         notes=notes,
     )
-
-
-def task_title(teamrun: TeamRunBody | None, task_id: str) -> str:
-    """The title of the spec's task with ``task_id``: ids derive from the run's seed (on
-    Kubernetes ``<namespace>/<runId>``, the store's tenant and the run), index and title."""
-    if not task_id or teamrun is None:
-        return task_id
-    spec, status = teamrun.get("spec") or {}, teamrun.get("status") or {}
-    run_id = str(status.get("runId") or spec.get("runId") or "")
-    namespace = str(teamrun["metadata"].get("namespace") or "")
-    seeds = (f"{namespace}/{run_id}", run_id)
-    for index, task in enumerate(spec.get("tasks") or []):
-        title = str(task.get("title") or "")
-        if task.get("id") == task_id or any(
-            derived_task_id(seed, index, title) == task_id for seed in seeds
-        ):
-            return title
-    return task_id
 
 
 def previous_request(
