@@ -9,6 +9,7 @@ from typing import Any
 from oma.approval.requests import create_approval_request
 from oma.tasks.loading import derived_task_id
 from oma_operator.approvals.rules.resources import decision_manifest
+from oma_operator.console.guard import named
 from oma_operator.console.rules.decision_page import decision_page
 from oma_operator.console.rules.inbox_rows import inbox_rows, waited
 from oma_operator.console.rules.run_rows import actions, run_row, timeline
@@ -136,3 +137,15 @@ def test_templates_escape_markup_and_show_hidden_characters() -> None:
     html = env.get_template("inbox_rows.html").render(rows=[type("Row", (), hostile)()])
     assert "&lt;b&gt;x&lt;/b&gt;" in html and "<b>" not in html
     assert "pay\\x1b[2K\\u202eevil" in html and "\x1b" not in html and "\u202e" not in html
+
+
+def test_a_page_path_names_only_kubernetes_objects() -> None:
+    assert named({"namespace": "team-a", "name": "pay-0a1b.c"}) == ("team-a", "pay-0a1b.c")
+    for namespace, name in (
+        ("team-a", ".."),
+        ("..", "x"),
+        ("Team", "x"),
+        ("a", "b%2Fc"),
+        ("", "x"),
+    ):
+        assert named({"namespace": namespace, "name": name}) is None

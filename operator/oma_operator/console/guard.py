@@ -8,7 +8,9 @@ carries the session's CSRF token, checked in constant time.
 
 from __future__ import annotations
 
+import re
 import secrets
+from collections.abc import Mapping
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -49,3 +51,16 @@ class SecurityHeaders:
 
 def csrf_ok(expected: str, offered: object) -> bool:
     return isinstance(offered, str) and secrets.compare_digest(expected, offered)
+
+
+# A Kubernetes object's name or namespace (DNS-1123 subdomain): what a page's path may name. Any
+# other path segment would reach another API path, so it is refused before any call.
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
+def named(params: Mapping[str, str]) -> tuple[str, str] | None:
+    """The page's (namespace, name), or None when either is not an object name."""
+    namespace, name = params.get("namespace", ""), params.get("name", "")
+    if all(_NAME.match(text) and ".." not in text for text in (namespace, name)):
+        return namespace, name
+    return None

@@ -19,7 +19,7 @@ from oma.approval.models import REASON_LIMIT
 from oma.approval.words import DecisionWord, ResourceDecision, resource_fields
 from oma_operator.cli.decisions import Checks, DecisionRefused, api_errors, decide_with
 from oma_operator.console import reads
-from oma_operator.console.guard import csrf_ok
+from oma_operator.console.guard import csrf_ok, named
 from oma_operator.console.pages.signin import signed_in
 from oma_operator.console.rules.decision_page import decision_page
 from oma_operator.console.sessions import Session
@@ -64,8 +64,10 @@ async def show(request: Request) -> Response:
     session = signed_in(request)
     if isinstance(session, Response):
         return session
-    namespace, name = request.path_params["namespace"], request.path_params["name"]
-    return await _render(request, session, namespace, name)
+    target = named(request.path_params)
+    if target is None:
+        return Response("no such page", status_code=404)
+    return await _render(request, session, *target)
 
 
 async def decide(request: Request) -> Response:
@@ -73,7 +75,10 @@ async def decide(request: Request) -> Response:
     if isinstance(session, Response):
         return session
     console = state_of(request)
-    namespace, name = request.path_params["namespace"], request.path_params["name"]
+    target = named(request.path_params)
+    if target is None:
+        return Response("no such page", status_code=404)
+    namespace, name = target
     form = await request.form()
     if not csrf_ok(session.csrf, form.get("csrf")):
         return await _render(

@@ -15,7 +15,7 @@ from oma_operator.cli.holds import Request as HoldRequest
 from oma_operator.cli.holds import hold_with
 from oma_operator.cli.runs import retry_with
 from oma_operator.console import reads
-from oma_operator.console.guard import csrf_ok
+from oma_operator.console.guard import csrf_ok, named
 from oma_operator.console.pages.signin import signed_in
 from oma_operator.console.rules.run_rows import actions, run_row, run_rows, timeline
 from oma_operator.console.sessions import Session
@@ -77,16 +77,20 @@ async def show(request: Request) -> Response:
     session = signed_in(request)
     if isinstance(session, Response):
         return session
-    return await _render(
-        request, session, request.path_params["namespace"], request.path_params["name"]
-    )
+    target = named(request.path_params)
+    if target is None:
+        return Response("no such page", status_code=404)
+    return await _render(request, session, *target)
 
 
 async def act(request: Request) -> Response:
     session = signed_in(request)
     if isinstance(session, Response):
         return session
-    namespace, name = request.path_params["namespace"], request.path_params["name"]
+    target = named(request.path_params)
+    if target is None:
+        return Response("no such page", status_code=404)
+    namespace, name = target
     form = await request.form()
     if not csrf_ok(session.csrf, form.get("csrf")):
         return await _render(
