@@ -26,6 +26,12 @@ EXTRA_OF = {
     "mcp": "mcp",
     "mcp_types": "mcp",
     "httpx2": "mcp",
+    "starlette": "console",
+    "jinja2": "console",
+    "sse_starlette": "console",
+    "uvicorn": "console",
+    "multipart": "console",
+    "python_multipart": "console",
 }
 
 

@@ -76,7 +76,8 @@ async def test_a_new_request_appears_in_an_open_inbox_without_a_reload(
     await grant_reviewers(kube, namespace, "alice")
     kubeconfig = str(cluster.mint_kubeconfig("alice"))
     async with console("--kubeconfig", kubeconfig, "-n", namespace) as site, browser() as chromium:
-        page = await chromium.new_page()
+        context = await chromium.new_context()
+        page = await context.new_page()
         await page.goto(site.launch)
         await page.wait_for_selector("#inbox-rows tr.empty")
         # The stream's first push (the list as of now) says the page is live.
@@ -90,6 +91,12 @@ async def test_a_new_request_appears_in_an_open_inbox_without_a_reload(
         navigations = await page.evaluate("performance.getEntriesByType('navigation').length")
         assert navigations == 1  # pushed into the page, not reloaded
         await screenshot(page, "inbox", tmp_path)
+        # Signing out in another tab ends this page's stream: it says so and stops updating.
+        other = await context.new_page()
+        await other.goto(f"{site.url}/inbox")
+        await other.click("text=Sign out")
+        await page.wait_for_function("() => document.body.dataset.inboxClosed === '1'")
+        assert await page.is_visible("#inbox-closed")
 
 
 @pytest.mark.timeout(60)
@@ -179,6 +186,11 @@ async def test_an_action_without_the_sessions_csrf_token_is_refused_and_decides_
         async with httpx.AsyncClient(base_url=site.url) as stranger:
             posted = await stranger.post(f"/decisions/{namespace}/{name}", data=form)
             assert posted.status_code == 401  # no session: no page, nothing done
+        # A page under another name that resolves to this port (DNS rebinding) gets nothing.
+        rebound = await client.get("/inbox", headers={"Host": "attacker.example"})
+        assert rebound.status_code == 400
+        huge = await client.post(f"/decisions/{namespace}/{name}", content=b"x" * 300_000)
+        assert huge.status_code == 413
 
 
 @pytest.mark.timeout(120)

@@ -9,11 +9,15 @@ from typing import Any
 from oma.approval.requests import create_approval_request
 from oma.tasks.loading import derived_task_id
 from oma_operator.approvals.rules.resources import decision_manifest
+from oma_operator.console.access import Identity
 from oma_operator.console.guard import named
+from oma_operator.console.rules.content_diff import content_diff
 from oma_operator.console.rules.decision_page import decision_page
 from oma_operator.console.rules.inbox_rows import inbox_rows, waited
 from oma_operator.console.rules.run_rows import actions, run_row, timeline
+from oma_operator.console.sessions import MAX_PER_USER, Sessions
 from oma_operator.console.state import templates
+from oma_operator.k8s.client import Kube
 from oma_operator.resources.bodies import DecisionBody, TeamRunBody
 
 NOW = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)
@@ -149,3 +153,33 @@ def test_a_page_path_names_only_kubernetes_objects() -> None:
         ("", "x"),
     ):
         assert named({"namespace": namespace, "name": name}) is None
+
+
+def test_a_key_that_is_a_digit_outside_ascii_is_ordered_as_a_name() -> None:
+    changes = content_diff({"²": 1, "1": 1}, {"²": 2, "1": 2})
+    assert [c.path for c in changes] == ["/1", "/²"]
+
+
+async def test_sessions_are_bounded_per_user_and_end_with_their_streams() -> None:
+    closed: list[Kube] = []
+
+    async def close(kube: Kube) -> None:
+        closed.append(kube)
+
+    sessions = Sessions(idle_seconds=3600, close=close)
+    alice, bob = Identity("alice", ()), Identity("bob", ())
+    kubes = [await Kube.with_token("https://127.0.0.1:1", f"t{i}") for i in range(MAX_PER_USER + 1)]
+    made = [await sessions.add(kube, alice, ()) for kube in kubes]
+    bobs = await sessions.add(await Kube.with_token("https://127.0.0.1:1", "b"), bob, ())
+    assert sessions.get(made[0].id) is None and made[0].ended.is_set()  # alice's oldest went
+    assert closed == [kubes[0]]
+    assert all(sessions.live(s) for s in [*made[1:], bobs])
+    await sessions.drop(bobs.id)
+    assert bobs.ended.is_set() and not sessions.live(bobs) and sessions.get(bobs.id) is None
+    idle = Sessions(idle_seconds=0, close=close)
+    gone = await idle.add(kubes[1], alice, ())
+    await idle.sweep()
+    assert gone.ended.is_set()
+    await sessions.aclose()
+    for kube in kubes:
+        await kube.aclose()

@@ -3,18 +3,21 @@ machine (``LocalAccess``) and the chart's in-cluster Deployment (``TokenAccess``
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from oma_operator.console.access import LocalAccess, TokenAccess
-from oma_operator.console.guard import SecurityHeaders
+from oma_operator.console.guard import BodyLimit, SecurityHeaders
 from oma_operator.console.pages import decision, inbox, runs, signin
 from oma_operator.console.state import HERE, ConsoleSettings, ConsoleState
 
@@ -32,9 +35,13 @@ def build(access: LocalAccess | TokenAccess, settings: ConsoleSettings) -> Starl
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        sweep = asyncio.create_task(console.sessions.sweep_forever())
         try:
             yield
         finally:
+            sweep.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweep
             await console.aclose()
 
     routes = [
@@ -53,6 +60,9 @@ def build(access: LocalAccess | TokenAccess, settings: ConsoleSettings) -> Starl
         Route("/runs/{namespace}/{name}", runs.act, methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    app = Starlette(routes=routes, middleware=[Middleware(SecurityHeaders)], lifespan=lifespan)
+    middleware = [Middleware(SecurityHeaders), Middleware(BodyLimit)]
+    if settings.hosts:  # on loopback: a page of another name (DNS rebinding) gets nothing
+        middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(settings.hosts)))
+    app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
     app.state.console = console
     return app

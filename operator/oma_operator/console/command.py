@@ -16,13 +16,11 @@ from typing import Annotated
 
 import typer
 
-from oma_operator.cli.decisions import (
-    AsOption,
-    ContextOption,
-    KubeconfigOption,
-    Target,
-    operator_extra,
-)
+from oma.errors import MissingExtraError
+from oma.extras import needs_extra
+from oma_operator.cli.decisions import AsOption, ContextOption, KubeconfigOption, Target
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 NamespacesOption = Annotated[
     list[str] | None,
@@ -68,12 +66,16 @@ def register(app: typer.Typer) -> None:
         ] = False,
     ) -> None:
         """Web pages to review and decide approval requests and watch runs, acting as you."""
-        with operator_extra():
-            import uvicorn
+        try:
+            with needs_extra("oma console", "console"):
+                import uvicorn
 
-            from oma_operator.console.access import IN_CLUSTER_CA, LocalAccess, TokenAccess
-            from oma_operator.console.app import build
-            from oma_operator.console.state import ConsoleSettings
+                from oma_operator.console.access import IN_CLUSTER_CA, LocalAccess, TokenAccess
+                from oma_operator.console.app import build
+                from oma_operator.console.state import ConsoleSettings
+        except MissingExtraError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
 
         access: LocalAccess | TokenAccess
         if sign_in:
@@ -82,11 +84,15 @@ def register(app: typer.Typer) -> None:
             access = TokenAccess(url, ca)
         else:
             access = LocalAccess(Target("", None, kubeconfig, context, impersonate))
+        loopback = host in LOOPBACK
         settings = ConsoleSettings(
-            namespaces=tuple(namespaces or ()), secure_cookies=secure_cookies
+            namespaces=tuple(namespaces or ()),
+            secure_cookies=secure_cookies,
+            hosts=("127.0.0.1", "localhost", "::1", "[::1]") if loopback else (),
         )
         app = build(access, settings)
-        listener = socket.create_server((host, port))
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        listener = socket.create_server((host, port), family=family)
         bound = listener.getsockname()[1]
         where = f"http://{host if ':' not in host else f'[{host}]'}:{bound}"
         if sign_in:

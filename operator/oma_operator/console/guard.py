@@ -12,6 +12,7 @@ import re
 import secrets
 from collections.abc import Mapping
 
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 CSP = (
@@ -49,18 +50,46 @@ class SecurityHeaders:
         await self.app(scope, receive, with_headers)
 
 
+MAX_BODY = 256 * 1024  # no page posts more than a few short fields
+
+
+class BodyLimit:
+    """ASGI middleware: a request body must say its length, and not be over ``MAX_BODY``
+    (Starlette reads a URL-encoded form whole, whatever its size)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] not in ("GET", "HEAD"):
+            headers = dict(scope.get("headers") or [])
+            length = headers.get(b"content-length", b"")
+            if not length.isdigit() or int(length) > MAX_BODY:
+                status = 413 if length.isdigit() else 411
+                await send({"type": "http.response.start", "status": status, "headers": []})
+                await send({"type": "http.response.body", "body": b""})
+                return
+        await self.app(scope, receive, send)
+
+
 def csrf_ok(expected: str, offered: object) -> bool:
-    return isinstance(offered, str) and secrets.compare_digest(expected, offered)
+    return isinstance(offered, str) and secrets.compare_digest(expected.encode(), offered.encode())
+
+
+def cross_site(request: Request) -> bool:
+    """Whether the browser says the request comes from another site (``Sec-Fetch-Site``; a
+    browser that does not send it is judged by the CSRF token alone)."""
+    return request.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none")
 
 
 # A Kubernetes object's name or namespace (DNS-1123 subdomain): what a page's path may name. Any
 # other path segment would reach another API path, so it is refused before any call.
-_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 
 def named(params: Mapping[str, str]) -> tuple[str, str] | None:
     """The page's (namespace, name), or None when either is not an object name."""
     namespace, name = params.get("namespace", ""), params.get("name", "")
-    if all(_NAME.match(text) and ".." not in text for text in (namespace, name)):
+    if all(NAME.match(text) and ".." not in text for text in (namespace, name)):
         return namespace, name
     return None

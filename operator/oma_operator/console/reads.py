@@ -19,7 +19,9 @@ from oma_operator.resources.bodies import DecisionBody, TeamRunBody
 from oma_operator.resources.models import GROUP, VERSION
 
 log = logging.getLogger(__name__)
-WATCH_SECONDS = 50  # the API server ends each watch by then; the next starts where it ended
+# The API server ends each watch by then (the next starts where it ended): shorter than the
+# client's read timeout (k8s.client.TIMEOUT_SECONDS), which a quiet watch must not meet.
+WATCH_SECONDS = 25
 RETRY_SECONDS = 0.2  # a watch ends when the user's client opens new connections: resume at once
 MAX_RETRY_SECONDS = 10.0
 

@@ -24,6 +24,7 @@ class ConsoleSettings:
     idle_seconds: float = 3600.0
     secure_cookies: bool = False  # set behind TLS (the chart's ingress): cookies over https only
     record_wait_seconds: float = 30.0  # how long a decision waits for the operator to record it
+    hosts: tuple[str, ...] = ()  # the Host names a request may carry (empty: any)
 
 
 def shown(value: Any) -> str:

@@ -158,6 +158,10 @@ class Kube:
             ):
                 decoded: dict[str, Any] = response.json() if response.content else {}
                 return decoded
+        except (kr8s.APITimeoutError, kr8s.ConnectionClosedError) as exc:
+            raise kube_error(0, f"no answer: {exc or type(exc).__name__}") from None
+        except kr8s.ExecError as exc:  # the kubeconfig's credential plugin failed
+            raise kube_error(401, f"the credential plugin failed: {exc}") from None
         except (kr8s.ServerError, httpx.HTTPStatusError) as exc:
             # kr8s re-authenticated and tried again on 401/403 before this.
             failed: httpx.Response | None = exc.response

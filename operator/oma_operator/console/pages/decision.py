@@ -20,7 +20,7 @@ from oma.approval.words import DecisionWord, ResourceDecision, resource_fields
 from oma_operator.cli.decisions import Checks, DecisionRefused, api_errors, decide_with
 from oma_operator.console import reads
 from oma_operator.console.guard import csrf_ok, named
-from oma_operator.console.pages.signin import signed_in
+from oma_operator.console.pages.signin import signed_in, small_form
 from oma_operator.console.rules.decision_page import decision_page
 from oma_operator.console.sessions import Session
 from oma_operator.console.state import state_of
@@ -49,7 +49,7 @@ async def _render(
             teamrun = None
             siblings: list[DecisionBody] = []
             team = str((decision.get("spec") or {}).get("teamRun") or "")
-            if team:
+            if named({"namespace": namespace, "name": team}):  # the resource's word: checked
                 teamrun = await kube.get_teamrun(namespace, team)
                 siblings = await reads.decisions_of_run(kube, namespace, team)
     except DecisionRefused as exc:
@@ -79,7 +79,7 @@ async def decide(request: Request) -> Response:
     if target is None:
         return Response("no such page", status_code=404)
     namespace, name = target
-    form = await request.form()
+    form = await small_form(request)
     if not csrf_ok(session.csrf, form.get("csrf")):
         return await _render(
             request,
@@ -120,6 +120,11 @@ async def decide(request: Request) -> Response:
             raise DecisionRefused(
                 "this request changed after the page showed it (its content, or the resource "
                 "the operator published for it): nothing was decided; read it again below"
+            )
+        if (decision.get("status") or {}).get("verified") is not True:
+            raise DecisionRefused(
+                "the operator has not verified this resource (it did not publish it, or not "
+                "yet): a decision on it would count for nothing; nothing was decided"
             )
 
     try:

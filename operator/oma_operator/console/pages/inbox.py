@@ -42,17 +42,20 @@ async def inbox(request: Request) -> Response:
 
 
 async def stream(request: Request) -> Response:
-    """``text/event-stream``: an ``inbox`` event with the rows' HTML after every change."""
+    """``text/event-stream``: an ``inbox`` event with the rows' HTML after every change, until
+    the page goes or the session ends (signed out, idle too long)."""
     console = state_of(request)
     session = signed_in(request)
     if isinstance(session, Response):
         return Response(status_code=401)
     if session.streams >= MAX_STREAMS:
         return Response("too many open inbox pages", status_code=429)
+    session.streams += 1  # counted before any wait: concurrent requests see it
     try:
         async with api_errors(session.kube):
             watched = await reads.readable(session.kube, "approvaldecisions", session.namespaces)
     except DecisionRefused as exc:
+        session.streams -= 1
         return Response(str(exc), status_code=502, media_type="text/plain")
 
     async def events() -> AsyncIterator[dict[str, str]]:
@@ -61,20 +64,26 @@ async def stream(request: Request) -> Response:
             asyncio.create_task(reads.watch_changes(session.kube, path, changed))
             for path in watched
         ]
-        session.streams += 1
+        ended = asyncio.create_task(session.ended.wait())
         try:
-            while True:
-                await changed.get()
+            while console.sessions.live(session):
+                next_change = asyncio.create_task(changed.get())
+                await asyncio.wait({next_change, ended}, return_when=asyncio.FIRST_COMPLETED)
+                if not next_change.done():
+                    next_change.cancel()
+                    break
                 while not changed.empty():  # a burst of changes: one render
                     changed.get_nowait()
+                if not console.sessions.live(session):
+                    break
                 rows, error = await _rows(session)
                 html = console.fragment("inbox_rows.html", rows=rows, error=error)
                 yield {"event": "inbox", "data": html}
         finally:
             session.streams -= 1
-            for task in watchers:
+            for task in (*watchers, ended):
                 task.cancel()
-            for task in watchers:
+            for task in (*watchers, ended):
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
 

@@ -16,7 +16,7 @@ from oma_operator.cli.holds import hold_with
 from oma_operator.cli.runs import retry_with
 from oma_operator.console import reads
 from oma_operator.console.guard import csrf_ok, named
-from oma_operator.console.pages.signin import signed_in
+from oma_operator.console.pages.signin import signed_in, small_form
 from oma_operator.console.rules.run_rows import actions, run_row, run_rows, timeline
 from oma_operator.console.sessions import Session
 from oma_operator.console.state import state_of
@@ -91,7 +91,7 @@ async def act(request: Request) -> Response:
     if target is None:
         return Response("no such page", status_code=404)
     namespace, name = target
-    form = await request.form()
+    form = await small_form(request)
     if not csrf_ok(session.csrf, form.get("csrf")):
         return await _render(
             request,

@@ -3,16 +3,22 @@ in with (in the cluster); signing out."""
 
 from __future__ import annotations
 
+import re
+
+from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from oma_operator.cli.decisions import DecisionRefused
 from oma_operator.console.access import LocalAccess, TokenAccess
-from oma_operator.console.guard import csrf_ok
-from oma_operator.console.sessions import COOKIE, Session
+from oma_operator.console.guard import NAME, cross_site, csrf_ok
+from oma_operator.console.sessions import COOKIE, Session, SessionsFull
 from oma_operator.console.state import ConsoleState, state_of
 
-MAX_TOKEN = 16384  # an OIDC id token with many groups is a few kB; anything longer is refused
+# A bearer token is printable ASCII without spaces (RFC 6750's b64token and JWTs are narrower);
+# an OIDC id token with many groups is a few kB: anything else is refused before any use.
+TOKEN = re.compile(r"^[\x21-\x7e]{1,16384}$")
+MAX_NAMESPACES = 20  # each is watched while an inbox is open
 
 
 def signed_in(request: Request) -> Session | Response:
@@ -24,6 +30,11 @@ def signed_in(request: Request) -> Session | Response:
     if console.access.signs_in:
         return RedirectResponse("/signin", status_code=303)
     return console.page("launch.html", status_code=401)
+
+
+async def small_form(request: Request) -> FormData:
+    """The posted form, bounded: no page posts more than a few short fields."""
+    return await request.form(max_files=0, max_fields=16, max_part_size=64 * 1024)
 
 
 def _with_cookie(console: ConsoleState, session: Session, to: str = "/inbox") -> Response:
@@ -40,19 +51,21 @@ def _with_cookie(console: ConsoleState, session: Session, to: str = "/inbox") ->
 
 
 async def launch(request: Request) -> Response:
-    """``GET /launch?code=...``: the one-time link ``oma console`` printed and opened."""
+    """``GET /launch?code=...``: the one-time link ``oma console`` printed and opened. The code
+    is spent once a session is made (a failure to reach the cluster leaves it usable)."""
     console = state_of(request)
     access = console.access
-    if not isinstance(access, LocalAccess) or not console.launch.spend(
+    if not isinstance(access, LocalAccess) or not console.launch.matches(
         request.query_params.get("code", "")
     ):
         return console.page("launch.html", status_code=401, spent=True)
     try:
         kube, who = await access.open()
-    except DecisionRefused as exc:
-        return console.page("launch.html", status_code=401, error=str(exc))
-    namespaces = console.settings.namespaces or (kube.namespace,)
-    session = await console.sessions.add(kube, who, namespaces)
+        namespaces = console.settings.namespaces or (kube.namespace,)
+        session = await console.sessions.add(kube, who, namespaces)
+    except (DecisionRefused, SessionsFull) as exc:
+        return console.page("launch.html", status_code=503, error=str(exc))
+    console.launch.spend()
     return _with_cookie(console, session)
 
 
@@ -65,33 +78,41 @@ async def signin_form(request: Request) -> Response:
 
 async def signin(request: Request) -> Response:
     """``POST /signin``: the token is tried once (a SelfSubjectReview says whose it is) and
-    kept only in the session's memory."""
+    kept only in the session's memory. Posted from this console's own page only: a form on
+    another site must not sign a browser in as someone else."""
     console = state_of(request)
     access = console.access
     if not isinstance(access, TokenAccess):
         return console.page("launch.html", status_code=404)
-    form = await request.form()
+    if cross_site(request):
+        return console.page("signin.html", status_code=403, error="sign in from this page")
+    form = await small_form(request)
     token = str(form.get("token") or "").strip()
     listed = str(form.get("namespaces") or "").split()
+    if not TOKEN.match(token):
+        return console.page("signin.html", status_code=400, error="paste one bearer token")
+    if len(listed) > MAX_NAMESPACES or not all(NAME.match(ns) for ns in listed):
+        error = f"at most {MAX_NAMESPACES} namespace names, separated by spaces"
+        return console.page("signin.html", status_code=400, error=error)
     namespaces = tuple(listed) or console.settings.namespaces
-    if not token or len(token) > MAX_TOKEN or any(c.isspace() for c in token):
-        return console.page(
-            "signin.html", status_code=400, error="paste one bearer token", namespaces=""
-        )
     try:
         kube, who = await access.sign_in(token)
     except DecisionRefused as exc:
-        return console.page(
-            "signin.html", status_code=401, error=f"not signed in: {exc}", namespaces=""
-        )
-    session = await console.sessions.add(kube, who, namespaces)
+        # The API server's words only: a transport error could quote the request it failed on.
+        said = str(exc) if "answered" in str(exc) else "not accepted"
+        return console.page("signin.html", status_code=401, error=f"not signed in: {said}")
+    try:
+        session = await console.sessions.add(kube, who, namespaces)
+    except SessionsFull as exc:
+        await access.close(kube)
+        return console.page("signin.html", status_code=503, error=str(exc))
     return _with_cookie(console, session)
 
 
 async def signout(request: Request) -> Response:
     console = state_of(request)
     session = console.session(request)
-    form = await request.form()
+    form = await small_form(request)
     if session is not None and csrf_ok(session.csrf, form.get("csrf")):
         await console.sessions.drop(session.id)
     response = RedirectResponse("/signin" if console.access.signs_in else "/", status_code=303)

@@ -68,4 +68,4 @@ def _same(old: Any, new: Any) -> bool:
 
 def _order(path: str) -> list[tuple[int, int, str]]:
     """Changes by path: array items by index, object keys by name."""
-    return [(0, int(s), "") if s.isdigit() else (1, 0, s) for s in path.split("/")]
+    return [(0, int(s), "") if s.isascii() and s.isdigit() else (1, 0, s) for s in path.split("/")]
