@@ -197,8 +197,12 @@ async def test_an_action_without_the_sessions_csrf_token_is_refused_and_decides_
 async def test_a_runs_attempts_are_shown_and_a_keyboard_suspends_it_on_a_narrow_screen(
     cluster: ClusterHandle, kube: KubeClient, namespace: str, crds_installed: None, tmp_path: Path
 ) -> None:
+    secret = {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["store"]}
     rules = [
-        {"apiGroups": ["oma.dev"], "resources": ["teamruns"], "verbs": ["get", "list", "patch"]}
+        {"apiGroups": ["oma.dev"], "resources": ["teamruns"], "verbs": ["get", "list", "patch"]},
+        # Whoever changes a TeamRun must be able to read the Secrets it hands its pod (the
+        # teamrun-references policy, in force when another suite installed it).
+        secret | {"verbs": ["get"]},
     ]
     await grant(kube, namespace, "runners", rules, ("alice",))
     await create_admitted(kube, namespace, teamrun("nightly", [{"text": "done"}]))
@@ -227,7 +231,8 @@ async def test_a_runs_attempts_are_shown_and_a_keyboard_suspends_it_on_a_narrow_
         await screenshot(page, "run", tmp_path)
         await page.focus("button[value=suspend]")
         await page.keyboard.press("Enter")
-        await page.wait_for_selector("#done")
-        assert await page.inner_text("#done") == "suspend requested"
+        await page.wait_for_selector("#done, #error")
+        said = await page.inner_text("#done, #error")
+        assert said == "suspend requested", said
     body = await kube.get(f"{TEAMRUNS.format(ns=namespace)}/nightly")
     assert body["spec"]["suspend"] is True

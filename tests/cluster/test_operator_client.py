@@ -106,8 +106,8 @@ async def test_delete_decision_deletes_it_only_as_it_was_read(
     kube: KubeClient, namespace: str, operator_client: Kube, crds_installed: None
 ) -> None:
     """The operator deletes a Pending ApprovalDecision that is not its own (and publishes the
-    request again). One decided between the operator's read and its delete must be judged as
-    it is now, not deleted unseen: the delete names the resourceVersion it judged."""
+    request again). One changed (decided) between the operator's read and its delete must be
+    judged as it is now, not deleted unseen: the delete names the resourceVersion it judged."""
     decisions = f"/apis/oma.dev/v1alpha1/namespaces/{namespace}/approvaldecisions"
     body = {
         "apiVersion": "oma.dev/v1alpha1",
@@ -123,13 +123,13 @@ async def test_delete_decision_deletes_it_only_as_it_was_read(
     }
     judged = await kube.create(decisions, body)
     meta = judged["metadata"]
-    decided = await kube.patch(
-        f"{decisions}/squat", {"spec": {"decision": "Approved", "reviewer": "someone"}}
-    )
+    # Changed since it was read (here its labels; a decision would change it alike, but the
+    # reviewer policy, when another suite installed it, admits decisions only from reviewers).
+    decided = await kube.patch(f"{decisions}/squat", {"metadata": {"labels": {"seen": "later"}}})
     assert not await operator_client.delete_decision(
         namespace, "squat", meta["uid"], meta["resourceVersion"]
     )
-    assert (await kube.get(f"{decisions}/squat"))["spec"]["decision"] == "Approved"
+    assert (await kube.get(f"{decisions}/squat"))["metadata"]["labels"] == {"seen": "later"}
     now = decided["metadata"]["resourceVersion"]
     assert await operator_client.delete_decision(namespace, "squat", meta["uid"], now)
     assert await operator_client.delete_decision(namespace, "squat", meta["uid"], now)  # gone
