@@ -13,6 +13,7 @@ import pytest
 from playwright.async_api import Error as PlaywrightError
 
 from devcluster import KubeClient
+from oma.approval.requests import create_approval_request
 from tests.cluster.approval_kit import (
     DECISIONS,
     grant,
@@ -236,3 +237,42 @@ async def test_a_runs_attempts_are_shown_and_a_keyboard_suspends_it_on_a_narrow_
         assert said == "suspend requested", said
     body = await kube.get(f"{TEAMRUNS.format(ns=namespace)}/nightly")
     assert body["spec"]["suspend"] is True
+
+
+@pytest.mark.timeout(120)
+async def test_an_uncertain_call_is_settled_as_done_with_its_result(
+    cluster: ClusterHandle, kube: KubeClient, namespace: str, crds_installed: None
+) -> None:
+    """A call a crash left uncertain: the page offers run it again / it was done / it failed,
+    and "it was done" records the result the model is told (no operator here: --wait 0)."""
+    await grant_reviewers(kube, namespace, "alice")
+    uncertain = create_approval_request(
+        run_id="pay-1",
+        scope="uncertain_tool_call",
+        boundary="t-1:c1",
+        content={"kind": "uncertain_tool_call", "toolName": "wire", "input": {"amount": 5}},
+    )
+    shown = await published_decision(kube, namespace, uncertain)
+    name = shown["metadata"]["name"]
+    kubeconfig = str(cluster.mint_kubeconfig("alice"))
+    async with (
+        console("--kubeconfig", kubeconfig, "-n", namespace, "--wait", "0") as site,
+        browser() as chromium,
+    ):
+        page = await chromium.new_page()
+        await page.goto(site.launch)
+        await page.goto(f"{site.url}/decisions/{namespace}/{name}")
+        buttons = await page.locator("#decide button").all_inner_texts()
+        assert buttons == ["Run it again", "It was done", "It failed"]
+        await page.fill("#result", "wired, ref 77")
+        await page.fill("#reason", "bank says it went through")
+        await page.click("button[value=done]")
+        said = await page.inner_text("#done")
+        assert said.startswith("Rejected (Done) by alice: written; not waited"), said
+    spec = (await kube.get(f"{DECISIONS.format(ns=namespace)}/{name}"))["spec"]
+    assert (spec["decision"], spec["resolution"], spec["result"]) == (
+        "Rejected",
+        "Done",
+        "wired, ref 77",
+    )
+    assert spec["reviewer"] == "alice" and spec["reason"] == "bank says it went through"

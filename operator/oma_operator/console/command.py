@@ -64,6 +64,15 @@ def register(app: typer.Typer) -> None:
         secure_cookies: Annotated[
             bool, typer.Option(help="Cookies over https only (behind a TLS ingress).")
         ] = False,
+        wait: Annotated[
+            float,
+            typer.Option(
+                "--wait",
+                min=0,
+                help="Seconds a decision waits for the operator to record it in the run's store "
+                "(0: not waited; the page then says it was written, not that it counts).",
+            ),
+        ] = 30.0,
     ) -> None:
         """Web pages to review and decide approval requests and watch runs, acting as you."""
         try:
@@ -88,6 +97,7 @@ def register(app: typer.Typer) -> None:
         settings = ConsoleSettings(
             namespaces=tuple(namespaces or ()),
             secure_cookies=secure_cookies,
+            record_wait_seconds=wait,
             hosts=("127.0.0.1", "localhost", "::1", "[::1]") if loopback else (),
         )
         app = build(access, settings)

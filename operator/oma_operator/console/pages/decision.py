@@ -141,5 +141,10 @@ async def decide(request: Request) -> Response:
             )
     except DecisionRefused as exc:
         return await _render(request, session, namespace, name, 409, error=f"refused: {exc}")
-    said = f"{done['decision']} by {done['reviewer']}, recorded by the operator"
+    settled = f" ({done['resolution']})" if done.get("resolution") else ""
+    said = f"{done['decision']}{settled} by {done['reviewer']}"
+    if done.get("recorded"):
+        said += ", recorded by the operator"
+    else:
+        said += ": written; not waited for the operator to record it (--wait 0)"
     return await _render(request, session, namespace, name, done=said)
