@@ -1,0 +1,53 @@
+"""The run journal's event envelope and vocabulary (the reference's ``RunEvent``).
+
+Every event carries ``seq`` (1-based, strictly increasing per run across attempts),
+``timestampUnixMs``, ``runId``, ``attempt`` and ``type``; optionally ``taskId``, ``agentName``,
+``traceId``, ``spanId`` and ``sourceEventSeqs`` (the earlier events it derives from). A reader
+checks the envelope only, as the reference does, so events with newer optional fields still read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+EVENT_TYPES = frozenset(
+    {
+        "run/start",
+        "run/end",
+        "plan/set",
+        "task/status",
+        "turn/start",
+        "turn/end",
+        "user/message",
+        "assistant/message",
+        "llm/request",
+        "tool/call",
+        "tool/result",
+        "context/replace",
+        "memory/set",
+        "approval/request",
+        "approval/decision",
+        "checkpoint/saved",
+    }
+)
+# The events whose blocks can reproduce what a request showed the model (``verify``).
+MESSAGE_EVENTS = frozenset({"user/message", "assistant/message"})
+
+
+def is_run_event(value: Any) -> bool:
+    """Whether ``value`` has a run event's envelope: a known ``type``, an integer ``seq`` > 0,
+    a numeric ``timestampUnixMs``, a string ``runId`` and a numeric ``attempt``."""
+    if not isinstance(value, dict) or value.get("type") not in EVENT_TYPES:
+        return False
+    seq = value.get("seq")
+    return (
+        type(seq) is int
+        and seq > 0
+        and _number(value.get("timestampUnixMs"))
+        and isinstance(value.get("runId"), str)
+        and _number(value.get("attempt"))
+    )
+
+
+def _number(value: Any) -> bool:
+    return type(value) in (int, float)

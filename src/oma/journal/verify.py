@@ -1,0 +1,244 @@
+"""``verify_run``: an offline check of a run journal, answering as the reference's
+``verifyRun()`` does (its ``src/journal/verify.ts``).
+
+Three answers: ``ok`` (no failure), ``failures`` (what the journal shows to be wrong) and
+``inconclusive`` (what it cannot show either way, because the events it names are not in the
+readable window). Three checks, in order: every ``seq`` greater than the one before (gaps are
+fine); every reference (``sourceEventSeqs``, a ``context/replace``'s dropped range and each
+replacement) to an earlier event; and each block of each ``llm/request`` reproduced by an event
+it names: the canonical-JSON hash of a block of a message event, or of a replacement block of a
+``context/replace``, equal to the block's ``contentHash``. It does not pair turns or require a
+``run/end``: a crashed run verifies like any other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from oma.approval.canonical import canonical_json
+from oma.approval.errors import DurableApprovalError
+from oma.journal.events import MESSAGE_EVENTS
+
+FailureCode = Literal["MISSING_CONTEXT_REPLACE", "SEQ_NOT_MONOTONIC", "BROKEN_LINK"]
+FailureReason = Literal[
+    "no-lineage",
+    "not-reproducible",
+    "duplicate-sequence",
+    "out-of-order-sequence",
+    "forward-reference",
+]
+
+
+@dataclass(frozen=True)
+class VerifyRunFailure:
+    code: FailureCode
+    reason: FailureReason
+    detail: str
+    seq: int | None = None
+    message_index: int | None = None
+    block_index: int | None = None
+
+
+@dataclass(frozen=True)
+class VerifyRunGap:
+    seq: int
+    missing_seqs: list[int]
+    detail: str
+    message_index: int | None = None
+    block_index: int | None = None
+
+
+@dataclass
+class VerifyRunResult:
+    failures: list[VerifyRunFailure] = field(default_factory=list)
+    inconclusive: list[VerifyRunGap] = field(default_factory=list)
+    events: int = 0
+    requests: int = 0
+    blocks_checked: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def to_wire(self) -> dict[str, Any]:
+        """The reference's ``VerifyRunResult`` shape (camelCase, absent fields left out)."""
+        return {
+            "ok": self.ok,
+            "failures": [_wire(f) for f in self.failures],
+            "inconclusive": [_wire(g) for g in self.inconclusive],
+            "stats": {
+                "events": self.events,
+                "requests": self.requests,
+                "blocksChecked": self.blocks_checked,
+            },
+        }
+
+
+def verify_run(events: list[dict[str, Any]]) -> VerifyRunResult:
+    result = VerifyRunResult(events=len(events))
+    by_seq: dict[int, dict[str, Any]] = {}
+    previous: int | None = None
+    for event in events:
+        seq = event["seq"]
+        if previous is not None and seq <= previous:
+            duplicate = seq in by_seq
+            result.failures.append(
+                VerifyRunFailure(
+                    "SEQ_NOT_MONOTONIC",
+                    "duplicate-sequence" if duplicate else "out-of-order-sequence",
+                    f"Sequence {seq} appears more than once."
+                    if duplicate
+                    else f"Sequence {seq} follows {previous}.",
+                    seq=seq,
+                )
+            )
+        by_seq.setdefault(seq, event)  # a duplicated seq: the first one stands
+        previous = seq
+    for event in events:
+        _check_links(event, by_seq, result)
+    for event in events:
+        if event.get("type") == "llm/request":
+            result.requests += 1
+            _check_blocks(event, by_seq, result)
+    return result
+
+
+def _check_links(
+    event: dict[str, Any], by_seq: dict[int, dict[str, Any]], result: VerifyRunResult
+) -> None:
+    seq = event["seq"]
+    named: list[tuple[str, Any]] = [(f"Event {seq}", event.get("sourceEventSeqs"))]
+    if event.get("type") == "context/replace":
+        dropped = event.get("dropped")
+        if isinstance(dropped, dict):
+            named.append((f"Event {seq} dropped range", dropped.get("sourceEventSeqs")))
+        for index, replacement in enumerate(event.get("replacements") or []):
+            if isinstance(replacement, dict):
+                named.append(
+                    (f"Event {seq} replacement {index}", replacement.get("sourceEventSeqs"))
+                )
+    for what, refs in named:
+        if not isinstance(refs, list):
+            continue
+        forward = [r for r in refs if isinstance(r, int) and r >= seq]
+        missing = [r for r in refs if isinstance(r, int) and r < seq and r not in by_seq]
+        if forward:
+            result.failures.append(
+                VerifyRunFailure(
+                    "BROKEN_LINK",
+                    "forward-reference",
+                    f"{what} names {_listed(forward)}, which cannot precede event {seq}.",
+                    seq=seq,
+                )
+            )
+        if missing:
+            result.inconclusive.append(
+                VerifyRunGap(
+                    seq,
+                    missing,
+                    f"{what} names {_listed(missing)}, which the readable window does not contain.",
+                )
+            )
+
+
+def _check_blocks(
+    request: dict[str, Any], by_seq: dict[int, dict[str, Any]], result: VerifyRunResult
+) -> None:
+    seq = request["seq"]
+    for block in request.get("blocks") or []:
+        if not isinstance(block, dict):
+            continue
+        result.blocks_checked += 1
+        m, b = block.get("messageIndex"), block.get("blockIndex")
+        where = f"Request {seq} block at message {m}, block {b} ({block.get('blockType')})"
+        refs = block.get("sourceEventSeqs")
+        if refs is None:
+            result.failures.append(
+                VerifyRunFailure(
+                    "MISSING_CONTEXT_REPLACE",
+                    "no-lineage",
+                    f"{where} records no lineage, so nothing in the journal explains what the "
+                    "model saw.",
+                    seq=seq,
+                    message_index=m,
+                    block_index=b,
+                )
+            )
+            continue
+        refs = [r for r in refs if isinstance(r, int)]
+        forward = [r for r in refs if r >= seq]
+        missing = [r for r in refs if r < seq and r not in by_seq]
+        if forward:
+            result.failures.append(
+                VerifyRunFailure(
+                    "BROKEN_LINK",
+                    "forward-reference",
+                    f"{where} names {_listed(forward)}, which cannot precede event {seq}.",
+                    seq=seq,
+                    message_index=m,
+                    block_index=b,
+                )
+            )
+        found = [by_seq[r] for r in refs if r < seq and r in by_seq]
+        if any(block.get("contentHash") in _reproduced(event) for event in found):
+            continue
+        if missing:
+            result.inconclusive.append(
+                VerifyRunGap(
+                    seq,
+                    missing,
+                    f"{where} names {_listed(missing)}, which the readable window does not "
+                    "contain.",
+                    message_index=m,
+                    block_index=b,
+                )
+            )
+        elif not forward:
+            result.failures.append(
+                VerifyRunFailure(
+                    "MISSING_CONTEXT_REPLACE",
+                    "not-reproducible",
+                    f"{where} names {_listed(refs)}, and none of those events reproduces its "
+                    "content.",
+                    seq=seq,
+                    message_index=m,
+                    block_index=b,
+                )
+            )
+
+
+def _reproduced(event: dict[str, Any]) -> set[str]:
+    """The content hashes of the blocks ``event`` carries (none for other event types)."""
+    blocks: list[Any] = []
+    if event.get("type") in MESSAGE_EVENTS:
+        content = (event.get("message") or {}).get("content")
+        blocks = content if isinstance(content, list) else []
+    elif event.get("type") == "context/replace":
+        blocks = [r.get("block") for r in event.get("replacements") or [] if isinstance(r, dict)]
+    return {h for h in (content_hash(block) for block in blocks) if h}
+
+
+def content_hash(block: Any) -> str | None:
+    """The reference's ``canonicalContentHash``: sha256 of the block's canonical JSON (keys
+    sorted by UTF-16 code units, JavaScript's number forms), or None for a value JSON cannot
+    hold."""
+    try:
+        text = canonical_json(block)
+    except DurableApprovalError:
+        return None
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _listed(seqs: list[int]) -> str:
+    return ", ".join(str(s) for s in seqs)
+
+
+def _wire(item: VerifyRunFailure | VerifyRunGap) -> dict[str, Any]:
+    names = {
+        "missing_seqs": "missingSeqs",
+        "message_index": "messageIndex",
+        "block_index": "blockIndex",
+    }
+    return {names.get(k, k): v for k, v in vars(item).items() if v is not None}
