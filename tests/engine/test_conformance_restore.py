@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from oma.checkpoint import Checkpoint, CheckpointSnapshotV4
+import pytest
+
+from oma.checkpoint import Checkpoint, CheckpointSnapshotV4, CheckpointSnapshotV5
+from oma.errors import CheckpointValidationError
 from oma.llm.scripted import ScriptedAdapter
 from oma.orchestrator import CheckpointOptions, OpenMultiAgent
 from oma.store import InMemoryStore
@@ -91,3 +94,73 @@ async def test_a_completed_run_restores_without_model_calls_and_one_write(tmp_pa
         team, checkpoint=CheckpointOptions(store=store, run_id="conf-a")
     )
     assert again.success and again.identity.attempt == 3 and model.calls == []
+
+
+async def test_a_v5_snapshot_of_the_reference_restores_as_its_v4_and_saves_v4(
+    tmp_path: Path,
+) -> None:
+    """The reference writes v5 when its run keeps a run journal (v4 plus the journal's
+    watermark, and per in-flight task its own mark and the lineage of each message). oma has
+    no reference journal to replay a tail from: it resumes from the snapshot, exactly as from
+    the v4 it contains, and saves v4 without the journal's marks (a lineage that no longer
+    matches the conversation would be corruption to the reference)."""
+    path = copy_store_file("b-crash-moment.store.json", tmp_path)
+    state = json.loads(path.read_text())
+    for entry in state["entries"]:
+        if entry["key"].endswith("/latest"):
+            snapshot = json.loads(entry["value"])
+            snapshot |= {
+                "version": 5,
+                "journalWatermarkSeq": 17,
+                "journalRef": {"kind": "JsonlRunJournal", "path": "/runs/conf-b.jsonl"},
+            }
+            for task in snapshot["inFlightTasks"]:
+                task["journalSeq"] = 17
+                task["conversationLineage"] = [[[1]] for _ in task["conversationMessages"]]
+            entry["value"] = json.dumps(snapshot)
+    path.write_text(json.dumps(state))
+    store = RecordingStore(path)
+    loaded = await Checkpoint(store, run_id="conf-b").load_latest()
+    assert isinstance(loaded, CheckpointSnapshotV5) and isinstance(loaded, CheckpointSnapshotV4)
+    assert loaded.journal_watermark_seq == 17 and loaded.journal_ref is not None
+    assert loaded.in_flight_tasks[0].journal_seq == 17
+
+    log = ToolLog()
+    model = ScriptedAdapter(
+        {
+            "# Task: second": [
+                {
+                    "tool_calls": [
+                        {"id": "tu-b-p", "name": "commit_effect", "input": {"label": "P"}},
+                        {"id": "tu-b-q", "name": "commit_effect", "input": {"label": "Q"}},
+                    ]
+                },
+                {"text": "second done"},
+            ],
+        }
+    )
+    worker = AgentConfig(name="worker", adapter=model, tools=[commit_effect_tool(log)])
+    team = Team(name="conf-b", agents=[worker], shared_memory_store=store)
+    result = await OpenMultiAgent().restore(team, checkpoint=CheckpointOptions(run_id="conf-b"))
+    assert result.success and log.calls == [("tu-b-q", SECOND, {"label": "Q"})]
+    writes = [v for k, v in store.writes if k.startswith("__oma_chec")]
+    assert [json.loads(w)["version"] for w in writes] == [4, 4, 4, 4, 4]
+    for word in ("journalWatermarkSeq", "journalRef", "journalSeq", "conversationLineage"):
+        assert not any(word in w for w in writes), word
+
+
+async def test_a_v5_lineage_that_does_not_match_its_conversation_is_refused(
+    tmp_path: Path,
+) -> None:
+    path = copy_store_file("b-crash-moment.store.json", tmp_path)
+    state = json.loads(path.read_text())
+    for entry in state["entries"]:
+        if entry["key"].endswith("/latest"):
+            snapshot = json.loads(entry["value"]) | {"version": 5, "journalWatermarkSeq": -1}
+            snapshot["inFlightTasks"][0]["conversationLineage"] = []
+            entry["value"] = json.dumps(snapshot)
+    path.write_text(json.dumps(state))
+    with pytest.raises(CheckpointValidationError) as refused:
+        await Checkpoint(RecordingStore(path), run_id="conf-b").load_latest()
+    problems = "\n".join(refused.value.problems)
+    assert "journalWatermarkSeq" in problems and "conversationLineage has 0 entries" in problems

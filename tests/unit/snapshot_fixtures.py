@@ -64,3 +64,20 @@ def v4_completed_in_flight() -> dict[str, Any]:
     task["finalOutput"] = "second done"
     del task["pendingToolCalls"]
     return snapshot
+
+
+def v5() -> dict[str, Any]:
+    """v5 as the reference writes it for a run with a run journal: the tool-call v4, the
+    journal's watermark and reference, and per in-flight task its mark and message lineage."""
+    snapshot = v4_tool_calls()
+    snapshot |= {
+        "version": 5,
+        "journalWatermarkSeq": 12,
+        "journalRef": {"kind": "JsonlRunJournal", "path": "/runs/conf-b.jsonl"},
+    }
+    for task in snapshot["inFlightTasks"]:
+        task["journalSeq"] = 12
+        task["conversationLineage"] = [
+            [[n + 1]] for n, _ in enumerate(task["conversationMessages"])
+        ]
+    return snapshot

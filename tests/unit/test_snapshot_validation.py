@@ -30,6 +30,19 @@ def _set(path: str, value: Any) -> Mutation:
 
 
 _DELETE = object()
+
+
+def _lineage_of(first: list[Any]) -> Mutation:
+    """The first in-flight task's lineage: ``first`` for its first messages, unknown after."""
+
+    def mutate(snapshot: Snapshot) -> None:
+        task = snapshot["inFlightTasks"][0]
+        rest = len(task["conversationMessages"]) - len(first)
+        task["conversationLineage"] = first + [[None]] * rest
+
+    return mutate
+
+
 _PENDING = "inFlightTasks.0.pendingToolCalls"
 
 
@@ -61,7 +74,13 @@ def _in_flight_decision_not_listed(snapshot: Snapshot) -> None:
 
 FAILING: list[tuple[str, str, Callable[[], Snapshot], Mutation]] = [
     # 2.6.1 root shape
-    ("version-5", "2.6.1", fx.v4_tool_calls, _set("version", 5)),
+    ("version-6", "2.6.1", fx.v4_tool_calls, _set("version", 6)),
+    ("v5-without-watermark", "2.6.1", fx.v4_tool_calls, _set("version", 5)),
+    ("v5-negative-watermark", "2.6.1", fx.v5, _set("journalWatermarkSeq", -1)),
+    ("v5-ref-without-kind", "2.6.1", fx.v5, _set("journalRef", {"path": "/x"})),
+    ("v5-lineage-short", "2.6.3", fx.v5, _set("inFlightTasks.0.conversationLineage", [])),
+    ("v5-journal-seq-negative", "2.6.3", fx.v5, _set("inFlightTasks.0.journalSeq", -1)),
+    ("v5-lineage-zero-seq", "2.6.3", fx.v5, _lineage_of([[[0]]])),
     ("version-string", "2.6.1", fx.v4_tool_calls, _set("version", "4")),
     ("version-bool", "2.6.1", fx.v1, _set("version", True)),
     ("mode-unknown", "2.6.1", fx.v4_tool_calls, _set("mode", "runEverything")),
@@ -300,6 +319,8 @@ PASSING: list[tuple[str, str, Callable[[], Snapshot], Mutation | None]] = [
     ("v4-rich-tool-result-content", "2.6.4", fx.v4_tool_calls, _rich_commit),
     ("v4-suspended-on-tool", "2.6.5", fx.v4_suspended, None),
     ("v4-decided", "2.6.5", fx.v4_decided, None),
+    ("v5-journaled", "2.6.1", fx.v5, None),
+    ("v5-lineage-with-gaps", "2.6.3", fx.v5, _lineage_of([[None], [[3, 4], None]])),
     ("queue-v2-plan-revisions", "2.6.6", fx.v2_queue_v2, None),
 ]
 

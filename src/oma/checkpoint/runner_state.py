@@ -131,10 +131,27 @@ class InFlightTask(WireModel):
     loop_warned: bool | None = None
     loop_detected: bool | None = None
     budget_exceeded: bool | None = None
+    # Written by the reference's journaled runs (checkpoint v5; checked on v3-v5 entries as it
+    # checks them): this task's journal high-water mark, and per message, per block, the journal
+    # events that produced it (None: unknown). oma reads them and does not write them: its next
+    # save is v4, where a lineage that no longer matches the conversation would be corruption.
+    journal_seq: Annotated[int, Field(ge=0)] | None = None
+    conversation_lineage: list[list[list[Annotated[int, Field(gt=0)]] | None]] | None = None
 
     @model_validator(mode="after")
     def _phase_fields(self) -> InFlightTask:
         return self.check_phase_fields()
+
+    @model_validator(mode="after")
+    def _lineage_fits(self) -> InFlightTask:
+        lineage = self.conversation_lineage
+        if lineage is not None and len(lineage) != len(self.conversation_messages):
+            raise ValueError(
+                f"rule 2.6.3: conversationLineage has {len(lineage)} entries for "
+                f"{len(self.conversation_messages)} conversation messages (corruption, not an "
+                "older schema)"
+            )
+        return self
 
     def check_phase_fields(self) -> InFlightTask:
         """Rule 2.6.3 (also for a record made with ``model_construct``); raises ``ValueError``."""

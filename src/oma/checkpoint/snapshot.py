@@ -1,12 +1,18 @@
-"""Checkpoint snapshots, versions 1-4. New writes are v4; v1-v3 are read as they are.
+"""Checkpoint snapshots, versions 1-5. New writes are v4; v1-v3 and v5 are read as they are.
 
-| field                     | v1       | v2       | v3       | v4       |
-|---------------------------|----------|----------|----------|----------|
-| top-level ``runId``       | optional | -        | -        | -        |
-| ``identity``              | -        | required | required | required |
-| ``inFlightTasks``         | -        | -        | required | required |
-| ``pendingApprovals``      | -        | -        | -        | required |
-| ``approvalDecisions``     | -        | -        | -        | required |
+| field                     | v1       | v2       | v3       | v4       | v5       |
+|---------------------------|----------|----------|----------|----------|----------|
+| top-level ``runId``       | optional | -        | -        | -        | -        |
+| ``identity``              | -        | required | required | required | required |
+| ``inFlightTasks``         | -        | -        | required | required | required |
+| ``pendingApprovals``      | -        | -        | -        | required | required |
+| ``approvalDecisions``     | -        | -        | -        | required | required |
+| ``journalWatermarkSeq``   | -        | -        | -        | -        | required |
+| ``journalRef``            | -        | -        | -        | -        | optional |
+
+v5 is what the TypeScript reference writes when a run keeps a run journal (its
+``docs/checkpoint.md``): v4 plus the journal's watermark. oma restores a v5 snapshot as the
+v4 it contains (it has no reference journal to replay a tail from) and saves v4 from then on.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from oma.run_metadata import validate_run_metadata
 from oma.wire import WireModel
 
 RunMode = Literal["runTeam", "runTasks", "runFromPlan"]
-SNAPSHOT_VERSIONS = (1, 2, 3, 4)
+SNAPSHOT_VERSIONS = (1, 2, 3, 4, 5)
 CURRENT_SNAPSHOT_VERSION = 4
 
 
@@ -184,6 +190,24 @@ class CheckpointSnapshotV4(_SnapshotBase):
         return self
 
 
+class RunJournalRef(WireModel):
+    """Where the reference's run kept its journal (``{kind, path?}``): informational, never
+    resolved on restore."""
+
+    kind: str
+    path: str | None = None
+
+
+class CheckpointSnapshotV5(CheckpointSnapshotV4):
+    """A snapshot of schema v5, as the reference writes it for a run with a run journal: v4
+    plus ``journalWatermarkSeq`` (every journal event at or below it is reflected here) and
+    ``journalRef``. Read, never written: oma's saves are v4."""
+
+    version: Literal[5]  # type: ignore[assignment]  # a v5 is a v4 with more, by design
+    journal_watermark_seq: Annotated[int, Field(ge=0)]
+    journal_ref: RunJournalRef | None = None
+
+
 def _check_in_flight_unique(tasks: list[InFlightTask]) -> None:
     ids = [task.task_id for task in tasks]
     if len(ids) != len(set(ids)):
@@ -191,11 +215,16 @@ def _check_in_flight_unique(tasks: list[InFlightTask]) -> None:
 
 
 CheckpointSnapshot = (
-    CheckpointSnapshotV1 | CheckpointSnapshotV2 | CheckpointSnapshotV3 | CheckpointSnapshotV4
+    CheckpointSnapshotV1
+    | CheckpointSnapshotV2
+    | CheckpointSnapshotV3
+    | CheckpointSnapshotV4
+    | CheckpointSnapshotV5
 )
 SNAPSHOT_MODELS: dict[int, type[_SnapshotBase]] = {
     1: CheckpointSnapshotV1,
     2: CheckpointSnapshotV2,
     3: CheckpointSnapshotV3,
     4: CheckpointSnapshotV4,
+    5: CheckpointSnapshotV5,
 }

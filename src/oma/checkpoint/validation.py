@@ -2,7 +2,8 @@
 
 Every problem is reported with its JSON path and the rule it broke:
 
-- 2.6.1 root shape: version 1-4, mode, createdAt, completedTaskResults, run metadata
+- 2.6.1 root shape: version 1-5, mode, createdAt, completedTaskResults, run metadata, v5's
+  journalWatermarkSeq (an integer >= 0) and journalRef ({kind, path?})
 - 2.6.2 v2+: identity {runId, attempt >= 1, lastTraceId, lastRootSpanId}
 - 2.6.3 v3+: in-flight tasks (unique ids, phase and its fields, usage, turns, records)
 - 2.6.4 v3+: pending tool calls (call shape, commits bound to their call, approvals)
@@ -43,7 +44,7 @@ def parse_snapshot(raw: Any, key: str, *, depth_checked: bool = False) -> Checkp
     version = raw.get("version")
     if isinstance(version, bool) or version not in SNAPSHOT_VERSIONS:
         raise CheckpointValidationError(
-            key, [f"version: {version!r} is not one of 1, 2, 3, 4"], {"2.6.1"}
+            key, [f"version: {version!r} is not one of 1, 2, 3, 4, 5"], {"2.6.1"}
         )
     nesting = 0 if depth_checked else nesting_depth(raw)
     if nesting > MAX_SNAPSHOT_DEPTH:
