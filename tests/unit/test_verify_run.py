@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from oma.cli.app import app
-from oma.journal import JournalReadError, read_jsonl_journal, verify_run
+from oma.journal import JournalReadError, JournalShapeError, read_jsonl_journal, verify_run
 from oma.journal.verify import content_hash
 
 INPUT = {"type": "text", "text": "Investigate deploy failure"}
@@ -197,3 +197,60 @@ def test_oma_verify_exits_by_what_it_found(tmp_path: Path) -> None:
     unreadable.write_text("[]\n[]\n")
     refused = runner.invoke(app, ["verify", str(unreadable)])
     assert refused.exit_code == 2 and "JOURNAL_UNREADABLE" in refused.output
+
+
+def test_an_older_seq_again_is_out_of_order_not_a_duplicate() -> None:
+    events = [dict(e, seq=s) for e, s in zip(acceptance([1])[:3], [1, 3, 1], strict=True)]
+    for e in events:
+        e.pop("sourceEventSeqs", None)
+    (failure,) = verify_run(events).failures
+    assert (failure.reason, failure.detail) == ("out-of-order-sequence", "Sequence 1 follows 3.")
+
+
+def test_references_are_read_as_javascript_reads_numbers() -> None:
+    events = acceptance([1])
+    events[1]["sourceEventSeqs"] = [1.0]  # the same event 1
+    events[2]["sourceEventSeqs"] = [True, "2"]  # no event: reported missing, as they are
+    result = verify_run(events)
+    (gap,) = result.inconclusive
+    assert (gap.seq, gap.missing_seqs) == (3, [True, "2"])
+    assert gap.detail == "Event 3 names true, 2, which the readable window does not contain."
+
+
+def test_a_malformed_request_is_refused_not_guessed(tmp_path: Path) -> None:
+    events = acceptance([1])
+    events[4]["blocks"][0]["sourceEventSeqs"] = 1
+    with pytest.raises(JournalShapeError, match="sourceEventSeqs is not a list"):
+        verify_run(events)
+    events[4]["blocks"] = [None]
+    with pytest.raises(JournalShapeError, match="blocks is not a list of block descriptors"):
+        verify_run(events)
+    refused = CliRunner().invoke(app, ["verify", str(write(tmp_path / "m.jsonl", events))])
+    assert refused.exit_code == 2 and "JOURNAL_UNREADABLE" in refused.output
+
+
+def test_only_a_last_line_without_a_newline_may_be_torn(tmp_path: Path) -> None:
+    events = acceptance([1])
+    first = json.dumps(events[0])
+    torn = tmp_path / "torn.jsonl"
+    torn.write_bytes(first.encode() + b'\n{"seq": 2, "text": "caf\xc3')  # cut mid-character
+    assert read_jsonl_journal(torn) == events[:1]
+    ended = tmp_path / "ended.jsonl"
+    ended.write_text(first + '\n{"seq":\n')  # a newline after it: it was written whole
+    with pytest.raises(JournalReadError, match=r"line 2 .* is not valid JSON"):
+        read_jsonl_journal(ended)
+    blank = tmp_path / "blank.jsonl"
+    blank.write_text(first + "\n   \n" + json.dumps(events[1]) + "\n")
+    with pytest.raises(JournalReadError, match=r"line 2 .* is not valid JSON"):
+        read_jsonl_journal(blank)
+    odd = tmp_path / "odd.jsonl"
+    odd.write_text(first + '\n{"type": []}\n{"timestampUnixMs": NaN}\n' + first + "\n")
+    with pytest.raises(JournalReadError, match=r"line 2 .* is not a run event"):
+        read_jsonl_journal(odd)
+    nan = tmp_path / "nan.jsonl"
+    nan.write_text(first + '\n{"seq": 2, "timestampUnixMs": NaN}\n' + first + "\n")
+    with pytest.raises(JournalReadError, match=r"line 2 .* is not valid JSON"):
+        read_jsonl_journal(nan)
+    whole = tmp_path / "whole.jsonl"
+    whole.write_text(json.dumps(dict(events[0], seq=1.0)) + "\n")
+    assert read_jsonl_journal(whole)[0]["seq"] == 1

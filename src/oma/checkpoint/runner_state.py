@@ -142,6 +142,16 @@ class InFlightTask(WireModel):
     def _phase_fields(self) -> InFlightTask:
         return self.check_phase_fields()
 
+    @model_validator(mode="before")
+    @classmethod
+    def _journal_marks_not_null(cls, data: Any) -> Any:
+        """The reference allows its journal marks absent, never null."""
+        if isinstance(data, dict):
+            for key in ("journalSeq", "conversationLineage"):
+                if key in data and data[key] is None:
+                    raise ValueError(f"rule 2.6.3: {key} is null (leave it out instead)")
+        return data
+
     @model_validator(mode="after")
     def _lineage_fits(self) -> InFlightTask:
         lineage = self.conversation_lineage

@@ -197,6 +197,13 @@ class RunJournalRef(WireModel):
     kind: str
     path: str | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _path_not_null(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "path" in data and data["path"] is None:
+            raise ValueError("rule 2.6.1: journalRef.path is null (leave it out instead)")
+        return data
+
 
 class CheckpointSnapshotV5(CheckpointSnapshotV4):
     """A snapshot of schema v5, as the reference writes it for a run with a run journal: v4
@@ -206,6 +213,13 @@ class CheckpointSnapshotV5(CheckpointSnapshotV4):
     version: Literal[5]  # type: ignore[assignment]  # a v5 is a v4 with more, by design
     journal_watermark_seq: Annotated[int, Field(ge=0)]
     journal_ref: RunJournalRef | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _ref_not_null(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "journalRef" in data and data["journalRef"] is None:
+            raise ValueError("rule 2.6.1: journalRef is null (leave it out instead)")
+        return data
 
 
 def _check_in_flight_unique(tasks: list[InFlightTask]) -> None:

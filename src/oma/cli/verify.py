@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from oma.journal import JournalReadError, read_jsonl_journal, verify_run
+from oma.journal import JournalReadError, JournalShapeError, read_jsonl_journal, verify_run
 from oma.visible import visible
 
 
@@ -25,11 +25,10 @@ def verify_command(
     """Check a run journal: sequence order, links between events, and whether every block a
     model request showed is reproduced by the events it names."""
     try:
-        events = read_jsonl_journal(journal)
-    except JournalReadError as exc:
+        result = verify_run(read_jsonl_journal(journal))
+    except (JournalReadError, JournalShapeError) as exc:
         typer.echo(visible(f"error: {exc.code}: {exc}"), err=True)
         raise typer.Exit(2) from None
-    result = verify_run(events)
     if as_json:
         typer.echo(json.dumps(result.to_wire(), indent=2))
     else:

@@ -4,11 +4,18 @@ events with a strictly increasing ``seq`` across attempts, read from the referen
 
 from oma.journal.events import EVENT_TYPES, is_run_event
 from oma.journal.jsonl import JournalReadError, read_jsonl_journal
-from oma.journal.verify import VerifyRunFailure, VerifyRunGap, VerifyRunResult, verify_run
+from oma.journal.verify import (
+    JournalShapeError,
+    VerifyRunFailure,
+    VerifyRunGap,
+    VerifyRunResult,
+    verify_run,
+)
 
 __all__ = [
     "EVENT_TYPES",
     "JournalReadError",
+    "JournalShapeError",
     "VerifyRunFailure",
     "VerifyRunGap",
     "VerifyRunResult",

@@ -36,17 +36,26 @@ MESSAGE_EVENTS = frozenset({"user/message", "assistant/message"})
 
 def is_run_event(value: Any) -> bool:
     """Whether ``value`` has a run event's envelope: a known ``type``, an integer ``seq`` > 0,
-    a numeric ``timestampUnixMs``, a string ``runId`` and a numeric ``attempt``."""
-    if not isinstance(value, dict) or value.get("type") not in EVENT_TYPES:
+    a numeric ``timestampUnixMs``, a string ``runId`` and a numeric ``attempt`` (numbers as
+    JavaScript reads them: ``2.0`` is the integer 2, ``true`` is no number)."""
+    if not isinstance(value, dict):
         return False
-    seq = value.get("seq")
+    kind = value.get("type")
+    if not isinstance(kind, str) or kind not in EVENT_TYPES:
+        return False
+    seq: Any = value.get("seq")
     return (
-        type(seq) is int
+        integral(seq)
         and seq > 0
         and _number(value.get("timestampUnixMs"))
         and isinstance(value.get("runId"), str)
         and _number(value.get("attempt"))
     )
+
+
+def integral(value: Any) -> bool:
+    """``Number.isInteger``: an int, or a float with no fraction (never a bool)."""
+    return type(value) is int or (type(value) is float and value.is_integer())
 
 
 def _number(value: Any) -> bool:

@@ -19,7 +19,16 @@ from typing import Any, Literal
 
 from oma.approval.canonical import canonical_json
 from oma.approval.errors import DurableApprovalError
+from oma.errors import OmaError
 from oma.journal.events import MESSAGE_EVENTS
+
+
+class JournalShapeError(OmaError):
+    """An event whose payload is not what its type carries (blocks that are not block
+    descriptors, references that are not lists): the journal cannot be checked."""
+
+    code = "JOURNAL_UNREADABLE"
+
 
 FailureCode = Literal["MISSING_CONTEXT_REPLACE", "SEQ_NOT_MONOTONIC", "BROKEN_LINK"]
 FailureReason = Literal[
@@ -37,17 +46,17 @@ class VerifyRunFailure:
     reason: FailureReason
     detail: str
     seq: int | None = None
-    message_index: int | None = None
-    block_index: int | None = None
+    message_index: Any = None  # as the journal wrote it
+    block_index: Any = None
 
 
 @dataclass(frozen=True)
 class VerifyRunGap:
     seq: int
-    missing_seqs: list[int]
+    missing_seqs: list[Any]
     detail: str
-    message_index: int | None = None
-    block_index: int | None = None
+    message_index: Any = None
+    block_index: Any = None
 
 
 @dataclass
@@ -83,7 +92,7 @@ def verify_run(events: list[dict[str, Any]]) -> VerifyRunResult:
     for event in events:
         seq = event["seq"]
         if previous is not None and seq <= previous:
-            duplicate = seq in by_seq
+            duplicate = seq == previous  # an older one again is out of order, as the reference says
             result.failures.append(
                 VerifyRunFailure(
                     "SEQ_NOT_MONOTONIC",
@@ -119,11 +128,11 @@ def _check_links(
                 named.append(
                     (f"Event {seq} replacement {index}", replacement.get("sourceEventSeqs"))
                 )
-    for what, refs in named:
-        if not isinstance(refs, list):
+    for what, named_refs in named:
+        refs = _refs(named_refs, what)
+        if refs is None:
             continue
-        forward = [r for r in refs if isinstance(r, int) and r >= seq]
-        missing = [r for r in refs if isinstance(r, int) and r < seq and r not in by_seq]
+        forward, missing = _split(refs, seq, by_seq)
         if forward:
             result.failures.append(
                 VerifyRunFailure(
@@ -147,13 +156,17 @@ def _check_blocks(
     request: dict[str, Any], by_seq: dict[int, dict[str, Any]], result: VerifyRunResult
 ) -> None:
     seq = request["seq"]
-    for block in request.get("blocks") or []:
-        if not isinstance(block, dict):
-            continue
+    blocks = request.get("blocks")
+    if not isinstance(blocks, list) or not all(isinstance(b, dict) for b in blocks):
+        raise JournalShapeError(f"Request {seq}: blocks is not a list of block descriptors")
+    for block in blocks:
         result.blocks_checked += 1
         m, b = block.get("messageIndex"), block.get("blockIndex")
-        where = f"Request {seq} block at message {m}, block {b} ({block.get('blockType')})"
-        refs = block.get("sourceEventSeqs")
+        where = (
+            f"Request {seq} block at message {_js(m)}, block {_js(b)} "
+            f"({_js(block.get('blockType'))})"
+        )
+        refs = _refs(block.get("sourceEventSeqs"), where)
         if refs is None:
             result.failures.append(
                 VerifyRunFailure(
@@ -167,9 +180,7 @@ def _check_blocks(
                 )
             )
             continue
-        refs = [r for r in refs if isinstance(r, int)]
-        forward = [r for r in refs if r >= seq]
-        missing = [r for r in refs if r < seq and r not in by_seq]
+        forward, missing = _split(refs, seq, by_seq)
         if forward:
             result.failures.append(
                 VerifyRunFailure(
@@ -181,7 +192,9 @@ def _check_blocks(
                     block_index=b,
                 )
             )
-        found = [by_seq[r] for r in refs if r < seq and r in by_seq]
+        found = [
+            by_seq[n] for r in refs if (n := _seq_of(r)) is not None and n < seq and n in by_seq
+        ]
         if any(block.get("contentHash") in _reproduced(event) for event in found):
             continue
         if missing:
@@ -231,14 +244,57 @@ def content_hash(block: Any) -> str | None:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _listed(seqs: list[int]) -> str:
-    return ", ".join(str(s) for s in seqs)
+def _listed(seqs: list[Any]) -> str:
+    return ", ".join(_js(s) for s in seqs)
+
+
+def _js(value: Any) -> str:
+    """A value in a detail as JavaScript writes it in a template string."""
+    if value is None:
+        return "null"
+    if value is True or value is False:
+        return str(value).lower()
+    if type(value) is float and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _seq_of(ref: Any) -> int | None:
+    """A reference as the event sequence number it names (``2.0`` is 2), or None when it
+    names none (a string, a bool: such a reference is reported as missing)."""
+    if type(ref) is int or (type(ref) is float and ref.is_integer()):
+        return int(ref)
+    return None
+
+
+def _split(refs: list[Any], seq: int, by_seq: dict[int, Any]) -> tuple[list[Any], list[Any]]:
+    """``refs`` that point forward (at or after ``seq``), and those not in the window."""
+    forward = [r for r in refs if (n := _seq_of(r)) is not None and n >= seq]
+    missing = [r for r in refs if (n := _seq_of(r)) is None or (n < seq and n not in by_seq)]
+    return forward, missing
+
+
+def _refs(value: Any, where: str) -> list[Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise JournalShapeError(f"{where}: sourceEventSeqs is not a list")
+    return value
 
 
 def _wire(item: VerifyRunFailure | VerifyRunGap) -> dict[str, Any]:
-    names = {
-        "missing_seqs": "missingSeqs",
-        "message_index": "messageIndex",
-        "block_index": "blockIndex",
+    """In the reference's key order, leaving out what it leaves undefined."""
+    keys: tuple[str, ...]
+    if isinstance(item, VerifyRunFailure):
+        keys = ("code", "reason", "seq", "message_index", "block_index", "detail")
+        optional = {"seq", "message_index", "block_index"}
+    else:
+        keys = ("seq", "missing_seqs", "message_index", "block_index", "detail")
+        optional = {"message_index", "block_index"}
+    names = {"missing_seqs": "missingSeqs", "message_index": "messageIndex"}
+    names["block_index"] = "blockIndex"
+    return {
+        names.get(key, key): getattr(item, key)
+        for key in keys
+        if not (key in optional and getattr(item, key) is None)
     }
-    return {names.get(k, k): v for k, v in vars(item).items() if v is not None}
