@@ -28,6 +28,12 @@ from tests.cluster.operator_kit import TEAMRUNS, crds_installed, create_admitted
 pytestmark = pytest.mark.cluster
 __all__ = ["crds_installed"]
 
+# The outermost elements whose right edge is past the screen's, for a failure's message.
+WIDER_THAN_THE_SCREEN = """Array.from(document.querySelectorAll('body *'))
+  .filter(e => e.getBoundingClientRect().right > window.innerWidth + 1)
+  .filter(e => !(e.parentElement && e.parentElement.getBoundingClientRect().right >
+                 window.innerWidth + 1))
+  .map(e => e.tagName + '#' + e.id + '.' + e.className + ': ' + e.outerHTML.slice(0, 300))"""
 HOSTILE = "<script>window.__pwned = 1</script>\x1b[2Kpaid\u202eevil"
 
 
@@ -227,8 +233,10 @@ async def test_a_runs_attempts_are_shown_and_a_keyboard_suspends_it_on_a_narrow_
         await row.locator("a").click()
         attempts = await page.inner_text("#attempts")
         assert "Evicted" in attempts and "node drained \\x1b[31m<b>now</b>" in attempts
+        await page.wait_for_load_state("load")  # the stylesheet too: measured as it is shown
         wide = await page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
-        assert wide <= 0  # nothing wider than the screen: tables scroll inside themselves
+        # Nothing wider than the screen: tables scroll inside themselves, words wrap.
+        assert wide <= 0, await page.evaluate(WIDER_THAN_THE_SCREEN)
         await screenshot(page, "run", tmp_path)
         await page.focus("button[value=suspend]")
         await page.keyboard.press("Enter")
@@ -250,7 +258,18 @@ async def test_an_uncertain_call_is_settled_as_done_with_its_result(
         run_id="pay-1",
         scope="uncertain_tool_call",
         boundary="t-1:c1",
-        content={"kind": "uncertain_tool_call", "toolName": "wire", "input": {"amount": 5}},
+        content={
+            "kind": "uncertain_tool_call",
+            "toolName": "wire",
+            "rawInput": {"amount": 5},
+            "input": {"amount": 5},
+            "agentName": "clerk",
+            "taskId": "t-1",
+            "toolCallId": "c1",
+            "consequential": True,
+            "startedAt": "2026-12-07T10:00:00.000Z",
+            "startedAttempt": 1,
+        },
     )
     shown = await published_decision(kube, namespace, uncertain)
     name = shown["metadata"]["name"]
