@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from typing import Any, cast
 
 from oma_operator.k8s.client import Kube
@@ -42,19 +43,39 @@ async def readable(kube: Kube, plural: str, namespaces: tuple[str, ...]) -> list
     return paths(plural, tuple(allowed))
 
 
-async def list_all(kube: Kube, plural: str, namespaces: tuple[str, ...]) -> list[dict[str, Any]]:
+async def list_at(kube: Kube, paths: list[str]) -> list[dict[str, Any]]:
+    """Every item of the lists at ``paths`` (what ``readable`` found)."""
     items: list[dict[str, Any]] = []
-    for path in await readable(kube, plural, namespaces):
+    for path in paths:
         items += (await kube.get_json(path)).get("items") or []
     return items
 
 
-async def decisions(kube: Kube, namespaces: tuple[str, ...]) -> list[DecisionBody]:
-    return cast(list[DecisionBody], await list_all(kube, "approvaldecisions", namespaces))
+@dataclass(frozen=True)
+class InboxLists:
+    """Where a user's inbox reads from: asked once per page or live stream, not per change."""
+
+    decisions: list[str]
+    teamruns: list[str]  # for the requests' task titles
+
+
+async def inbox_lists(kube: Kube, namespaces: tuple[str, ...]) -> InboxLists:
+    return InboxLists(
+        await readable(kube, "approvaldecisions", namespaces),
+        await readable(kube, "teamruns", namespaces),
+    )
+
+
+async def decisions_at(kube: Kube, paths: list[str]) -> list[DecisionBody]:
+    return cast(list[DecisionBody], await list_at(kube, paths))
+
+
+async def teamruns_at(kube: Kube, paths: list[str]) -> list[TeamRunBody]:
+    return cast(list[TeamRunBody], await list_at(kube, paths))
 
 
 async def teamruns(kube: Kube, namespaces: tuple[str, ...]) -> list[TeamRunBody]:
-    return cast(list[TeamRunBody], await list_all(kube, "teamruns", namespaces))
+    return await teamruns_at(kube, await readable(kube, "teamruns", namespaces))
 
 
 async def decisions_of_run(kube: Kube, namespace: str, teamrun: str) -> list[DecisionBody]:

@@ -19,8 +19,8 @@ from oma.approval.models import REASON_LIMIT
 from oma.approval.words import DecisionWord, ResourceDecision, resource_fields
 from oma_operator.cli.decisions import Checks, DecisionRefused, api_errors, decide_with
 from oma_operator.console import reads
-from oma_operator.console.guard import csrf_ok, named
-from oma_operator.console.pages.signin import signed_in, small_form
+from oma_operator.console.guard import named
+from oma_operator.console.pages.signin import acting_form, opened
 from oma_operator.console.rules.decision_page import decision_page
 from oma_operator.console.sessions import Session
 from oma_operator.console.state import state_of
@@ -61,34 +61,21 @@ async def _render(
 
 
 async def show(request: Request) -> Response:
-    session = signed_in(request)
-    if isinstance(session, Response):
-        return session
-    target = named(request.path_params)
-    if target is None:
-        return Response("no such page", status_code=404)
-    return await _render(request, session, *target)
+    page = opened(request)
+    if isinstance(page, Response):
+        return page
+    return await _render(request, *page)
 
 
 async def decide(request: Request) -> Response:
-    session = signed_in(request)
-    if isinstance(session, Response):
-        return session
+    page = opened(request)
+    if isinstance(page, Response):
+        return page
+    session, namespace, name = page
     console = state_of(request)
-    target = named(request.path_params)
-    if target is None:
-        return Response("no such page", status_code=404)
-    namespace, name = target
-    form = await small_form(request)
-    if not csrf_ok(session.csrf, form.get("csrf")):
-        return await _render(
-            request,
-            session,
-            namespace,
-            name,
-            403,
-            error="refused: the form is not this session's (reload the page and decide again)",
-        )
+    form, refused = await acting_form(request, session)
+    if refused is not None:
+        return await _render(request, session, namespace, name, 403, error=refused)
     action = str(form.get("action") or "")
     reason = str(form.get("reason") or "").strip() or None
     if reason is not None and len(reason) > REASON_LIMIT:

@@ -22,22 +22,31 @@ from oma_operator.console.state import state_of
 MAX_STREAMS = 4  # per session: a page left open in many tabs must not hold many watches
 
 
-async def _rows(session: Session) -> tuple[list[InboxRow], str]:
+async def _rows(session: Session, lists: reads.InboxLists) -> tuple[list[InboxRow], str]:
     try:
         async with api_errors(session.kube):
-            found = await reads.decisions(session.kube, session.namespaces)
-            runs = await reads.teamruns(session.kube, session.namespaces) if found else []
+            found = await reads.decisions_at(session.kube, lists.decisions)
+            runs = await reads.teamruns_at(session.kube, lists.teamruns) if found else []
     except DecisionRefused as exc:
         return [], str(exc)
     by_name = {(r["metadata"].get("namespace", ""), r["metadata"]["name"]): r for r in runs}
     return inbox_rows(found, datetime.now(UTC), by_name), ""
 
 
+async def _lists(session: Session) -> reads.InboxLists | str:
+    try:
+        async with api_errors(session.kube):
+            return await reads.inbox_lists(session.kube, session.namespaces)
+    except DecisionRefused as exc:
+        return str(exc)
+
+
 async def inbox(request: Request) -> Response:
     session = signed_in(request)
     if isinstance(session, Response):
         return session
-    rows, error = await _rows(session)
+    lists = await _lists(session)
+    rows, error = ([], lists) if isinstance(lists, str) else await _rows(session, lists)
     return state_of(request).page("inbox.html", session=session, rows=rows, error=error)
 
 
@@ -51,18 +60,16 @@ async def stream(request: Request) -> Response:
     if session.streams >= MAX_STREAMS:
         return Response("too many open inbox pages", status_code=429)
     session.streams += 1  # counted before any wait: concurrent requests see it
-    try:
-        async with api_errors(session.kube):
-            watched = await reads.readable(session.kube, "approvaldecisions", session.namespaces)
-    except DecisionRefused as exc:
+    lists = await _lists(session)
+    if isinstance(lists, str):
         session.streams -= 1
-        return Response(str(exc), status_code=502, media_type="text/plain")
+        return Response(lists, status_code=502, media_type="text/plain")
 
     async def events() -> AsyncIterator[dict[str, str]]:
         changed: asyncio.Queue[None] = asyncio.Queue()
         watchers = [
             asyncio.create_task(reads.watch_changes(session.kube, path, changed))
-            for path in watched
+            for path in lists.decisions
         ]
         ended = asyncio.create_task(session.ended.wait())
         try:
@@ -76,7 +83,7 @@ async def stream(request: Request) -> Response:
                     changed.get_nowait()
                 if not console.sessions.live(session):
                     break
-                rows, error = await _rows(session)
+                rows, error = await _rows(session, lists)
                 html = console.fragment("inbox_rows.html", rows=rows, error=error)
                 yield {"event": "inbox", "data": html}
         finally:

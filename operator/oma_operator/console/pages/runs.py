@@ -15,8 +15,7 @@ from oma_operator.cli.holds import Request as HoldRequest
 from oma_operator.cli.holds import hold_with
 from oma_operator.cli.runs import retry_with
 from oma_operator.console import reads
-from oma_operator.console.guard import csrf_ok, named
-from oma_operator.console.pages.signin import signed_in, small_form
+from oma_operator.console.pages.signin import acting_form, opened, signed_in
 from oma_operator.console.rules.run_rows import actions, run_row, run_rows, timeline
 from oma_operator.console.sessions import Session
 from oma_operator.console.state import state_of
@@ -74,33 +73,20 @@ async def _render(
 
 
 async def show(request: Request) -> Response:
-    session = signed_in(request)
-    if isinstance(session, Response):
-        return session
-    target = named(request.path_params)
-    if target is None:
-        return Response("no such page", status_code=404)
-    return await _render(request, session, *target)
+    page = opened(request)
+    if isinstance(page, Response):
+        return page
+    return await _render(request, *page)
 
 
 async def act(request: Request) -> Response:
-    session = signed_in(request)
-    if isinstance(session, Response):
-        return session
-    target = named(request.path_params)
-    if target is None:
-        return Response("no such page", status_code=404)
-    namespace, name = target
-    form = await small_form(request)
-    if not csrf_ok(session.csrf, form.get("csrf")):
-        return await _render(
-            request,
-            session,
-            namespace,
-            name,
-            403,
-            error="refused: the form is not this session's (reload the page and try again)",
-        )
+    page = opened(request)
+    if isinstance(page, Response):
+        return page
+    session, namespace, name = page
+    form, refused = await acting_form(request, session)
+    if refused is not None:
+        return await _render(request, session, namespace, name, 403, error=refused)
     action = str(form.get("action") or "")
     try:
         async with api_errors(session.kube):

@@ -11,7 +11,7 @@ from starlette.responses import RedirectResponse, Response
 
 from oma_operator.cli.decisions import DecisionRefused
 from oma_operator.console.access import LocalAccess, TokenAccess
-from oma_operator.console.guard import NAME, cross_site, csrf_ok
+from oma_operator.console.guard import NAME, cross_site, csrf_ok, named
 from oma_operator.console.sessions import COOKIE, Session, SessionsFull
 from oma_operator.console.state import ConsoleState, state_of
 
@@ -32,9 +32,29 @@ def signed_in(request: Request) -> Session | Response:
     return console.page("launch.html", status_code=401)
 
 
+def opened(request: Request) -> tuple[Session, str, str] | Response:
+    """The session and the page's (namespace, name), or the response that refuses the page."""
+    session = signed_in(request)
+    if isinstance(session, Response):
+        return session
+    target = named(request.path_params)
+    if target is None:
+        return Response("no such page", status_code=404)
+    return session, *target
+
+
 async def small_form(request: Request) -> FormData:
     """The posted form, bounded: no page posts more than a few short fields."""
     return await request.form(max_files=0, max_fields=16, max_part_size=64 * 1024)
+
+
+async def acting_form(request: Request, session: Session) -> tuple[FormData, str | None]:
+    """The posted form of an action, and why it is refused when it does not carry the
+    session's CSRF token."""
+    form = await small_form(request)
+    if csrf_ok(session.csrf, form.get("csrf")):
+        return form, None
+    return form, "refused: the form is not this session's (reload the page and try again)"
 
 
 def _with_cookie(console: ConsoleState, session: Session, to: str = "/inbox") -> Response:
