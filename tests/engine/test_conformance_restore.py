@@ -20,9 +20,9 @@ SECOND = "c8c0e970-013c-4f7f-bed5-cbac6fed522c"
 FIRST = "6bfc32e3-f5e5-4bf0-a683-a289422ec4e4"
 
 
-async def test_b_crash_between_parallel_tool_calls_resumes_exactly(tmp_path: Path) -> None:
-    store = RecordingStore(copy_store_file("b-crash-moment.store.json", tmp_path))
-    log = ToolLog()
+def conf_b_team(store: RecordingStore, log: ToolLog) -> tuple[ScriptedAdapter, Team]:
+    """Scenario b's team as the TypeScript run had it: the second task calls P and Q in
+    parallel, then answers."""
     model = ScriptedAdapter(
         {
             "# Task: second": [
@@ -38,6 +38,13 @@ async def test_b_crash_between_parallel_tool_calls_resumes_exactly(tmp_path: Pat
     )
     worker = AgentConfig(name="worker", adapter=model, tools=[commit_effect_tool(log)])
     team = Team(name="conf-b", agents=[worker], shared_memory_store=store)
+    return model, team
+
+
+async def test_b_crash_between_parallel_tool_calls_resumes_exactly(tmp_path: Path) -> None:
+    store = RecordingStore(copy_store_file("b-crash-moment.store.json", tmp_path))
+    log = ToolLog()
+    model, team = conf_b_team(store, log)
     result = await OpenMultiAgent().restore(team, checkpoint=CheckpointOptions(run_id="conf-b"))
 
     assert result.success, result.status
@@ -126,23 +133,10 @@ async def test_a_v5_snapshot_of_the_reference_restores_as_its_v4_and_saves_v4(
     assert loaded.in_flight_tasks[0].journal_seq == 17
 
     log = ToolLog()
-    model = ScriptedAdapter(
-        {
-            "# Task: second": [
-                {
-                    "tool_calls": [
-                        {"id": "tu-b-p", "name": "commit_effect", "input": {"label": "P"}},
-                        {"id": "tu-b-q", "name": "commit_effect", "input": {"label": "Q"}},
-                    ]
-                },
-                {"text": "second done"},
-            ],
-        }
-    )
-    worker = AgentConfig(name="worker", adapter=model, tools=[commit_effect_tool(log)])
-    team = Team(name="conf-b", agents=[worker], shared_memory_store=store)
+    model, team = conf_b_team(store, log)
     result = await OpenMultiAgent().restore(team, checkpoint=CheckpointOptions(run_id="conf-b"))
     assert result.success and log.calls == [("tu-b-q", SECOND, {"label": "Q"})]
+    assert len(model.calls) == 1  # the answer after P and Q, as from the v4
     writes = [v for k, v in store.writes if k.startswith("__oma_chec")]
     assert [json.loads(w)["version"] for w in writes] == [4, 4, 4, 4, 4]
     for word in ("journalWatermarkSeq", "journalRef", "journalSeq", "conversationLineage"):
