@@ -13,11 +13,10 @@ it names: the canonical-JSON hash of a block of a message event, or of a replace
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from oma.approval.canonical import canonical_json
+from oma.approval.canonical import canonical_json, sha256_hex
 from oma.approval.errors import DurableApprovalError
 from oma.errors import OmaError
 from oma.journal.events import MESSAGE_EVENTS
@@ -241,7 +240,7 @@ def content_hash(block: Any) -> str | None:
         text = canonical_json(block)
     except DurableApprovalError:
         return None
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return sha256_hex(text)
 
 
 def _listed(seqs: list[Any]) -> str:
