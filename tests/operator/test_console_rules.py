@@ -6,10 +6,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import typer
+from typer.testing import CliRunner
+
 from oma.approval.requests import create_approval_request
 from oma.tasks.loading import derived_task_id
 from oma_operator.approvals.rules.resources import decision_manifest
 from oma_operator.console.access import Identity
+from oma_operator.console.command import register
 from oma_operator.console.guard import named
 from oma_operator.console.rules.content_diff import content_diff
 from oma_operator.console.rules.decision_page import decision_page
@@ -183,3 +187,11 @@ async def test_sessions_are_bounded_per_user_and_end_with_their_streams() -> Non
     await sessions.aclose()
     for kube in kubes:
         await kube.aclose()
+
+
+def test_oma_console_refuses_a_namespace_that_is_not_a_name() -> None:
+    cli = typer.Typer()
+    register(cli)
+    cli.command("version")(lambda: None)  # two commands: typer then names them on the line
+    refused = CliRunner().invoke(cli, ["console", "--no-browser", "-n", "../team-b"])
+    assert refused.exit_code == 2 and "not a namespace name: '../team-b'" in refused.output

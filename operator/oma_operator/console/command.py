@@ -81,11 +81,15 @@ def register(app: typer.Typer) -> None:
 
                 from oma_operator.console.access import IN_CLUSTER_CA, LocalAccess, TokenAccess
                 from oma_operator.console.app import build
+                from oma_operator.console.guard import NAME
                 from oma_operator.console.state import ConsoleSettings
         except MissingExtraError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from None
 
+        bad = [ns for ns in namespaces or () if not NAME.match(ns)]
+        if bad:
+            raise typer.BadParameter(f"not a namespace name: {bad[0]!r}", param_hint="--namespace")
         access: LocalAccess | TokenAccess
         if sign_in:
             url = server or _in_cluster_server()
