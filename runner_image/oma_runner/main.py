@@ -21,6 +21,7 @@ from oma.errors import (
     CheckpointLostError,
     ModelUnavailableError,
     OmaError,
+    ToolChangedError,
 )
 from oma.local_run import run_spec
 from oma.orchestrator.events import OrchestratorEvent
@@ -68,6 +69,8 @@ async def run(config: RunnerConfig, metrics: RunnerMetrics, log: RunnerLog) -> E
         how = "crashed" if exc.transient else "failed"
         if isinstance(exc, ModelUnavailableError):
             how = "model_unavailable"  # exit 14: the operator waits the outage out
+        elif isinstance(exc, ToolChangedError):
+            how = "tool_changed"  # exit 15: the operator holds the run until the tool is back
         _report(config, how, f"{exc.code}: {exc}", metrics, log)
         return exit_for_error(exc)
     finally:

@@ -223,6 +223,19 @@ class ModelUnavailableError(AttemptInterruptedError):
         )
 
 
+class ToolChangedError(OmaError):
+    """A resumed attempt found a tool the run recorded at its start changed or gone: nothing was
+    called, and the run holds (exit 15) rather than call something else under the same name.
+    It goes on once the tool is back as it was; ``agent`` and ``tool`` name it. Not transient
+    for a caller that does not wait (``oma run`` says run it again once the tool is back)."""
+
+    code = "TOOL_CHANGED"
+
+    def __init__(self, agent: str, tool: str, message: str) -> None:
+        self.agent, self.tool = agent, tool
+        super().__init__(message)
+
+
 class MissingExtraError(OmaError, ImportError):
     """A part of oma was used whose optional dependencies are not installed: ``pip install`` the
     extra the message names (``oma[redis]``, ``oma[postgres]``, ...). Also an ``ImportError``."""

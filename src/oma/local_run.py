@@ -32,6 +32,7 @@ from oma.spec import RunSpec
 from oma.store.base import close_store
 from oma.tools.define import AnyTool
 from oma.tools.mcp import record as mcp_record
+from oma.tools.mcp.errors import McpToolNotOfferedError
 from oma.tracing import run_tracer
 
 
@@ -108,7 +109,11 @@ async def run_spec(
     try:
         # Before anything is read or run: a tool server that cannot be reached is a transient
         # failure of this attempt, and the next one starts from the same checkpoint.
-        mcp_tools = await servers.enter_async_context(open_mcp_servers(spec))
+        try:
+            mcp_tools = await servers.enter_async_context(open_mcp_servers(spec))
+        except McpToolNotOfferedError as exc:
+            # A tool this run recorded, now not offered: gone from its server (the run holds).
+            raise await mcp_record.gone_or_not_offered(store, run_id, exc) from exc
         checkpoint = CheckpointOptions(
             store=store,
             run_id=run_id,

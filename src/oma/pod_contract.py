@@ -14,12 +14,15 @@ TeamRun's own ``spec.runner.env`` may not use the names reserved here.
 | 12 | fenced: another writer replaced the run's checkpoint | next attempt's or ``Superseded`` |
 | 13 | checkpoint lost: saved before, missing now; nothing run | ``Failed`` (``CheckpointLost``) |
 | 14 | the model provider unavailable after the SDK's retries | ``ModelUnavailable``: retries |
+| 15 | a tool the run recorded changed or gone (nothing called) | ``ToolChanged``: holds, retries |
 | 130 | interrupted (``oma run`` only: Ctrl-C) | |
 
 A model call that still fails transiently after its retries ends the attempt with 14 (the
 task keeps its place in the checkpoint; the operator starts the next attempt after a backoff,
 using no failure budget, until ``retryPolicy.modelOutageSeconds``); one the provider refuses
-as such (400, 401, ...) fails its task, and a run with a failed task exits 2. A store that
+as such (400, 401, ...) fails its task, and a run with a failed task exits 2. A resumed run
+whose recorded MCP tool changed on its server exits 15 before calling anything; the operator
+holds it, trying again with backoff until ``retryPolicy.toolChangeSeconds``. A store that
 fails at a strict save (a suspension, a ``started`` mark) ends the attempt: 1 when transient.
 """
 
@@ -33,7 +36,7 @@ from pydantic.alias_generators import to_camel
 
 from oma import jsonutil
 from oma.budget.state import BudgetReport
-from oma.errors import ModelUnavailableError, OmaError
+from oma.errors import ModelUnavailableError, OmaError, ToolChangedError
 
 # Inputs: the run spec (one of three forms), who and which attempt this is, where to report.
 RUN_SPEC_ENV = "OMA_RUN_SPEC"  # JSON
@@ -94,15 +97,18 @@ class Exit(IntEnum):
     FENCED = 12
     CHECKPOINT_LOST = 13
     MODEL_UNAVAILABLE = 14
+    TOOL_CHANGED = 15
     INTERRUPTED = 130
 
 
 def exit_for_error(error: OmaError) -> Exit:
-    """How an error that ended a run ends the process: a model provider's outage by its own
-    code (the operator waits it out without using the failure budget), any other error by
-    whether it says it is transient."""
+    """How an error that ended a run ends the process: a model provider's outage and a changed
+    tool by their own codes (the operator waits them out without using the failure budget), any
+    other error by whether it says it is transient."""
     if isinstance(error, ModelUnavailableError):
         return Exit.MODEL_UNAVAILABLE
+    if isinstance(error, ToolChangedError):
+        return Exit.TOOL_CHANGED
     return Exit.TRANSIENT if error.transient else Exit.PERMANENT
 
 

@@ -12,10 +12,16 @@ import pytest
 
 from oma.checkpoint import Checkpoint
 from oma.local_run import LocalRun, run_spec
+from oma.pod_contract import Exit, exit_for_error
 from oma.spec import RunSpec
 from oma.store import FileStore
 from oma.tools import builtin_tools
-from oma.tools.mcp import McpToolChangedError, McpToolError, McpUnavailableError
+from oma.tools.mcp import (
+    McpToolChangedError,
+    McpToolError,
+    McpToolNotOfferedError,
+    McpUnavailableError,
+)
 from tests.servers.mcp_counter import McpCounterServer
 from tests.servers.process import free_port
 from tests.servers.redis_server import RedisServer
@@ -104,6 +110,9 @@ async def test_an_allow_listed_tool_the_server_lacks_fails_the_attempt_for_good(
     with pytest.raises(McpToolError, match=r"does not offer \['nope'\]") as caught:
         await _run(spec, "r1", tmp_path)
     assert not caught.value.transient
+    assert isinstance(caught.value, McpToolNotOfferedError)
+    assert caught.value.agent == "clerk" and caught.value.tools == ["counter__nope"]
+    assert exit_for_error(caught.value) is Exit.PERMANENT  # a new run: fix the spec
     assert not (tmp_path / "s.json").exists() or await _no_checkpoint(tmp_path / "s.json", "r1")
 
 
@@ -226,6 +235,35 @@ async def test_a_tool_renamed_between_attempts_holds_the_run_and_is_never_called
     with pytest.raises(McpToolChangedError, match="'counter__add' is gone") as caught:
         await _run(spec, "r1", tmp_path)
     assert not caught.value.transient
+    assert exit_for_error(caught.value) is Exit.TOOL_CHANGED  # a TeamRun holds (exit 15)
+    assert counter.calls() == []
+    counter.stop()
+    counter.start()  # the tool is back as it was: the run goes on from its checkpoint
+    again = await _run(spec, "r1", tmp_path)
+    assert again.result.status.code == "suspended"  # still waiting for its reviewer
+    assert counter.calls() == []
+
+
+async def test_an_allow_listed_tool_renamed_between_attempts_holds_the_run_too(
+    counter: McpCounterServer, tmp_path: Path
+) -> None:
+    """With an allow-list, the renamed tool is one the spec names and the server no longer
+    offers: for a run that recorded it, a tool gone from its server (the run holds, exit 15),
+    not a spec to fix."""
+    script = [*_calls(("c-1", "counter__add", {"counter": "kiwis", "amount": 1})), {"text": "1"}]
+    server = {"url": counter.url, "tools": ["add"]}
+    spec = _spec(tmp_path / "s.json", script, server, approvals={"tools": ["counter__add"]})
+    assert (await _run(spec, "r1", tmp_path)).result.status.code == "suspended"
+    counter.stop()
+    counter.start(MCP_COUNTER_RENAME="add=add_v2")
+    with pytest.raises(McpToolChangedError, match="'counter__add' is gone") as caught:
+        await _run(spec, "r1", tmp_path)
+    assert exit_for_error(caught.value) is Exit.TOOL_CHANGED
+    assert isinstance(caught.value.__cause__, McpToolNotOfferedError)
+    assert counter.calls() == []
+    counter.stop()
+    counter.start()
+    assert (await _run(spec, "r1", tmp_path)).result.status.code == "suspended"
     assert counter.calls() == []
 
 

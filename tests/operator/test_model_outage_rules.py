@@ -12,7 +12,6 @@ from prometheus_client import CollectorRegistry
 from oma.orchestrator.events import OrchestratorEvent
 from oma.pod_contract import Exit, TerminationReport
 from oma.timeutil import format_iso, parse_iso
-from oma.tools.mcp import McpToolChangedError
 from oma_operator.resources.bodies import TeamRunStatus
 from oma_operator.resources.models import RetryPolicy
 from oma_operator.runs.rules.decisions import Decision, attempt_record, decide
@@ -81,16 +80,6 @@ def test_an_attempt_that_ends_otherwise_ends_the_outage() -> None:
     kept = after_attempt({}, outage, attempt_record(1, _outage(), "pod-1", "t"), 1, 2)
     assert kept["modelOutageSince"] == format_iso(NOW)
     assert kept["conditions"][0]["reason"] == "ModelUnavailable"
-
-
-def test_a_changed_mcp_tool_fails_the_run_with_its_own_reason_and_the_tools_name() -> None:
-    said = "MCP_TOOL_CHANGED: agent 'clerk': MCP tool 'crm__find' is gone from its server"
-    report = TerminationReport(status="failed", message=said)
-    outcome = Outcome("permanent", "PermanentFailure", report.model_dump_json(by_alias=True), 2)
-    decision = decide(outcome, {}, POLICY, 2, now=NOW)
-    assert (decision.action, decision.reason) == ("failed", "McpToolChanged")
-    assert "'crm__find' is gone" in decision.message
-    assert McpToolChangedError.code == "MCP_TOOL_CHANGED"
 
 
 def _reported(metrics: dict[str, Any]) -> Outcome:

@@ -1,5 +1,6 @@
 """``oma.tools.mcp.counter_server`` (a real MCP server built with the SDK) as a child process on a
-free loopback port, its side effects in the session's Redis under a prefix of its own."""
+free loopback port (or ``host``: the test cluster's address pods reach), its side effects in the
+session's Redis under a prefix of its own."""
 
 from __future__ import annotations
 
@@ -27,12 +28,13 @@ class McpCounterServer:
     env: Mapping[str, str] = field(default_factory=dict)
     prefix: str = field(default_factory=lambda: "mcp-" + secrets.token_hex(4))
     port: int = 0
+    host: str = "127.0.0.1"
     workdir: Path = field(default_factory=lambda: make_workdir("oma-mcp-"))
     _process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/mcp"
+        return f"http://{self.host}:{self.port}/mcp"
 
     @property
     def child_env(self) -> dict[str, str]:
@@ -41,7 +43,7 @@ class McpCounterServer:
 
     def start(self, **env: str) -> Self:
         """Start (or, after ``stop``, start again on the same port) with ``env`` on top."""
-        argv = [sys.executable, "-m", "oma.tools.mcp.counter_server", "--port"]
+        argv = [sys.executable, "-m", "oma.tools.mcp.counter_server", "--host", self.host, "--port"]
         environ = {**os.environ, **self.child_env, **self.env, **env}
         self.port = self.port or free_port()
         log = self.workdir / "mcp.log"
@@ -56,7 +58,7 @@ class McpCounterServer:
 
     def _answers(self) -> bool:
         try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+            with socket.create_connection((self.host, self.port), timeout=1):
                 return True
         except OSError:
             return False

@@ -73,6 +73,7 @@ class TeamRunStatus(TypedDict, total=False):
     checkpointSaved: bool
     nextAttemptAfter: str
     modelOutageSince: str
+    toolChangedSince: str
     stoppedForHold: str
     workDigest: str
     retries: list[dict[str, Any]]  # the retry log (runs.retries)

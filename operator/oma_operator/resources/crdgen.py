@@ -419,6 +419,12 @@ def _status_schema() -> dict[str, Any]:
                 "failing (an attempt whose calls worked before they failed starts a new "
                 "outage); gone once an attempt ends otherwise.",
             ),
+            "toolChangedSince": field(
+                "string",
+                "When the run began holding for a changed tool: the end of the first of the "
+                "attempts that found a tool it recorded changed or gone on its server (ToolChanged,"
+                " one after another); gone once an attempt ends otherwise.",
+            ),
             "stoppedForHold": field(
                 "string",
                 "The runner pod the operator stopped for spec.suspend or spec.cancel: its end "

@@ -180,6 +180,16 @@ class RetryPolicy(SpecModel):
         "Failed (ModelOutageExhausted). Waiting uses no failure budget; attempts back off from "
         "backoffSeconds, doubling, up to 5 minutes apart.",
     )
+    tool_change_seconds: int = Field(
+        default=3600,
+        ge=0,
+        le=604800,
+        description="How long the run holds for a tool it recorded that changed or went on its "
+        "MCP server (attempts ending ToolChanged, one after another; nothing is called) before "
+        "it ends Failed (ToolChangeExhausted). Holding uses no failure budget; attempts back off "
+        "from backoffSeconds, doubling, up to 5 minutes apart, and the run goes on once the tool "
+        "is back.",
+    )
     start_timeout_seconds: int = Field(
         default=600,
         ge=10,

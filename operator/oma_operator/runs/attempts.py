@@ -274,7 +274,7 @@ async def record_outcome(
     post = events.warn if outcome.reason in unconfirmed else events.info
     await post(
         teamrun,
-        f"Attempt{outcome.kind.capitalize()}",
+        "Attempt" + outcome.kind.title().replace("_", ""),  # AttemptOutage, AttemptToolChanged
         f"attempt {attempt} ended: {outcome.reason}; {decision.message}",
     )
     if decision.action == "awaiting_approval":

@@ -37,7 +37,7 @@ PHASES = (
     "Cancelled",
 )
 # What may precede a new attempt: an automatic retry, or a suspension resumed after approvals.
-RESUMED_AFTER = ("disruption", "oom", "crash", "outage", "suspended")
+RESUMED_AFTER = ("disruption", "oom", "crash", "outage", "tool_changed", "suspended")
 DECISIONS = ("approved", "rejected")
 TOOL_CALL_SOURCES = ("executed", "replayed")
 # Resumes take seconds (plus the crash backoff, up to an hour); approvals take minutes to days.

@@ -33,6 +33,8 @@ class Decision:
     # status.modelOutageSince after this decision: when the current provider outage began
     # (None: there is none, the field is removed).
     outage_since: str | None = None
+    # status.toolChangedSince after this decision: since when the run holds for a changed tool.
+    tool_changed_since: str | None = None
 
 
 def decide(
@@ -81,6 +83,8 @@ def _decide(
     counts = _budgets_used(counters)
     if outcome.kind == "outage":
         return _outage(outcome, counters, policy, attempt, now)
+    if outcome.kind == "tool_changed" or _legacy_tool_changed(outcome):
+        return _tool_changed(outcome, counters, policy, attempt, now)
     if outcome.kind == "succeeded":
         return Decision("succeeded", counts, "RunSucceeded", "the run completed")
     if outcome.kind == "suspended":
@@ -100,9 +104,6 @@ def _decide(
         report = outcome.report
         if report is not None and report.status == "rejected":
             return Decision("failed", counts, "Rejected", "a reviewer rejected the run")
-        if report is not None and report.message.startswith(f"{MCP_TOOL_CHANGED}: "):
-            # Nothing was called: put the tool back on its server, then `oma retry` resumes.
-            return Decision("failed", counts, "McpToolChanged", masking.mask(report.message))
         return Decision("failed", counts, "PermanentFailure", outcome.message)
     budget_key, limit = {
         "disruption": ("disruptions", policy.max_disruptions),
@@ -148,12 +149,7 @@ def _outage(
             f"the model provider has been unavailable for {waited:.0f}s, "
             f"retryPolicy.modelOutageSeconds is {limit}: {said}",
         )
-    streak = 1  # this attempt, and the ones before it that ended the same way
-    for record in reversed(status.get("attempts") or []):
-        if record.get("outcome") != "outage":
-            break
-        streak += 1
-    delay = min(policy.backoff_seconds * 2 ** min(streak - 1, 16), MAX_OUTAGE_BACKOFF_SECONDS)
+    delay = _backoff(status, "outage", policy)
     return Decision(
         "next_attempt",
         counts,
@@ -162,6 +158,61 @@ def _outage(
         f"for up to {limit - waited:.0f}s more of this outage",
         delay,
         outage_since=format_iso(since),
+    )
+
+
+def _backoff(status: TeamRunStatus, kind: str, policy: RetryPolicy) -> int:
+    """The wait before the next attempt of a run that waits something out: ``backoffSeconds``
+    doubled for each attempt before this one that ended the same way, at most 5 minutes."""
+    streak = 1  # this attempt, and the ones before it that ended the same way
+    for record in reversed(status.get("attempts") or []):
+        if record.get("outcome") != kind:
+            break
+        streak += 1
+    delay: int = policy.backoff_seconds * 2 ** min(streak - 1, 16)
+    return min(delay, MAX_OUTAGE_BACKOFF_SECONDS)
+
+
+def _legacy_tool_changed(outcome: Outcome) -> bool:
+    """A runner image from before exit 15 said a changed MCP tool only in its report (exit 2)."""
+    report = outcome.report
+    return (
+        outcome.kind == "permanent"
+        and report is not None
+        and report.message.startswith(f"{MCP_TOOL_CHANGED}: ")
+    )
+
+
+def _tool_changed(
+    outcome: Outcome, status: TeamRunStatus, policy: RetryPolicy, attempt: int, now: datetime
+) -> Decision:
+    """A resumed attempt found a tool it recorded changed or gone on its server and called
+    nothing: the run holds, trying again after a backoff (no budget used) in case the tool is
+    back, until it has held ``toolChangeSeconds``; then it fails, and ``oma retry`` takes it
+    up again once the tool is back."""
+    counts = _budgets_used(status)
+    since = parse_iso(str(status.get("toolChangedSince") or "")) or now
+    held = max(0.0, (now - since).total_seconds())
+    limit = policy.tool_change_seconds
+    report = outcome.report
+    said = masking.mask(report.message if report is not None else outcome.message)[:600]
+    if held >= limit:
+        return Decision(
+            "failed",
+            counts,
+            "ToolChangeExhausted",
+            f"held {held:.0f}s for a changed tool, retryPolicy.toolChangeSeconds is {limit}; "
+            f"once the tool is back, 'oma retry' resumes the run: {said}",
+        )
+    delay = _backoff(status, "tool_changed", policy)
+    return Decision(
+        "next_attempt",
+        counts,
+        "ToolChanged",
+        f"holding: {said}; attempt {attempt + 1} in {delay}s looks again, for up to "
+        f"{limit - held:.0f}s more",
+        delay,
+        tool_changed_since=format_iso(since),
     )
 
 

@@ -2,7 +2,8 @@
 
 Disruptions (evictions, preemption, node drain, a drained runner) do not count as failures and
 have their own budget; OOM kills have theirs; crashes are failures retried after a backoff; a
-model provider's outage (exit 14) is waited out, bounded by time rather than a count.
+model provider's outage (exit 14) is waited out, bounded by time rather than a count, and so is a
+tool the run recorded that changed on its server (exit 15: the run holds until it is back).
 """
 
 from __future__ import annotations
@@ -24,9 +25,20 @@ Kind = Literal[
     "oom",
     "crash",
     "outage",
+    "tool_changed",
 ]
 TERMINAL: frozenset[Kind] = frozenset(
-    {"succeeded", "suspended", "fenced", "permanent", "disruption", "oom", "crash", "outage"}
+    {
+        "succeeded",
+        "suspended",
+        "fenced",
+        "permanent",
+        "disruption",
+        "oom",
+        "crash",
+        "outage",
+        "tool_changed",
+    }
 )
 EXIT_KINDS: dict[int, Kind] = {
     Exit.OK: "succeeded",
@@ -36,6 +48,7 @@ EXIT_KINDS: dict[int, Kind] = {
     Exit.PERMANENT: "permanent",
     Exit.CHECKPOINT_LOST: "permanent",
     Exit.MODEL_UNAVAILABLE: "outage",
+    Exit.TOOL_CHANGED: "tool_changed",
 }
 
 
@@ -83,6 +96,7 @@ def classify(pod: PodBody) -> Outcome:
             "fenced": "Fenced",
             "permanent": "PermanentFailure",
             "outage": "ModelUnavailable",
+            "tool_changed": "ToolChanged",
         }[kind]
         return Outcome(kind, reason, message, exit_code)
     if disruption is not None:

@@ -180,6 +180,7 @@ def after_attempt(
             new["budget"] = report.budget.to_data()
             new["budgetSummary"] = budget_column(report.budget)
     new["modelOutageSince"] = decision.outage_since  # None: merge patch removes it
+    new["toolChangedSince"] = decision.tool_changed_since
     if next_attempt is not None:
         new["attempt"] = next_attempt
         start = datetime.now(UTC) + timedelta(seconds=decision.delay_seconds)

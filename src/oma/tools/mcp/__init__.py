@@ -7,7 +7,12 @@ under ``IDEMPOTENCY_KEY_META`` (the same on every attempt). The spec and the err
 SDK; ``open_mcp_tools`` (``oma.tools.mcp.toolset``) needs ``pip install 'oma[mcp]'``.
 """
 
-from oma.tools.mcp.errors import McpToolChangedError, McpToolError, McpUnavailableError
+from oma.tools.mcp.errors import (
+    McpToolChangedError,
+    McpToolError,
+    McpToolNotOfferedError,
+    McpUnavailableError,
+)
 from oma.tools.mcp.recovery import IDEMPOTENCY_KEY_META, model_tool_name
 from oma.tools.mcp.spec import McpServerSpec
 
@@ -16,6 +21,7 @@ __all__ = [
     "McpServerSpec",
     "McpToolChangedError",
     "McpToolError",
+    "McpToolNotOfferedError",
     "McpUnavailableError",
     "model_tool_name",
 ]

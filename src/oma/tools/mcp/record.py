@@ -17,10 +17,10 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from oma.checkpoint.keys import checkpoint_key, tool_record_key
-from oma.errors import StoreCorruptError
+from oma.errors import OmaError, StoreCorruptError
 from oma.store.base import MemoryStore
 from oma.tools.define import AnyTool
-from oma.tools.mcp.errors import McpToolChangedError
+from oma.tools.mcp.errors import McpToolChangedError, McpToolNotOfferedError
 
 
 class ToolRecord(BaseModel):
@@ -49,6 +49,25 @@ def digest(tool: AnyTool) -> str:
 
 def of(tools: Mapping[str, Sequence[AnyTool]]) -> ToolRecord:
     return ToolRecord(agents={a: {t.name: digest(t) for t in ts} for a, ts in tools.items()})
+
+
+async def gone_or_not_offered(
+    store: MemoryStore, run_id: str, error: McpToolNotOfferedError
+) -> OmaError:
+    """What an allow-listed tool the server does not offer means for this run: gone from its
+    server since the run recorded it (``McpToolChangedError``), else a spec to fix (``error``)."""
+    stored = await store.get(record_key(run_id))
+    if stored is None:
+        return error
+    try:
+        recorded = ToolRecord.model_validate_json(stored.value)
+    except ValidationError:
+        return error  # settle() says the record is unreadable, if the run gets that far
+    seen = recorded.agents.get(error.agent, {})
+    for name in error.tools:
+        if name in seen:
+            return McpToolChangedError(error.agent, name, "is gone from its server")
+    return error
 
 
 async def settle(

@@ -10,7 +10,7 @@ from mcp.types import Tool as ListedTool
 
 from oma.tools.define import AnyTool
 from oma.tools.mcp.connection import McpConnection
-from oma.tools.mcp.errors import McpToolError
+from oma.tools.mcp.errors import McpToolError, McpToolNotOfferedError
 from oma.tools.mcp.recovery import MODEL_TOOL_NAME, model_tool_name
 from oma.tools.mcp.spec import McpServerSpec
 from oma.tools.mcp.tool import mcp_tool
@@ -30,7 +30,7 @@ async def open_mcp_tools(
         listed = await _open_all([connection for _, connection in connections])
         tools: dict[str, list[AnyTool]] = {agent: [] for agent in servers}
         for (agent, connection), offered in zip(connections, listed, strict=True):
-            allowed = chosen(connection, offered)
+            allowed = chosen(connection, offered, agent)
             tools[agent].extend(mcp_tool(connection, found) for found in allowed)
         yield tools
     finally:
@@ -48,10 +48,12 @@ async def _open_all(connections: Sequence[McpConnection]) -> list[list[ListedToo
     return [task.result() for task in opening]
 
 
-def chosen(connection: McpConnection, offered: Sequence[ListedTool]) -> list[ListedTool]:
-    """The server's tools the spec allows, each with a name the models can take. An
-    allow-listed tool the server does not offer, or whose name no model can take, is refused;
-    without an allow-list such a name is left out."""
+def chosen(
+    connection: McpConnection, offered: Sequence[ListedTool], agent: str = ""
+) -> list[ListedTool]:
+    """The server's tools the spec allows ``agent``, each with a name the models can take. An
+    allow-listed tool the server does not offer (``McpToolNotOfferedError``), or whose name no
+    model can take, is refused; without an allow-list such a name is left out."""
     spec = connection.spec
     by_name = {tool.name: tool for tool in offered}
     usable = {n for n in by_name if MODEL_TOOL_NAME.fullmatch(model_tool_name(spec.name, n))}
@@ -59,9 +61,11 @@ def chosen(connection: McpConnection, offered: Sequence[ListedTool]) -> list[Lis
         return [by_name[name] for name in sorted(usable)]
     missing = [name for name in spec.tools if name not in by_name]
     if missing:
-        raise McpToolError(
+        raise McpToolNotOfferedError(
+            agent,
+            [model_tool_name(spec.name, name) for name in missing],
             f"MCP server {spec.name!r} at {connection.where} does not offer {missing} "
-            f"(it offers {sorted(by_name)[:50]}); fix the spec's 'tools'"
+            f"(it offers {sorted(by_name)[:50]}); fix the spec's 'tools'",
         )
     unusable = [name for name in spec.tools if name not in usable]
     if unusable:
