@@ -16,12 +16,19 @@ write where the store keeps journals: memory, Redis, PostgreSQL): a base written
 writes it, then ``JOURNAL_DELTAS`` deltas of one message each, so a restore assembles it from
 records; ``read`` is then the store's ``journal_get`` and ``parse`` its assembly and validation.
 The baseline stays the client's plain read of the whole snapshot text plus ``orjson.loads``.
+
+``--layout run`` restores journals written by real runs instead: a task of 100, 300 and 1,000
+turns (a tool call each, saved fenced at every boundary as ``oma run`` saves), its model
+unavailable at the last turn so that the run stops there with the task in flight. The journal is
+whatever the run left (its last base and every delta since), and the baseline the client's read
+plus ``orjson.loads`` of that run's final snapshot.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import copy
 import gc
 import itertools
@@ -35,6 +42,7 @@ from typing import Any
 import orjson
 from benchlib import BACKENDS, backend_pairs, header, parse_backends, percentile
 from plain_writes import PlainWriter
+from pydantic import BaseModel
 
 from oma import jsonutil
 from oma.checkpoint import Checkpoint, parse_snapshot
@@ -44,14 +52,18 @@ from oma.checkpoint.journal import assemble_journal, base_records, load_journal
 from oma.checkpoint.manager import decode_snapshot
 from oma.checkpoint.snapshot import CheckpointSnapshot
 from oma.checkpoint.validation import MAX_SNAPSHOT_DEPTH
+from oma.errors import ModelUnavailableError
+from oma.llm.scripted import ScriptedAdapter
 from oma.llm.types import ChatRequest, ChatResponse
 from oma.orchestrator import CheckpointOptions, OpenMultiAgent
 from oma.store import MemoryStore
 from oma.store.base import close_store
 from oma.store.journal import JournalEntry, JournalStore, supports_journal
 from oma.team import AgentConfig, Team
+from oma.tools import ToolContext, define_tool
 
 SIZES = {"100 KB": 100_000, "1 MB": 1_000_000, "10 MB": 10_000_000}
+RUN_TURNS = {"100 turns": 100, "300 turns": 300, "1000 turns": 1000}
 JOURNAL_DELTAS = 20  # deltas after the base: one appended message each
 STAMP = "2026-11-29T00:00:00.000Z"
 LOREM = "lorem ipsum dolor sit amet, consectetur adipiscing elit. "
@@ -76,6 +88,59 @@ class StopwatchModel:
             self.called_at = time.perf_counter()
             self.messages = len(request.messages)
         raise FirstCall
+
+
+def _note_call(i: int) -> dict[str, Any]:
+    return {"id": f"c{i}", "name": "note", "input": {"note": f"finding {i} " * 8}}
+
+
+class StopsAt:
+    """The run's model: the script's turns, then unavailable at turn ``turns`` (the run parks
+    there, its task in flight, as an attempt that ends in a provider outage leaves it)."""
+
+    name = "stops-at"
+
+    def __init__(self, turns: int) -> None:
+        script: list[dict[str, Any]] = [
+            {
+                "tool_calls": [
+                    {"id": f"c{i}", "name": "note", "input": {"note": f"finding {i} " * 8}}
+                ]
+            }
+            for i in range(turns)
+        ]
+        self.script, self.turns, self.calls = ScriptedAdapter(script), turns, 0
+
+    async def chat(self, request: ChatRequest) -> ChatResponse:
+        self.calls += 1
+        if self.calls >= self.turns:
+            raise ModelUnavailableError("the bench's run stops here")
+        return await self.script.chat(request)
+
+
+class NoteInput(BaseModel):
+    note: str
+
+
+async def _note(args: NoteInput, ctx: ToolContext) -> str:
+    return f"noted {args.note}"
+
+
+async def run_journal(store: MemoryStore, turns: int) -> str:
+    """Run a task of ``turns`` turns into ``store`` (a journal, fenced saves, as ``oma run``),
+    stopped at its last model call; the final snapshot's text."""
+    note = define_tool("note", "Note a finding.", NoteInput, _note)
+    worker = AgentConfig(name="worker", adapter=StopsAt(turns), max_turns=turns + 5, tools=[note])
+    options = CheckpointOptions(store=store, run_id=RUN_ID, fence=True, journal=True)
+    with contextlib.suppress(ModelUnavailableError):  # the stop at the last turn
+        await OpenMultiAgent(park_on_model_outage=True).run_tasks(
+            Team(name="bench", agents=[worker]),
+            [{"title": "Long", "description": "Many turns."}],
+            checkpoint=options,
+        )
+    loaded = await Checkpoint(store, run_id=RUN_ID).load_latest()
+    assert loaded is not None and loaded.in_flight_tasks  # stopped with its task in flight
+    return loaded.to_json()
 
 
 def _task(task_id: str, status: str, result: str | None = None) -> dict[str, Any]:
@@ -247,16 +312,26 @@ def _parse_journal(entry: JournalEntry | None, key: str) -> None:
 async def measure(
     store: MemoryStore,
     plain: PlainWriter,
-    snapshot: CheckpointSnapshot,
+    snapshot: CheckpointSnapshot | None,
     repeats: int,
     journal: bool = False,
+    turns: int | None = None,
 ) -> Row:
+    """One row; ``turns``: the journal a real run of that many turns writes (``snapshot``
+    unused), else ``snapshot`` stored in the layout asked."""
     checkpoint = Checkpoint(store, run_id=RUN_ID)
-    text = snapshot.to_json()
-    if journal:
+    if turns is not None:
+        text = await run_journal(store, turns)
+        snapshot = parse_snapshot(orjson.loads(text), "bench")
+        version = await store.journal_version(checkpoint.key)  # type: ignore[attr-defined]
+    else:
+        assert snapshot is not None
+        text = snapshot.to_json()
+        version = "bench"
+    if journal and turns is None:
         assert supports_journal(store)
         await _store_journal(store, checkpoint.key, text)
-    else:
+    elif not journal:
         await checkpoint.save(snapshot)
         entry = await store.get(checkpoint.key)
         assert entry is not None
@@ -301,7 +376,7 @@ async def measure(
         assert messages == expected_messages, (messages, expected_messages)
         row.restore.append(elapsed)
         if journal and supports_journal(store):  # nothing was written meanwhile
-            assert await store.journal_version(checkpoint.key) == "bench"
+            assert await store.journal_version(checkpoint.key) == version
         else:
             stored = await store.get(checkpoint.key)
             assert stored is not None and stored.value == text
@@ -314,6 +389,11 @@ def _pair(samples: list[float]) -> str:
 
 async def main(args: argparse.Namespace) -> None:
     print(header("restore cost", args.quick))
+    if args.layout == "run":
+        print(
+            "layout run: the journal a real run of N turns left (its last base and every delta"
+            " since); the client baseline reads and decodes that run's final snapshot\n"
+        )
     if args.layout == "journal":
         print(
             f"layout journal: a base and {JOURNAL_DELTAS} deltas; read = journal_get, parse = "
@@ -334,7 +414,7 @@ async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="oma-bench-") as tmp:
         async with backend_pairs(Path(tmp), args.backends) as pairs:
             for name, (make, make_plain) in pairs.items():
-                journal = args.layout == "journal"
+                journal = args.layout in ("journal", "run")
                 if journal and name == "file":
                     print(f"{name:9} (keeps no journals: snapshot layout only)")
                     continue
@@ -342,13 +422,17 @@ async def main(args: argparse.Namespace) -> None:
                 for size_name in args.sizes:
                     # Built per measurement and dropped after: a live heap holding every size
                     # at once would make each garbage collection, and so the p99, slower.
-                    snapshot = parse_snapshot(snapshot_of_size(SIZES[size_name]), "bench")
+                    turns = RUN_TURNS.get(size_name) if args.layout == "run" else None
+                    snapshot = None
+                    if turns is None:
+                        snapshot = parse_snapshot(snapshot_of_size(SIZES[size_name]), "bench")
                     repeats = args.repeats[size_name]
                     store = await make()
-                    row = await measure(store, plain, snapshot, repeats, journal)
+                    row = await measure(store, plain, snapshot, repeats, journal, turns)
                     base = statistics.median(row.client)
                     print(
-                        f"{name:9} {size_name:>6} {repeats:>3} {_pair(row.client)} "
+                        f"{name:9} {size_name.replace(' turns', 't'):>6} {repeats:>3} "
+                        f"{_pair(row.client)} "
                         f"{_pair(row.read)} {_pair(row.parse)} {_pair(row.load)} "
                         f"{_pair(row.restore)} {statistics.median(row.load) / base:5.1f}x "
                         f"{statistics.median(row.restore) / base:6.1f}x {row.size:>9}"
@@ -365,11 +449,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--backends", type=parse_backends, default=None, help="comma-separated")
     parser.add_argument(
         "--layout",
-        choices=("snapshot", "journal"),
+        choices=("snapshot", "journal", "run"),
         default="snapshot",
-        help="how the checkpoint is stored (journal: memory, Redis, PostgreSQL)",
+        help="how the checkpoint is stored (journal: memory, Redis, PostgreSQL; run: the "
+        "journals real runs of 100, 300 and 1,000 turns leave)",
     )
     args = parser.parse_args(argv)
+    if args.layout == "run":
+        args.sizes = ["100 turns", "300 turns"] if args.quick else list(RUN_TURNS)
+        args.repeats = {"100 turns": 5, "300 turns": 5, "1000 turns": 3}
+        if not args.quick:
+            args.repeats = {"100 turns": 30, "300 turns": 20, "1000 turns": 10}
+        args.backends = args.backends or (["memory"] if args.quick else ["redis", "postgres"])
+        return args
     if args.quick:
         args.sizes = ["100 KB", "1 MB"]
         args.repeats = {"100 KB": 5, "1 MB": 3}

@@ -175,6 +175,27 @@ def test_a_delta_that_does_not_belong_to_its_base_is_refused() -> None:
         apply({"a": [1]}, [["?", ["a"]]])
 
 
+@pytest.mark.parametrize(
+    "ops",
+    [
+        [["s", 5, 1], ["s", [1, "x"], 2]],  # relative to a path that is a number
+        [["s", "ab", 1], ["s", [1, "x"], 2]],  # ... a string (len() would take it)
+        [["s", ["a", -1], 2]],  # a negative index (Python would take the last item)
+        [["s", ["a", 0, 0], 2]],  # a step into a number
+        [["w", ["b"], ["s", 0]]],  # a step into a string (Python would index it)
+        [["v", ["b"], ["a", "0"]]],  # a key into a list
+        [["c", ["a"], ["n", 0], 0, 1]],  # a number where a key is expected
+        [["s", [], 1]],  # the root
+    ],
+)
+def test_a_hostile_record_is_a_value_error_never_another_exception(ops: list[Any]) -> None:
+    """A journal record from a store is refused as a bad record (``ValueError``, which the
+    reader names as ``CheckpointDecodeError``), whatever its paths hold."""
+    doc: dict[str, Any] = {"a": [1], "s": "str", "n": {"0": [1]}}
+    with pytest.raises(ValueError, match=r"does not|keeps|needs a non-empty path"):
+        apply(doc, ops)
+
+
 def _random_value(rng: random.Random, depth: int) -> Any:
     kind = rng.randrange(6 if depth > 0 else 3)
     if kind == 0:

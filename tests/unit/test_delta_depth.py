@@ -96,12 +96,40 @@ def test_removals_keep_the_bound() -> None:
 
 
 def test_a_copy_the_parser_cannot_bound_is_measured() -> None:
-    """A copied integer beyond 64 bits goes through the exact parser: still measured."""
-    doc = {"a": [[2**70]], "b": []}
-    assert apply_within(doc, [["c", ["b"], ["a"], 0, 1]], LIMIT)
-    assert doc["b"] == [[2**70]]
-    doc = {"a": [[2**70, deep(LIMIT)]], "b": []}
-    assert not apply_within(doc, [["c", ["b"], ["a"], 0, 1]], LIMIT)
+    """A copied integer beyond 64 bits goes through the exact parser: still measured, when
+    it goes deeper than its source."""
+    doc: dict[str, Any] = {"a": [[2**70]], "b": [[]]}
+    assert apply_within(doc, [["c", ["b", 0], ["a"], 0, 1]], LIMIT)
+    assert doc["b"] == [[[2**70]]]
+    doc = {"a": [[2**70, deep(LIMIT - 3)]], "b": [[]]}
+    assert nesting_depth(doc) == LIMIT
+    assert not apply_within(doc, [["c", ["b", 0], ["a"], 0, 1]], LIMIT)
+    assert nesting_depth(doc) == LIMIT + 1
+
+
+@pytest.mark.parametrize("kind", ["c", "o", "v", "w"])
+def test_a_copy_no_deeper_than_its_source_keeps_a_document_within_without_a_walk(
+    kind: str,
+) -> None:
+    """In a document within the limit, a value ``n`` steps deep nests at most ``limit - n``
+    levels: a copy to a path of at most ``n`` steps cannot pass the limit (what the journal's
+    reader relies on instead of measuring every copy), and the copy is a copy."""
+    source: dict[str, Any] = {"x": {"y": deep(LIMIT - 3)}}
+    assert nesting_depth(source) == LIMIT - 1
+    for at in (["b"], ["b", "d"]):
+        doc = copy.deepcopy(source) | {"b": {}}
+        if kind in ("c", "o"):
+            doc["x"]["y"] = [deep(LIMIT - 4)]
+            doc["b"] = {"d": []}
+            ops: list[Op] = [[kind, ["b", "d"], ["x", "y"], 0, 1]]
+        else:
+            ops = [[kind, at, ["x", "y"]]]
+        assert apply_within(doc, ops, LIMIT)
+        assert nesting_depth(doc) <= LIMIT
+        copied = doc["b"]["d"] if kind in ("c", "o") or at == ["b", "d"] else doc["b"]
+        original = doc["x"]["y"]
+        assert copied == ([original[0]] if kind in ("c", "o") else original)
+        assert copied is not original and (kind not in ("c", "o") or copied[0] is not original[0])
 
 
 def test_real_deltas_of_a_snapshot_stay_within_and_rebuild_it() -> None:

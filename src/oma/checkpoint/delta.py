@@ -41,6 +41,7 @@ from oma import jsonutil
 Path = list[str | int]
 Op = list[Any]
 _BEFORE = ("o", "w")  # operations whose source is the document before the delta
+_COPIES = frozenset(("c", "o", "v", "w"))
 
 
 def apply(doc: dict[str, Any], ops: list[Op]) -> dict[str, Any]:
@@ -87,19 +88,26 @@ def _room(op: Op, limit: int | None) -> int | None:
 
 
 def resolved(ops: list[Op]) -> list[Op]:
-    """``ops`` with every relative path (one that starts with a number) made absolute."""
+    """``ops`` with every relative path (one that starts with a number) made absolute. An
+    operation with absolute paths is passed on as it is (``ops`` are never changed)."""
     out: list[Op] = []
-    last: Path = []
+    last: Any = []
     for op in ops:
-        if not isinstance(op, list) or len(op) < 2:
+        if type(op) is not list or len(op) < 2:
             raise ValueError(f"journal operation {str(op)[:120]} is not [name, path, ...]")
-        path = _absolute(op[1], last)
-        whole = [op[0], path, *op[2:]]
-        if op[0] in ("c", "o", "v", "w") and len(op) > 2:
-            whole[2] = _absolute(op[2], path)
-        out.append(whole)
+        path = op[1]
+        if _is_relative(path):
+            path = _absolute(path, last)
+            op = [op[0], path, *op[2:]]
+        if len(op) > 2 and op[0] in _COPIES and _is_relative(op[2]):
+            op = [op[0], path, _absolute(op[2], path), *op[3:]]
+        out.append(op)
         last = path
     return out
+
+
+def _is_relative(path: Any) -> bool:
+    return type(path) is list and bool(path) and type(path[0]) is int
 
 
 def relative(ops: list[Op]) -> list[Op]:
@@ -126,20 +134,26 @@ def _relative_to(path: Path, base: Path) -> list[Any]:
     return [keep, *path[keep:]] if keep else list(path)
 
 
-def _absolute(path: Any, base: Path) -> Any:
-    if not isinstance(path, list) or not path or type(path[0]) is not int:
+def _absolute(path: Any, base: Any) -> Any:
+    if not _is_relative(path):
         return path  # absolute, or not a path at all (refused where it is used)
     keep = path[0]
-    if not 0 < keep <= len(base):
-        raise ValueError(f"relative path {str(path)[:120]} keeps {keep} of {len(base)} steps")
+    steps = len(base) if type(base) is list else 0  # after an operation that had no path
+    if not 0 < keep <= steps:
+        raise ValueError(f"relative path {str(path)[:120]} keeps {keep} of {steps} steps")
     return [*base[:keep], *path[1:]]
 
 
 def _source(doc: dict[str, Any], op: Op, room: int | None = None) -> tuple[Any, bool]:
     """A deep copy of what a copying operation copies, read from ``doc`` as it is now, and
     whether it is known to nest at most ``room`` levels (the copied items as one list, for a
-    range)."""
-    found = _at(doc, op[2])
+    range). A ``room`` is given only while ``doc`` is known to be within the limit, so a value
+    found ``n`` steps deep nests at most ``limit - n`` levels: copied to a path no deeper than
+    its source it fits without being measured (as every copy a journal writer makes does: a
+    message into the runner's list beside the conversation, a tool's result into its record)."""
+    source = op[2]
+    found = _at(doc, source)
+    fits = room is not None and len(source) >= len(op[1])
     if op[0] in ("c", "o"):
         if not isinstance(found, list):
             raise TypeError("a copy source must be a list")
@@ -149,10 +163,19 @@ def _source(doc: dict[str, Any], op: Op, room: int | None = None) -> tuple[Any, 
         if stop > len(found):
             raise ValueError("the copy source is shorter than the copied range")
         found = found[start:stop]
+    if fits:
+        return _copied(found, None)[0], True
     return _copied(found, room)
 
 
+# Below this many bytes a copy is measured by walking it; above, by the parser (a parse padded
+# to the depth limit costs about a thousand nested lists, whatever the value's size).
+_WALKED_BYTES = 16_384
+
+
 def _copied(value: Any, room: int | None) -> tuple[Any, bool]:
+    if not isinstance(value, dict | list):  # a scalar: nothing to copy, no depth
+        return value, room is not None and room >= 0
     try:
         text = orjson.dumps(value)
     except (TypeError, orjson.JSONEncodeError):
@@ -164,12 +187,19 @@ def _copied(value: Any, room: int | None) -> tuple[Any, bool]:
         return copied, room is not None and jsonutil.nesting_depth(copied) <= room
     if room is None or room < 0:  # not measured, or the path alone is past the limit
         return orjson.loads(text), False
+    if len(text) < _WALKED_BYTES:
+        copied = orjson.loads(text)
+        return copied, jsonutil.nesting_depth(copied) <= room
     copied, bounded = jsonutil.loads_within(text, room, orjson_text=True)
     return copied, bounded or jsonutil.nesting_depth(copied) <= room
 
 
 def _fits(value: Any, room: int | None) -> bool:
-    return room is not None and jsonutil.nesting_depth(value) <= room
+    if room is None:
+        return False
+    return (
+        room >= 0 if not isinstance(value, dict | list) else jsonutil.nesting_depth(value) <= room
+    )
 
 
 def _apply_one(
@@ -226,15 +256,24 @@ def _set(doc: dict[str, Any], path: Path, value: Any) -> None:
 
 
 def _at(doc: Any, path: Any) -> Any:
-    if not isinstance(path, list):
+    # The hot loop of a journal's assembly (a few steps per operation, thousands of
+    # operations): exact type tests, and the lookup's own KeyError/IndexError for a step that
+    # is not there. A JSON object's keys are strings, so a number finds nothing in one; a list
+    # takes only a non-negative int (not a bool, not -1); anything else (a string) no step.
+    if type(path) is not list:
         raise TypeError("a path is a list")
     node = doc
-    for step in path:
-        in_dict = isinstance(node, dict) and isinstance(step, str)
-        if in_dict or (isinstance(node, list) and type(step) is int and 0 <= step < len(node)):
-            node = node[step]
-        else:
-            raise KeyError(f"path {path!r} does not exist")
+    try:
+        for step in path:
+            kind = type(node)
+            if (kind is dict and type(step) is str) or (
+                kind is list and type(step) is int and step >= 0
+            ):
+                node = node[step]
+            else:
+                raise KeyError(step)
+    except (KeyError, IndexError):
+        raise KeyError(f"path {path!r} does not exist") from None
     return node
 
 
