@@ -83,6 +83,17 @@ def test_restore_cost_restores_a_journal_too() -> None:
     assert ["file", "(keeps", "no", "journals:", "snapshot", "layout", "only)"] in rows
 
 
+def test_restore_cost_restores_the_journals_real_runs_leave() -> None:
+    """A run of 100 and of 300 turns, stopped at its last turn with its task in flight: the
+    bench restores what it left (asserting the resumed model gets every message)."""
+    output = _bench("restore_cost.py", "--layout", "run", "--quick")
+    assert "layout run: the journal a real run of N turns left" in output
+    rows = [row for row in _rows(output, "backend") if row[0] == "memory"]
+    assert [row[1] for row in rows] == ["100t", "300t"]
+    assert all(len(row) == 16 and row[13].endswith("x") for row in rows)
+    assert int(rows[1][15]) > int(rows[0][15])  # the longer run's final snapshot is larger
+
+
 def test_checkpoint_overhead_measures_saves_against_the_clients_plain_write() -> None:
     output = _bench("checkpoint_overhead.py", "--parts", "saves", "--backends", "memory,file")
     assert "client = the client library's plain write of the same string" in output
