@@ -29,7 +29,7 @@ from oma.orchestrator.orchestrator import OpenMultiAgent
 from oma.orchestrator.results import TeamRunResult
 from oma.pod_contract import EXIT_BY_STATUS, Exit
 from oma.spec import RunSpec
-from oma.store.base import close_store
+from oma.store.base import MemoryStore, close_store
 from oma.tools.define import AnyTool
 from oma.tools.mcp import record as mcp_record
 from oma.tools.mcp.errors import McpToolNotOfferedError
@@ -109,11 +109,7 @@ async def run_spec(
     try:
         # Before anything is read or run: a tool server that cannot be reached is a transient
         # failure of this attempt, and the next one starts from the same checkpoint.
-        try:
-            mcp_tools = await servers.enter_async_context(open_mcp_servers(spec))
-        except McpToolNotOfferedError as exc:
-            # A tool this run recorded, now not offered: gone from its server (the run holds).
-            raise await mcp_record.gone_or_not_offered(store, run_id, exc) from exc
+        mcp_tools, not_offered = await _open_tools(servers, spec)
         checkpoint = CheckpointOptions(
             store=store,
             run_id=run_id,
@@ -140,8 +136,7 @@ async def run_spec(
             await _refuse_if_lost(saved, expect_checkpoint)
         elif refuse_finished and (what := finished(found)) is not None:
             raise RunFinishedError(run_id, restored_identity(found, run_id).attempt - 1, what)
-        if mcp_tools:
-            mcp_tools = await mcp_record.settle(store, run_id, mcp_tools, resumed=resumed)
+        mcp_tools = await _settled_tools(store, run_id, mcp_tools, not_offered, resumed)
         team = build_team(spec, tools, name=run_id, store=store, mcp_tools=mcp_tools)
         coordinator = build_coordinator(spec, tools)
         if resumed:
@@ -191,6 +186,37 @@ async def run_spec(
         await servers.aclose()
         await close_store(store)
         await tally.end_trace("unknown")  # ended without a record (fenced at its first save)
+
+
+async def _open_tools(
+    servers: contextlib.AsyncExitStack, spec: RunSpec
+) -> tuple[dict[str, list[AnyTool]], McpToolNotOfferedError | None]:
+    """The agents' MCP tools, connected for the attempt; or none and the allow-listed tool a
+    server does not offer, which the checkpoint judges (``_settled_tools``)."""
+    try:
+        return await servers.enter_async_context(open_mcp_servers(spec)), None
+    except McpToolNotOfferedError as exc:
+        return {}, exc
+
+
+async def _settled_tools(
+    store: MemoryStore,
+    run_id: str,
+    tools: dict[str, list[AnyTool]],
+    not_offered: McpToolNotOfferedError | None,
+    resumed: bool,
+) -> dict[str, list[AnyTool]]:
+    """The MCP tools this attempt gets (``mcp_record.settle``). An allow-listed tool a server
+    does not offer is, for a resumed run that recorded it, gone from its server (the run
+    holds: ``McpToolChangedError``), for a new run a spec to fix."""
+    if not_offered is not None:
+        gone = await mcp_record.gone_or_not_offered(store, run_id, not_offered, resumed)
+        if gone is not_offered:
+            raise not_offered
+        raise gone from not_offered
+    if not tools:
+        return tools
+    return await mcp_record.settle(store, run_id, tools, resumed=resumed)
 
 
 @contextlib.asynccontextmanager

@@ -267,6 +267,24 @@ async def test_an_allow_listed_tool_renamed_between_attempts_holds_the_run_too(
     assert counter.calls() == []
 
 
+async def test_a_new_run_with_a_stale_tool_record_is_told_to_fix_its_spec(
+    counter: McpCounterServer, tmp_path: Path
+) -> None:
+    """A record left by an attempt that never saved a checkpoint does not make a new run hold:
+    the run starts fresh, so a tool its spec names and the server lacks is a spec to fix."""
+    from oma.store import FileStore
+    from oma.tools.mcp.record import ToolRecord, record_key
+
+    store = FileStore(tmp_path / "s.json")
+    recorded = ToolRecord(agents={"clerk": {"counter__nope": "0" * 64}})
+    await store.set(record_key("r1"), recorded.model_dump_json())
+    spec = _spec(tmp_path / "s.json", [{"text": "x"}], {"url": counter.url, "tools": ["nope"]})
+    with pytest.raises(McpToolNotOfferedError, match=r"does not offer \['nope'\]") as caught:
+        await _run(spec, "r1", tmp_path)
+    assert caught.value.__cause__ is None
+    assert exit_for_error(caught.value) is Exit.PERMANENT
+
+
 async def test_deleting_the_checkpoint_deletes_the_tool_record_and_a_fresh_run_records_anew(
     counter: McpCounterServer, tmp_path: Path
 ) -> None:

@@ -14,6 +14,7 @@ from oma.tools.mcp import McpToolChangedError
 from oma_operator.resources.bodies import TeamRunStatus
 from oma_operator.resources.models import RetryPolicy
 from oma_operator.runs.rules.decisions import Decision, attempt_record, decide
+from oma_operator.runs.rules.holds import held
 from oma_operator.runs.rules.outcomes import Outcome, classify
 from oma_operator.runs.rules.status import after_attempt
 from tests.operator.pod_fixtures import runner_pod_in
@@ -58,8 +59,8 @@ def test_the_first_hold_starts_the_clock_uses_no_budget_and_names_the_tool() -> 
 def test_attempts_back_off_doubling_up_to_five_minutes_from_the_holds_start() -> None:
     since = format_iso(NOW)
     delays = []
-    for held in range(7):
-        records = [{"outcome": "tool_changed"}] * held
+    for before in range(7):
+        records = [{"outcome": "tool_changed"}] * before
         status = {"toolChangedSince": since, "attempts": [{"outcome": "crash"}, *records]}
         decision = _decide(status, 0.5)
         delays.append(decision.delay_seconds)
@@ -94,8 +95,45 @@ def test_the_status_shows_the_hold_as_progressings_reason_with_the_tool() -> Non
 
 
 def test_a_runner_from_before_exit_15_that_said_it_in_its_report_holds_too() -> None:
-    decision = _decide({}, 0, _changed(Exit.PERMANENT))
-    assert (decision.action, decision.reason) == ("next_attempt", "ToolChanged")
+    """Classified as the hold it is (so recorded, backed off and counted as one)."""
+    said = _changed(Exit.PERMANENT).message
+    pod = runner_pod_in("Failed", exit_code=Exit.PERMANENT, message=said)
+    outcome = classify(pod)
+    assert (outcome.kind, outcome.reason) == ("tool_changed", "ToolChanged")
+    records = [attempt_record(n, outcome, f"pod-{n}", "t") for n in (1, 2)]
+    decision = _decide({"toolChangedSince": format_iso(NOW), "attempts": records}, 0.5, outcome)
+    assert (decision.action, decision.reason, decision.delay_seconds) == (
+        "next_attempt",
+        "ToolChanged",
+        40,
+    )
+    other = runner_pod_in("Failed", exit_code=Exit.PERMANENT, message=f"LLM_ERROR: {CHANGED}")
+    assert classify(other).kind == "permanent"
+
+
+def test_a_run_held_between_attempts_starts_its_clocks_again_when_let_go() -> None:
+    """Suspended (or cancelled) while waiting for its next attempt, with no pod to stop: the
+    hold ends the wait, so a resume hours later does not find the tool's time used up."""
+    status: TeamRunStatus = {
+        "phase": "Running",
+        "toolChangedSince": format_iso(NOW),
+        "modelOutageSince": format_iso(NOW),
+    }
+    for hold in ("suspend", "cancel"):
+        update = held(status, hold, 3)
+        assert update["toolChangedSince"] is None and update["modelOutageSince"] is None
+    resumed_later = _decide({}, 120)
+    assert (resumed_later.action, resumed_later.reason) == ("next_attempt", "ToolChanged")
+
+
+def test_a_retry_starts_the_backoff_again() -> None:
+    """After ``oma retry`` (recorded at attempt 7) the first wait is backoffSeconds again,
+    not the 5 minutes the attempts before the retry had reached."""
+    before = [{"attempt": n, "outcome": "tool_changed"} for n in range(1, 8)]
+    status = {"attempts": before, "retries": [{"attempt": 7}]}
+    assert _decide(status, 0).delay_seconds == 10
+    after = [*before, {"attempt": 8, "outcome": "tool_changed"}]
+    assert _decide({"attempts": after, "retries": [{"attempt": 7}]}, 0).delay_seconds == 20
 
 
 def test_a_permanent_failure_that_does_not_start_with_the_code_is_not_a_hold() -> None:

@@ -19,7 +19,6 @@ Hold = Literal["cancel", "suspend"]  # spec.cancel, spec.suspend (oma_operator.r
 MAX_ATTEMPT_HISTORY = 50
 CANCELLED = "cancelled on request (spec.cancel); the checkpoint is kept"
 SUSPENDED = "suspended on request (spec.suspend): set it to false to resume from the checkpoint"
-MCP_TOOL_CHANGED = "MCP_TOOL_CHANGED"  # oma.tools.mcp.McpToolChangedError.code
 MAX_OUTAGE_BACKOFF_SECONDS = 300  # attempts during a provider outage: at most 5 minutes apart
 
 
@@ -83,7 +82,7 @@ def _decide(
     counts = _budgets_used(counters)
     if outcome.kind == "outage":
         return _outage(outcome, counters, policy, attempt, now)
-    if outcome.kind == "tool_changed" or _legacy_tool_changed(outcome):
+    if outcome.kind == "tool_changed":
         return _tool_changed(outcome, counters, policy, attempt, now)
     if outcome.kind == "succeeded":
         return Decision("succeeded", counts, "RunSucceeded", "the run completed")
@@ -163,24 +162,19 @@ def _outage(
 
 def _backoff(status: TeamRunStatus, kind: str, policy: RetryPolicy) -> int:
     """The wait before the next attempt of a run that waits something out: ``backoffSeconds``
-    doubled for each attempt before this one that ended the same way, at most 5 minutes."""
+    doubled for each attempt before this one that ended the same way (since the last
+    ``oma retry``, which starts the run's waits again), at most 5 minutes."""
+    retries = status.get("retries") or []
+    retried_after = max((int(r.get("attempt") or 0) for r in retries), default=None)
     streak = 1  # this attempt, and the ones before it that ended the same way
     for record in reversed(status.get("attempts") or []):
         if record.get("outcome") != kind:
             break
+        if retried_after is not None and int(record.get("attempt") or 0) <= retried_after:
+            break
         streak += 1
     delay: int = policy.backoff_seconds * 2 ** min(streak - 1, 16)
     return min(delay, MAX_OUTAGE_BACKOFF_SECONDS)
-
-
-def _legacy_tool_changed(outcome: Outcome) -> bool:
-    """A runner image from before exit 15 said a changed MCP tool only in its report (exit 2)."""
-    report = outcome.report
-    return (
-        outcome.kind == "permanent"
-        and report is not None
-        and report.message.startswith(f"{MCP_TOOL_CHANGED}: ")
-    )
 
 
 def _tool_changed(

@@ -56,6 +56,11 @@ def held(status: TeamRunStatus, hold: Hold, generation: int) -> dict[str, Any]:
         "message": message,
         "queuedAt": None,  # merge patch: remove
         "nextAttemptAfter": None,
+        # A run held between the attempts of a provider outage or of a changed tool: that
+        # wait ends here, as when its pod is stopped for the hold; the clock starts again
+        # from the first such attempt after the run is let go.
+        "modelOutageSince": None,
+        "toolChangedSince": None,
         "conditions": merge_conditions(status.get("conditions") or [], updates),
     }
 

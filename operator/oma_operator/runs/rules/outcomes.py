@@ -90,6 +90,9 @@ def classify(pod: PodBody) -> Outcome:
         kind = EXIT_KINDS[exit_code]
         if exit_code == Exit.CHECKPOINT_LOST:
             return Outcome(kind, "CheckpointLost", message, exit_code)
+        if exit_code == Exit.PERMANENT and _said_tool_changed(message):
+            # A runner image from before exit 15 said a changed MCP tool only in its report.
+            return Outcome("tool_changed", "ToolChanged", message, exit_code)
         reason = {
             "suspended": "AwaitingApproval",
             "disruption": disruption or "Drained",
@@ -110,6 +113,14 @@ def classify(pod: PodBody) -> Outcome:
         # outlasted it, exit 137): taken away, not crashed; the next attempt resumes.
         return Outcome("disruption", "PodDeleted", message, exit_code)
     return Outcome("crash", (terminated or {}).get("reason") or "Error", message, exit_code)
+
+
+MCP_TOOL_CHANGED = "MCP_TOOL_CHANGED"  # oma.tools.mcp.McpToolChangedError.code
+
+
+def _said_tool_changed(message: str) -> bool:
+    report = TerminationReport.parse(message) if message else None
+    return report is not None and report.message.startswith(f"{MCP_TOOL_CHANGED}: ")
 
 
 SUCCESS_NOT_CONFIRMED = "SuccessNotConfirmed"

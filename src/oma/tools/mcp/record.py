@@ -52,11 +52,12 @@ def of(tools: Mapping[str, Sequence[AnyTool]]) -> ToolRecord:
 
 
 async def gone_or_not_offered(
-    store: MemoryStore, run_id: str, error: McpToolNotOfferedError
+    store: MemoryStore, run_id: str, error: McpToolNotOfferedError, resumed: bool
 ) -> OmaError:
     """What an allow-listed tool the server does not offer means for this run: gone from its
-    server since the run recorded it (``McpToolChangedError``), else a spec to fix (``error``)."""
-    stored = await store.get(record_key(run_id))
+    server since a resumed run recorded it (``McpToolChangedError``), else a spec to fix
+    (``error``; a run with no checkpoint starts fresh and records its tools anew)."""
+    stored = await store.get(record_key(run_id)) if resumed else None
     if stored is None:
         return error
     try:
