@@ -101,14 +101,7 @@ class StopsAt:
     name = "stops-at"
 
     def __init__(self, turns: int) -> None:
-        script: list[dict[str, Any]] = [
-            {
-                "tool_calls": [
-                    {"id": f"c{i}", "name": "note", "input": {"note": f"finding {i} " * 8}}
-                ]
-            }
-            for i in range(turns)
-        ]
+        script: list[dict[str, Any]] = [{"tool_calls": [_note_call(i)]} for i in range(turns)]
         self.script, self.turns, self.calls = ScriptedAdapter(script), turns, 0
 
     async def chat(self, request: ChatRequest) -> ChatResponse:

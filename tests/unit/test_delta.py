@@ -13,7 +13,10 @@ import pytest
 from oma.agent.state import RunnerState
 from oma.checkpoint.delta import apply, relative, resolved
 from oma.checkpoint.delta_diff import AppendedList, DeltaEncoder, diff
+from oma.checkpoint.journal import assemble_journal
+from oma.errors import CheckpointDecodeError
 from oma.llm.types import LLMMessage, TextBlock
+from oma.store.journal import JournalEntry
 
 
 def _round_trip(
@@ -37,6 +40,14 @@ def _message(n: int) -> dict[str, Any]:
 
 def _said(text: str) -> LLMMessage:
     return LLMMessage(role="user", content=[TextBlock(text=text)])
+
+
+def _nested(levels: int) -> Any:
+    """``levels`` lists around a string."""
+    value: Any = "x"
+    for _ in range(levels):
+        value = [value]
+    return value
 
 
 def test_equal_documents_need_no_operation() -> None:
@@ -186,14 +197,37 @@ def test_a_delta_that_does_not_belong_to_its_base_is_refused() -> None:
         [["v", ["b"], ["a", "0"]]],  # a key into a list
         [["c", ["a"], ["n", 0], 0, 1]],  # a number where a key is expected
         [["s", [], 1]],  # the root
+        [[["c"], ["a"], ["a"]]],  # a name that is a list (cannot be hashed)
+        [[{}, ["a"], 1]],  # ... an object
+        [["s", ["a", 5], _nested(1000)]],  # a value nested past what repr can print
+        [[_nested(1000), ["a"], 1]],  # ... as the operation's name
+        [["s", ["a", _nested(1000)], 1]],  # ... as a step
+        [["v", ["b"], [_nested(1000)]]],  # ... as a copy's source step
     ],
 )
 def test_a_hostile_record_is_a_value_error_never_another_exception(ops: list[Any]) -> None:
     """A journal record from a store is refused as a bad record (``ValueError``, which the
-    reader names as ``CheckpointDecodeError``), whatever its paths hold."""
+    reader names as ``CheckpointDecodeError``), whatever its paths hold; its message shows a
+    few levels of the record, however deep it nests."""
     doc: dict[str, Any] = {"a": [1], "s": "str", "n": {"0": [1]}}
-    with pytest.raises(ValueError, match=r"does not|keeps|needs a non-empty path"):
+    with pytest.raises(ValueError, match=r"does not|keeps|needs a non-empty path|resolve") as e:
         apply(doc, ops)
+    assert len(str(e.value)) < 1000
+
+
+def test_a_hostile_record_in_a_stored_journal_is_a_decode_error() -> None:
+    """The same through the journal's reader, with the depth bound on (the restore's path)."""
+    records = [orjson.dumps({"a": [1]}).decode(), orjson.dumps([[["c"], ["a"], ["a"]]]).decode()]
+    records.append('[["s",["a",5],' + "[" * 1000 + '"x"' + "]" * 1000 + "]]")  # orjson reads it
+    for record in records[1:]:
+        entry = JournalEntry(
+            key="k", records=[records[0], record], version="v", metadata={}, created_at=STAMP
+        )
+        with pytest.raises(CheckpointDecodeError, match="journal record 1"):
+            assemble_journal(entry, "k", 200)
+
+
+STAMP = "2026-12-07T00:00:00.000Z"
 
 
 def _random_value(rng: random.Random, depth: int) -> Any:

@@ -32,6 +32,7 @@ that "does not exist") instead of misreading it.
 from __future__ import annotations
 
 import copy
+import reprlib
 from typing import Any
 
 import orjson
@@ -41,7 +42,15 @@ from oma import jsonutil
 Path = list[str | int]
 Op = list[Any]
 _BEFORE = ("o", "w")  # operations whose source is the document before the delta
-_COPIES = frozenset(("c", "o", "v", "w"))
+_COPIES = ("c", "o", "v", "w")  # compared, not hashed: a hostile record's name may be a list
+# A record's part in a message: a few levels and characters of it, never its whole nesting (a
+# record may nest a thousand levels, more than ``repr`` can print).
+_SHOWN = reprlib.Repr()
+_SHOWN.maxlevel, _SHOWN.maxstring, _SHOWN.maxother = 4, 60, 60
+
+
+def _shown(value: Any) -> str:
+    return _SHOWN.repr(value)[:160]
 
 
 def apply(doc: dict[str, Any], ops: list[Op]) -> dict[str, Any]:
@@ -55,13 +64,16 @@ def apply_within(doc: dict[str, Any], ops: list[Op], limit: int) -> bool:
     """``apply``, and whether every value the delta wrote is known to keep the document within
     ``limit`` levels (``jsonutil.nesting_depth``) given that ``doc`` was: a value written at a
     path of n steps adds at most n levels to its own. Only what the delta writes is measured
-    (copies are bounded by the parser that makes them), never the whole document. ``False``:
-    not known, for the caller to measure."""
+    (a copy to a path no deeper than its source is bounded by where it came from, another is
+    measured), never the whole document. ``False``: not known, for the caller to measure."""
     return _apply(doc, ops, limit)
 
 
 def _apply(doc: dict[str, Any], ops: list[Op], limit: int | None) -> bool:
-    ops = resolved(ops)
+    try:
+        ops = resolved(ops)
+    except (KeyError, IndexError, TypeError) as exc:
+        raise ValueError(f"a journal operation's paths do not resolve: {exc}") from exc
     within = limit is not None
     try:
         # Sources in the document before the delta are read before anything changes.
@@ -76,7 +88,7 @@ def _apply(doc: dict[str, Any], ops: list[Op], limit: int | None) -> bool:
             room = _room(op, limit) if within else None
             fits = _apply_one(doc, op, before.get(index), room)
         except (KeyError, IndexError, TypeError, ValueError) as exc:
-            raise ValueError(f"journal operation {str(op)[:120]} does not apply: {exc}") from exc
+            raise ValueError(f"journal operation {_shown(op)} does not apply: {exc}") from exc
         within = within and fits
     return within
 
@@ -94,7 +106,7 @@ def resolved(ops: list[Op]) -> list[Op]:
     last: Any = []
     for op in ops:
         if type(op) is not list or len(op) < 2:
-            raise ValueError(f"journal operation {str(op)[:120]} is not [name, path, ...]")
+            raise ValueError(f"journal operation {_shown(op)} is not [name, path, ...]")
         path = op[1]
         if _is_relative(path):
             path = _absolute(path, last)
@@ -140,7 +152,7 @@ def _absolute(path: Any, base: Any) -> Any:
     keep = path[0]
     steps = len(base) if type(base) is list else 0  # after an operation that had no path
     if not 0 < keep <= steps:
-        raise ValueError(f"relative path {str(path)[:120]} keeps {keep} of {steps} steps")
+        raise ValueError(f"relative path {_shown(path)} keeps {keep} of {steps} steps")
     return [*base[:keep], *path[1:]]
 
 
@@ -235,7 +247,7 @@ def _apply_one(
             raise TypeError("delete from a value that is not an object")
         del parent[path[-1]]
         return True
-    raise ValueError(f"unknown operation {kind!r}")
+    raise ValueError(f"unknown operation {_shown(kind)}")
 
 
 def _set(doc: dict[str, Any], path: Path, value: Any) -> None:
@@ -244,7 +256,7 @@ def _set(doc: dict[str, Any], path: Path, value: Any) -> None:
     parent, last = _at(doc, path[:-1]), path[-1]
     if isinstance(parent, list):
         if type(last) is not int or not 0 <= last <= len(parent):
-            raise IndexError(f"index {last!r} outside a list of {len(parent)}")
+            raise IndexError(f"index {_shown(last)} outside a list of {len(parent)}")
         if last == len(parent):
             parent.append(value)
         else:
@@ -273,12 +285,12 @@ def _at(doc: Any, path: Any) -> Any:
             else:
                 raise KeyError(step)
     except (KeyError, IndexError):
-        raise KeyError(f"path {path!r} does not exist") from None
+        raise KeyError(f"path {_shown(path)} does not exist") from None
     return node
 
 
 def _list_at(doc: Any, path: Path) -> list[Any]:
     node = _at(doc, path)
     if not isinstance(node, list):
-        raise TypeError(f"{path!r} is not a list")
+        raise TypeError(f"{_shown(path)} is not a list")
     return node
