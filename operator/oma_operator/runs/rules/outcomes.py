@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from oma.pod_contract import Exit, TerminationReport
 from oma_operator.resources.bodies import PodBody, PodStatus, TeamRunStatus
@@ -27,19 +27,7 @@ Kind = Literal[
     "outage",
     "tool_changed",
 ]
-TERMINAL: frozenset[Kind] = frozenset(
-    {
-        "succeeded",
-        "suspended",
-        "fenced",
-        "permanent",
-        "disruption",
-        "oom",
-        "crash",
-        "outage",
-        "tool_changed",
-    }
-)
+TERMINAL: frozenset[Kind] = frozenset(get_args(Kind)) - {"running"}  # every kind but running
 EXIT_KINDS: dict[int, Kind] = {
     Exit.OK: "succeeded",
     Exit.SUSPENDED: "suspended",
