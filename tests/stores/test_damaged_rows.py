@@ -149,6 +149,10 @@ REDIS_JOURNAL_DAMAGE: list[tuple[str, dict[str, bytes | None], tuple[str, ...], 
     ("count negative", {"jcount": b"-2"}, ("record count",), True),
     ("count past the records", {"jcount": b"3"}, ("record 2", "missing"), False),
     ("count absurd", {"jcount": b"9" * 12}, ("record count", "99999"), False),
+    ("base past the records", {"jbase": b"2"}, ("record count, base and start", "2"), True),
+    ("base not an integer", {"jbase": b"one"}, ("base", "one"), True),
+    ("start past the base", {"jstart": b"1"}, ("start", "1"), True),
+    ("start negative", {"jstart": b"-1", "jbase": b"1"}, ("start", "-1"), True),
     ("metadata not JSON", {"jmeta": b"{"}, ("metadata", "not valid JSON"), True),
     ("metadata not an object", {"jmeta": b'"text"'}, ("metadata", "not a JSON object"), True),
     ("created not an integer", {"jcreated": b"noon"}, ("creation time", "noon"), True),
@@ -343,6 +347,14 @@ PG_JOURNAL_DAMAGE: list[tuple[str, Damage, tuple[str, ...], bool, bool]] = [
         True,
     ),
     ("count zero", _update(JOURNAL_SUFFIX, "records = %s", 0), ("record count",), False, True),
+    ("base past", _update(JOURNAL_SUFFIX, "base = %s", 2), ("record count", "2"), True, True),
+    (
+        "a record lost",
+        _update(JOURNAL_RECORDS_SUFFIX, "seq = %s", 7, "key = 'bad' AND seq = 1"),
+        ("record 1", "missing"),
+        True,
+        False,
+    ),
     ("count negative", _update(JOURNAL_SUFFIX, "records = %s", -5), ("record count",), False, True),
 ]
 
@@ -382,7 +394,7 @@ async def test_the_read_script_reports_a_damaged_record_count_too(
     records, which the reader reports as damage."""
     store = redis_journals
     await client.hset(_hash(store, "jcount"), "bad", count)
-    rows = await store._journal_read(store._keys, [b"bad"])
-    assert len(rows) == 3  # version, metadata, created: no records
-    good = await store._journal_read(store._keys, [b"good"])
-    assert [r for r in good[3:]] == [b"base", b"d1"]
+    rows = await store._journal_read(store._keys, [b"bad", b"b"])
+    assert len(rows) == 4 and rows[3] is None  # version, metadata, created, no first: no records
+    good = await store._journal_read(store._keys, [b"good", b"b"])
+    assert [r for r in good[3:]] == [0, b"base", b"d1"]

@@ -19,7 +19,9 @@ class InMemoryStore:
 
     def __init__(self) -> None:
         self._entries: dict[str, MemoryEntry] = {}
+        # Every record kept (``start`` numbers the first), and each journal's base number.
         self._journals: dict[str, JournalEntry] = {}
+        self._bases: dict[str, int] = {}
 
     async def get(self, key: str) -> MemoryEntry | None:
         entry = self._entries.get(key)
@@ -52,17 +54,24 @@ class InMemoryStore:
     async def delete(self, key: str) -> None:
         self._entries.pop(key, None)
         self._journals.pop(key, None)
+        self._bases.pop(key, None)
 
     async def clear(self) -> None:
         self._entries.clear()
         self._journals.clear()
+        self._bases.clear()
 
-    async def journal_get(self, key: str) -> JournalEntry | None:
+    async def journal_get(self, key: str, *, history: bool = False) -> JournalEntry | None:
         journal = self._journals.get(key)
         if journal is None:
             return None
+        first = journal.start if history else self._bases.get(key, journal.start)
         return journal.model_copy(
-            update={"records": list(journal.records), "metadata": copy_metadata(journal.metadata)}
+            update={
+                "records": journal.records[first - journal.start :],
+                "metadata": copy_metadata(journal.metadata),
+                "start": first,
+            }
         )
 
     async def journal_version(self, key: str) -> str | None:
@@ -73,12 +82,15 @@ class InMemoryStore:
         journal = self._journals.get(key)
         if journal is None:
             return None
+        base = self._bases.get(key, journal.start)
         return JournalHead(
             key=key,
-            records=len(journal.records),
+            records=journal.start + len(journal.records) - base,
             version=journal.version,
             metadata=copy_metadata(journal.metadata),
             created_at=journal.created_at,
+            base=base,
+            start=journal.start,
         )
 
     async def journal_write(
@@ -91,20 +103,32 @@ class InMemoryStore:
         replace: bool,
         force: bool = False,
         metadata: Metadata | None = None,
+        rebase: bool = False,
+        drop_before: int | None = None,
     ) -> bool:
-        check_write(records, replace=replace, force=force)
+        check_write(records, replace=replace, force=force, rebase=rebase, drop_before=drop_before)
         current = self._journals.get(key)
         if not force and (current.version if current is not None else None) != expected:
             return False
         if not replace and current is None:
             return False
-        kept = [] if replace or current is None else current.records
+        kept: list[str] = [] if replace or current is None else current.records
+        start = 0 if replace or current is None else current.start
+        end = start + len(kept)
+        if replace:
+            self._bases[key] = 0
+        elif rebase:
+            self._bases[key] = end
+            if drop_before is not None and drop_before > start:
+                cut = min(drop_before, end)
+                kept, start = kept[cut - start :], cut
         self._journals[key] = JournalEntry(
             key=key,
             records=[*kept, *records],
             version=version,
             metadata=copy_metadata(metadata),
             created_at=current.created_at if current is not None else datetime.now(UTC),
+            start=start,
         )
         return True
 

@@ -207,11 +207,12 @@ class PostgresStore:
         except StoreUnavailableError:
             return await self._settle_swap(key, expected, value, once)
 
-    async def journal_get(self, key: str) -> JournalEntry | None:
+    async def journal_get(self, key: str, *, history: bool = False) -> JournalEntry | None:
         await self.open()
         statement = self._sql(q.JOURNAL_READ)
         result: JournalEntry | None = await self._run(
-            lambda conn: postgres_journal.read(conn, statement, key, self._label), retry=True
+            lambda conn: postgres_journal.read(conn, statement, key, self._label, history),
+            retry=True,
         )
         return result
 
@@ -223,14 +224,16 @@ class PostgresStore:
         rows = await self._idempotent(q.JOURNAL_HEAD, {"key": key}, fetch=True)
         if not rows:
             return None
-        records, version, metadata, created_at = rows[0]
+        records, version, metadata, created_at, base, start = rows[0]
         where = f"{self._label}, journal"
-        if records < 1:  # every write leaves at least the base record
-            problem = f"its record count ({self.table}{q.JOURNAL_SUFFIX}.records) is {records}"
+        if not 0 <= start <= base < records:  # every write leaves at least the base record
+            problem = postgres_journal.numbers_problem(records, base, start)
             raise postgres_journal.corrupt(where, key, problem)
         return JournalHead(
             key=key,
-            records=records,
+            records=records - base,
+            base=base,
+            start=start,
             version=version,
             metadata=postgres_journal.metadata_of(metadata, where, key),
             created_at=created_at.astimezone(UTC),
@@ -246,8 +249,10 @@ class PostgresStore:
         replace: bool,
         force: bool = False,
         metadata: Metadata | None = None,
+        rebase: bool = False,
+        drop_before: int | None = None,
     ) -> bool:
-        check_write(records, replace=replace, force=force)
+        check_write(records, replace=replace, force=force, rebase=rebase, drop_before=drop_before)
         await self.open()
 
         async def once(conn: psycopg.AsyncConnection[Any]) -> bool:
@@ -261,6 +266,8 @@ class PostgresStore:
                 replace=replace,
                 force=force,
                 metadata=metadata,
+                rebase=rebase,
+                drop_before=drop_before,
             )
 
         try:

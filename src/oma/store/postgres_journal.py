@@ -25,24 +25,35 @@ Compose = Any  # a callable turning a template into the store's composed stateme
 
 
 async def read(
-    conn: psycopg.AsyncConnection[Any], statement: sql.Composed, key: str, where: str
+    conn: psycopg.AsyncConnection[Any],
+    statement: sql.Composed,
+    key: str,
+    where: str,
+    history: bool = False,
 ) -> JournalEntry | None:
-    """The journal of ``key``; damaged rows are a ``StoreCorruptError`` naming ``where`` (the
-    store) and the key."""
-    cursor = await conn.execute(statement, {"key": key})
+    """The journal of ``key`` (from its base, or with ``history`` every record kept); damaged
+    rows are a ``StoreCorruptError`` naming ``where`` (the store) and the key."""
+    cursor = await conn.execute(statement, {"key": key, "history": history})
     rows = await cursor.fetchall()
     if not rows:
         return None
     where = f"{where}, journal"
-    version, metadata, created_at, _ = rows[0]
+    version, metadata, created_at, _, _, count, base, start = rows[0]
+    if not 0 <= start <= base < count:
+        raise corrupt(where, key, numbers_problem(count, base, start))
+    first = start if history else base
     if rows[0][3] is None:  # the head joined no record: every write leaves the base record
-        raise corrupt(where, key, "it has no records (its head row has none in *_jrec)")
+        raise corrupt(where, key, "it has no records from its base on (in *_jrec)")
+    for expected, row in enumerate(rows, start=first):
+        if row[4] != expected:  # numbers never skip: a gap is a record lost
+            raise corrupt(where, key, f"record {expected} is missing (in *_jrec)")
     return JournalEntry(
         key=key,
-        records=[text(row[3], where, key, f"record {index}") for index, row in enumerate(rows)],
+        records=[text(row[3], where, key, f"record {row[4]}") for row in rows],
         version=version,
         metadata=metadata_of(metadata, where, key),
         created_at=created_at.astimezone(UTC),
+        start=first,
     )
 
 
@@ -53,6 +64,14 @@ _STORE = "PostgresStore"
 def corrupt(where: str, key: str, problem: str) -> StoreCorruptError:
     """The typed error for a damaged row of ``key`` in the store ``where``."""
     return damaged.corrupt(where, key, problem, _STORE)
+
+
+def numbers_problem(count: int, base: int, start: int) -> str:
+    """What is wrong with a head row whose numbers are not 0 <= start <= base < count."""
+    return (
+        f"its record count, base and start (in *_jhead: {count}, {base}, {start}) are not "
+        "0 <= start <= base < count"
+    )
 
 
 def text(raw: bytes | memoryview, where: str, key: str, what: str) -> str:
@@ -77,12 +96,16 @@ async def write(
     replace: bool,
     force: bool,
     metadata: Metadata | None,
+    rebase: bool = False,
+    drop_before: int | None = None,
 ) -> bool:
     params: dict[str, Any] = {
         "key": key,
         "version": version,
         "expected": expected,
         "replace": replace,
+        "rebase": rebase,
+        "drop_before": drop_before if rebase else None,
         "count": len(records),
         "metadata": jsonutil.dumps(metadata) if metadata is not None else None,
         "records": [record.encode("utf-8", "surrogatepass") for record in records],
@@ -104,6 +127,8 @@ async def write(
             if row is None:
                 return False
             start = 0 if replace else row[0]
+            if params["drop_before"] is not None:
+                await conn.execute(compose(q.JOURNAL_DROP_BEFORE), {**params, "start": row[1]})
         if replace:
             await conn.execute(compose(q.JOURNAL_DROP_RECORDS), params)
         await conn.execute(compose(q.JOURNAL_ADD_RECORDS), {**params, "start": start})

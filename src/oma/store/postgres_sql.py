@@ -102,6 +102,18 @@ MIGRATIONS: tuple[Migration, ...] = (
         ),
         optional=True,  # SWAP compares values, so it works with the column there too
     ),
+    Migration(
+        5,
+        "journals keep a history: the base's and the first kept record's numbers",
+        (
+            # Metadata only (a constant default): no rewrite of the table. A journal written
+            # before reads as base 0, start 0: the whole list, as it was read then.
+            sql.SQL(
+                "ALTER TABLE {journal} ADD COLUMN base integer NOT NULL DEFAULT 0, "
+                "ADD COLUMN start integer NOT NULL DEFAULT 0"
+            ),
+        ),
+    ),
 )
 # Suffixes of the journal tables' names: with the longest table name (48) they fit in 63 bytes.
 JOURNAL_SUFFIX = "_jhead"
@@ -183,15 +195,19 @@ DELETE_ALL = sql.SQL("WITH journal AS (DELETE FROM {journal}) DELETE FROM {table
 # Journals. A read is one statement: one snapshot of the head and its records.
 JOURNAL_READ = sql.SQL(
     """
-    SELECT h.version, h.metadata::text, h.created_at, r.record
-    FROM {journal} h LEFT JOIN {journal_records} r ON r.key = h.key
+    SELECT h.version, h.metadata::text, h.created_at, r.record, r.seq, h.records, h.base, h.start
+    FROM {journal} h LEFT JOIN {journal_records} r
+        ON r.key = h.key AND r.seq >= CASE WHEN %(history)s THEN h.start ELSE h.base END
     WHERE h.key = %(key)s
     ORDER BY r.seq
     """
 )
 JOURNAL_VERSION = sql.SQL("SELECT version FROM {journal} WHERE key = %(key)s")
 JOURNAL_HEAD = sql.SQL(
-    "SELECT records, version, metadata::text, created_at FROM {journal} WHERE key = %(key)s"
+    """
+    SELECT records, version, metadata::text, created_at, base, start
+    FROM {journal} WHERE key = %(key)s
+    """
 )
 JOURNAL_KEYS = sql.SQL("SELECT key FROM {journal} ORDER BY key")
 JOURNAL_CREATE = sql.SQL(
@@ -209,20 +225,32 @@ JOURNAL_FORCE = sql.SQL(
         version = EXCLUDED.version,
         records = EXCLUDED.records,
         metadata = EXCLUDED.metadata,
+        base = 0,
+        start = 0,
         updated_at = statement_timestamp()
     """
 )
-# Returns the number of records before this write (where appended records start).
+# Returns the number of records before this write (where appended records start) and the
+# first record kept after it. (On the right of SET, columns are their values before the write.)
 JOURNAL_ADVANCE = sql.SQL(
     """
     UPDATE {journal} SET
         version = %(version)s,
         records = CASE WHEN %(replace)s THEN %(count)s ELSE records + %(count)s END,
+        base = CASE WHEN %(replace)s THEN 0 WHEN %(rebase)s THEN records ELSE base END,
+        start = CASE
+            WHEN %(replace)s THEN 0
+            WHEN %(drop_before)s::integer > start THEN LEAST(%(drop_before)s::integer, records)
+            ELSE start
+        END,
         metadata = %(metadata)s::json,
         updated_at = statement_timestamp()
     WHERE key = %(key)s AND version = %(expected)s
-    RETURNING records - %(count)s
+    RETURNING records - %(count)s, start
     """
+)
+JOURNAL_DROP_BEFORE = sql.SQL(
+    "DELETE FROM {journal_records} WHERE key = %(key)s AND seq < %(start)s"
 )
 JOURNAL_DROP_RECORDS = sql.SQL("DELETE FROM {journal_records} WHERE key = %(key)s")
 JOURNAL_ADD_RECORDS = sql.SQL(

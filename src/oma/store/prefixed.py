@@ -116,8 +116,10 @@ class _PrefixedJournal:
     def __init__(self, inner: Any, prefix: str) -> None:
         self.inner, self.prefix = inner, prefix
 
-    async def journal_get(self, key: str) -> JournalEntry | None:
-        entry: JournalEntry | None = await self.inner.journal_get(self.prefix + key)
+    async def journal_get(self, key: str, *, history: bool = False) -> JournalEntry | None:
+        entry: JournalEntry | None = await self.inner.journal_get(
+            self.prefix + key, history=history
+        )
         return entry.model_copy(update={"key": key}) if entry is not None else None
 
     async def journal_version(self, key: str) -> str | None:

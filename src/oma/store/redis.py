@@ -259,22 +259,18 @@ class RedisStore:
         assert isinstance(digest, str)
         self._digests.record(key, value, bytes.fromhex(digest))
 
-    async def journal_get(self, key: str) -> JournalEntry | None:
-        rows = await self._idempotent(lambda: self._journal_rows(key))
+    async def journal_get(self, key: str, *, history: bool = False) -> JournalEntry | None:
+        rows = await self._idempotent(lambda: self._journal_rows(key, history))
         if not rows:
             return None
-        version, metadata, created, *records = rows
+        version, metadata, created, first, *records = rows
         where = f"{self._label}, journal"
-        if not records:  # every write leaves at least the base record
-            problem = (
-                f"its record count ({self._keys[8]}) is missing or not a whole number from 1 "
-                f"to {redis_scripts.MAX_RECORDS}"
-            )
-            raise redis_rows.corrupt(where, key, problem)
+        if not isinstance(first, int) or not records:  # every write leaves the base record
+            raise redis_rows.corrupt(where, key, self._damaged_numbers(first))
         texts = []
-        for index, record in enumerate(records):
+        for index, record in enumerate(records, start=int(first)):
             if record is None:
-                problem = f"record {index} of the {len(records)} its count names is missing"
+                problem = f"record {index} of the {len(records)} its numbers name is missing"
                 raise redis_rows.corrupt(where, key, f"{problem} ({self._keys[9]})")
             texts.append(redis_rows.text(record, where, key, f"record {index}"))
         return JournalEntry(
@@ -283,29 +279,32 @@ class RedisStore:
             version=redis_rows.text(version, where, key, "its version"),
             metadata=redis_rows.metadata(metadata, where, key, f"its metadata ({self._keys[10]})"),
             created_at=redis_rows.created(created, where, key, self._keys[11]),
+            start=int(first),
         )
 
-    async def _journal_rows(self, key: str) -> Sequence[Any]:
-        """Version, metadata, creation time and records (``[]``: no journal), read with plain
-        commands under ``WATCH`` of the versions: records handed back through a Lua script are
-        copied by its interpreter (the cost of a restore's read, twice over for a 1 MB base).
-        Any journal write in the namespace between the watch and the read makes the read start
-        over; after a few such races the read script answers instead (atomic, only slower)."""
+    async def _journal_rows(self, key: str, history: bool) -> Sequence[Any]:
+        """Version, metadata, creation time, the first record's number (``None``: the numbers
+        are damaged) and records (``[]``: no journal), read with plain commands under
+        ``WATCH`` of the versions: records handed back through a Lua script are copied by its
+        interpreter (the cost of a restore's read, twice over for a 1 MB base). Any journal
+        write in the namespace between the watch and the read makes the read start over; after
+        a few such races the read script answers instead (atomic, only slower)."""
         field = _encode(key)
-        versions, counts, records, meta, created = (self._keys[i] for i in (7, 8, 9, 10, 11))
+        versions, records, meta, created = (self._keys[i] for i in (7, 9, 10, 11))
         async with self._client.pipeline(transaction=True) as pipe:
             for _ in range(_WATCHED_READ_TRIES):
                 try:
                     await pipe.watch(versions)
-                    count = await pipe.hget(counts, field)  # immediate: the pipe watches
+                    # immediate: the pipe watches; the numbers are small, so a script is cheap
+                    span = await pipe.eval(
+                        redis_scripts.JOURNAL_SPAN, len(self._keys), *self._keys, field
+                    )
                     pipe.multi()  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
                     pipe.hget(versions, field)
                     pipe.hget(meta, field)
                     pipe.hget(created, field)
-                    number = damaged.integer(count) if count is not None else 0
-                    if number is not None and number > redis_scripts.MAX_RECORDS:
-                        number = None  # damaged: never build a list of a billion field names
-                    names = [str(i).encode() + b":" + field for i in range(number or 0)]
+                    first, end = _span(span, history)
+                    names = [str(i).encode() + b":" + field for i in range(first or 0, end)]
                     if names:
                         pipe.hmget(records, names)
                     found = await pipe.execute()
@@ -313,17 +312,23 @@ class RedisStore:
                     continue
                 if found[0] is None:
                     return []
-                if number is None:  # not an integer (a missing or low one reads no records,
-                    assert count is not None  # which journal_get reports)
-                    raise redis_rows.corrupt(
-                        f"{self._label}, journal",
-                        key,
-                        f"its record count ({counts}) {damaged.excerpt(count)} is not an integer "
-                        f"up to {redis_scripts.MAX_RECORDS}",
-                    )
-                return [*found[:3], *(found[3] if names else [])]
-        rows: Sequence[Any] = await self._journal_read(self._keys, [field])
+                return [*found[:3], span if first is None else first, *(found[3] if names else [])]
+        rows: Sequence[Any] = await self._journal_read(
+            self._keys, [field, "h" if history else "b"]
+        )
         return rows
+
+    def _damaged_numbers(self, raw: Any) -> str:
+        """What is wrong with a journal's record count, base and start (``raw``: as read, or
+        ``None`` when the read script found them damaged)."""
+        names = f"{self._keys[8]}, {self._keys[12]}, {self._keys[13]}"
+        shown = ""
+        if isinstance(raw, list | tuple):
+            shown = " " + ", ".join(damaged.excerpt(n) if n is not None else "none" for n in raw)
+        return (
+            f"its record count, base and start ({names}){shown} are not whole numbers with "
+            f"0 <= start <= base < count <= {redis_scripts.MAX_RECORDS}"
+        )
 
     async def journal_version(self, key: str) -> str | None:
         raw = await self._idempotent(lambda: self._client.hget(self._keys[7], _encode(key)))
@@ -334,19 +339,16 @@ class RedisStore:
         rows = await self._idempotent(lambda: self._journal_head(self._keys, [_encode(key)]))
         if not rows:
             return None
-        version, metadata, created, count = rows
+        version, metadata, created, *numbers = rows
         where = f"{self._label}, journal"
-        number = damaged.integer(count) if count is not None else None
-        if number is None or number < 1:  # every write leaves at least the base record
-            problem = (
-                "is missing"
-                if count is None
-                else f"{damaged.excerpt(count)} is not an integer >= 1"
-            )
-            raise redis_rows.corrupt(where, key, f"its record count ({self._keys[8]}) {problem}")
+        if _span(numbers, history=True)[0] is None:  # every write leaves at least the base
+            raise redis_rows.corrupt(where, key, self._damaged_numbers(numbers))
+        count, base, start = (damaged.integer(n) or 0 if n is not None else 0 for n in numbers)
         return JournalHead(
             key=key,
-            records=number,
+            records=count - base,
+            base=base,
+            start=start,
             version=redis_rows.text(version, where, key, "its version"),
             metadata=redis_rows.metadata(metadata, where, key, f"its metadata ({self._keys[10]})"),
             created_at=redis_rows.created(created, where, key, self._keys[11]),
@@ -362,9 +364,11 @@ class RedisStore:
         replace: bool,
         force: bool = False,
         metadata: Metadata | None = None,
+        rebase: bool = False,
+        drop_before: int | None = None,
     ) -> bool:
-        check_write(records, replace=replace, force=force)
-        mode = "f" if force else "r" if replace else "a"
+        check_write(records, replace=replace, force=force, rebase=rebase, drop_before=drop_before)
+        mode = "f" if force else "r" if replace else "b" if rebase else "a"
         args: list[bytes | str] = [
             _encode(key),
             version,
@@ -372,6 +376,7 @@ class RedisStore:
             "0" if expected is None else "1",
             expected or "",
             jsonutil.dumps(metadata) if metadata is not None else "",
+            str(drop_before) if drop_before is not None else "",
             *(_encode(record) for record in records),
         ]
         if force:  # the same replacement twice is the same journal: retried like a set
@@ -569,3 +574,17 @@ def _write_args(
         mode,
         expected_digest,
     ]
+
+
+def _span(raw: Sequence[Any], history: bool) -> tuple[int | None, int]:
+    """The numbers of the first record to read and of the next one to be written, from the
+    raw count, base and start (``JOURNAL_SPAN``); ``(None, 0)`` when they are damaged (not
+    whole numbers with 0 <= start <= base < count <= MAX_RECORDS) or absent (no journal)."""
+    if len(raw) != 3 or raw[0] is None:
+        return None, 0
+    count, base, start = (damaged.integer(n) if n is not None else 0 for n in raw)
+    if count is None or base is None or start is None:
+        return None, 0
+    if not 0 <= start <= base < count <= redis_scripts.MAX_RECORDS:
+        return None, 0
+    return (start if history else base), count

@@ -15,10 +15,13 @@ namespace live in one Redis Cluster slot and a script may touch them all):
 Journals (``oma.store.journal``), beside the entries:
 
 ``{ns}:jversion`` hash  key -> the journal's version
-``{ns}:jcount``   hash  key -> its number of records
-``{ns}:jrecords`` hash  "<i>:<key>" -> record i (0 is the base)
+``{ns}:jcount``   hash  key -> the number its next record gets (every record written since
+                        the last replace: kept or dropped)
+``{ns}:jrecords`` hash  "<i>:<key>" -> record i
 ``{ns}:jmeta``    hash  key -> metadata JSON (absent: no metadata)
 ``{ns}:jcreated`` hash  key -> creation time, microseconds since the epoch (server clock)
+``{ns}:jbase``    hash  key -> the base's number (absent: 0)
+``{ns}:jstart``   hash  key -> the first record kept (absent: 0); records below it are dropped
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ FIELDS = (
     "jrecords",
     "jmeta",
     "jcreated",
+    "jbase",
+    "jstart",
 )
 
 # KEYS: the FIELDS keys, in order.
@@ -81,6 +86,17 @@ end
 return 1
 """
 
+# Records are start, start + 1, ... without gaps: removed up to the first missing one, so that a
+# damaged record count (not a number, absurd) neither stops the delete nor keeps the server busy;
+# from 0 as well, in case the start is the damaged number.
+_DROP_RECORDS = """
+for _, from in ipairs({tonumber(redis.call('HGET', KEYS[14], key) or '0') or 0, 0}) do
+  local i = from
+  while redis.call('HDEL', KEYS[10], i .. ':' .. key) == 1 do
+    i = i + 1
+  end
+end"""
+
 # KEYS: the FIELDS keys, in order. ARGV: key. Removes the entry and the journal of the key.
 DELETE = """
 local key = ARGV[1]
@@ -88,22 +104,21 @@ for i = 1, 5 do
   redis.call('HDEL', KEYS[i], key)
 end
 redis.call('ZREM', KEYS[6], key)
--- Records are 0, 1, ... without gaps: removed up to the first missing one, so that a damaged
--- record count (not a number, absurd) neither stops the delete nor keeps the server busy.
-local i = 0
-while redis.call('HDEL', KEYS[10], i .. ':' .. key) == 1 do
-  i = i + 1
-end
+DROP_RECORDS
 redis.call('HDEL', KEYS[8], key)
 redis.call('HDEL', KEYS[9], key)
 redis.call('HDEL', KEYS[11], key)
 redis.call('HDEL', KEYS[12], key)
+redis.call('HDEL', KEYS[13], key)
+redis.call('HDEL', KEYS[14], key)
 return 1
-"""
+""".replace("DROP_RECORDS", _DROP_RECORDS)
 
 # KEYS: the FIELDS keys, in order.
 # ARGV: key, new version, mode, has-expected ("1"/"0"), expected version, metadata JSON or "",
-# then the records. mode "a": append; "r": replace; "f": replace without comparing.
+# drop-before ("" or a record number), then the records. mode "a": append; "b": append, the
+# first record appended is the base, and the records below drop-before go; "r": replace; "f":
+# replace without comparing.
 # Returns 1 when written, 0 when the comparison failed or an append found no journal.
 JOURNAL_WRITE = """
 local key = ARGV[1]
@@ -116,17 +131,26 @@ if mode ~= 'f' then
     return 0
   end
 end
-if mode == 'a' and not current then return 0 end
+local append = mode == 'a' or mode == 'b'
+if append and not current then return 0 end
 local count = 0
-if mode == 'a' then
+if append then
   count = tonumber(redis.call('HGET', KEYS[9], key) or '0')
-else
-  local i = 0  -- the old records, as DELETE removes them
-  while redis.call('HDEL', KEYS[10], i .. ':' .. key) == 1 do
-    i = i + 1
+  if mode == 'b' then
+    redis.call('HSET', KEYS[13], key, count)
+    local start = tonumber(redis.call('HGET', KEYS[14], key) or '0') or 0
+    local cut = math.min(tonumber(ARGV[7]) or start, count)
+    for i = start, cut - 1 do
+      redis.call('HDEL', KEYS[10], i .. ':' .. key)
+    end
+    if cut > start then redis.call('HSET', KEYS[14], key, cut) end
   end
+else
+  DROP_RECORDS
+  redis.call('HDEL', KEYS[13], key)
+  redis.call('HDEL', KEYS[14], key)
 end
-for j = 7, #ARGV do
+for j = 8, #ARGV do
   redis.call('HSET', KEYS[10], count .. ':' .. key, ARGV[j])
   count = count + 1
 end
@@ -140,24 +164,41 @@ end
 local now = redis.call('TIME')
 redis.call('HSETNX', KEYS[12], key, now[1] .. string.format('%06d', tonumber(now[2])))
 return 1
-"""
+""".replace("DROP_RECORDS", _DROP_RECORDS)
 
-# KEYS: the FIELDS keys, in order. ARGV: key.
-# Returns {} when there is no journal, else version, metadata (false = none), created, records
-# (none when the record count is damaged: not a whole number from 1 to MAX_RECORDS, which the
-# reader reports).
+# KEYS: the FIELDS keys, in order. ARGV: key, "h" to read every record kept (else from the base).
+# Returns {} when there is no journal, else version, metadata (false = none), created, the
+# number of the first record read, then the records (none when the numbers are damaged: not
+# whole numbers with 0 <= start <= base < count <= MAX_RECORDS, which the reader reports).
 JOURNAL_READ = """
 local key = ARGV[1]
 local version = redis.call('HGET', KEYS[8], key)
 if not version then return {} end
-local out = {version, redis.call('HGET', KEYS[11], key), redis.call('HGET', KEYS[12], key)}
 local count = tonumber(redis.call('HGET', KEYS[9], key) or '0')
-if not count or count < 1 or count > MAX_RECORDS or count % 1 ~= 0 then return out end
-for i = 0, count - 1 do
+local base = tonumber(redis.call('HGET', KEYS[13], key) or '0')
+local start = tonumber(redis.call('HGET', KEYS[14], key) or '0')
+local first = base
+if ARGV[2] == 'h' then first = start end
+local out = {version, redis.call('HGET', KEYS[11], key), redis.call('HGET', KEYS[12], key), first}
+if not count or not base or not start or count > MAX_RECORDS or count % 1 ~= 0
+    or base % 1 ~= 0 or start % 1 ~= 0 or start < 0 or start > base or base >= count then
+  out[4] = false
+  return out
+end
+for i = first, count - 1 do
   out[#out + 1] = redis.call('HGET', KEYS[10], i .. ':' .. key)
 end
 return out
 """.replace("MAX_RECORDS", str(MAX_RECORDS))
+
+# KEYS: the FIELDS keys, in order. ARGV: key.
+# Returns {} when there is no journal, else the raw record count, base and start (false = none).
+JOURNAL_SPAN = """
+local key = ARGV[1]
+if not redis.call('HGET', KEYS[8], key) then return {} end
+return {redis.call('HGET', KEYS[9], key), redis.call('HGET', KEYS[13], key),
+        redis.call('HGET', KEYS[14], key)}
+"""
 
 # KEYS: the FIELDS keys, in order. ARGV: one key, or none for every key in insertion order
 # (``list``; ``get`` reads one key's fields with a MULTI of HGETs instead, see RedisStore.get).
@@ -184,11 +225,13 @@ return out
 """
 
 # KEYS: the FIELDS keys, in order. ARGV: key.
-# Returns {} when there is no journal, else version, metadata (false = none), created, count.
+# Returns {} when there is no journal, else version, metadata (false = none), created, count,
+# base, start (false = none).
 JOURNAL_HEAD = """
 local key = ARGV[1]
 local version = redis.call('HGET', KEYS[8], key)
 if not version then return {} end
 return {version, redis.call('HGET', KEYS[11], key), redis.call('HGET', KEYS[12], key),
-        redis.call('HGET', KEYS[9], key)}
+        redis.call('HGET', KEYS[9], key), redis.call('HGET', KEYS[13], key),
+        redis.call('HGET', KEYS[14], key)}
 """

@@ -186,3 +186,107 @@ class JournalConformance(ConformanceHarness):
             {"p": [1, 2]},
         )
         assert head.created_at == entry.created_at
+
+    @with_journal_store
+    async def test_a_rebase_keeps_the_history_and_reads_from_the_new_base(
+        self, store: JournalStore
+    ) -> None:
+        version = await _create(store, "k", "b0")
+        for step in (["d1", "d2"], ["b3", "d4"], ["d5"], ["b6"]):
+            following = new_version()
+            assert await store.journal_write(
+                "k",
+                step,
+                version=following,
+                expected=version,
+                replace=False,
+                rebase=step[0].startswith("b"),
+            )
+            version = following
+        entry = await store.journal_get("k")
+        history = await store.journal_get("k", history=True)
+        head = await store.journal_head("k")
+        assert entry is not None and history is not None and head is not None
+        assert (entry.records, entry.start) == (["b6"], 6)
+        assert (history.records, history.start) == (["b0", "d1", "d2", "b3", "d4", "d5", "b6"], 0)
+        assert (head.records, head.base, head.start) == (1, 6, 0)
+        assert await store.journal_write(
+            "k", ["d7"], version=new_version(), expected=version, replace=False
+        )
+        entry = await store.journal_get("k")
+        assert entry is not None and (entry.records, entry.start) == (["b6", "d7"], 6)
+
+    @with_journal_store
+    async def test_a_rebase_drops_what_retention_lets_go_and_numbers_do_not_shift(
+        self, store: JournalStore
+    ) -> None:
+        version = await _create(store, "k", "b0")
+        for step, drop in ((["d1"], None), (["b2", "d3"], None), (["b4"], 2), (["d5"], None)):
+            following = new_version()
+            assert await store.journal_write(
+                "k",
+                step,
+                version=following,
+                expected=version,
+                replace=False,
+                rebase=step[0].startswith("b"),
+                drop_before=drop,
+            )
+            version = following
+        history = await store.journal_get("k", history=True)
+        head = await store.journal_head("k")
+        assert history is not None and head is not None
+        assert (history.records, history.start) == (["b2", "d3", "b4", "d5"], 2)
+        assert (head.records, head.base, head.start) == (2, 4, 2)
+        # dropping past the new base keeps the base: a journal always has it
+        following = new_version()
+        assert await store.journal_write(
+            "k",
+            ["b6"],
+            version=following,
+            expected=version,
+            replace=False,
+            rebase=True,
+            drop_before=99,
+        )
+        history = await store.journal_get("k", history=True)
+        assert history is not None and (history.records, history.start) == (["b6"], 6)
+        # a replace starts the numbering again and forgets the history
+        assert await store.journal_write(
+            "k", ["n0"], version=new_version(), expected=following, replace=True
+        )
+        history = await store.journal_get("k", history=True)
+        head = await store.journal_head("k")
+        assert history is not None and head is not None
+        assert (history.records, history.start, head.base, head.start) == (["n0"], 0, 0, 0)
+        await store.delete("k")
+        assert await store.journal_get("k", history=True) is None
+
+    @with_journal_store
+    async def test_a_rebase_that_loses_the_comparison_changes_nothing(
+        self, store: JournalStore
+    ) -> None:
+        version = await _create(store, "k", "b0")
+        assert not await store.journal_write(
+            "k",
+            ["b1"],
+            version=new_version(),
+            expected="stale",
+            replace=False,
+            rebase=True,
+            drop_before=1,
+        )
+        entry = await store.journal_get("k", history=True)
+        assert entry is not None and (entry.records, entry.start, entry.version) == (
+            ["b0"],
+            0,
+            version,
+        )
+        with pytest.raises(ValueError, match="rebase"):
+            await store.journal_write(
+                "k", ["x"], version=new_version(), expected=version, replace=True, rebase=True
+            )
+        with pytest.raises(ValueError, match="drop_before"):
+            await store.journal_write(
+                "k", ["x"], version=new_version(), expected=version, replace=False, drop_before=0
+            )
