@@ -163,6 +163,22 @@ class CheckpointDecodeError(CheckpointError):
         )
 
 
+class CheckpointHistoryError(CheckpointError):
+    """A past boundary asked of a checkpoint that does not keep it (never kept: the snapshot
+    layout or history off; or dropped by the history's retention)."""
+
+    code = "CHECKPOINT_HISTORY"
+
+    def __init__(self, key: str, detail: str) -> None:
+        self.key = key
+        self.detail = detail
+        super().__init__(
+            f'Checkpoint "{key}": {detail}. `oma checkpoint history` lists the boundaries it '
+            "keeps; a run keeps them in the journal layout (Redis, PostgreSQL, memory), for "
+            "the retention set in store.history."
+        )
+
+
 class CheckpointValidationError(CheckpointError):
     """The value stored at a checkpoint key is JSON but not a valid checkpoint snapshot.
 

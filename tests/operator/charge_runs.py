@@ -34,9 +34,9 @@ class CountingReads(InMemoryStore):
         super().__init__()
         self.reads: list[str] = []
 
-    async def journal_get(self, key: str) -> JournalEntry | None:
+    async def journal_get(self, key: str, *, history: bool = False) -> JournalEntry | None:
         self.reads.append(key)
-        return await super().journal_get(key)
+        return await super().journal_get(key, history=history)
 
 
 class OlderRunnersHeads(CountingReads):

@@ -107,6 +107,9 @@ JOURNAL_TESTS = {
     "test_racing_appends_from_two_stores_have_one_winner",
     "test_many_records_round_trip",
     "test_the_head_is_the_journal_without_its_records",
+    "test_a_rebase_keeps_the_history_and_reads_from_the_new_base",
+    "test_a_rebase_drops_what_retention_lets_go_and_numbers_do_not_shift",
+    "test_a_rebase_that_loses_the_comparison_changes_nothing",
 }
 
 

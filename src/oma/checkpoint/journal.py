@@ -11,16 +11,26 @@ would have stored, validated by the same rules.
 Every write compares the journal's version (a few bytes) instead of the whole snapshot, so a
 fenced attempt checks that it is still the live writer in one small read (``confirm``). A write
 whose outcome is unknown (the store failed mid-call) is settled by the version at the next one.
+
+A writer with a ``HistoryPolicy`` keeps the run's past: its records are headed and chained
+(``oma.checkpoint.chain``), a compaction or a new attempt's claim appends its base instead of
+replacing the journal (the store's ``rebase``: readers start there, the records before it stay),
+and a base drops only what the policy lets go (``oma.checkpoint.retention``). Every boundary
+kept can be rebuilt (``oma.checkpoint.history``).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from oma import jsonutil
-from oma.checkpoint import delta, delta_diff
+from oma.checkpoint import chain, delta, delta_diff
+from oma.checkpoint.boundary_note import note
 from oma.checkpoint.delta_diff import DeltaEncoder
+from oma.checkpoint.retention import HistoryPolicy, KnownBase, drop_before
 from oma.errors import CheckpointDecodeError, CheckpointFencedError, CheckpointLostError
 from oma.store.journal import JournalEntry, JournalStore, new_version
 
@@ -44,6 +54,33 @@ class StoredCheckpoint:
     bytes: int = 0
     # The document is known to nest no deeper than the load's limit (see ``load_journal``).
     within_depth: bool = False
+    chain: ChainState | None = None  # a journal's: where its next record goes, what it names
+
+
+@dataclass(frozen=True)
+class ChainState:
+    """Where a journal's history stands: the number its next record gets, the ``seq`` and
+    digest of its last record (for a journal with no headers, ``seq`` is the number of records), and
+    the bases a writer may drop records before (``oma.checkpoint.retention``)."""
+
+    end: int = 0
+    seq: int = 0
+    digest: str | None = None
+    bases: tuple[KnownBase, ...] = ()
+
+    @classmethod
+    def of(cls, entry: JournalEntry) -> ChainState:
+        """The state of a journal read from its base."""
+        last = chain.split(entry.records[-1])[0]
+        base = chain.split(entry.records[0])[0]
+        try:
+            seq = chain.parse_header(last).seq if last is not None else 0
+            header = chain.parse_header(base) if base is not None else None
+        except ValueError:
+            seq, header = 0, None  # a damaged header: the chain goes on, ``oma verify`` says so
+        bases = (KnownBase(entry.start, header.seq, header.at),) if header is not None else ()
+        end = entry.start + len(entry.records)
+        return cls(end, seq or end, chain.digest(entry.records[-1]), bases)
 
 
 async def load_journal(
@@ -62,17 +99,18 @@ def assemble_journal(
 ) -> tuple[Any, StoredCheckpoint]:
     """The document of a journal already read (``load_journal`` without the read)."""
     try:
+        base = chain.body(entry.records[0])
         if depth_limit is None:
-            document, within = jsonutil.loads(entry.records[0]), False
+            document, within = jsonutil.loads(base), False
         else:
-            document, within = jsonutil.loads_within(entry.records[0], depth_limit)
+            document, within = jsonutil.loads_within(base, depth_limit)
     except ValueError as exc:
         raise CheckpointDecodeError(key, f"journal base: {exc}") from exc
     if not isinstance(document, dict):
         raise CheckpointDecodeError(key, "journal base is not a JSON object")
     for number, record in enumerate(entry.records[1:], start=1):
         try:
-            ops = jsonutil.loads(record)
+            ops = jsonutil.loads(chain.body(record))
             if not isinstance(ops, list):
                 raise ValueError("a journal record is a JSON array of operations")
             if within and depth_limit is not None:
@@ -80,9 +118,12 @@ def assemble_journal(
             else:
                 delta.apply(document, ops)
         except ValueError as exc:
-            raise CheckpointDecodeError(key, f"journal record {number}: {exc}") from exc
+            raise CheckpointDecodeError(
+                key, f"journal record {entry.start + number}: {exc}"
+            ) from exc
     size = sum(len(record) for record in entry.records)
-    stored = StoredCheckpoint("journal", entry.version, len(entry.records), size, within)
+    state = ChainState.of(entry)
+    stored = StoredCheckpoint("journal", entry.version, len(entry.records), size, within, state)
     return document, stored
 
 
@@ -110,12 +151,16 @@ def _thinned(task: Any) -> Any:
     return {**task, "messages": []} if _doubled(task) else task
 
 
+_Mode = Literal["append", "rebase", "replace"]
+
+
 @dataclass
 class _Written:
     version: str
     document: dict[str, Any]
     base_bytes: int
     tail_bytes: int
+    chain: ChainState
 
 
 def _ids(items: Any, field: str) -> list[str]:
@@ -129,16 +174,33 @@ def _ids(items: Any, field: str) -> list[str]:
 class JournalWriter:
     """One attempt's writes of a checkpoint journal. ``fenced``: every write compares the
     version this attempt wrote last, and losing that comparison stops the attempt; otherwise
-    a lost comparison (another writer) makes this writer replace the journal (last one wins)."""
+    a lost comparison (another writer) makes this writer replace the journal (last one wins).
+    ``history``: keep the run's past (see the module); ``None`` replaces the journal at each
+    compaction and writes records without headers (the form before histories)."""
 
-    def __init__(self, store: JournalStore, key: str, *, fenced: bool) -> None:
+    def __init__(
+        self,
+        store: JournalStore,
+        key: str,
+        *,
+        fenced: bool,
+        history: HistoryPolicy | None = None,
+    ) -> None:
         self.store = store
         self.key = key
         self.fenced = fenced
+        self.history = history
         self.superseded = False
         self.current: _Written | None = None  # what this attempt believes is stored
         self._unknown: _Written | None = None  # a failed write that may have landed anyway
+        self._adopted: StoredCheckpoint | None = None  # loaded, not claimed: continued
         self._deltas = DeltaEncoder()
+
+    def adopt(self, loaded: StoredCheckpoint | None) -> None:
+        """Continue the journal a restore loaded without claiming it (an unfenced run): the
+        first save appends a base to it (keeping its history) instead of replacing it."""
+        if loaded is not None and loaded.layout == "journal" and self.current is None:
+            self._adopted = loaded
 
     @staticmethod
     def _with_progress(wire: dict[str, Any], metadata: dict[str, Any]) -> dict[str, Any]:
@@ -171,8 +233,13 @@ class JournalWriter:
         self, wire: dict[str, Any], metadata: dict[str, Any], loaded: StoredCheckpoint | None
     ) -> bool:
         """Take the run over from what was loaded, writing a new base; ``False`` if it changed."""
-        expected = loaded.token if loaded is not None and loaded.layout == "journal" else None
-        return await self._write(wire, metadata, expected=expected, replace=True) is not None
+        if loaded is not None and loaded.layout == "journal":
+            chain_state = loaded.chain or ChainState()
+            written = await self._write(
+                wire, metadata, expected=loaded.token, mode="rebase", began=True, on=chain_state
+            )
+            return written is not None
+        return await self._write(wire, metadata, expected=None, mode="replace") is not None
 
     async def save(
         self, wire: dict[str, Any], metadata: dict[str, Any], attempt: int | None
@@ -180,14 +247,20 @@ class JournalWriter:
         await self._settle()
         current = self.current
         if current is None:
-            await self._replace_or_stop(wire, metadata, None, attempt)
+            adopted, self._adopted = self._adopted, None
+            if adopted is not None:
+                await self._replace_or_stop(
+                    wire, metadata, adopted.token, attempt, on=adopted.chain or ChainState()
+                )
+            else:
+                await self._replace_or_stop(wire, metadata, None, attempt)
             return
         record = jsonutil.dumps(delta.relative(self._deltas.diff(current.document, wire)))
         if current.tail_bytes + len(record) > max(current.base_bytes * COMPACT_RATIO, 1):
             await self._replace_or_stop(wire, metadata, current.version, attempt)
             return
         written = await self._write(
-            wire, metadata, expected=current.version, replace=False, record=record
+            wire, metadata, expected=current.version, mode="append", record=record
         )
         if written is None:
             await self._lost(wire, metadata, attempt)
@@ -219,8 +292,12 @@ class JournalWriter:
         metadata: dict[str, Any],
         expected: str | None,
         attempt: int | None,
+        on: ChainState | None = None,
     ) -> None:
-        if await self._write(wire, metadata, expected=expected, replace=True) is None:
+        """A new base: appended to the journal this attempt continues (``on``, or what it
+        wrote) when it keeps history and there is one; else the journal replaced."""
+        mode: _Mode = "rebase" if expected is not None else "replace"
+        if await self._write(wire, metadata, expected=expected, mode=mode, on=on) is None:
             await self._lost(wire, metadata, attempt)
 
     async def _lost(
@@ -228,7 +305,7 @@ class JournalWriter:
     ) -> None:
         """The comparison failed: another writer (or a delete) came in between."""
         if not self.fenced:
-            await self._write(wire, metadata, expected=None, replace=True, force=True)
+            await self._write(wire, metadata, expected=None, mode="replace", force=True)
             return
         self.superseded = True
         vanished = False
@@ -248,19 +325,41 @@ class JournalWriter:
         metadata: dict[str, Any],
         *,
         expected: str | None,
-        replace: bool,
+        mode: _Mode,
         force: bool = False,
         record: str | None = None,
+        began: bool = False,
+        on: ChainState | None = None,
     ) -> _Written | None:
+        """One write: ``record`` appended, or a base (``rebase`` with history, else a
+        replacement). ``on``: the chain to continue when this attempt has written nothing."""
         version = new_version()
         metadata = self._with_progress(wire, metadata)
         texts = [record] if record is not None else base_records(wire)
         current = self.current
-        size = sum(len(text) for text in texts)
-        if replace or current is None:
-            written = _Written(version, wire, size, 0)
+        state = on if on is not None else current.chain if current is not None else ChainState()
+        rebase = mode == "rebase" and self.history is not None
+        replace = mode == "replace" or (mode == "rebase" and self.history is None)
+        drop: int | None = None
+        if self.history is not None:
+            previous = current.document if current is not None and on is None else None
+            texts, state = self._chained(
+                texts, state, wire, previous, began, replace=replace, is_base=record is None
+            )
+            metadata = {**metadata, "history": {"seq": state.seq, "digest": state.digest}}
+            if rebase:
+                drop = drop_before(self.history, state.bases, state.seq, state.bases[-1].at)
+                if drop is not None:
+                    kept = tuple(b for b in state.bases if b.number >= drop)
+                    state = dataclasses.replace(state, bases=kept)
         else:
-            written = _Written(version, wire, current.base_bytes, current.tail_bytes + size)
+            start = 0 if replace else state.end
+            state = ChainState(start + len(texts), state.seq + 1, None, ())
+        size = sum(len(text) for text in texts)
+        if replace or rebase or current is None:
+            written = _Written(version, wire, size, 0, state)
+        else:
+            written = _Written(version, wire, current.base_bytes, current.tail_bytes + size, state)
         try:
             ok = await self.store.journal_write(
                 self.key,
@@ -270,6 +369,8 @@ class JournalWriter:
                 replace=replace,
                 force=force,
                 metadata=metadata,
+                rebase=rebase,
+                drop_before=drop,
             )
         except Exception:
             self._unknown = written
@@ -278,6 +379,45 @@ class JournalWriter:
             return None
         self.current, self._unknown = written, None
         return written
+
+    def _chained(
+        self,
+        texts: list[str],
+        state: ChainState,
+        wire: dict[str, Any],
+        previous: dict[str, Any] | None,
+        began: bool,
+        *,
+        replace: bool,
+        is_base: bool,
+    ) -> tuple[list[str], ChainState]:
+        """``texts`` headed and chained after ``state`` (a replacement starts a new chain,
+        its numbers from 0, its ``seq`` going on), and the state after them."""
+        at = int(time.time() * 1000)
+        seq = state.seq + 1
+        task, what = note(previous, wire, began=began or previous is None)
+        identity = wire.get("identity")
+        attempt = identity.get("attempt") if isinstance(identity, dict) else None
+        number = 0 if replace else state.end
+        prev = None if replace else state.digest
+        out: list[str] = []
+        for index, text in enumerate(texts):
+            kind: chain.Kind = "delta" if not is_base else "base" if index == 0 else "more"
+            header = chain.RecordHeader(
+                seq=seq,
+                prev=prev,
+                at=at,
+                attempt=attempt if isinstance(attempt, int) and attempt >= 1 else None,
+                kind=kind,
+                task=task,
+                what=what,
+            )
+            out.append(chain.headed(header, text))
+            prev = chain.digest(out[-1])
+        bases = state.bases if not replace else ()
+        if is_base:
+            bases = (*bases, KnownBase(number, seq, at))
+        return out, ChainState(number + len(out), seq, prev, bases)
 
     async def _settle(self) -> None:
         """After a write that failed: adopt it if it landed; else write from what is known."""

@@ -49,6 +49,7 @@ def activate(options: CheckpointOptions, team: Team, fallback_store: MemoryStore
             fence=options.fence,
             attempt_log=options.attempt_log,
             journal=options.journal,
+            history=options.history,
         ),
         checkpoint=checkpoint,
     )

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from oma.checkpoint.retention import HistoryPolicy
 from oma.store.base import MemoryStore
 
 
@@ -26,6 +27,11 @@ class CheckpointOptions:
     boundary writes what changed instead of the whole snapshot (``oma.checkpoint.journal``).
     Off by default for the same reason (the reference reads only whole snapshots); ``oma run``
     and the runner turn it on. A run resumed keeps the layout it was found in.
+
+    ``history``: a journal keeps the run's past boundaries, chained, for this retention
+    (``oma.checkpoint.retention``; the default keeps every one until the checkpoint is
+    deleted), so ``oma checkpoint history`` lists them and any one can be rebuilt; ``None``
+    keeps only the latest (compaction replaces the journal). Only the journal layout has it.
     """
 
     enabled: bool = True
@@ -35,6 +41,7 @@ class CheckpointOptions:
     fence: bool = False
     attempt_log: bool = False
     journal: bool = False
+    history: HistoryPolicy | None = field(default_factory=HistoryPolicy)
 
 
 CheckpointArg = bool | CheckpointOptions | None

@@ -21,6 +21,7 @@ import time
 from oma.checkpoint.attempts import append_attempt, attempt_record
 from oma.checkpoint.journal import JournalWriter, StoredCheckpoint
 from oma.checkpoint.manager import Checkpoint
+from oma.checkpoint.retention import HistoryPolicy
 from oma.checkpoint.snapshot import CheckpointSnapshotV4
 from oma.errors import CheckpointFencedError, CheckpointLostError
 from oma.orchestrator.context import RunContext
@@ -48,15 +49,17 @@ class ActiveCheckpoint:
         fence: bool = False,
         attempt_log: bool = False,
         journal: bool = False,
+        history: HistoryPolicy | None = None,
     ) -> None:
         self.checkpoint = checkpoint
         self.embed_shared_memory = embed_shared_memory
         store = checkpoint.store
         self.fenced_saves = fence and supports_compare_and_set(store)
         self.fence_unavailable = fence and not self.fenced_saves
+        self.history = history
         self.journal: JournalWriter | None = None
         if journal and supports_journal(store):
-            self.journal = JournalWriter(store, checkpoint.key, fenced=self.fenced_saves)
+            self.journal = self._journal_writer()
         self.superseded = False
         self.expected: str | None = None  # what this attempt believes is stored
         self._unknown: str | None = None  # a failed write that may have landed anyway
@@ -104,6 +107,8 @@ class ActiveCheckpoint:
         The run stays in the layout it was found in."""
         self._keep_layout(loaded)
         if not self.fenced_saves:
+            if self.journal is not None:
+                self.journal.adopt(loaded)
             return True
         async with self._lock:
             logged = await self._attempt_snapshot(context)
@@ -180,9 +185,16 @@ class ActiveCheckpoint:
             return
         store = self.checkpoint.store
         if loaded.layout == "journal" and self.journal is None and supports_journal(store):
-            self.journal = JournalWriter(store, self.checkpoint.key, fenced=self.fenced_saves)
+            self.journal = self._journal_writer()
         elif loaded.layout == "snapshot":
             self.journal = None
+
+    def _journal_writer(self) -> JournalWriter:
+        store = self.checkpoint.store
+        assert supports_journal(store)
+        return JournalWriter(
+            store, self.checkpoint.key, fenced=self.fenced_saves, history=self.history
+        )
 
     async def _journal_save(self, encoded: EncodedSnapshot, attempt: int) -> None:
         assert self.journal is not None

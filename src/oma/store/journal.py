@@ -122,6 +122,8 @@ def check_write(
     if force and not replace:
         raise ValueError("force applies to a replacing write only: appends are always compared")
     if rebase and replace:
-        raise ValueError("rebase applies to an append: a replacing write's first record is the base")
+        raise ValueError(
+            "rebase applies to an append: a replacing write's first record is the base"
+        )
     if drop_before is not None and (not rebase or drop_before < 0):
         raise ValueError("drop_before is a record number >= 0 and applies to a rebasing append")

@@ -313,9 +313,7 @@ class RedisStore:
                 if found[0] is None:
                     return []
                 return [*found[:3], span if first is None else first, *(found[3] if names else [])]
-        rows: Sequence[Any] = await self._journal_read(
-            self._keys, [field, "h" if history else "b"]
-        )
+        rows: Sequence[Any] = await self._journal_read(self._keys, [field, "h" if history else "b"])
         return rows
 
     def _damaged_numbers(self, raw: Any) -> str:

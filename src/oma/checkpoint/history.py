@@ -1,0 +1,222 @@
+"""A checkpoint journal's history read back: its boundaries, any one rebuilt, its chain checked.
+
+Built from every record the journal keeps (``journal_get(key, history=True)``), headed and
+chained as ``oma.checkpoint.chain`` writes them. A record without a header (written before
+histories, or with history off) counts as its own boundary, numbered by its position.
+``rebuild(seq)`` applies the records from the last base at or before ``seq`` through the last
+record of ``seq``: the document saved then. ``verify()`` names each record that was changed, is
+unreadable or does not follow the one before; the journal's metadata vouches for the last one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from oma import jsonutil
+from oma.checkpoint import chain, delta
+from oma.checkpoint.chain import RecordHeader
+from oma.errors import CheckpointDecodeError, CheckpointHistoryError
+from oma.store.journal import JournalEntry, JournalStore
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """One saved boundary: ``numbers`` are its records' numbers in the journal."""
+
+    seq: int
+    at: int | None
+    attempt: int | None
+    kind: str  # "base": a whole snapshot; "delta": the changes since the boundary before
+    task: str | None
+    what: str
+    numbers: tuple[int, ...]
+    bytes: int
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A record ``verify`` found wrong: its number, its boundary when known, what is wrong."""
+
+    number: int
+    seq: int | None
+    problem: str
+
+
+@dataclass
+class _Record:
+    number: int
+    text: str
+    header: RecordHeader | None
+    header_problem: str | None
+    seq: int
+    kind: str
+
+
+@dataclass
+class History:
+    """The records a journal keeps, with their headers read."""
+
+    key: str
+    entry: JournalEntry
+    records: list[_Record] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, entry: JournalEntry) -> History:
+        history = cls(entry.key, entry)
+        for number, text in enumerate(entry.records, start=entry.start):
+            line, body = chain.split(text)
+            header: RecordHeader | None = None
+            problem: str | None = None
+            if line is not None:
+                try:
+                    header = chain.parse_header(line)
+                except ValueError as exc:
+                    problem = str(exc)
+            if header is not None:
+                seq, kind = header.seq, header.kind
+            else:  # no header, or one unreadable: placed by position (verify names it)
+                seq = history.records[-1].seq + 1 if history.records else number + 1
+                kind = "base" if body.startswith("{") else "delta"
+            history.records.append(_Record(number, text, header, problem, seq, kind))
+        return history
+
+    @property
+    def chained(self) -> bool:
+        """Whether the journal keeps a history (its records carry headers)."""
+        return any(r.header is not None for r in self.records)
+
+    def boundaries(self) -> list[Boundary]:
+        """Every boundary kept, oldest first."""
+        grouped: dict[int, list[_Record]] = {}
+        for record in self.records:
+            grouped.setdefault(record.seq, []).append(record)
+        out = []
+        for seq, records in grouped.items():
+            header = records[0].header
+            out.append(
+                Boundary(
+                    seq=seq,
+                    at=header.at if header else None,
+                    attempt=header.attempt if header else None,
+                    kind="base" if records[0].kind == "base" else "delta",
+                    task=header.task if header else None,
+                    what=header.what if header else records[0].header_problem or "",
+                    numbers=tuple(r.number for r in records),
+                    bytes=sum(len(r.text) for r in records),
+                )
+            )
+        return out
+
+    def rebuild(self, seq: int) -> dict[str, Any]:
+        """The snapshot document saved at boundary ``seq``."""
+        last = max((i for i, r in enumerate(self.records) if r.seq == seq), default=None)
+        if last is None:
+            raise CheckpointHistoryError(self.key, self._not_kept(seq))
+        first = max((i for i in range(last + 1) if self.records[i].kind == "base"), default=None)
+        if first is None:
+            raise CheckpointHistoryError(
+                self.key, f"boundary {seq} has no base before it among the records kept"
+            )
+        document: Any = None
+        for record in self.records[first : last + 1]:
+            document = self._apply(document, record)
+        assert isinstance(document, dict)
+        return document
+
+    def _apply(self, document: Any, record: _Record) -> Any:
+        try:
+            parsed = jsonutil.loads(chain.split(record.text)[1])
+            if record.kind == "base":
+                if not isinstance(parsed, dict):
+                    raise ValueError("a base is a JSON object")
+                return parsed
+            if not isinstance(parsed, list):
+                raise ValueError("a delta is a JSON array of operations")
+            delta.apply(document, parsed)
+            return document
+        except ValueError as exc:
+            raise CheckpointDecodeError(self.key, f"journal record {record.number}: {exc}") from exc
+
+    def _not_kept(self, seq: int) -> str:
+        if not self.records:
+            return f"boundary {seq} is not kept: the journal has no records"
+        return (
+            f"boundary {seq} is not kept: this journal keeps boundaries "
+            f"{self.records[0].seq} to {self.records[-1].seq}"
+        )
+
+    def verify(self) -> list[Finding]:
+        """Every record found changed, unreadable or out of place (empty: the chain holds)."""
+        found: dict[int, Finding] = {}
+
+        def name(index: int, problem: str) -> None:
+            record = self.records[index]
+            found.setdefault(record.number, Finding(record.number, record.seq, problem))
+
+        chained = self.chained
+        for index, record in enumerate(self.records):
+            if record.header_problem is not None:
+                name(index, record.header_problem)
+            elif chained and record.header is None:
+                name(index, "it has no header in a journal whose records are chained")
+        # Link i joins record i - 1 to record i (link 0: the first record's own prev; link
+        # len: the metadata's digest of the last). A changed record breaks the link after it;
+        # a changed prev breaks the links on both sides of its record.
+        broken, explained = self._broken_links(), set()
+        changed = "its content is not what the chain recorded (changed after it was written)"
+        for link in sorted(broken):
+            if link in explained:
+                continue
+            if link == 0 or link == len(self.records) or link + 1 in broken:
+                culprit = min(link, len(self.records) - 1)
+                explained.add(link + 1)
+            else:
+                culprit = link - 1
+            name(culprit, changed)
+        self._check_order(name)
+        self._check_bodies(name)
+        return sorted(found.values(), key=lambda f: f.number)
+
+    def _broken_links(self) -> set[int]:
+        """Indexes i whose record does not name the digest of record i - 1 (i = len: the
+        journal's metadata does not name the last record's)."""
+        broken: set[int] = set()
+        for index in range(1, len(self.records)):
+            header = self.records[index].header
+            if header is not None and header.prev != chain.digest(self.records[index - 1].text):
+                broken.add(index)
+        first = self.records[0].header if self.records else None
+        if first is not None and self.entry.start == 0 and first.prev is not None:
+            broken.add(0)  # the journal's first record names one before it
+        vouched = (self.entry.metadata or {}).get("history")
+        last = chain.digest(self.records[-1].text) if self.records else None
+        if self.chained and isinstance(vouched, dict) and vouched.get("digest") != last:
+            broken.add(len(self.records))
+        return broken
+
+    def _check_order(self, name: Any) -> None:
+        for index in range(1, len(self.records)):
+            before, record = self.records[index - 1], self.records[index]
+            if record.header is None or before.header is None:
+                continue
+            expected = before.seq if record.kind == "more" else before.seq + 1
+            if record.seq != expected:
+                name(index, f"its boundary is {record.seq} where {expected} was expected")
+
+    def _check_bodies(self, name: Any) -> None:
+        document: Any = None
+        for index, record in enumerate(self.records):
+            if record.kind != "base" and document is None:
+                continue  # kept records that start after a base dropped: nothing to apply to
+            try:
+                document = self._apply(document, record)
+            except CheckpointDecodeError as exc:
+                name(index, exc.detail)
+                document = None
+
+
+async def read_history(store: JournalStore, key: str) -> History | None:
+    """The history of the journal at ``key``, or ``None`` when there is no journal."""
+    entry = await store.journal_get(key, history=True)
+    return History.of(entry) if entry is not None else None

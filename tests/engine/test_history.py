@@ -1,0 +1,211 @@
+"""A run's past kept in its journal: every boundary listed, rebuilt as it was saved, checked.
+
+Real runs (a scripted model, a real tool) into the in-memory store and the server stores;
+every save is recorded as the saver handed it to the journal, and each boundary the history
+rebuilds is compared with that recording, byte for byte.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from oma import jsonutil
+from oma.checkpoint import Checkpoint, chain
+from oma.checkpoint.history import History, read_history
+from oma.checkpoint.journal import JournalWriter
+from oma.checkpoint.keys import checkpoint_key
+from oma.checkpoint.retention import HistoryPolicy
+from oma.errors import CheckpointHistoryError, ModelUnavailableError
+from oma.llm.scripted import ScriptedAdapter
+from oma.llm.types import ChatRequest, ChatResponse
+from oma.orchestrator import CheckpointOptions, OpenMultiAgent
+from oma.store import InMemoryStore, JournalStore
+from oma.store.postgres import PostgresStore
+from oma.store.redis import RedisStore
+from oma.team import AgentConfig, Team
+from oma.tools import ToolContext, define_tool
+from tests.servers.postgres_server import PostgresServer
+from tests.servers.redis_server import RedisServer
+from tests.stores.conftest import unique_name
+
+RUN_ID = "history-run"
+
+
+class NoteInput(BaseModel):
+    note: str
+
+
+async def _note(args: NoteInput, ctx: ToolContext) -> str:
+    return f"noted {args.note}"
+
+
+class StopsAt:
+    """Scripted tool-calling turns, then a provider outage at turn ``stop`` (the run parks)."""
+
+    name = "stops-at"
+
+    def __init__(self, turns: int, stop: int | None) -> None:
+        script: list[dict[str, Any]] = [
+            {"tool_calls": [{"id": f"c{i}", "name": "note", "input": {"note": f"n{i} " * 30}}]}
+            for i in range(turns)
+        ]
+        self.script = ScriptedAdapter([*script, {"text": "done"}])
+        self.stop, self.calls = stop, 0
+
+    async def chat(self, request: ChatRequest) -> ChatResponse:
+        self.calls += 1
+        if self.stop is not None and self.calls >= self.stop:
+            raise ModelUnavailableError("the test's outage")
+        return await self.script.chat(request)
+
+
+@pytest.fixture
+def recorded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every snapshot a journal writer was handed (saves and claims), as JSON text."""
+    saved: list[str] = []
+    save, claim = JournalWriter.save, JournalWriter.claim
+
+    async def recording_save(self: JournalWriter, wire: Any, *args: Any) -> None:
+        saved.append(jsonutil.dumps(wire))
+        await save(self, wire, *args)
+
+    async def recording_claim(self: JournalWriter, wire: Any, *args: Any) -> bool:
+        saved.append(jsonutil.dumps(wire))
+        return await claim(self, wire, *args)
+
+    monkeypatch.setattr(JournalWriter, "save", recording_save)
+    monkeypatch.setattr(JournalWriter, "claim", recording_claim)
+    return saved
+
+
+async def _run(
+    store: JournalStore,
+    model: StopsAt,
+    *,
+    history: HistoryPolicy | None = HistoryPolicy(),  # noqa: B008  # frozen: shared safely
+    restore: bool = False,
+) -> None:
+    note = define_tool("note", "Note a finding.", NoteInput, _note)
+    worker = AgentConfig(name="worker", adapter=model, max_turns=200, tools=[note])
+    team = Team(name="history", agents=[worker])
+    options = CheckpointOptions(
+        store=store, run_id=RUN_ID, fence=True, journal=True, history=history
+    )
+    oma = OpenMultiAgent(park_on_model_outage=True)
+    with contextlib.suppress(ModelUnavailableError):
+        if restore:
+            await oma.restore(team, checkpoint=options)
+        else:
+            await oma.run_tasks(
+                team, [{"title": "Long", "description": "Many turns."}], checkpoint=options
+            )
+
+
+@pytest.fixture(params=["memory", "redis", "postgres"])
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[JournalStore]:
+    if request.param == "memory":
+        yield InMemoryStore()
+        return
+    made: RedisStore | PostgresStore
+    if request.param == "redis":
+        redis: RedisServer = request.getfixturevalue("redis_server")
+        made = RedisStore(redis.url, namespace=unique_name("hist"))
+    else:
+        postgres: PostgresServer = request.getfixturevalue("postgres_server")
+        made = PostgresStore(postgres.dsn(), schema=unique_name("hist"))
+    try:
+        yield made
+    finally:
+        await made.clear()
+        await made.aclose()
+
+
+async def test_every_boundary_of_a_resumed_run_is_rebuilt_as_it_was_saved(
+    store: JournalStore, recorded: list[str]
+) -> None:
+    await _run(store, StopsAt(60, stop=40))
+    first_attempt = len(recorded)
+    await _run(store, StopsAt(60, stop=None), restore=True)
+    history = await read_history(store, checkpoint_key(RUN_ID))
+    assert history is not None
+    boundaries = history.boundaries()
+    assert [b.seq for b in boundaries] == list(range(1, len(recorded) + 1))
+    for boundary, saved in zip(boundaries, recorded, strict=True):
+        assert jsonutil.dumps(history.rebuild(boundary.seq)) == saved, boundary
+    # compactions and the claim appended bases instead of replacing what came before
+    bases = [b for b in boundaries if b.kind == "base"]
+    assert len(bases) >= 3 and boundaries[0].kind == "base"
+    claim = boundaries[first_attempt]
+    assert (claim.kind, claim.attempt, claim.what) == ("base", 2, "attempt 2 began")
+    assert {b.attempt for b in boundaries} == {1, 2}
+    assert any(b.what == "1 tool call committed" for b in boundaries)
+    assert [b.what for b in boundaries[-2:]] == ["task completed", "run finished"]
+    assert history.verify() == []
+    # the latest, as a restore reads it, is the last boundary
+    latest = await Checkpoint(store, run_id=RUN_ID).load_latest()
+    assert latest is not None and latest.to_json() == recorded[-1]
+
+
+async def test_one_flipped_byte_is_found_at_exactly_its_record(recorded: list[str]) -> None:
+    store = InMemoryStore()
+    await _run(store, StopsAt(12, stop=None))
+    key = checkpoint_key(RUN_ID)
+    entry = await store.journal_get(key, history=True)
+    assert entry is not None
+    count = len(entry.records)
+    for number in range(count):
+        for where in ("header", "body", "prev"):
+            text = entry.records[number]
+            line, _ = chain.split(text)
+            assert line is not None
+            if where == "header":
+                at = text.index('"what":"') + 9
+            elif where == "prev":
+                if '"prev":null' in text[: len(line)]:
+                    continue
+                at = text.index('"prev":"') + 10
+            else:
+                at = len(line) + 1 + (len(text) - len(line)) // 2
+            flipped = text[:at] + chr(ord(text[at]) ^ 1) + text[at + 1 :]
+            damaged = entry.model_copy(
+                update={"records": [*entry.records[:number], flipped, *entry.records[number + 1 :]]}
+            )
+            findings = History.of(damaged).verify()
+            assert [f.number for f in findings] == [number], (number, where, findings)
+
+
+async def test_retention_keeps_the_boundaries_asked_and_every_one_still_rebuilds(
+    recorded: list[str],
+) -> None:
+    store = InMemoryStore()
+    await _run(store, StopsAt(80, stop=None), history=HistoryPolicy(keep=10))
+    history = await read_history(store, checkpoint_key(RUN_ID))
+    assert history is not None
+    boundaries = history.boundaries()
+    seqs = [b.seq for b in boundaries]
+    assert seqs[-1] == len(recorded)
+    assert len(recorded) - 10 + 1 >= seqs[0] > 1  # at least the last 10, not everything
+    assert boundaries[0].kind == "base" and history.entry.start > 0
+    for boundary in boundaries:
+        assert jsonutil.dumps(history.rebuild(boundary.seq)) == recorded[boundary.seq - 1]
+    assert history.verify() == []  # a dropped past is not a broken chain
+    with pytest.raises(CheckpointHistoryError, match=r"boundary 1 is not kept: this journal keeps boundaries"):
+        history.rebuild(1)
+
+
+async def test_history_off_keeps_the_latest_only_in_the_old_record_form(
+    recorded: list[str],
+) -> None:
+    store = InMemoryStore()
+    await _run(store, StopsAt(40, stop=None), history=None)
+    entry = await store.journal_get(checkpoint_key(RUN_ID), history=True)
+    assert entry is not None and entry.start == 0
+    assert not any(r.startswith(chain.HEADER_START) for r in entry.records)
+    assert len(entry.records) < len(recorded)  # compactions replaced the journal
+    latest = await Checkpoint(store, run_id=RUN_ID).load_latest()
+    assert latest is not None and latest.to_json() == recorded[-1]
