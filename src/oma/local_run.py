@@ -28,7 +28,7 @@ from oma.orchestrator.options import CheckpointOptions
 from oma.orchestrator.orchestrator import OpenMultiAgent
 from oma.orchestrator.results import TeamRunResult
 from oma.pod_contract import EXIT_BY_STATUS, Exit
-from oma.spec import RunSpec
+from oma.spec import HistorySpec, RunSpec
 from oma.store.base import MemoryStore, close_store
 from oma.tools.define import AnyTool
 from oma.tools.mcp import record as mcp_record
@@ -116,6 +116,7 @@ async def run_spec(
             fence=True,
             attempt_log=True,
             journal=spec.store is None or spec.store.layout == "journal",
+            history=(spec.store.history if spec.store else HistorySpec()).policy(),
         )
         orchestrator = OpenMultiAgent(
             on_progress=tally.see,

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic.alias_generators import to_camel
 
 from oma.budget.limits import RunBudget
+from oma.checkpoint.retention import HistoryPolicy
 from oma.errors import OmaError
 from oma.store.names import POSTGRES_IDENTIFIER, REDIS_NAMESPACE
 from oma.store.prefixed import SCOPE_PATTERN
@@ -156,6 +157,33 @@ class PostgresStoreSpec(SpecModel):
         return self.table if "table" in self.model_fields_set else None
 
 
+class HistorySpec(SpecModel):
+    """How long a journal keeps the run's past boundaries (``oma checkpoint history``)."""
+
+    enabled: bool = Field(
+        default=True,
+        description="Keep past boundaries, chained (journal layout only); false keeps the "
+        "latest only, as before histories.",
+    )
+    keep: int | None = Field(
+        default=None,
+        ge=1,
+        description="Boundaries kept behind the latest; older ones go at the next compaction.",
+    )
+    max_age_seconds: int | None = Field(
+        default=None,
+        gt=0,
+        description="Seconds a boundary is kept; older ones go at the next compaction. With "
+        "neither limit, every boundary is kept until the checkpoint is deleted.",
+    )
+
+    def policy(self) -> HistoryPolicy | None:
+        """The writer's retention, or ``None`` when history is off."""
+        if not self.enabled:
+            return None
+        return HistoryPolicy(keep=self.keep, max_age_seconds=self.max_age_seconds)
+
+
 class StoreSpec(SpecModel):
     """Exactly one backend; ``redact`` scrubs secrets before they are stored (lossy, and it
     rules out durable approvals, which need the verbatim content)."""
@@ -173,6 +201,10 @@ class StoreSpec(SpecModel):
         "memory): journal (a snapshot, then one delta per boundary) or snapshot (the whole "
         "snapshot at every boundary, what the TypeScript reference reads). A run resumed keeps "
         "the layout it was found in; a file store always keeps snapshots.",
+    )
+    history: HistorySpec = Field(
+        default_factory=HistorySpec,
+        description="Past boundaries kept in the journal (default: every one).",
     )
     tenant: str | None = Field(
         default=None,

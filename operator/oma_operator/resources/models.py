@@ -125,6 +125,25 @@ class PostgresRef(SpecModel):
     )
 
 
+class TeamRunHistory(SpecModel):
+    """Retention of the checkpoint's past boundaries (journal layout)."""
+
+    enabled: bool = Field(
+        default=True, description="Keep past boundaries; false keeps the latest only."
+    )
+    keep: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description="Boundaries kept behind the latest; older ones go at the next compaction.",
+    )
+    max_age_seconds: int | None = Field(
+        default=None,
+        gt=0,
+        description="Seconds a boundary is kept; older ones go at the next compaction.",
+    )
+
+
 class TeamRunStore(SpecModel):
     """Exactly one of ``redis`` or ``postgres`` (checked by the API server)."""
 
@@ -141,6 +160,12 @@ class TeamRunStore(SpecModel):
         "durable boundary: the bytes written stay a small multiple of the snapshot) or snapshot "
         "(the whole snapshot at every boundary, what the TypeScript reference reads). A run "
         "keeps the layout it started with; a redacting store keeps snapshots.",
+    )
+    history: TeamRunHistory = Field(
+        default_factory=TeamRunHistory,
+        description="Past boundaries the journal keeps (`oma checkpoint history`): every one "
+        "by default, kept in the store after the TeamRun is gone until the checkpoint is "
+        "deleted (`oma checkpoint delete` or `prune`).",
     )
 
 
@@ -523,6 +548,7 @@ def to_run_spec(spec: TeamRunSpec, namespace: str) -> dict[str, Any]:
     store["redact"] = spec.store.redact
     store["tenant"] = namespace
     store["layout"] = spec.store.layout
+    store["history"] = spec.store.history.model_dump(by_alias=True, exclude_none=True)
     run: dict[str, Any] = {
         "mode": spec.mode,
         "agents": agents,

@@ -17,7 +17,8 @@ from oma import jsonutil
 from oma.checkpoint import chain, delta
 from oma.checkpoint.chain import RecordHeader
 from oma.errors import CheckpointDecodeError, CheckpointHistoryError
-from oma.store.journal import JournalEntry, JournalStore
+from oma.store.base import MemoryStore
+from oma.store.journal import JournalEntry, JournalStore, supports_journal
 
 
 @dataclass(frozen=True)
@@ -220,3 +221,22 @@ async def read_history(store: JournalStore, key: str) -> History | None:
     """The history of the journal at ``key``, or ``None`` when there is no journal."""
     entry = await store.journal_get(key, history=True)
     return History.of(entry) if entry is not None else None
+
+
+async def load_history(store: MemoryStore, key: str) -> History | None:
+    """The history of the checkpoint at ``key`` (``None``: no checkpoint there);
+    ``CheckpointHistoryError`` when it is kept in a form that keeps no past."""
+    if not supports_journal(store):
+        if await store.get(key) is None:
+            return None
+        raise CheckpointHistoryError(
+            key, "it is kept in a store without journals (a file store keeps the latest only)"
+        )
+    history = await read_history(store, key)
+    if history is None:
+        if await store.get(key) is None:
+            return None
+        raise CheckpointHistoryError(
+            key, "it is kept as a whole snapshot (layout: snapshot), which keeps no past"
+        )
+    return history

@@ -1,12 +1,14 @@
-"""``oma checkpoint``: list, show, export, delete and prune the checkpoints in a store.
+"""``oma checkpoint``: list, show, export, delete and prune the checkpoints in a store, and
+list the past boundaries a run's journal keeps (``history``; ``show``/``export --at SEQ``).
 
 The store is ``--store URL``, else ``$OMA_STORE_URL``, else the file ``oma run`` uses by default
 (``.oma/<run-id>.json``) when it exists.
 
-Exit codes: 0 done; 1 no checkpoint for that run; 2 bad input (no store, bad URL, unreachable
-store, an ``export -o`` file that cannot be written, ``delete`` or ``prune`` without ``--yes``
-when not interactive, a bad ``--older-than``); 3 the stored checkpoint or attempt log is
-unreadable (the message says what is wrong; ``export`` still writes the raw value).
+Exit codes: 0 done; 1 no checkpoint for that run (or not the boundary ``--at`` asks for); 2 bad
+input (no store, bad URL, unreachable store, an ``export -o`` file that cannot be written,
+``delete`` or ``prune`` without ``--yes`` when not interactive, a bad ``--older-than``); 3 the
+stored checkpoint or attempt log is unreadable (the message says what is wrong; ``export``
+still writes the raw value).
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ from rich.markup import escape
 
 from oma import jsonutil
 from oma.checkpoint.attempts import load_attempt_log
+from oma.checkpoint.history import Boundary, History, load_history
 from oma.checkpoint.journal import load_journal
 from oma.checkpoint.keys import checkpoint_key
 from oma.checkpoint.manager import Checkpoint
+from oma.checkpoint.snapshot import CheckpointSnapshot
 from oma.checkpoint.stored import older_than as saved_before
 from oma.checkpoint.stored import (
     parse_age,
@@ -34,6 +38,7 @@ from oma.checkpoint.stored import (
     still_in_use,
 )
 from oma.checkpoint.summary import CheckpointSummary, summarize
+from oma.checkpoint.validation import parse_snapshot
 from oma.cli.checkpoint_text import render
 from oma.cli.store import (
     EXIT_BAD_INPUT,
@@ -43,14 +48,23 @@ from oma.cli.store import (
     errors,
     with_store,
 )
-from oma.errors import CheckpointError, OmaError
+from oma.errors import CheckpointError, CheckpointHistoryError, OmaError
 from oma.store.base import MemoryStore
 from oma.store.journal import supports_journal
+from oma.visible import visible
 
 T = TypeVar("T")
 EXIT_NOT_FOUND, EXIT_UNREADABLE = 1, 3
 app = typer.Typer(help="List, show, export and delete run checkpoints.", no_args_is_help=True)
 RunIdOption = Annotated[str, typer.Option("--run-id", help="The run whose checkpoint to use.")]
+AtOption = Annotated[
+    int | None,
+    typer.Option(
+        "--at",
+        min=1,
+        help="A past boundary (its seq in `oma checkpoint history`) instead of the latest.",
+    ),
+]
 
 
 class CheckpointNotFound(OmaError):
@@ -72,7 +86,11 @@ def _on_store(
         fallback_url=fallback,
         tenant=tenant,
         read_only=read_only,
-        exit_codes=[(CheckpointNotFound, EXIT_NOT_FOUND), (CheckpointError, EXIT_UNREADABLE)],
+        exit_codes=[
+            (CheckpointNotFound, EXIT_NOT_FOUND),
+            (CheckpointHistoryError, EXIT_NOT_FOUND),
+            (CheckpointError, EXIT_UNREADABLE),
+        ],
     )
 
 
@@ -99,12 +117,17 @@ def show(
     store: StoreOption = None,
     tenant: TenantOption = None,
     as_json: JsonOption = False,
+    at: AtOption = None,
 ) -> None:
     """What the checkpoint holds: attempts, tasks, in-flight tool calls, approvals."""
 
     async def load(s: MemoryStore) -> CheckpointSummary:
         key = checkpoint_key(run_id)
-        snapshot = await Checkpoint(s, run_id=run_id).load_latest()
+        snapshot: CheckpointSnapshot | None
+        if at is not None:
+            snapshot = parse_snapshot((await _history(s, run_id)).rebuild(at), key)
+        else:
+            snapshot = await Checkpoint(s, run_id=run_id).load_latest()
         if snapshot is None:
             raise CheckpointNotFound(f'no checkpoint for run "{run_id}" (key {key})')
         return summarize(snapshot, key, await load_attempt_log(s, key))
@@ -127,12 +150,16 @@ def export(
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Write to this file (default stdout).")
     ] = None,
+    at: AtOption = None,
 ) -> None:
     """The stored snapshot exactly as stored (JSON), valid or not: for backups and bug reports.
-    A checkpoint kept as a journal is exported as the snapshot it holds (deltas applied)."""
+    A checkpoint kept as a journal is exported as the snapshot it holds (deltas applied);
+    ``--at SEQ``: the snapshot saved at that past boundary, as it was saved."""
 
     async def raw(s: MemoryStore) -> str:
         key = checkpoint_key(run_id)
+        if at is not None:
+            return jsonutil.dumps((await _history(s, run_id)).rebuild(at))
         found = await load_journal(s, key) if supports_journal(s) else None
         if found is not None:
             return jsonutil.dumps(found[0])
@@ -155,6 +182,66 @@ def export(
         )
         raise typer.Exit(EXIT_BAD_INPUT) from exc
     errors.print(f"wrote {len(value)} characters to {escape(str(output))}")
+
+
+@app.command()
+def history(
+    run_id: RunIdOption,
+    store: StoreOption = None,
+    tenant: TenantOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """The past boundaries the run's journal keeps, oldest first: seq, when, attempt, the task
+    and what happened. `show --at SEQ` and `export --at SEQ` give the snapshot of one."""
+
+    async def load(s: MemoryStore) -> History:
+        return await _history(s, run_id)
+
+    found = _on_store(store, run_id, load, tenant)
+    boundaries = found.boundaries()
+    if as_json:
+        listed = [_boundary_json(b) for b in boundaries]
+        document = {"runId": run_id, "firstRecord": found.entry.start, "boundaries": listed}
+        typer.echo(json.dumps(document, indent=2, ensure_ascii=False))
+        return
+    if found.entry.start > 0:
+        typer.echo(f"(records before {found.entry.start} were dropped by the history's retention)")
+    if not found.chained:
+        typer.echo("(kept without history: only the boundaries since its last base, no times)")
+    typer.echo("seq     saved at (UTC)            attempt  kind   bytes     task / what")
+    for b in boundaries:
+        when = _when(b.at) if b.at is not None else "-"
+        attempt = str(b.attempt) if b.attempt is not None else "-"
+        task = f"{b.task}: " if b.task else ""
+        typer.echo(
+            f"{b.seq:<7} {when:<25} {attempt:<8} {b.kind:<6} {b.bytes:<9} "
+            + visible(f"{task}{b.what}")
+        )
+
+
+async def _history(s: MemoryStore, run_id: str) -> History:
+    key = checkpoint_key(run_id)
+    found = await load_history(s, key)
+    if found is None:
+        raise CheckpointNotFound(f'no checkpoint for run "{run_id}" (key {key})')
+    return found
+
+
+def _when(at: int) -> str:
+    return datetime.fromtimestamp(at / 1000, UTC).isoformat(timespec="milliseconds")[:23] + "Z"
+
+
+def _boundary_json(b: Boundary) -> dict[str, object]:
+    return {
+        "seq": b.seq,
+        "savedAt": _when(b.at) if b.at is not None else None,
+        "attempt": b.attempt,
+        "kind": b.kind,
+        "task": b.task,
+        "what": b.what,
+        "records": list(b.numbers),
+        "bytes": b.bytes,
+    }
 
 
 @app.command()

@@ -1,7 +1,10 @@
-"""``oma verify JOURNAL``: check a run journal offline, as the reference's ``verifyRun()`` does.
+"""``oma verify``: check a run journal offline, as the reference's ``verifyRun()`` does, or
+the history a stored checkpoint keeps (``--run-id``: its chain, every record readable).
 
-Exit codes: 0 no failure (gaps the readable window cannot settle are listed, and do not fail);
-1 failures (each printed with its code, reason and event); 2 the file is not a journal.
+Exit codes: 0 no failure (gaps the readable window cannot settle are listed, and do not fail;
+for a stored run, records dropped by its retention); 1 failures (each printed with its code,
+reason and event; for a stored run, each record named by its number and boundary); 2 the file
+is not a journal, or bad input (no store, no such run, a run kept without history).
 """
 
 from __future__ import annotations
@@ -12,18 +15,37 @@ from typing import Annotated
 
 import typer
 
+from oma.checkpoint.history import History, load_history
+from oma.checkpoint.keys import checkpoint_key
+from oma.cli.store import StoreOption, TenantOption, with_store
+from oma.errors import CheckpointError, StoreCorruptError
 from oma.journal import JournalReadError, JournalShapeError, read_jsonl_journal, verify_run
+from oma.store.base import MemoryStore
 from oma.visible import visible
 
 
 def verify_command(
     journal: Annotated[
-        Path, typer.Argument(help="A run journal: JSON lines, one event each (JsonlRunJournal).")
-    ],
+        Path | None,
+        typer.Argument(help="A run journal: JSON lines, one event each (JsonlRunJournal)."),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="The result as JSON.")] = False,
+    run_id: Annotated[
+        str | None,
+        typer.Option("--run-id", help="Check this run's stored checkpoint history instead."),
+    ] = None,
+    store: StoreOption = None,
+    tenant: TenantOption = None,
 ) -> None:
     """Check a run journal: sequence order, links between events, and whether every block a
-    model request showed is reproduced by the events it names."""
+    model request showed is reproduced by the events it names. With --run-id: check the
+    history the run's checkpoint keeps (every record chained to the one before, readable)."""
+    if (journal is None) == (run_id is None):
+        typer.echo("error: give a journal file or --run-id (one of them)", err=True)
+        raise typer.Exit(2)
+    if run_id is not None:
+        _verify_stored(run_id, store, tenant, as_json)
+    assert journal is not None
     try:
         result = verify_run(read_jsonl_journal(journal))
     except (JournalReadError, JournalShapeError) as exc:
@@ -42,3 +64,48 @@ def verify_command(
         for gap in result.inconclusive:
             typer.echo(visible(f"  inconclusive: {gap.detail}"))
     raise typer.Exit(0 if result.ok else 1)
+
+
+def _verify_stored(run_id: str, store: str | None, tenant: str | None, as_json: bool) -> None:
+    async def load(s: MemoryStore) -> History:
+        key = checkpoint_key(run_id)
+        found = await load_history(s, key)
+        if found is None:
+            raise CheckpointError(f'no checkpoint for run "{run_id}" (key {key})')
+        return found
+
+    # A record the store cannot even hand back (lost, not UTF-8) is a failure of the history.
+    failed = [(StoreCorruptError, 1)]
+    history = with_store(store, load, tenant=tenant, read_only=True, exit_codes=failed)
+    findings = history.verify()
+    boundaries = history.boundaries()
+    if as_json:
+        document = {
+            "ok": not findings,
+            "failures": [
+                {"record": f.number, "seq": f.seq, "problem": f.problem} for f in findings
+            ],
+            "records": len(history.records),
+            "boundaries": len(boundaries),
+            "firstRecord": history.entry.start,
+            "chained": history.chained,
+        }
+        typer.echo(json.dumps(document, indent=2))
+    else:
+        verdict = "ok" if not findings else f"{len(findings)} failure(s)"
+        span = f"{boundaries[0].seq} to {boundaries[-1].seq}" if boundaries else "none"
+        typer.echo(
+            f"{verdict}: {len(history.records)} records, boundaries {span} checked"
+            + (
+                f" (records before {history.entry.start} dropped by retention)"
+                if history.entry.start
+                else ""
+            )
+        )
+        if not history.chained:
+            typer.echo("  inconclusive: the journal keeps no history (its records are not chained)")
+        for finding in findings:
+            typer.echo(
+                visible(f"  record {finding.number} (boundary {finding.seq}): {finding.problem}")
+            )
+    raise typer.Exit(0 if not findings else 1)

@@ -1,0 +1,153 @@
+"""``oma checkpoint history``, ``show/export --at SEQ`` and ``oma verify --run-id`` on runs
+that ``oma run`` kept in a real Redis and PostgreSQL, and what they say of a tampered store."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from typer.testing import CliRunner
+
+from oma import jsonutil
+from oma.checkpoint import chain
+from oma.checkpoint.journal import JournalWriter
+from oma.checkpoint.keys import checkpoint_key
+from oma.cli import app
+from tests.servers.postgres_server import PostgresServer
+from tests.servers.redis_server import RedisServer
+from tests.stores.conftest import unique_name
+
+runner = CliRunner()
+RUN = "hist"
+
+
+@pytest.fixture
+def recorded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every snapshot the run's journal writer was handed, as JSON text, in order."""
+    saved: list[str] = []
+    save, claim = JournalWriter.save, JournalWriter.claim
+
+    async def recording_save(self: JournalWriter, wire: Any, *args: Any) -> None:
+        saved.append(jsonutil.dumps(wire))
+        await save(self, wire, *args)
+
+    async def recording_claim(self: JournalWriter, wire: Any, *args: Any) -> bool:
+        saved.append(jsonutil.dumps(wire))
+        return await claim(self, wire, *args)
+
+    monkeypatch.setattr(JournalWriter, "save", recording_save)
+    monkeypatch.setattr(JournalWriter, "claim", recording_claim)
+    return saved
+
+
+def _spec(tmp_path: Path, store: dict[str, Any], turns: int = 6) -> Path:
+    script = [
+        {"tool_calls": [{"id": f"c{n}", "name": "ledger_append", "input": {"entry": f"e{n}"}}]}
+        for n in range(turns)
+    ]
+    spec = tmp_path / "spec.json"
+    agent = {
+        "name": "clerk",
+        "tools": ["ledger_append"],
+        "model": {"provider": "scripted", "script": [*script, {"text": "ok"}]},
+    }
+    tasks = [{"title": "T", "description": "t", "assignee": "clerk"}]
+    spec.write_text(json.dumps({"agents": [agent], "tasks": tasks, "store": store}))
+    return spec
+
+
+def _cli(*args: str) -> tuple[int, str]:
+    result = runner.invoke(app, list(args))
+    return result.exit_code, result.output
+
+
+@pytest.mark.parametrize("backend", ["redis", "postgres"])
+def test_history_lists_every_boundary_and_each_exports_as_it_was_saved(
+    backend: str,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    recorded: list[str],
+) -> None:
+    if backend == "redis":
+        server: RedisServer = request.getfixturevalue("redis_server")
+        namespace = unique_name("h")
+        url = f"{server.url}?namespace={namespace}"
+        store: dict[str, Any] = {"redis": {"url": server.url, "namespace": namespace}}
+    else:
+        pg: PostgresServer = request.getfixturevalue("postgres_server")
+        table = unique_name("h")
+        url, store = f"{pg.dsn()}?table={table}", {"postgres": {"dsn": pg.dsn(), "table": table}}
+    monkeypatch.setenv("OMA_LEDGER_PATH", str(tmp_path / "ledger.jsonl"))
+    assert _cli("run", str(_spec(tmp_path, store)), "--run-id", RUN)[0] == 0
+    code, out = _cli("checkpoint", "history", "--run-id", RUN, "--store", url)
+    assert code == 0, out
+    assert "run started" in out and "task completed" in out and "run finished" in out
+    code, out = _cli("checkpoint", "history", "--run-id", RUN, "--store", url, "--json")
+    listed = json.loads(out)["boundaries"]
+    assert [b["seq"] for b in listed] == list(range(1, len(recorded) + 1))
+    assert {b["attempt"] for b in listed} == {1} and listed[0]["kind"] == "base"
+    for boundary in listed:
+        seq = str(boundary["seq"])
+        code, out = _cli("checkpoint", "export", "--run-id", RUN, "--store", url, "--at", seq)
+        assert code == 0 and out == recorded[boundary["seq"] - 1] + "\n", seq
+    code, out = _cli("checkpoint", "show", "--run-id", RUN, "--store", url, "--at", "2")
+    assert code == 0 and "in flight" in out  # boundary 2: the task under way
+    code, out = _cli("checkpoint", "show", "--run-id", RUN, "--store", url, "--at", "999")
+    assert code == 1 and "boundary 999 is not kept" in out
+    code, out = _cli("verify", "--run-id", RUN, "--store", url)
+    assert code == 0 and out.startswith("ok: ") and f"boundaries 1 to {len(recorded)}" in out, out
+
+
+def test_verify_names_the_record_a_store_changed_and_history_shows_it_escaped(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server: RedisServer = request.getfixturevalue("redis_server")
+    namespace = unique_name("h")
+    url = f"{server.url}?namespace={namespace}"
+    monkeypatch.setenv("OMA_LEDGER_PATH", str(tmp_path / "ledger.jsonl"))
+    spec = _spec(tmp_path, {"redis": {"url": server.url, "namespace": namespace}})
+    assert _cli("run", str(spec), "--run-id", RUN)[0] == 0
+    field = f"3:{checkpoint_key(RUN)}"
+    records = f"{{{namespace}}}:jrecords"
+
+    async def tamper() -> None:
+        client = aioredis.Redis.from_url(server.url)
+        try:
+            text = (await client.hget(records, field)).decode()
+            line, body = chain.split(text)
+            assert line is not None
+            # what a hostile writer might put where a reader looks: a terminal escape, bidi
+            header = json.loads(line) | {"what": "ok \x1b[2J\u202egnp.exe"}
+            await client.hset(records, field, json.dumps(header) + "\n" + body)
+        finally:
+            await client.aclose()
+
+    asyncio.run(tamper())
+    code, out = _cli("verify", "--run-id", RUN, "--store", url)
+    assert code == 1 and "1 failure(s)" in out, out
+    assert re.search(r"record 3 \(boundary \d+\): its content is not what the chain", out), out
+    code, out = _cli("checkpoint", "history", "--run-id", RUN, "--store", url)
+    assert code == 0 and "\x1b" not in out and "\u202e" not in out
+    assert "\\x1b[2J" in out and "\\u202e" in out, out
+
+
+def test_a_run_kept_without_history_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OMA_LEDGER_PATH", str(tmp_path / "ledger.jsonl"))
+    path = tmp_path / "store.json"
+    assert _cli("run", str(_spec(tmp_path, {"file": {"path": str(path)}})), "--run-id", RUN)[0] == 0
+    code, out = _cli("checkpoint", "history", "--run-id", RUN, "--store", f"file://{path}")
+    assert code == 1 and "a file store keeps the latest only" in out, out
+    code, out = _cli("checkpoint", "history", "--run-id", "nobody", "--store", f"file://{path}")
+    assert code == 1 and 'no checkpoint for run "nobody"' in out
+    code, out = _cli("verify", "--run-id", RUN, "--store", f"file://{path}")
+    assert code == 2 and "keeps the latest only" in out
+    code, out = _cli("verify")
+    assert code == 2 and "give a journal file or --run-id" in out
