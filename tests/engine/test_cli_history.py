@@ -119,7 +119,9 @@ def test_verify_names_the_record_a_store_changed_and_history_shows_it_escaped(
     async def tamper() -> None:
         client = aioredis.Redis.from_url(server.url)
         try:
-            text = (await client.hget(records, field)).decode()
+            raw = await client.hget(records, field)
+            assert isinstance(raw, bytes)
+            text = raw.decode()
             line, body = chain.split(text)
             assert line is not None
             # what a hostile writer might put where a reader looks: a terminal escape, bidi
