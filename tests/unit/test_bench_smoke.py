@@ -5,6 +5,7 @@ of the snapshot model. No assertion here is about time."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -92,6 +93,20 @@ def test_restore_cost_restores_the_journals_real_runs_leave() -> None:
     assert [row[1] for row in rows] == ["100t", "300t"]
     assert all(len(row) == 16 and row[13].endswith("x") for row in rows)
     assert int(rows[1][15]) > int(rows[0][15])  # the longer run's final snapshot is larger
+
+
+def test_history_cost_keeps_every_boundary_and_finds_each_flip() -> None:
+    """A 30-turn run: every boundary rebuilt identical to its recorded save, each flipped byte
+    named at its record, the history's bytes printed against the final snapshot's."""
+    output = _bench("history_cost.py")
+    row = next(line for line in output.splitlines() if line.startswith("memory"))
+    rebuilt = re.search(r"rebuilt (\d+)/(\d+) identical (\d+)", row)
+    flips = re.search(r"flips found exactly (\d+)/(\d+)", row)
+    kept = re.search(r"kept +[\d.]+ KB \(([\d.]+)x\)", row)
+    assert rebuilt and flips and kept, row
+    assert rebuilt[1] == rebuilt[2] == rebuilt[3] and int(rebuilt[1]) > 30
+    assert flips[1] == flips[2] and int(flips[2]) == 40
+    assert 1.0 < float(kept[1]) < 4.0
 
 
 def test_checkpoint_overhead_measures_saves_against_the_clients_plain_write() -> None:

@@ -10,6 +10,7 @@ unreadable or does not follow the one before; the journal's metadata vouches for
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -205,11 +206,24 @@ class History:
             if record.seq != expected:
                 name(index, f"its boundary is {record.seq} where {expected} was expected")
 
-    def _check_bodies(self, name: Any) -> None:
+    def walk(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        """Every boundary kept and its document, oldest first, in one pass (the document is
+        the same object, changed in place: copy what you keep). A record that does not apply
+        raises ``CheckpointDecodeError`` naming it."""
         document: Any = None
         for index, record in enumerate(self.records):
             if record.kind != "base" and document is None:
                 continue  # kept records that start after a base dropped: nothing to apply to
+            document = self._apply(document, record)
+            following = self.records[index + 1] if index + 1 < len(self.records) else None
+            if following is None or following.seq != record.seq:
+                yield record.seq, document
+
+    def _check_bodies(self, name: Any) -> None:
+        document: Any = None
+        for index, record in enumerate(self.records):
+            if record.kind != "base" and document is None:
+                continue
             try:
                 document = self._apply(document, record)
             except CheckpointDecodeError as exc:
