@@ -65,6 +65,23 @@ class AttemptEnd:
     replayed_tool_calls: int
 
 
+class ForkedFrom(WireModel):
+    """The run and boundary a forked run started from (``oma.checkpoint.fork``)."""
+
+    run_id: str
+    seq: Annotated[int, Field(ge=1)]
+    patch_sha256: str | None = None  # of the JSON Patch applied, as compact JSON
+    at: str
+
+
+class ForkRef(WireModel):
+    """A run forked from this one, at its boundary ``seq``."""
+
+    run_id: str
+    seq: Annotated[int, Field(ge=1)]
+    at: str
+
+
 class AttemptLog(WireModel):
     version: Literal[1]
     run_id: str
@@ -72,6 +89,8 @@ class AttemptLog(WireModel):
     # The run's trace id: the first logged attempt's own. Kept when that record is dropped, so
     # every attempt exports its spans into one trace (oma.tracing); absent in older logs.
     trace_id: str | None = None
+    forked_from: ForkedFrom | None = None  # lineage (absent in older logs and unforked runs)
+    forks: list[ForkRef] | None = None
 
 
 def run_trace_id(log: AttemptLog) -> str | None:
@@ -126,6 +145,26 @@ async def append_attempt(store: MemoryStore, checkpoint_key: str, record: Attemp
         log.trace_id = run_trace_id(log) or record.trace_id
         kept = [item for item in log.attempts if item.attempt != record.attempt]
         log.attempts = sorted([*kept, record], key=lambda item: item.attempt)[-MAX_ATTEMPT_RECORDS:]
+        return True
+
+    await _change_log(store, checkpoint_key, add)
+
+
+async def start_fork_log(store: MemoryStore, checkpoint_key: str, lineage: ForkedFrom) -> None:
+    """The attempt log of a run just forked: no attempt yet, where it came from."""
+
+    def start(log: AttemptLog) -> bool:
+        log.forked_from = lineage
+        return True
+
+    await _change_log(store, checkpoint_key, start)
+
+
+async def note_fork(store: MemoryStore, checkpoint_key: str, fork: ForkRef) -> None:
+    """Add a fork to the parent's log (its checkpoint itself is not written)."""
+
+    def add(log: AttemptLog) -> bool:
+        log.forks = [*(log.forks or []), fork][-MAX_ATTEMPT_RECORDS:]
         return True
 
     await _change_log(store, checkpoint_key, add)

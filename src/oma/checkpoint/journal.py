@@ -241,6 +241,13 @@ class JournalWriter:
             return written is not None
         return await self._write(wire, metadata, expected=None, mode="replace") is not None
 
+    async def start(self, wire: dict[str, Any], metadata: dict[str, Any], what: str) -> bool:
+        """Write a new run's journal (``False``: the key has one already), its first record
+        saying ``what`` (a fork says where it came from)."""
+        return (
+            await self._write(wire, metadata, expected=None, mode="replace", what=what) is not None
+        )
+
     async def save(
         self, wire: dict[str, Any], metadata: dict[str, Any], attempt: int | None
     ) -> None:
@@ -330,6 +337,7 @@ class JournalWriter:
         record: str | None = None,
         began: bool = False,
         on: ChainState | None = None,
+        what: str | None = None,
     ) -> _Written | None:
         """One write: ``record`` appended, or a base (``rebase`` with history, else a
         replacement). ``on``: the chain to continue when this attempt has written nothing."""
@@ -344,7 +352,14 @@ class JournalWriter:
         if self.history is not None:
             previous = current.document if current is not None and on is None else None
             texts, state = self._chained(
-                texts, state, wire, previous, began, replace=replace, is_base=record is None
+                texts,
+                state,
+                wire,
+                previous,
+                began,
+                replace=replace,
+                is_base=record is None,
+                what=what,
             )
             metadata = {**metadata, "history": {"seq": state.seq, "digest": state.digest}}
             if rebase:
@@ -390,12 +405,14 @@ class JournalWriter:
         *,
         replace: bool,
         is_base: bool,
+        what: str | None = None,
     ) -> tuple[list[str], ChainState]:
         """``texts`` headed and chained after ``state`` (a replacement starts a new chain,
         its numbers from 0, its ``seq`` going on), and the state after them."""
         at = int(time.time() * 1000)
         seq = state.seq + 1
-        task, what = note(previous, wire, began=began or previous is None)
+        task, noted = note(previous, wire, began=began or previous is None)
+        what = what or noted
         identity = wire.get("identity")
         attempt = identity.get("attempt") if isinstance(identity, dict) else None
         number = 0 if replace else state.end

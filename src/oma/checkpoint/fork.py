@@ -1,0 +1,139 @@
+"""Forking a run: a new run whose checkpoint starts as another's at one of its past boundaries.
+
+``fork_run`` rebuilds the parent's snapshot at boundary ``seq`` from its history
+(``oma.checkpoint.history``), applies an optional JSON Patch (RFC 6902) to it, makes it the
+child's (its run id), and writes it as the child's first checkpoint, a journal with a history of
+its own. Nothing of the parent's checkpoint is written. Resuming the child (``oma run --run-id
+CHILD``, a TeamRun with ``spec.forkFrom``) then goes on from there: the tool calls committed
+before the fork point are in the snapshot and are replayed, never executed; every call after it
+runs with the child's run id in its idempotency key (``run_id:task_id:tool_call_id``).
+
+Approvals do not cross runs: a request is bound to its run (``ApprovalRequest.run_id``), so
+every request pending at the fork point, decided or not, is dropped and asked again by the
+child when it reaches that gate, for the content it then has (a patched tool input gets a new
+hash, so a reviewer sees what changed). Decisions the parent already acted on before the fork
+point stay in the snapshot as history (they are the ledger's, under the parent's run).
+
+Lineage is kept in the attempt logs (``oma.checkpoint.attempts``): the child's names its parent
+and boundary (``forkedFrom``), the parent's lists its forks; ``oma checkpoint show`` prints
+both, and the child's attempts trace it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonpatch
+import jsonpointer
+
+from oma import jsonutil
+from oma.checkpoint.attempts import ForkedFrom, ForkRef, note_fork, start_fork_log
+from oma.checkpoint.history import load_history
+from oma.checkpoint.journal import JournalWriter
+from oma.checkpoint.keys import checkpoint_key
+from oma.checkpoint.manager import snapshot_metadata
+from oma.checkpoint.retention import HistoryPolicy
+from oma.checkpoint.validation import parse_snapshot
+from oma.errors import CheckpointHistoryError, OmaError
+from oma.store.base import MemoryStore
+from oma.store.journal import supports_journal
+from oma.timeutil import now_iso
+
+# What a patch may not touch: who the run is (the fork sets it) and the approvals (the child
+# asks again; a patch that wrote a decision would be a decision nobody made).
+_PROTECTED = ("/identity", "/pendingApprovals", "/approvalDecisions")
+
+
+class ForkError(OmaError):
+    """A fork that cannot be made: a bad patch, a child run that exists, a snapshot the patch
+    made invalid. Not transient: nothing was written."""
+
+    code = "FORK_REFUSED"
+    transient = False
+
+
+@dataclass(frozen=True)
+class ForkResult:
+    parent: str
+    seq: int
+    child: str
+    patched: bool
+    asked_again: list[str] = field(default_factory=list)  # approval request ids dropped
+
+
+async def fork_run(
+    store: MemoryStore,
+    parent: str,
+    seq: int,
+    *,
+    child: str | None = None,
+    patch: list[dict[str, Any]] | None = None,
+    history: HistoryPolicy | None = None,
+) -> ForkResult:
+    """Make run ``child`` (default: a new id) start from ``parent``'s boundary ``seq``."""
+    child = child or f"{parent}-fork-{seq}-{uuid.uuid4().hex[:6]}"
+    if child == parent:
+        raise ForkError(f"a fork needs a run id of its own: {child!r} is the parent's")
+    parent_key, child_key = checkpoint_key(parent), checkpoint_key(child)
+    found = await load_history(store, parent_key)
+    if found is None:
+        raise CheckpointHistoryError(parent_key, f'no checkpoint for run "{parent}"')
+    document = found.rebuild(seq)
+    if patch is not None:
+        document = _patched(document, patch)
+    document.setdefault("identity", {})["runId"] = child
+    asked_again = _without_open_approvals(document)
+    snapshot = parse_snapshot(document, child_key)  # the patch may have made it invalid
+    assert supports_journal(store)  # load_history found a journal
+    if await store.journal_version(child_key) is not None or await store.get(child_key):
+        raise ForkError(f'run "{child}" already has a checkpoint: choose another run id')
+    writer = JournalWriter(store, child_key, fenced=True, history=history or HistoryPolicy())
+    what = f"forked from {parent} at boundary {seq}" + (" (patched)" if patch else "")
+    if not await writer.start(document, snapshot_metadata(snapshot), what):
+        raise ForkError(f'run "{child}" got a checkpoint meanwhile: choose another run id')
+    digest = hashlib.sha256(jsonutil.dumps(patch).encode()).hexdigest() if patch else None
+    at = now_iso()
+    lineage = ForkedFrom(run_id=parent, seq=seq, patch_sha256=digest, at=at)
+    await start_fork_log(store, child_key, lineage)
+    await note_fork(store, parent_key, ForkRef(run_id=child, seq=seq, at=at))
+    return ForkResult(parent, seq, child, patch is not None, asked_again)
+
+
+def _patched(document: dict[str, Any], patch: list[dict[str, Any]]) -> dict[str, Any]:
+    if not isinstance(patch, list) or not all(isinstance(op, dict) for op in patch):
+        raise ForkError("a patch is a JSON array of operations (RFC 6902)")
+    for number, op in enumerate(patch):
+        for where in ("path", "from"):
+            pointer = op.get(where)
+            if isinstance(pointer, str) and any(
+                pointer == p or pointer.startswith(p + "/") for p in _PROTECTED
+            ):
+                raise ForkError(
+                    f"patch operation {number} touches {pointer!r}: the fork sets the run's "
+                    "identity, and approvals are asked again by the child, never patched"
+                )
+    try:
+        patched = jsonpatch.apply_patch(document, patch, in_place=False)
+    except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as exc:
+        raise ForkError(f"the patch does not apply to boundary's snapshot: {exc}") from None
+    if not isinstance(patched, dict):
+        raise ForkError("the patch replaced the whole snapshot with something not an object")
+    return patched
+
+
+def _without_open_approvals(document: dict[str, Any]) -> list[str]:
+    """Drop every approval request still open at the fork point (pending, or decided and not
+    yet acted on: both are in ``pendingApprovals``) and the copies on tool calls; their ids."""
+    dropped = [
+        r["id"] for r in document.get("pendingApprovals") or [] if isinstance(r, dict) and "id" in r
+    ]
+    document["pendingApprovals"] = []
+    for task in document.get("inFlightTasks") or []:
+        for call in (task.get("pendingToolCalls") or []) if isinstance(task, dict) else []:
+            if isinstance(call, dict) and "commit" not in call:
+                call.pop("approvalRequest", None)
+                call.pop("approvalDecision", None)
+    return dropped
