@@ -18,6 +18,7 @@ from pathlib import Path
 from oma.agent.result import RunIdentity
 from oma.assemble import build_coordinator, build_team, gates_for, open_store
 from oma.checkpoint.attempts import AttemptEnd, end_attempt, load_attempt_log, run_trace_id
+from oma.checkpoint.fork import fork_run
 from oma.checkpoint.manager import Checkpoint
 from oma.checkpoint.snapshot import CheckpointSnapshot, CheckpointSnapshotV1, CheckpointSnapshotV4
 from oma.errors import CheckpointFencedError, CheckpointLostError, OmaError
@@ -132,6 +133,18 @@ async def run_spec(
         seed = f"{spec.store.tenant}/{run_id}" if spec.store and spec.store.tenant else None
         saved = Checkpoint(store, run_id=run_id)
         found = await saved.load_latest()
+        if found is None and spec.fork_from is not None:
+            await _refuse_if_lost(saved, expect_checkpoint)
+            fork = spec.fork_from
+            await fork_run(
+                store,
+                fork.run_id,
+                fork.seq,
+                child=run_id,
+                patch=fork.patch,
+                history=checkpoint.history,
+            )
+            found = await saved.load_latest()
         resumed = found is not None
         if found is None:
             await _refuse_if_lost(saved, expect_checkpoint)

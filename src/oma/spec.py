@@ -285,6 +285,20 @@ SHARED_MEMORY_SCOPE: Any = Field(
 )
 
 
+class ForkFromSpec(SpecModel):
+    """Start this run as a fork of another run of the same store (and tenant) at one of its
+    past boundaries (``oma checkpoint history``), optionally with its state patched."""
+
+    run_id: str = Field(min_length=1, max_length=253, description="The run forked from.")
+    seq: int = Field(ge=1, description="Its boundary to start from (`oma checkpoint history`).")
+    patch: list[dict[str, Any]] | None = Field(
+        default=None,
+        max_length=1000,
+        description="A JSON Patch (RFC 6902) applied to that boundary's snapshot first; it may "
+        "not touch /identity, /pendingApprovals or /approvalDecisions.",
+    )
+
+
 class RunSpec(SpecModel):
     run_id: str | None = Field(
         default=None,
@@ -306,6 +320,11 @@ class RunSpec(SpecModel):
     plan: PlanArtifact | None = Field(default=None, description="The plan to run (mode plan).")
     store: StoreSpec | None = Field(
         default=None, description="Where checkpoints go; default: a file under .oma/."
+    )
+    fork_from: ForkFromSpec | None = Field(
+        default=None,
+        description="Start as a fork of another run at a past boundary (only when this run "
+        "has no checkpoint yet; afterwards it resumes from its own).",
     )
     approvals: ApprovalsSpec | None = Field(
         default=None, description="Approval gates; the run suspends at each until decided."

@@ -15,9 +15,11 @@ from typer.testing import CliRunner
 
 from oma import jsonutil
 from oma.checkpoint import chain
+from oma.checkpoint.attempts import attempts_key
 from oma.checkpoint.journal import JournalWriter
 from oma.checkpoint.keys import checkpoint_key
 from oma.cli import app
+from oma.store.redis import RedisStore
 from tests.servers.postgres_server import PostgresServer
 from tests.servers.redis_server import RedisServer
 from tests.stores.conftest import unique_name
@@ -138,6 +140,24 @@ def test_verify_names_the_record_a_store_changed_and_history_shows_it_escaped(
     assert code == 0 and "\x1b" not in out and "\u202e" not in out
     assert "\\x1b[2J" in out and "\\u202e" in out, out
 
+    # lineage read from the store is shown escaped too
+    async def forge_lineage() -> None:
+        store = RedisStore(server.url, namespace=namespace)
+        try:
+            key = attempts_key(checkpoint_key(RUN))
+            entry = await store.get(key)
+            assert entry is not None
+            log = json.loads(entry.value)
+            log["forks"] = [{"runId": "x\x1b]8;;evil\u202e", "seq": 2, "at": "now"}]
+            await store.set(key, json.dumps(log))
+        finally:
+            await store.aclose()
+
+    asyncio.run(forge_lineage())
+    for extra in ([], ["--json"]):
+        code, out = _cli("checkpoint", "show", "--run-id", RUN, "--store", url, *extra)
+        assert code == 0 and "\x1b" not in out and "\u202e" not in out, out
+
 
 def test_a_run_kept_without_history_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -153,3 +173,82 @@ def test_a_run_kept_without_history_says_so(
     assert code == 2 and "keeps the latest only" in out
     code, out = _cli("verify")
     assert code == 2 and "give a journal file or --run-id" in out
+
+
+def _ledger(path: Path) -> list[str]:
+    if not path.exists():
+        return []
+    return [json.loads(line)["key"] for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_oma_fork_and_a_spec_fork_from_resume_from_a_past_boundary(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server: RedisServer = request.getfixturevalue("redis_server")
+    namespace = unique_name("f")
+    url = f"{server.url}?namespace={namespace}"
+    ledger = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv("OMA_LEDGER_PATH", str(ledger))
+    store = {"redis": {"url": server.url, "namespace": namespace}}
+    spec = _spec(tmp_path, store)
+    assert _cli("run", str(spec), "--run-id", RUN)[0] == 0
+    parent_calls = _ledger(ledger)
+    assert len(parent_calls) == 6 and all(k.startswith(f"{RUN}:") for k in parent_calls)
+    code, out = _cli("checkpoint", "history", "--run-id", RUN, "--store", url, "--json")
+    listed = json.loads(out)["boundaries"]
+    # the boundary where the third call has just been committed
+    third = [b["seq"] for b in listed if b["what"] == "1 tool call committed"][2]
+    result = runner.invoke(
+        app, ["fork", RUN, "--at", str(third), "--run-id", "child", "--store", url]
+    )
+    assert result.exit_code == 0 and result.stdout.strip() == "child", result.output
+    assert "Resume it: oma run SPEC --run-id child" in result.stderr
+    assert _cli("run", str(spec), "--run-id", "child")[0] == 0
+    child_calls = [k for k in _ledger(ledger) if k not in parent_calls]
+    assert [k.rsplit(":", 1)[1] for k in child_calls] == ["c3", "c4", "c5"]  # c0..c2 replayed
+    assert all(k.startswith("child:") for k in child_calls)
+    code, out = _cli("checkpoint", "show", "--run-id", "child", "--store", url)
+    assert code == 0 and f"forked    from {RUN} at boundary {third}" in out
+    code, out = _cli("checkpoint", "show", "--run-id", RUN, "--store", url)
+    assert code == 0 and f"fork      child from boundary {third}" in out
+    # the same through the run spec's forkFrom
+    forked = json.loads(spec.read_text()) | {"forkFrom": {"runId": RUN, "seq": third}}
+    spec.write_text(json.dumps(forked))
+    assert _cli("run", str(spec), "--run-id", "child2")[0] == 0
+    assert [k.rsplit(":", 1)[1] for k in _ledger(ledger) if k.startswith("child2:")] == [
+        "c3",
+        "c4",
+        "c5",
+    ]
+    before = _ledger(ledger)
+    code, out = _cli("run", str(spec), "--run-id", "child2")  # its own checkpoint: no new fork
+    assert code == 0 and "already complete" in out and _ledger(ledger) == before
+
+
+def test_oma_fork_refuses_bad_input_and_writes_nothing(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server: RedisServer = request.getfixturevalue("redis_server")
+    namespace = unique_name("f")
+    url = f"{server.url}?namespace={namespace}"
+    monkeypatch.setenv("OMA_LEDGER_PATH", str(tmp_path / "ledger.jsonl"))
+    spec = _spec(tmp_path, {"redis": {"url": server.url, "namespace": namespace}})
+    assert _cli("run", str(spec), "--run-id", RUN)[0] == 0
+    patch = tmp_path / "patch.json"
+    patch.write_text('{"op": "replace"}')
+    code, out = _cli(
+        "fork", RUN, "--at", "2", "--run-id", "c", "--store", url, "--patch", str(patch)
+    )
+    assert code == 2 and "not a JSON Patch" in out
+    patch.write_text('[{"op": "replace", "path": "/identity/runId", "value": "x"}]')
+    code, out = _cli(
+        "fork", RUN, "--at", "2", "--run-id", "c", "--store", url, "--patch", str(patch)
+    )
+    assert code == 2 and "FORK_REFUSED" not in out and "touches '/identity/runId'" in out
+    code, out = _cli("fork", RUN, "--at", "999", "--run-id", "c", "--store", url)
+    assert code == 1 and "boundary 999 is not kept" in out
+    code, out = _cli("fork", "ghost", "--at", "1", "--run-id", "c", "--store", url)
+    assert code == 1 and 'no checkpoint for run "ghost"' in out
+    code, out = _cli("fork", RUN, "--at", "2", "--run-id", RUN, "--store", url)
+    assert code == 2 and "a run id of its own" in out
+    assert _cli("checkpoint", "show", "--run-id", "c", "--store", url)[0] == 1  # nothing written

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from oma.checkpoint.attempts import AttemptLog, AttemptRecord, run_trace_id
+from pydantic import Field
+
+from oma.checkpoint.attempts import AttemptLog, AttemptRecord, ForkedFrom, ForkRef, run_trace_id
 from oma.checkpoint.runner_state import InFlightTask, PendingToolCall
 from oma.checkpoint.snapshot import (
     CheckpointSnapshot,
@@ -96,6 +98,8 @@ class CheckpointSummary(_Report):
     trace_id: str | None  # the run's trace (oma.tracing), from the attempt log
     last_attempt: RunEndLine | None
     shared_memory_entries: int | None
+    forked_from: ForkedFrom | None = None  # lineage, from the attempt logs
+    forks: list[ForkRef] = Field(default_factory=list)
 
 
 def summarize(
@@ -135,6 +139,8 @@ def summarize(
         shared_memory_entries=(
             len(snapshot.shared_memory.entries) if snapshot.shared_memory is not None else None
         ),
+        forked_from=attempt_log.forked_from if attempt_log is not None else None,
+        forks=(attempt_log.forks or []) if attempt_log is not None else [],
     )
 
 

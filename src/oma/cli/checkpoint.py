@@ -51,7 +51,7 @@ from oma.cli.store import (
 from oma.errors import CheckpointError, CheckpointHistoryError, OmaError
 from oma.store.base import MemoryStore
 from oma.store.journal import supports_journal
-from oma.visible import visible
+from oma.visible import visible, visible_json
 
 T = TypeVar("T")
 EXIT_NOT_FOUND, EXIT_UNREADABLE = 1, 3
@@ -136,10 +136,11 @@ def show(
     if as_json:
         # Every field, null included: scripts should not have to guess what is absent.
         document = summary.model_dump(mode="json", by_alias=True)
-        typer.echo(json.dumps(document, indent=2, ensure_ascii=False))
+        # A checkpoint's content came from a store: nothing in it may drive the terminal.
+        typer.echo(visible_json(json.dumps(document, indent=2, ensure_ascii=False)))
         return
     for line in render(summary):
-        typer.echo(line)
+        typer.echo(visible(line))
 
 
 @app.command()
@@ -202,7 +203,7 @@ def history(
     if as_json:
         listed = [_boundary_json(b) for b in boundaries]
         document = {"runId": run_id, "firstRecord": found.entry.start, "boundaries": listed}
-        typer.echo(json.dumps(document, indent=2, ensure_ascii=False))
+        typer.echo(visible_json(json.dumps(document, indent=2, ensure_ascii=False)))
         return
     if found.entry.start > 0:
         typer.echo(f"(records before {found.entry.start} were dropped by the history's retention)")

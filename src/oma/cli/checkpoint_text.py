@@ -26,6 +26,14 @@ def render(summary: CheckpointSummary) -> list[str]:
     ]
     if summary.trace_id is not None:
         lines.append(f"trace     {summary.trace_id}  (every attempt's spans)")
+    if summary.forked_from is not None:
+        origin = summary.forked_from
+        patched = f", patched (sha256 {origin.patch_sha256})" if origin.patch_sha256 else ""
+        lines.append(
+            f"forked    from {origin.run_id} at boundary {origin.seq} ({origin.at}{patched})"
+        )
+    for fork in summary.forks:
+        lines.append(f"fork      {fork.run_id} from boundary {fork.seq} ({fork.at})")
     if summary.last_attempt is not None:
         lines.append(f"status    {_end_text(summary.last_attempt)}")
     if summary.goal:
