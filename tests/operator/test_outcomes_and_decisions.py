@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from pydantic import ValidationError
 
+from oma.checkpoint.retention import HistoryPolicy
 from oma.pod_contract import model_key_env
 from oma.spec import RunSpec
 from oma_operator.resources.bodies import PodBody
-from oma_operator.resources.models import RetryPolicy, TeamRunSpec, to_run_spec
+from oma_operator.resources.models import RetryPolicy, TeamRunSpec, to_run_spec, work_fields
 from oma_operator.runs.rules.decisions import decide
 from oma_operator.runs.rules.outcomes import SUCCESS_NOT_CONFIRMED, Outcome, classify, confirmed
 from oma_operator.runs.rules.pods import FINALIZER, runner_pod
@@ -154,6 +156,24 @@ def test_to_run_spec_validates_as_the_engine_spec() -> None:
     spec = TeamRunSpec.model_validate({**SPEC, "mode": "team", "tasks": None, "goal": "g"})
     run = RunSpec.model_validate(to_run_spec(spec, "ns"))
     assert run.mode == "team" and run.goal == "g" and run.run_id is None  # OMA_RUN_ID has it
+
+
+def test_fork_from_and_history_reach_the_runner_as_the_engine_reads_them() -> None:
+    patch = [{"op": "replace", "path": "/inFlightTasks/0/turns", "value": 2}]
+    store = {**SPEC["store"], "history": {"keep": 50, "maxAgeSeconds": 3600}}
+    spec = TeamRunSpec.model_validate(
+        {**SPEC, "store": store, "forkFrom": {"runId": "ns.parent", "seq": 12, "patch": patch}}
+    )
+    run = RunSpec.model_validate(to_run_spec(spec, "ns"))
+    assert run.fork_from is not None and (run.fork_from.run_id, run.fork_from.seq) == (
+        "ns.parent",
+        12,
+    )
+    assert run.fork_from.patch == patch
+    assert run.store is not None and run.store.history.policy() == HistoryPolicy(50, 3600)
+    assert "forkFrom" in work_fields()  # frozen once the run started, like the rest of its work
+    with pytest.raises(ValidationError):
+        TeamRunSpec.model_validate({**SPEC, "forkFrom": {"runId": "p", "seq": 0}})
 
 
 @pytest.mark.parametrize("name", ["teamrun.yaml", "teamrun-postgres.yaml", "teamrun-demo.yaml"])

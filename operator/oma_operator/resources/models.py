@@ -441,6 +441,23 @@ class TeamRunApprovals(ApprovalsSpec):
         return self
 
 
+class TeamRunForkFrom(SpecModel):
+    """Start as a fork of another run of this namespace at one of its past boundaries."""
+
+    run_id: str = Field(
+        min_length=1,
+        max_length=128,
+        description="The run forked from (its runId; a run of this namespace only).",
+    )
+    seq: int = Field(ge=1, description="Its boundary to start from (`oma checkpoint history`).")
+    patch: list[dict[str, Any]] | None = Field(
+        default=None,
+        max_length=1000,
+        description="A JSON Patch (RFC 6902) applied to that boundary's snapshot first; it may "
+        "not touch /identity, /pendingApprovals or /approvalDecisions.",
+    )
+
+
 class TeamRunSpec(SpecModel):
     run_id: str | None = Field(
         default=None,
@@ -464,6 +481,12 @@ class TeamRunSpec(SpecModel):
     )
     plan: PlanArtifact | None = Field(default=None, description="The plan to run (mode plan).")
     store: TeamRunStore = Field(description="Where checkpoints and approvals live.")
+    fork_from: TeamRunForkFrom | None = Field(
+        default=None,
+        description="Start as a fork of another run at a past boundary: its first attempt "
+        "writes the fork (the parent is not written; committed calls are replayed, open "
+        "approvals asked again), later attempts resume the fork's own checkpoint. Immutable.",
+    )
     approvals: TeamRunApprovals | None = Field(
         default=None,
         description="Approval gates and their reviewers; a run suspends at each until "
@@ -560,6 +583,8 @@ def to_run_spec(spec: TeamRunSpec, namespace: str) -> dict[str, Any]:
         run["sharedMemoryScope"] = spec.shared_memory_scope
     if spec.budget is not None:
         run["budget"] = spec.budget.model_dump(mode="json", by_alias=True, exclude_none=True)
+    if spec.fork_from is not None:
+        run["forkFrom"] = spec.fork_from.model_dump(mode="json", by_alias=True, exclude_none=True)
     if spec.coordinator is not None:
         run["coordinator"] = _agent(spec.coordinator)
     if spec.approvals is not None:
