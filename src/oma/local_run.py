@@ -282,7 +282,11 @@ class _Tally:
         except Exception:  # telemetry never fails a run: this attempt gets a trace of its own
             log.warning("tracing: no attempt log to read the run's trace from", exc_info=True)
             return
-        self.tracer.continue_run_trace(run_trace_id(attempts) if attempts is not None else None)
+        origin = attempts.forked_from if attempts is not None else None
+        self.tracer.continue_run_trace(
+            run_trace_id(attempts) if attempts is not None else None,
+            (origin.run_id, origin.seq) if origin is not None else None,
+        )
 
     def see(self, event: OrchestratorEvent) -> Awaitable[None] | None:
         if event.type == "tool_call":

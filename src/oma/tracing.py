@@ -73,12 +73,22 @@ class RunTracer:
         self._attempt: Span | None = None
         self._tasks: dict[str, Span] = {}
         self._run_trace: int | None = None
+        self._lineage: dict[str, str | int] = {}
 
-    def continue_run_trace(self, trace_id: str | None) -> None:
+    def continue_run_trace(
+        self, trace_id: str | None, forked_from: tuple[str, int] | None = None
+    ) -> None:
         """Export into the run's trace (from the attempt log), not a new one; before
-        ``attempt_started``. An id that is not 32 hex digits, or zero, is ignored."""
+        ``attempt_started``. An id that is not 32 hex digits, or zero, is ignored.
+        ``forked_from``: the run and boundary a forked run started from, put on each of its
+        attempt spans."""
         ids = _ids(trace_id or "", "1" * 16)
         self._run_trace = ids[0] if ids is not None else None
+        if forked_from is not None:
+            self._lineage = {
+                "oma.forked_from.run_id": forked_from[0],
+                "oma.forked_from.seq": forked_from[1],
+            }
 
     def attempt_started(self, identity: RunIdentity) -> None:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -114,6 +124,7 @@ class RunTracer:
                 "oma.run_id": identity.run_id,
                 "oma.attempt": identity.attempt,
                 "oma.attempt.trace_id": identity.trace_id,
+                **self._lineage,
             },
         )
 

@@ -14,11 +14,14 @@ from oma.checkpoint import Checkpoint, CheckpointSnapshotV4
 from oma.checkpoint.attempts import load_attempt_log
 from oma.checkpoint.keys import checkpoint_key
 from oma.local_run import run_spec
+from oma.spec import ForkFromSpec, StoreSpec
 from oma.store import FileStore
 from oma.tracing import tracing_requested
 from tests.engine.crashing import SimulatedCrash
 from tests.engine.helpers import die_in_e3_once_e1_e2_committed, effect_spec, effect_tool
 from tests.servers.otlp_receiver import ReceivedSpan, otlp_receiver
+from tests.servers.redis_server import RedisServer
+from tests.stores.conftest import unique_name
 
 SCRIPT: list[dict[str, Any]] = [
     {
@@ -195,3 +198,31 @@ def test_an_attempt_whose_predecessor_may_have_had_a_trace_of_its_own_links_both
         (int(own, 16), int(span, 16)),
     ]
     tracer._provider.shutdown() if tracer._provider is not None else None
+
+
+async def test_a_forked_run_s_attempts_say_where_it_came_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    redis: RedisServer = request.getfixturevalue("redis_server")
+    store = {"redis": {"url": redis.url, "namespace": unique_name("trace")}}
+    spec = effect_spec(SCRIPT).model_copy(update={"store": StoreSpec.model_validate(store)})
+    ran: list[str] = []
+    unused = tmp_path / "unused.json"  # the spec names its store
+    parent = await run_spec(
+        spec, run_id="parent", tools={"effect": effect_tool(ran)}, default_store_path=unused
+    )
+    assert parent.result.success and len(ran) == 3
+    forked = spec.model_copy(
+        update={"fork_from": ForkFromSpec.model_validate({"runId": "parent", "seq": 2})}
+    )
+    with otlp_receiver() as receiver:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url)
+        child = await run_spec(
+            forked, run_id="child", tools={"effect": effect_tool(ran)}, default_store_path=unused
+        )
+    assert child.result.success and child.resumed
+    (attempt,) = _by_name(receiver.spans, "oma.attempt")
+    assert attempt.attributes["oma.run_id"] == "child"
+    assert attempt.attributes["oma.forked_from.run_id"] == "parent"
+    assert attempt.attributes["oma.forked_from.seq"] == 2
+    assert [link[2] for link in attempt.links] == [{"oma.link.relation": "continued_from"}]
