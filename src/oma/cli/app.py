@@ -28,6 +28,7 @@ from oma import __version__
 from oma.cli.approvals import app as approvals_app
 from oma.cli.checkpoint import app as checkpoint_app
 from oma.cli.fork import fork_command
+from oma.cli.replay import replay_command
 from oma.cli.run import run_command
 from oma.cli.verify import verify_command
 from oma.errors import CheckpointFencedError, CheckpointLostError, OmaError
@@ -46,6 +47,7 @@ app.add_typer(approvals_app, name="approvals")
 app.add_typer(checkpoint_app, name="checkpoint")
 app.command("verify")(verify_command)
 app.command("fork")(fork_command)
+app.command("replay")(replay_command)
 
 
 @app.command()
