@@ -194,7 +194,9 @@ async def test_retention_keeps_the_boundaries_asked_and_every_one_still_rebuilds
     for boundary in boundaries:
         assert jsonutil.dumps(history.rebuild(boundary.seq)) == recorded[boundary.seq - 1]
     assert history.verify() == []  # a dropped past is not a broken chain
-    with pytest.raises(CheckpointHistoryError, match=r"boundary 1 is not kept: this journal keeps boundaries"):
+    with pytest.raises(
+        CheckpointHistoryError, match=r"boundary 1 is not kept: this journal keeps boundaries"
+    ):
         history.rebuild(1)
 
 
