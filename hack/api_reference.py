@@ -22,6 +22,7 @@ MODULES = [
     "oma.llm",
     "oma.memory",
     "oma.orchestrator",
+    "oma.replay",
     "oma.store",
     "oma.tasks",
     "oma.testing",

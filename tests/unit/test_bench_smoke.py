@@ -109,6 +109,13 @@ def test_history_cost_keeps_every_boundary_and_finds_each_flip() -> None:
     assert 1.0 < float(kept[1]) < 4.0
 
 
+def test_replay_cost_reproduces_a_recorded_run_and_names_an_edit() -> None:
+    output = _bench("replay_cost.py")
+    row = next(line for line in output.splitlines() if line.startswith("memory"))
+    assert "reproduces yes" in row and "edited: boundary 1 /queue/tasks/0/description" in row
+    assert re.search(r"recorded +[\d.]+ s +replay +[\d.]+ s \([\d.]+x\)", row), row
+
+
 def test_checkpoint_overhead_measures_saves_against_the_clients_plain_write() -> None:
     output = _bench("checkpoint_overhead.py", "--parts", "saves", "--backends", "memory,file")
     assert "client = the client library's plain write of the same string" in output

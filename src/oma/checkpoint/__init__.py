@@ -1,5 +1,7 @@
 """Checkpoints: snapshot models (v1-v4), strict validation, and the ``Checkpoint`` manager."""
 
+from oma.checkpoint.fork import ForkError, ForkResult, fork_run
+from oma.checkpoint.history import Boundary, History, load_history
 from oma.checkpoint.keys import DEFAULT_CHECKPOINT_KEY, checkpoint_key, is_checkpoint_key
 from oma.checkpoint.manager import Checkpoint, decode_snapshot, snapshot_metadata
 from oma.checkpoint.queue_snapshot import (
@@ -10,6 +12,7 @@ from oma.checkpoint.queue_snapshot import (
     TaskSnapshot,
     TaskStatus,
 )
+from oma.checkpoint.retention import HistoryPolicy
 from oma.checkpoint.runner_state import (
     InFlightTask,
     PendingToolCall,
@@ -41,6 +44,7 @@ __all__ = [
     "CHECKPOINT_KEY_PREFIX",
     "CURRENT_SNAPSHOT_VERSION",
     "DEFAULT_CHECKPOINT_KEY",
+    "Boundary",
     "Checkpoint",
     "CheckpointSnapshot",
     "CheckpointSnapshotV1",
@@ -49,6 +53,10 @@ __all__ = [
     "CheckpointSnapshotV4",
     "CheckpointSnapshotV5",
     "CompletedTaskCheckpoint",
+    "ForkError",
+    "ForkResult",
+    "History",
+    "HistoryPolicy",
     "InFlightTask",
     "MessageBusSnapshot",
     "PendingToolCall",
@@ -69,7 +77,9 @@ __all__ = [
     "ToolUseBlock",
     "checkpoint_key",
     "decode_snapshot",
+    "fork_run",
     "is_checkpoint_key",
+    "load_history",
     "parse_snapshot",
     "snapshot_metadata",
 ]

@@ -57,6 +57,9 @@ class ForkError(OmaError):
 
 @dataclass(frozen=True)
 class ForkResult:
+    """The fork made: its parent and boundary, the child's run id, whether a patch was
+    applied, and the approval requests the child will ask again."""
+
     parent: str
     seq: int
     child: str

@@ -20,6 +20,8 @@ TurnKey = tuple[str, str, int]  # agent, task title, turn (assistant messages be
 
 @dataclass(frozen=True)
 class RecordedTurn:
+    """One assistant message as saved, and the tokens its turn cost."""
+
     content: list[dict[str, Any]]  # the assistant message's blocks, as saved
     input_tokens: int
     output_tokens: int
@@ -27,6 +29,8 @@ class RecordedTurn:
 
 @dataclass
 class Recording:
+    """The recorded turns by agent, task title and turn, and the commits by agent and call."""
+
     turns: dict[TurnKey, RecordedTurn] = field(default_factory=dict)
     commits: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # agent, call
     boundaries: int = 0

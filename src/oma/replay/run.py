@@ -10,20 +10,20 @@ recorded run that waited for a decision diverges where it first asked.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from oma.checkpoint import chain
+from oma import jsonutil
+from oma.checkpoint import chain, delta
 from oma.checkpoint.history import History, load_history
 from oma.checkpoint.keys import checkpoint_key
 from oma.checkpoint.retention import HistoryPolicy
 from oma.errors import OmaError
 from oma.orchestrator import CheckpointOptions, OpenMultiAgent
 from oma.orchestrator.events import OrchestratorEvent
-from oma.replay.compare import Divergence, first_difference
+from oma.replay.compare import VOLATILE, Divergence, first_difference
 from oma.replay.recording import Recording
 from oma.replay.stand_ins import RecordedModel, recorded_tool
 from oma.spec import RunSpec
@@ -43,6 +43,9 @@ class ReplayError(OmaError):
 
 @dataclass(frozen=True)
 class ReplayReport:
+    """What a replay found: the boundaries compared, the first divergence (``None``: it
+    reproduces), how long it took, and how the replayed run ended."""
+
     run_id: str
     boundaries: int  # recorded boundaries compared
     replayed: int  # boundaries the replay saved
@@ -140,10 +143,11 @@ def _called_tool(commit: dict[str, Any]) -> str:
 def _compare(recorded: History, replayed: History) -> tuple[Divergence | None, int, int]:
     """The first divergence, the recorded boundaries compared, the replayed ones seen.
 
-    Boundary by boundary, the records' bodies are compared first with times masked (cheap: a
-    delta is small); only a pair that differs then is rebuilt whole and compared field by field
-    (``first_difference``), which also settles what masking cannot (a base's identity, two
-    runs that compacted at different boundaries)."""
+    Boundary by boundary, the records are compared first as written (a delta is small), with
+    what is the clock's or the attempt's left out (``compare.VOLATILE``); only a pair that
+    still differs is rebuilt whole and compared field by field (``first_difference``), which
+    settles what the records alone cannot (two runs that compacted at different boundaries
+    wrote a base against a delta)."""
     theirs = [g for g in _groups(recorded) if not g.what.startswith("attempt ")]
     ours = _groups(replayed)
     for index, recorded_one in enumerate(theirs):
@@ -151,7 +155,7 @@ def _compare(recorded: History, replayed: History) -> tuple[Divergence | None, i
             gone = Divergence(recorded_one.seq, "/", "a boundary", "(the replay ended before it)")
             return gone, index + 1, len(ours)
         mine = ours[index]
-        if recorded_one.masked == mine.masked:
+        if recorded_one.normalized() == mine.normalized():
             continue
         found = first_difference(recorded.rebuild(recorded_one.seq), replayed.rebuild(mine.seq))
         if found is not None:
@@ -169,21 +173,42 @@ def _compare(recorded: History, replayed: History) -> tuple[Divergence | None, i
 
 @dataclass(frozen=True)
 class _Group:
+    """A boundary's records (their bodies, headers aside)."""
+
     seq: int
     what: str
-    masked: tuple[str, ...]
+    bodies: tuple[str, ...]
+
+    def normalized(self) -> list[Any]:
+        """The records with every path absolute and what is volatile left out: a delta's
+        operations that set a volatile key, and volatile keys inside any value written."""
+        out: list[Any] = []
+        for body in self.bodies:
+            parsed = jsonutil.loads(body)
+            if isinstance(parsed, list):
+                ops = [op for op in delta.resolved(parsed) if not _sets_volatile(op)]
+                out.append([[op[0], op[1], *(_without_volatile(v) for v in op[2:])] for op in ops])
+            else:
+                out.append(_without_volatile(parsed))
+        return out
 
 
-# The clock's marks in a record: compared as equal, whatever their value.
-_TIME = re.compile(r'"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z"')
-_DURATION = re.compile(r'"(duration|attempt)":-?[\d.eE+-]+')
+def _sets_volatile(op: list[Any]) -> bool:
+    path = op[1]
+    return bool(path) and isinstance(path, list) and path[-1] in VOLATILE
+
+
+def _without_volatile(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_volatile(v) for k, v in value.items() if k not in VOLATILE}
+    if isinstance(value, list):
+        return [_without_volatile(v) for v in value]
+    return value
 
 
 def _groups(history: History) -> list[_Group]:
-    """Each boundary with its records' bodies, times masked."""
     whats = {b.seq: b.what for b in history.boundaries()}
     bodies: dict[int, list[str]] = {}
     for record in history.records:
-        body = chain.split(record.text)[1]
-        bodies.setdefault(record.seq, []).append(_DURATION.sub(r'"\1":0', _TIME.sub('"T"', body)))
+        bodies.setdefault(record.seq, []).append(chain.split(record.text)[1])
     return [_Group(seq, whats.get(seq, ""), tuple(texts)) for seq, texts in bodies.items()]
