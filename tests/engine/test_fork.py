@@ -24,7 +24,8 @@ from oma.checkpoint.keys import checkpoint_key
 from oma.errors import CheckpointHistoryError, CheckpointValidationError
 from oma.llm.types import ChatRequest, ChatResponse
 from oma.orchestrator import CheckpointOptions, OpenMultiAgent
-from oma.store import InMemoryStore
+from oma.store import InMemoryStore, PrefixedStore, tenant_prefix
+from oma.store.base import MemoryStore
 from oma.team import AgentConfig, Team
 from oma.tools import ToolContext, define_tool, idempotency_key
 
@@ -72,7 +73,7 @@ def _team(counter: Counter) -> Team:
     return Team(name="fork", agents=[worker])
 
 
-def _options(store: InMemoryStore, run_id: str) -> CheckpointOptions:
+def _options(store: MemoryStore, run_id: str) -> CheckpointOptions:
     return CheckpointOptions(store=store, run_id=run_id, fence=True, journal=True)
 
 
@@ -209,3 +210,18 @@ async def test_a_fork_refuses_what_it_cannot_do_and_writes_nothing() -> None:
         await fork_run(store, PARENT, 3, child="taken")
     latest = await Checkpoint(store, run_id="taken").load_latest()
     assert latest is not None
+
+
+async def test_a_tenant_cannot_fork_another_tenant_s_run() -> None:
+    """A TeamRun's runner sees its namespace's part of the store only: a fork naming a run of
+    another namespace finds nothing there, and writes nothing anywhere."""
+    whole, counter = InMemoryStore(), Counter()
+    mine = PrefixedStore(whole, tenant_prefix("team-a"))
+    theirs = PrefixedStore(whole, tenant_prefix("team-b"))
+    await OpenMultiAgent().run_tasks(
+        _team(counter), [{"title": "Add", "description": "add"}], checkpoint=_options(mine, PARENT)
+    )
+    keys = await whole.journal_keys()
+    with pytest.raises(CheckpointHistoryError, match=f'no checkpoint for run "{PARENT}"'):
+        await fork_run(theirs, PARENT, 2, child="stolen")
+    assert await whole.journal_keys() == keys
