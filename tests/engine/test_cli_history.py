@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
-from typer.testing import CliRunner
 
 from oma import jsonutil
 from oma.checkpoint import chain
@@ -20,12 +19,10 @@ from oma.checkpoint.journal import JournalWriter
 from oma.checkpoint.keys import checkpoint_key
 from oma.cli import app
 from oma.store.redis import RedisStore
+from tests.engine.cli_runs_kit import RUN, cli, ledger_keys, runner, spec_file
 from tests.servers.postgres_server import PostgresServer
 from tests.servers.redis_server import RedisServer
 from tests.stores.conftest import unique_name
-
-runner = CliRunner()
-RUN = "hist"
 
 
 @pytest.fixture
@@ -47,27 +44,6 @@ def recorded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return saved
 
 
-def _spec(tmp_path: Path, store: dict[str, Any], turns: int = 6) -> Path:
-    script = [
-        {"tool_calls": [{"id": f"c{n}", "name": "ledger_append", "input": {"entry": f"e{n}"}}]}
-        for n in range(turns)
-    ]
-    spec = tmp_path / "spec.json"
-    agent = {
-        "name": "clerk",
-        "tools": ["ledger_append"],
-        "model": {"provider": "scripted", "script": [*script, {"text": "ok"}]},
-    }
-    tasks = [{"title": "T", "description": "t", "assignee": "clerk"}]
-    spec.write_text(json.dumps({"agents": [agent], "tasks": tasks, "store": store}))
-    return spec
-
-
-def _cli(*args: str) -> tuple[int, str]:
-    result = runner.invoke(app, list(args))
-    return result.exit_code, result.output
-
-
 @pytest.mark.parametrize("backend", ["redis", "postgres"])
 def test_history_lists_every_boundary_and_each_exports_as_it_was_saved(
     backend: str,
@@ -86,23 +62,23 @@ def test_history_lists_every_boundary_and_each_exports_as_it_was_saved(
         table = unique_name("h")
         url, store = f"{pg.dsn()}?table={table}", {"postgres": {"dsn": pg.dsn(), "table": table}}
     monkeypatch.setenv("OMA_LEDGER_PATH", str(tmp_path / "ledger.jsonl"))
-    assert _cli("run", str(_spec(tmp_path, store)), "--run-id", RUN)[0] == 0
-    code, out = _cli("checkpoint", "history", "--run-id", RUN, "--store", url)
+    assert cli("run", str(spec_file(tmp_path, store)), "--run-id", RUN)[0] == 0
+    code, out = cli("checkpoint", "history", "--run-id", RUN, "--store", url)
     assert code == 0, out
     assert "run started" in out and "task completed" in out and "run finished" in out
-    code, out = _cli("checkpoint", "history", "--run-id", RUN, "--store", url, "--json")
+    code, out = cli("checkpoint", "history", "--run-id", RUN, "--store", url, "--json")
     listed = json.loads(out)["boundaries"]
     assert [b["seq"] for b in listed] == list(range(1, len(recorded) + 1))
     assert {b["attempt"] for b in listed} == {1} and listed[0]["kind"] == "base"
     for boundary in listed:
         seq = str(boundary["seq"])
-        code, out = _cli("checkpoint", "export", "--run-id", RUN, "--store", url, "--at", seq)
+        code, out = cli("checkpoint", "export", "--run-id", RUN, "--store", url, "--at", seq)
         assert code == 0 and out == recorded[boundary["seq"] - 1] + "\n", seq
-    code, out = _cli("checkpoint", "show", "--run-id", RUN, "--store", url, "--at", "2")
+    code, out = cli("checkpoint", "show", "--run-id", RUN, "--store", url, "--at", "2")
     assert code == 0 and "in flight" in out  # boundary 2: the task under way
-    code, out = _cli("checkpoint", "show", "--run-id", RUN, "--store", url, "--at", "999")
+    code, out = cli("checkpoint", "show", "--run-id", RUN, "--store", url, "--at", "999")
     assert code == 1 and "boundary 999 is not kept" in out
-    code, out = _cli("verify", "--run-id", RUN, "--store", url)
+    code, out = cli("verify", "--run-id", RUN, "--store", url)
     assert code == 0 and out.startswith("ok: ") and f"boundaries 1 to {len(recorded)}" in out, out
 
 
@@ -113,8 +89,8 @@ def test_verify_names_the_record_a_store_changed_and_history_shows_it_escaped(
     namespace = unique_name("h")
     url = f"{server.url}?namespace={namespace}"
     monkeypatch.setenv("OMA_LEDGER_PATH", str(tmp_path / "ledger.jsonl"))
-    spec = _spec(tmp_path, {"redis": {"url": server.url, "namespace": namespace}})
-    assert _cli("run", str(spec), "--run-id", RUN)[0] == 0
+    spec = spec_file(tmp_path, {"redis": {"url": server.url, "namespace": namespace}})
+    assert cli("run", str(spec), "--run-id", RUN)[0] == 0
     field = f"3:{checkpoint_key(RUN)}"
     records = f"{{{namespace}}}:jrecords"
 
@@ -133,10 +109,10 @@ def test_verify_names_the_record_a_store_changed_and_history_shows_it_escaped(
             await client.aclose()
 
     asyncio.run(tamper())
-    code, out = _cli("verify", "--run-id", RUN, "--store", url)
+    code, out = cli("verify", "--run-id", RUN, "--store", url)
     assert code == 1 and "1 failure(s)" in out, out
     assert re.search(r"record 3 \(boundary \d+\): its content is not what the chain", out), out
-    code, out = _cli("checkpoint", "history", "--run-id", RUN, "--store", url)
+    code, out = cli("checkpoint", "history", "--run-id", RUN, "--store", url)
     assert code == 0 and "\x1b" not in out and "\u202e" not in out
     assert "\\x1b[2J" in out and "\\u202e" in out, out
 
@@ -155,7 +131,7 @@ def test_verify_names_the_record_a_store_changed_and_history_shows_it_escaped(
 
     asyncio.run(forge_lineage())
     for extra in ([], ["--json"]):
-        code, out = _cli("checkpoint", "show", "--run-id", RUN, "--store", url, *extra)
+        code, out = cli("checkpoint", "show", "--run-id", RUN, "--store", url, *extra)
         assert code == 0 and "\x1b" not in out and "\u202e" not in out, out
 
 
@@ -164,21 +140,17 @@ def test_a_run_kept_without_history_says_so(
 ) -> None:
     monkeypatch.setenv("OMA_LEDGER_PATH", str(tmp_path / "ledger.jsonl"))
     path = tmp_path / "store.json"
-    assert _cli("run", str(_spec(tmp_path, {"file": {"path": str(path)}})), "--run-id", RUN)[0] == 0
-    code, out = _cli("checkpoint", "history", "--run-id", RUN, "--store", f"file://{path}")
+    assert (
+        cli("run", str(spec_file(tmp_path, {"file": {"path": str(path)}})), "--run-id", RUN)[0] == 0
+    )
+    code, out = cli("checkpoint", "history", "--run-id", RUN, "--store", f"file://{path}")
     assert code == 1 and "a file store keeps the latest only" in out, out
-    code, out = _cli("checkpoint", "history", "--run-id", "nobody", "--store", f"file://{path}")
+    code, out = cli("checkpoint", "history", "--run-id", "nobody", "--store", f"file://{path}")
     assert code == 1 and 'no checkpoint for run "nobody"' in out
-    code, out = _cli("verify", "--run-id", RUN, "--store", f"file://{path}")
+    code, out = cli("verify", "--run-id", RUN, "--store", f"file://{path}")
     assert code == 2 and "keeps the latest only" in out
-    code, out = _cli("verify")
+    code, out = cli("verify")
     assert code == 2 and "give a journal file or --run-id" in out
-
-
-def _ledger(path: Path) -> list[str]:
-    if not path.exists():
-        return []
-    return [json.loads(line)["key"] for line in path.read_text().splitlines() if line.strip()]
 
 
 def test_oma_fork_and_a_spec_fork_from_resume_from_a_past_boundary(
@@ -190,11 +162,11 @@ def test_oma_fork_and_a_spec_fork_from_resume_from_a_past_boundary(
     ledger = tmp_path / "ledger.jsonl"
     monkeypatch.setenv("OMA_LEDGER_PATH", str(ledger))
     store = {"redis": {"url": server.url, "namespace": namespace}}
-    spec = _spec(tmp_path, store)
-    assert _cli("run", str(spec), "--run-id", RUN)[0] == 0
-    parent_calls = _ledger(ledger)
+    spec = spec_file(tmp_path, store)
+    assert cli("run", str(spec), "--run-id", RUN)[0] == 0
+    parent_calls = ledger_keys(ledger)
     assert len(parent_calls) == 6 and all(k.startswith(f"{RUN}:") for k in parent_calls)
-    code, out = _cli("checkpoint", "history", "--run-id", RUN, "--store", url, "--json")
+    code, out = cli("checkpoint", "history", "--run-id", RUN, "--store", url, "--json")
     listed = json.loads(out)["boundaries"]
     # the boundary where the third call has just been committed
     third = [b["seq"] for b in listed if b["what"] == "1 tool call committed"][2]
@@ -203,26 +175,26 @@ def test_oma_fork_and_a_spec_fork_from_resume_from_a_past_boundary(
     )
     assert result.exit_code == 0 and result.stdout.strip() == "child", result.output
     assert "Resume it: oma run SPEC --run-id child" in result.stderr
-    assert _cli("run", str(spec), "--run-id", "child")[0] == 0
-    child_calls = [k for k in _ledger(ledger) if k not in parent_calls]
+    assert cli("run", str(spec), "--run-id", "child")[0] == 0
+    child_calls = [k for k in ledger_keys(ledger) if k not in parent_calls]
     assert [k.rsplit(":", 1)[1] for k in child_calls] == ["c3", "c4", "c5"]  # c0..c2 replayed
     assert all(k.startswith("child:") for k in child_calls)
-    code, out = _cli("checkpoint", "show", "--run-id", "child", "--store", url)
+    code, out = cli("checkpoint", "show", "--run-id", "child", "--store", url)
     assert code == 0 and f"forked    from {RUN} at boundary {third}" in out
-    code, out = _cli("checkpoint", "show", "--run-id", RUN, "--store", url)
+    code, out = cli("checkpoint", "show", "--run-id", RUN, "--store", url)
     assert code == 0 and f"fork      child from boundary {third}" in out
     # the same through the run spec's forkFrom
     forked = json.loads(spec.read_text()) | {"forkFrom": {"runId": RUN, "seq": third}}
     spec.write_text(json.dumps(forked))
-    assert _cli("run", str(spec), "--run-id", "child2")[0] == 0
-    assert [k.rsplit(":", 1)[1] for k in _ledger(ledger) if k.startswith("child2:")] == [
+    assert cli("run", str(spec), "--run-id", "child2")[0] == 0
+    assert [k.rsplit(":", 1)[1] for k in ledger_keys(ledger) if k.startswith("child2:")] == [
         "c3",
         "c4",
         "c5",
     ]
-    before = _ledger(ledger)
-    code, out = _cli("run", str(spec), "--run-id", "child2")  # its own checkpoint: no new fork
-    assert code == 0 and "already complete" in out and _ledger(ledger) == before
+    before = ledger_keys(ledger)
+    code, out = cli("run", str(spec), "--run-id", "child2")  # its own checkpoint: no new fork
+    assert code == 0 and "already complete" in out and ledger_keys(ledger) == before
 
 
 def test_oma_fork_refuses_bad_input_and_writes_nothing(
@@ -232,23 +204,23 @@ def test_oma_fork_refuses_bad_input_and_writes_nothing(
     namespace = unique_name("f")
     url = f"{server.url}?namespace={namespace}"
     monkeypatch.setenv("OMA_LEDGER_PATH", str(tmp_path / "ledger.jsonl"))
-    spec = _spec(tmp_path, {"redis": {"url": server.url, "namespace": namespace}})
-    assert _cli("run", str(spec), "--run-id", RUN)[0] == 0
+    spec = spec_file(tmp_path, {"redis": {"url": server.url, "namespace": namespace}})
+    assert cli("run", str(spec), "--run-id", RUN)[0] == 0
     patch = tmp_path / "patch.json"
     patch.write_text('{"op": "replace"}')
-    code, out = _cli(
+    code, out = cli(
         "fork", RUN, "--at", "2", "--run-id", "c", "--store", url, "--patch", str(patch)
     )
     assert code == 2 and "not a JSON Patch" in out
     patch.write_text('[{"op": "replace", "path": "/identity/runId", "value": "x"}]')
-    code, out = _cli(
+    code, out = cli(
         "fork", RUN, "--at", "2", "--run-id", "c", "--store", url, "--patch", str(patch)
     )
     assert code == 2 and "FORK_REFUSED" not in out and "touches '/identity/runId'" in out
-    code, out = _cli("fork", RUN, "--at", "999", "--run-id", "c", "--store", url)
+    code, out = cli("fork", RUN, "--at", "999", "--run-id", "c", "--store", url)
     assert code == 1 and "boundary 999 is not kept" in out
-    code, out = _cli("fork", "ghost", "--at", "1", "--run-id", "c", "--store", url)
+    code, out = cli("fork", "ghost", "--at", "1", "--run-id", "c", "--store", url)
     assert code == 1 and 'no checkpoint for run "ghost"' in out
-    code, out = _cli("fork", RUN, "--at", "2", "--run-id", RUN, "--store", url)
+    code, out = cli("fork", RUN, "--at", "2", "--run-id", RUN, "--store", url)
     assert code == 2 and "a run id of its own" in out
-    assert _cli("checkpoint", "show", "--run-id", "c", "--store", url)[0] == 1  # nothing written
+    assert cli("checkpoint", "show", "--run-id", "c", "--store", url)[0] == 1  # nothing written

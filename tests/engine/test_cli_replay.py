@@ -12,7 +12,7 @@ import pytest
 
 from oma.store.redis import RedisStore
 from oma.testing.replay import assert_replays
-from tests.engine.test_cli_history import RUN, _cli, _ledger, _spec
+from tests.engine.cli_runs_kit import RUN, cli, ledger_keys, spec_file
 from tests.servers.redis_server import RedisServer
 from tests.stores.conftest import unique_name
 
@@ -25,8 +25,8 @@ def _recorded(
     ledger = tmp_path / "ledger.jsonl"
     monkeypatch.setenv("OMA_LEDGER_PATH", str(ledger))
     store = {"redis": {"url": server.url, "namespace": namespace}}
-    spec = _spec(tmp_path, store, turns=8)
-    assert _cli("run", str(spec), "--run-id", RUN)[0] == 0
+    spec = spec_file(tmp_path, store, turns=8)
+    assert cli("run", str(spec), "--run-id", RUN)[0] == 0
     return f"{server.url}?namespace={namespace}", store, spec
 
 
@@ -35,22 +35,22 @@ def test_oma_replay_reproduces_a_recorded_run_and_names_an_edit(
 ) -> None:
     url, _, spec = _recorded(request, tmp_path, monkeypatch)
     ledger = tmp_path / "ledger.jsonl"
-    before = _ledger(ledger)
-    code, out = _cli("replay", RUN, "--spec", str(spec), "--store", url)
+    before = ledger_keys(ledger)
+    code, out = cli("replay", RUN, "--spec", str(spec), "--store", url)
     assert code == 0 and out.startswith("reproduces: ") and "none differs" in out, out
-    assert _ledger(ledger) == before  # the ledger tool answered from its commits
+    assert ledger_keys(ledger) == before  # the ledger tool answered from its commits
     edited = json.loads(spec.read_text())
     edited["tasks"][0]["description"] = "t, twice"
     spec.write_text(json.dumps(edited))
-    code, out = _cli("replay", RUN, "--spec", str(spec), "--store", url)
+    code, out = cli("replay", RUN, "--spec", str(spec), "--store", url)
     assert code == 1 and "diverges at boundary 1, /queue/tasks/0/description" in out, out
     assert '  recorded: "t"' in out and '  replayed: "t, twice"' in out
-    code, out = _cli("replay", RUN, "--spec", str(spec), "--store", url, "--json")
+    code, out = cli("replay", RUN, "--spec", str(spec), "--store", url, "--json")
     report = json.loads(out)
     assert code == 1 and report["divergence"]["path"] == "/queue/tasks/0/description"
-    code, out = _cli("replay", "ghost", "--spec", str(spec), "--store", url)
+    code, out = cli("replay", "ghost", "--spec", str(spec), "--store", url)
     assert code == 2 and 'no checkpoint for run "ghost"' in out
-    code, out = _cli("replay", RUN, "--spec", str(tmp_path / "none.yaml"), "--store", url)
+    code, out = cli("replay", RUN, "--spec", str(tmp_path / "none.yaml"), "--store", url)
     assert code == 2 and "cannot read run spec" in out
 
 

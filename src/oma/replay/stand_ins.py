@@ -24,6 +24,9 @@ TASK_HEADING = "# Task: "
 class ReplayMissingError(LLMResponseError):
     """The replayed run asked for a turn or a tool result the recording does not hold."""
 
+    code = "REPLAY_NOT_RECORDED"
+    transient = False  # the recording will not grow the turn on a retry
+
 
 class RecordedModel:
     name = "recorded"
