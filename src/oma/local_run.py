@@ -18,7 +18,7 @@ from pathlib import Path
 from oma.agent.result import RunIdentity
 from oma.assemble import build_coordinator, build_team, gates_for, open_store
 from oma.checkpoint.attempts import AttemptEnd, end_attempt, load_attempt_log, run_trace_id
-from oma.checkpoint.fork import fork_run
+from oma.checkpoint.fork import ForkError, fork_run
 from oma.checkpoint.manager import Checkpoint
 from oma.checkpoint.snapshot import CheckpointSnapshot, CheckpointSnapshotV1, CheckpointSnapshotV4
 from oma.errors import CheckpointFencedError, CheckpointLostError, OmaError
@@ -136,14 +136,19 @@ async def run_spec(
         if found is None and spec.fork_from is not None:
             await _refuse_if_lost(saved, expect_checkpoint)
             fork = spec.fork_from
-            await fork_run(
-                store,
-                fork.run_id,
-                fork.seq,
-                child=run_id,
-                patch=fork.patch,
-                history=checkpoint.history,
-            )
+            try:
+                await fork_run(
+                    store,
+                    fork.run_id,
+                    fork.seq,
+                    child=run_id,
+                    patch=fork.patch,
+                    history=checkpoint.history,
+                )
+            except ForkError:
+                # Another start of this run forked it first: go on from that fork.
+                if await saved.load_latest() is None:
+                    raise
             found = await saved.load_latest()
         resumed = found is not None
         if found is None:

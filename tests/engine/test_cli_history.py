@@ -111,7 +111,7 @@ def test_verify_names_the_record_a_store_changed_and_history_shows_it_escaped(
     asyncio.run(tamper())
     code, out = cli("verify", "--run-id", RUN, "--store", url)
     assert code == 1 and "1 failure(s)" in out, out
-    assert re.search(r"record 3 \(boundary \d+\): its content is not what the chain", out), out
+    assert re.search(r"record 3 \(boundary \d+\): its header is not what the chain", out), out
     code, out = cli("checkpoint", "history", "--run-id", RUN, "--store", url)
     assert code == 0 and "\x1b" not in out and "\u202e" not in out
     assert "\\x1b[2J" in out and "\\u202e" in out, out
@@ -221,6 +221,8 @@ def test_oma_fork_refuses_bad_input_and_writes_nothing(
     assert code == 1 and "boundary 999 is not kept" in out
     code, out = cli("fork", "ghost", "--at", "1", "--run-id", "c", "--store", url)
     assert code == 1 and 'no checkpoint for run "ghost"' in out
+    code, out = cli("fork", "gh\x1b[2Jost", "--at", "1", "--run-id", "c", "--store", url)
+    assert code == 1 and "\x1b" not in out and "gh\\x1b[2Jost" in out, out
     code, out = cli("fork", RUN, "--at", "2", "--run-id", RUN, "--store", url)
     assert code == 2 and "a run id of its own" in out
     assert cli("checkpoint", "show", "--run-id", "c", "--store", url)[0] == 1  # nothing written

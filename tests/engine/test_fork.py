@@ -225,3 +225,62 @@ async def test_a_tenant_cannot_fork_another_tenant_s_run() -> None:
     with pytest.raises(CheckpointHistoryError, match=f'no checkpoint for run "{PARENT}"'):
         await fork_run(theirs, PARENT, 2, child="stolen")
     assert await whole.journal_keys() == keys
+
+
+async def test_a_run_whose_approvals_were_decided_forks_at_every_boundary_and_asks_again() -> None:
+    """Decisions do not cross runs: a fork at any boundary, before or after the parent's
+    reviewer approved call c1, carries none; a child that reaches c1 unrun asks its own."""
+    store, counter = InMemoryStore(), Counter()
+    gate = OpenMultiAgent(
+        on_tool_call=lambda ctx: Suspend("review") if ctx.tool_call_id == "c1" else True
+    )
+    tasks = [{"title": "Add", "description": "add"}]
+    suspended = await gate.run_tasks(_team(counter), tasks, checkpoint=_options(store, PARENT))
+    (asked,) = suspended.pending_approvals
+    await decide_approval(
+        store,
+        request_id=asked.id,
+        request_hash=asked.request_hash,
+        decision="approve",
+        reviewer={"id": "alice"},
+    )
+    done = await gate.restore(_team(counter), checkpoint=_options(store, PARENT))
+    assert done.success and len(counter.executed) == CALLS
+    history = await read_history(store, checkpoint_key(PARENT))
+    assert history is not None
+    for boundary in history.boundaries():
+        k, child = boundary.seq, f"d-{boundary.seq}"
+        done_at_k = _committed(history.rebuild(k))
+        counter.executed.clear()
+        await fork_run(store, PARENT, k, child=child)
+        result = await gate.restore(_team(counter), checkpoint=_options(store, child))
+        if "c1" not in done_at_k:
+            assert result.status.code == "suspended", (k, result.status)
+            (own,) = result.pending_approvals
+            assert own.run_id == child and own.id != asked.id
+            await decide_approval(
+                store,
+                request_id=own.id,
+                request_hash=own.request_hash,
+                decision="approve",
+                reviewer={"id": "bob"},
+            )
+            result = await gate.restore(_team(counter), checkpoint=_options(store, child))
+        assert result.success, (k, result.status)
+        calls = sorted(key.rsplit(":", 1)[1] for key, _ in counter.executed)
+        assert calls == sorted(f"c{n}" for n in range(CALLS) if f"c{n}" not in done_at_k), k
+
+
+async def test_a_patch_of_the_whole_document_is_refused() -> None:
+    store, counter = InMemoryStore(), Counter()
+    await OpenMultiAgent().run_tasks(
+        _team(counter), [{"title": "Add", "description": "add"}], checkpoint=_options(store, PARENT)
+    )
+    snapshot = (await read_history(store, checkpoint_key(PARENT))).rebuild(2)  # type: ignore[union-attr]
+    whole = {**snapshot, "identity": {**snapshot["identity"], "attempt": 7}}
+    for op in (
+        {"op": "replace", "path": "", "value": whole},
+        {"op": "copy", "from": "", "path": "/x"},
+    ):
+        with pytest.raises(ForkError, match="touches ''"):
+            await fork_run(store, PARENT, 2, child="x", patch=[op])

@@ -8,7 +8,9 @@ rebuilds is compared with that recording, byte for byte.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -25,6 +27,7 @@ from oma.llm.scripted import ScriptedAdapter
 from oma.llm.types import ChatRequest, ChatResponse
 from oma.orchestrator import CheckpointOptions, OpenMultiAgent
 from oma.store import InMemoryStore, JournalStore
+from oma.store.journal import JournalEntry
 from oma.store.postgres import PostgresStore
 from oma.store.redis import RedisStore
 from oma.team import AgentConfig, Team
@@ -211,3 +214,62 @@ async def test_history_off_keeps_the_latest_only_in_the_old_record_form(
     assert len(entry.records) < len(recorded)  # compactions replaced the journal
     latest = await Checkpoint(store, run_id=RUN_ID).load_latest()
     assert latest is not None and latest.to_json() == recorded[-1]
+    # listed without headers: the base written in two records is one boundary, as saved
+    history = History.of(entry)
+    first = history.boundaries()[0]
+    assert first.numbers == (0, 1) and first.kind == "base"
+    assert jsonutil.dumps(history.rebuild(first.seq)) in recorded
+
+
+async def test_two_adjacent_records_changed_are_both_named(recorded: list[str]) -> None:
+    store = InMemoryStore()
+    await _run(store, StopsAt(12, stop=None))
+    entry = await store.journal_get(checkpoint_key(RUN_ID), history=True)
+    assert entry is not None
+    records = list(entry.records)
+    for number in (5, 6):  # still JSON that applies: an operation added, no syntax broken
+        line, body = chain.split(records[number])
+        assert line is not None and body.endswith("]")
+        records[number] = line + "\n" + body[:-1] + ',["s",["forged"],1]]'
+
+    findings = History.of(entry.model_copy(update={"records": records})).verify()
+    assert [f.number for f in findings] == [5, 6], findings
+    assert all("its body is not what its header recorded" in f.problem for f in findings)
+
+
+async def test_a_journal_from_before_histories_continued_with_one_verifies(
+    recorded: list[str],
+) -> None:
+    store = InMemoryStore()
+    await _run(store, StopsAt(30, stop=20), history=None)
+    await _run(store, StopsAt(30, stop=None), restore=True)
+    history = await read_history(store, checkpoint_key(RUN_ID))
+    assert history is not None
+    assert history.records[0].header is None and history.records[-1].header is not None
+    assert history.verify() == []
+    whats = [b.what for b in history.boundaries()]
+    assert "attempt 2 began" in whats and whats[-1] == "run finished"
+    latest = await Checkpoint(store, run_id=RUN_ID).load_latest()
+    assert latest is not None and latest.to_json() == recorded[-1]
+
+
+def test_a_header_with_an_impossible_time_is_a_finding_not_a_crash() -> None:
+    body = '{"version":4}'
+    header = {
+        "seq": 1,
+        "prev": None,
+        "sha": chain.digest(body),
+        "at": 10**20,
+        "attempt": 1,
+        "kind": "base",
+        "task": None,
+        "what": "run started",
+    }
+    text = json.dumps(header, separators=(",", ":")) + "\n" + body
+    entry = JournalEntry(
+        key="k", records=[text], version="v", created_at=datetime.now(UTC), start=0
+    )
+    history = History.of(entry)
+    (finding,) = history.verify()
+    assert finding.number == 0 and "at" in finding.problem
+    assert history.boundaries()[0].at is None  # listed, without a time it cannot show

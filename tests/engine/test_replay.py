@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from oma.checkpoint.fork import fork_run
+from oma.checkpoint.keys import checkpoint_key
 from oma.errors import ModelUnavailableError
 from oma.llm.types import ChatRequest, ChatResponse
 from oma.orchestrator import CheckpointOptions, OpenMultiAgent
@@ -153,3 +155,15 @@ async def test_what_a_replay_refuses(store: RedisStore) -> None:
     )
     with pytest.raises(ReplayError, match="mode tasks only"):
         await replay_run(team, store, RUN)
+
+
+async def test_a_fork_or_a_damaged_recording_is_refused_not_crashed(store: RedisStore) -> None:
+    await _record(store, [])
+    await fork_run(store, RUN, 3, child="forked")
+    with pytest.raises(ReplayError, match='is a fork of "recorded" at boundary 3'):
+        await replay_run(_spec(), store, "forked")
+    damaged = '{"version":4,"queue":{"tasks":[]},"inFlightTasks":[1]}'
+    key = checkpoint_key("damaged")
+    assert await store.journal_write(key, [damaged], version="v", expected=None, replace=True)
+    with pytest.raises(ReplayError, match='the recording of run "damaged" is not readable'):
+        await replay_run(_spec(), store, "damaged")

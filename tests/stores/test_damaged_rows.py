@@ -356,6 +356,13 @@ PG_JOURNAL_DAMAGE: list[tuple[str, Damage, tuple[str, ...], bool, bool]] = [
         False,
     ),
     ("count negative", _update(JOURNAL_SUFFIX, "records = %s", -5), ("record count",), False, True),
+    (
+        "the last record lost",
+        _update(JOURNAL_SUFFIX, "records = %s", 3),  # the head counts one more than there is
+        ("record 2 of 3", "missing"),
+        True,
+        False,
+    ),
 ]
 
 

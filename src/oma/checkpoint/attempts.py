@@ -72,6 +72,7 @@ class ForkedFrom(WireModel):
     seq: Annotated[int, Field(ge=1)]
     patch_sha256: str | None = None  # of the JSON Patch applied, as compact JSON
     at: str
+    approvals_dropped: list[str] | None = None  # request ids: decisions do not cross runs
 
 
 class ForkRef(WireModel):

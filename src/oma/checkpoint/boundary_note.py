@@ -15,10 +15,11 @@ def note(
 ) -> tuple[str | None, str]:
     """The task the boundary concerns (``None``: the run as a whole) and what happened."""
     attempt = _dig(after, "identity", "attempt")
-    if began or before is None:
-        if not isinstance(attempt, int) or attempt <= 1:
-            return None, "run started"
-        return None, f"attempt {attempt} began"
+    first = not isinstance(attempt, int) or attempt <= 1
+    if began:  # a new attempt's claim: the state it found, saved again
+        return None, "run started" if first else f"attempt {attempt} began"
+    if before is None:  # an attempt's first save without a claim (an unfenced run)
+        return None, "run started" if first else f"attempt {attempt} went on"
     for field, verb in (("completed", "completed"), ("failed", "failed"), ("skipped", "skipped")):
         new = _added(_dig(before, "queue", field), _dig(after, "queue", field))
         if new:

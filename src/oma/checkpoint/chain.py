@@ -1,12 +1,14 @@
 """The records of a checkpoint journal that keeps its history: each one headed and chained.
 
 A record is a header line, then the body a journal without history stores (a snapshot, or a
-delta): ``{"seq":12,"prev":"…","at":…,"attempt":2,"kind":"delta","task":"…","what":"…"}\\n[…]``.
-``seq`` numbers the run's boundaries (one per save, from 1, across attempts; a base written in
-two records has its second as ``kind: "more"`` with the same ``seq``); ``prev`` is the digest of
-the whole record before it (``None`` for a journal's first record), so a record changed or lost
-breaks the chain where it was and ``oma.checkpoint.history`` names it. The journal's metadata
-keeps the digest and ``seq`` of its last record, which has no successor to name it.
+delta): ``{"seq":12,"prev":"…","sha":"…","at":…,"attempt":2,"kind":"delta","task":"…",
+"what":"…"}\\n[…]``. ``seq`` numbers the run's boundaries (one per save, from 1, across
+attempts; a base written in two records has its second as ``kind: "more"`` with the same
+``seq``); ``sha`` is the digest of the record's own body, so a changed body is found in the
+record itself; ``prev`` is the digest of the whole record before it (``None`` for a journal's
+first record), so a changed header or a record lost breaks the chain where it was, and
+``oma.checkpoint.history`` names it. The journal's metadata keeps the digest and ``seq`` of its
+last record, which has no successor to name it.
 
 A record without a header (a journal written before histories, or with history off) starts
 with its body; a body is compact JSON, which never holds a raw newline, and never starts with
@@ -34,7 +36,9 @@ class RecordHeader(BaseModel):
 
     seq: int = Field(ge=1)
     prev: str | None = Field(pattern=f"^[0-9a-f]{{{DIGEST_CHARS}}}$")
-    at: int = Field(ge=0, description="milliseconds since the epoch, the writer's clock")
+    sha: str = Field(pattern=f"^[0-9a-f]{{{DIGEST_CHARS}}}$", description="the body's digest")
+    # Milliseconds since the epoch, the writer's clock; at most the end of year 9999.
+    at: int = Field(ge=0, le=253_402_300_799_999)
     attempt: int | None = Field(ge=1)
     kind: Kind
     task: str | None = Field(default=None, max_length=256)
@@ -47,7 +51,7 @@ def digest(record: str) -> str:
 
 
 def headed(header: RecordHeader, body: str) -> str:
-    """The record: the header line, then ``body``."""
+    """The record: the header line, then ``body`` (whose digest ``header.sha`` holds)."""
     return jsonutil.dumps(header.model_dump(mode="json")) + "\n" + body
 
 

@@ -8,11 +8,12 @@ CHILD``, a TeamRun with ``spec.forkFrom``) then goes on from there: the tool cal
 before the fork point are in the snapshot and are replayed, never executed; every call after it
 runs with the child's run id in its idempotency key (``run_id:task_id:tool_call_id``).
 
-Approvals do not cross runs: a request is bound to its run (``ApprovalRequest.run_id``), so
-every request pending at the fork point, decided or not, is dropped and asked again by the
-child when it reaches that gate, for the content it then has (a patched tool input gets a new
-hash, so a reviewer sees what changed). Decisions the parent already acted on before the fork
-point stay in the snapshot as history (they are the ledger's, under the parent's run).
+Approvals do not cross runs: a request and its decision are bound to their run
+(``ApprovalRequest.run_id``), so every request and decision in the snapshot at the fork point
+(pending, decided, acted on) is dropped, and the child asks again at each gate it reaches, for
+the content it then has (a patched tool input gets a new hash, so a reviewer sees what
+changed). What the parent's decisions already did (a call they allowed, committed before the
+fork point) stays done. The ids of the dropped requests are kept with the lineage.
 
 Lineage is kept in the attempt logs (``oma.checkpoint.attempts``): the child's names its parent
 and boundary (``forkedFrom``), the parent's lists its forks; ``oma checkpoint show`` prints
@@ -45,6 +46,7 @@ from oma.timeutil import now_iso
 # What a patch may not touch: who the run is (the fork sets it) and the approvals (the child
 # asks again; a patch that wrote a decision would be a decision nobody made).
 _PROTECTED = ("/identity", "/pendingApprovals", "/approvalDecisions")
+_KEEP_ALL = HistoryPolicy()
 
 
 class ForkError(OmaError):
@@ -74,9 +76,10 @@ async def fork_run(
     *,
     child: str | None = None,
     patch: list[dict[str, Any]] | None = None,
-    history: HistoryPolicy | None = None,
+    history: HistoryPolicy | None = _KEEP_ALL,
 ) -> ForkResult:
-    """Make run ``child`` (default: a new id) start from ``parent``'s boundary ``seq``."""
+    """Make run ``child`` (default: a new id) start from ``parent``'s boundary ``seq``; its
+    journal keeps a history for ``history`` (``None``: the latest only)."""
     child = child or f"{parent}-fork-{seq}-{uuid.uuid4().hex[:6]}"
     if child == parent:
         raise ForkError(f"a fork needs a run id of its own: {child!r} is the parent's")
@@ -87,19 +90,23 @@ async def fork_run(
     document = found.rebuild(seq)
     if patch is not None:
         document = _patched(document, patch)
+    # The child's attempts go on counting from the parent's (its first is the parent's + 1),
+    # and its first attempt's trace links to the attempt that saved the boundary.
     document.setdefault("identity", {})["runId"] = child
-    asked_again = _without_open_approvals(document)
+    asked_again = _without_approvals(document)
     snapshot = parse_snapshot(document, child_key)  # the patch may have made it invalid
     assert supports_journal(store)  # load_history found a journal
     if await store.journal_version(child_key) is not None or await store.get(child_key):
         raise ForkError(f'run "{child}" already has a checkpoint: choose another run id')
-    writer = JournalWriter(store, child_key, fenced=True, history=history or HistoryPolicy())
+    writer = JournalWriter(store, child_key, fenced=True, history=history)
     what = f"forked from {parent} at boundary {seq}" + (" (patched)" if patch else "")
     if not await writer.start(document, snapshot_metadata(snapshot), what):
         raise ForkError(f'run "{child}" got a checkpoint meanwhile: choose another run id')
     digest = hashlib.sha256(jsonutil.dumps(patch).encode()).hexdigest() if patch else None
     at = now_iso()
-    lineage = ForkedFrom(run_id=parent, seq=seq, patch_sha256=digest, at=at)
+    lineage = ForkedFrom(
+        run_id=parent, seq=seq, patch_sha256=digest, at=at, approvals_dropped=asked_again
+    )
     await start_fork_log(store, child_key, lineage)
     await note_fork(store, parent_key, ForkRef(run_id=child, seq=seq, at=at))
     return ForkResult(parent, seq, child, patch is not None, asked_again)
@@ -111,8 +118,10 @@ def _patched(document: dict[str, Any], patch: list[dict[str, Any]]) -> dict[str,
     for number, op in enumerate(patch):
         for where in ("path", "from"):
             pointer = op.get(where)
-            if isinstance(pointer, str) and any(
-                pointer == p or pointer.startswith(p + "/") for p in _PROTECTED
+            # "" is the whole document, which holds them all
+            if isinstance(pointer, str) and (
+                pointer == ""
+                or any(pointer == p or pointer.startswith(p + "/") for p in _PROTECTED)
             ):
                 raise ForkError(
                     f"patch operation {number} touches {pointer!r}: the fork sets the run's "
@@ -127,16 +136,23 @@ def _patched(document: dict[str, Any], patch: list[dict[str, Any]]) -> dict[str,
     return patched
 
 
-def _without_open_approvals(document: dict[str, Any]) -> list[str]:
-    """Drop every approval request still open at the fork point (pending, or decided and not
-    yet acted on: both are in ``pendingApprovals``) and the copies on tool calls; their ids."""
+def _without_approvals(document: dict[str, Any]) -> list[str]:
+    """Drop every approval request and decision (the run's lists and the copies on tool calls);
+    the ids of the requests dropped."""
     dropped = [
-        r["id"] for r in document.get("pendingApprovals") or [] if isinstance(r, dict) and "id" in r
+        str(r["id"])
+        for r in document.get("pendingApprovals") or []
+        if isinstance(r, dict) and "id" in r
     ]
-    document["pendingApprovals"] = []
+    dropped += [
+        str(d["requestId"])
+        for d in document.get("approvalDecisions") or []
+        if isinstance(d, dict) and "requestId" in d and d["requestId"] not in dropped
+    ]
+    document["pendingApprovals"], document["approvalDecisions"] = [], []
     for task in document.get("inFlightTasks") or []:
         for call in (task.get("pendingToolCalls") or []) if isinstance(task, dict) else []:
-            if isinstance(call, dict) and "commit" not in call:
+            if isinstance(call, dict):
                 call.pop("approvalRequest", None)
                 call.pop("approvalDecision", None)
     return dropped

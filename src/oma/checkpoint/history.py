@@ -80,6 +80,9 @@ class History:
             else:  # no header, or one unreadable: placed by position (verify names it)
                 seq = history.records[-1].seq + 1 if history.records else number + 1
                 kind = "base" if body.startswith("{") else "delta"
+                before = history.records[-1] if history.records else None
+                if before and before.header is None and before.kind == "base" and _copy_back(body):
+                    seq, kind = before.seq, "more"  # the second record of an unheaded base
             history.records.append(_Record(number, text, header, problem, seq, kind))
         return history
 
@@ -156,26 +159,40 @@ class History:
             record = self.records[index]
             found.setdefault(record.number, Finding(record.number, record.seq, problem))
 
-        chained = self.chained
+        named: set[int] = set()
+
+        def name_at(index: int, problem: str) -> None:
+            named.add(index)
+            name(index, problem)
+
+        # A journal written before histories and continued with one: its older records have
+        # no header, and that is no fault.
+        first_headed = next(
+            (i for i, r in enumerate(self.records) if r.header or r.header_problem), None
+        )
         for index, record in enumerate(self.records):
             if record.header_problem is not None:
-                name(index, record.header_problem)
-            elif chained and record.header is None:
-                name(index, "it has no header in a journal whose records are chained")
+                name_at(index, record.header_problem)
+            elif record.header is None:
+                if first_headed is not None and index > first_headed:
+                    name_at(index, "it has no header, after records that have one")
+            elif record.header.sha != chain.digest(chain.split(record.text)[1]):
+                name_at(index, "its body is not what its header recorded (changed since)")
         # Link i joins record i - 1 to record i (link 0: the first record's own prev; link
-        # len: the metadata's digest of the last). A changed record breaks the link after it;
-        # a changed prev breaks the links on both sides of its record.
+        # len: the metadata's digest of the last). A record named above explains the links on
+        # both sides of it; otherwise a changed header breaks the link after its record, and a
+        # changed prev the links on both sides.
         broken, explained = self._broken_links(), set()
-        changed = "its content is not what the chain recorded (changed after it was written)"
+        changed = "its header is not what the chain recorded (changed after it was written)"
         for link in sorted(broken):
-            if link in explained:
+            if link in explained or link in named or link - 1 in named:
                 continue
             if link == 0 or link == len(self.records) or link + 1 in broken:
                 culprit = min(link, len(self.records) - 1)
                 explained.add(link + 1)
             else:
                 culprit = link - 1
-            name(culprit, changed)
+            name_at(culprit, changed)
         self._check_order(name)
         self._check_bodies(name)
         return sorted(found.values(), key=lambda f: f.number)
@@ -229,6 +246,23 @@ class History:
             except CheckpointDecodeError as exc:
                 name(index, exc.detail)
                 document = None
+
+
+def _copy_back(body: str) -> bool:
+    """Whether an unheaded delta only copies conversations back into the runner's messages:
+    the second record of a base written in two (``journal.base_records``), not a boundary."""
+    try:
+        ops = delta.resolved(jsonutil.loads(body))
+    except (ValueError, TypeError):
+        return False
+    return bool(ops) and all(
+        isinstance(op, list)
+        and isinstance(op[1], list)
+        and len(op[1]) >= 3
+        and op[1][0] == "inFlightTasks"
+        and op[1][2] == "messages"
+        for op in ops
+    )
 
 
 async def read_history(store: JournalStore, key: str) -> History | None:

@@ -411,7 +411,7 @@ class JournalWriter:
         its numbers from 0, its ``seq`` going on), and the state after them."""
         at = int(time.time() * 1000)
         seq = state.seq + 1
-        task, noted = note(previous, wire, began=began or previous is None)
+        task, noted = note(previous, wire, began=began)
         what = what or noted
         identity = wire.get("identity")
         attempt = identity.get("attempt") if isinstance(identity, dict) else None
@@ -423,6 +423,7 @@ class JournalWriter:
             header = chain.RecordHeader(
                 seq=seq,
                 prev=prev,
+                sha=chain.digest(text),
                 at=at,
                 attempt=attempt if isinstance(attempt, int) and attempt >= 1 else None,
                 kind=kind,

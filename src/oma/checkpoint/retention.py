@@ -50,7 +50,8 @@ def drop_before(
     for base in bases:
         # Every boundary before this base leaves by count, or (saved no later than the base)
         # by age: then nothing a reader may still ask for needs the records before it.
-        by_count = policy.keep is not None and base.seq <= latest - policy.keep + 1
+        # Kept by count: the latest and the ``keep`` boundaries behind it, seq latest - keep on.
+        by_count = policy.keep is not None and base.seq <= latest - policy.keep
         by_age = cutoff is not None and base.at <= cutoff
         if (by_count or by_age) and (best is None or base.number > best):
             best = base.number

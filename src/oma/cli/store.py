@@ -17,6 +17,7 @@ from oma.errors import OmaError
 from oma.store.base import MemoryStore, close_store
 from oma.store.prefixed import PrefixedStore, tenant_prefix
 from oma.store.urls import open_store
+from oma.visible import visible
 
 T = TypeVar("T")
 EXIT_BAD_INPUT = 2
@@ -68,7 +69,8 @@ def with_store(
         code = next((c for kind, c in exit_codes if isinstance(exc, kind)), EXIT_BAD_INPUT)
         label = getattr(exc, "code", None)
         prefix = f"{label}: " if label and code != EXIT_BAD_INPUT else ""
-        errors.print(f"[red]error:[/] {escape(prefix + str(exc))}")
+        # An error may quote what a store or a file held: nothing in it may drive the terminal.
+        errors.print(f"[red]error:[/] {escape(visible(prefix + str(exc)))}")
         raise typer.Exit(code) from exc
 
 

@@ -17,13 +17,14 @@ from typing import Any
 
 from oma import jsonutil
 from oma.checkpoint import chain, delta
+from oma.checkpoint.attempts import load_attempt_log
 from oma.checkpoint.history import History, load_history
 from oma.checkpoint.keys import checkpoint_key
 from oma.checkpoint.retention import HistoryPolicy
 from oma.errors import OmaError
 from oma.orchestrator import CheckpointOptions, OpenMultiAgent
 from oma.orchestrator.events import OrchestratorEvent
-from oma.replay.compare import VOLATILE, Divergence, first_difference
+from oma.replay.compare import Divergence, first_difference, volatile
 from oma.replay.recording import Recording
 from oma.replay.stand_ins import RecordedModel, recorded_tool
 from oma.spec import RunSpec
@@ -77,7 +78,17 @@ async def replay_run(
             f'run "{run_id}" keeps its history from boundary {recorded.records[0].seq} on: a '
             "replay needs it from the run's start (its retention dropped the rest)"
         )
-    recording = Recording.of(recorded)
+    log = await load_attempt_log(store, checkpoint_key(run_id))
+    if log is not None and log.forked_from is not None:
+        raise ReplayError(
+            f'run "{run_id}" is a fork of "{log.forked_from.run_id}" at boundary '
+            f"{log.forked_from.seq}: its first boundary is that state, not a start; replay "
+            "the parent"
+        )
+    try:
+        recording = Recording.of(recorded)
+    except (AttributeError, KeyError, TypeError, ValueError, RecursionError) as exc:
+        raise ReplayError(f'the recording of run "{run_id}" is not readable: {exc!r}') from None
     replay_store = InMemoryStore()
     options = CheckpointOptions(
         store=replay_store, run_id=run_id, fence=True, journal=True, history=HistoryPolicy()
@@ -102,7 +113,10 @@ async def replay_run(
     if replayed is None:  # it stopped before its first boundary
         nothing = Divergence(1, "/", "a boundary", f"(no boundary saved; the run ended {outcome})")
         return ReplayReport(run_id, 1, 0, nothing, time.monotonic() - started, outcome)
-    divergence, compared, count = _compare(recorded, replayed)
+    try:
+        divergence, compared, count = _compare(recorded, replayed)
+    except (AttributeError, KeyError, TypeError, ValueError, RecursionError) as exc:
+        raise ReplayError(f'the recording of run "{run_id}" is not readable: {exc!r}') from None
     seconds = time.monotonic() - started
     return ReplayReport(run_id, compared, count, divergence, seconds, outcome)
 
@@ -148,7 +162,7 @@ def _compare(recorded: History, replayed: History) -> tuple[Divergence | None, i
     still differs is rebuilt whole and compared field by field (``first_difference``), which
     settles what the records alone cannot (two runs that compacted at different boundaries
     wrote a base against a delta)."""
-    theirs = [g for g in _groups(recorded) if not g.what.startswith("attempt ")]
+    theirs = [g for g in _groups(recorded) if not _claim(g.what)]
     ours = _groups(replayed)
     for index, recorded_one in enumerate(theirs):
         if index >= len(ours):
@@ -179,31 +193,54 @@ class _Group:
     what: str
     bodies: tuple[str, ...]
 
-    def normalized(self) -> list[Any]:
-        """The records with every path absolute and what is volatile left out: a delta's
-        operations that set a volatile key, and volatile keys inside any value written."""
+    def normalized(self) -> str:
+        """The records with every path absolute and what is volatile left out (a delta's
+        operations that set a volatile key, and volatile keys inside any value written), as
+        JSON text: compared as text, ``1``, ``1.0`` and ``true`` differ."""
         out: list[Any] = []
         for body in self.bodies:
             parsed = jsonutil.loads(body)
             if isinstance(parsed, list):
                 ops = [op for op in delta.resolved(parsed) if not _sets_volatile(op)]
-                out.append([[op[0], op[1], *(_without_volatile(v) for v in op[2:])] for op in ops])
+                out.append(
+                    [
+                        [op[0], op[1], *(_without_volatile(v, _holder(op[1])) for v in op[2:])]
+                        for op in ops
+                    ]
+                )
             else:
-                out.append(_without_volatile(parsed))
-        return out
+                out.append(_without_volatile(parsed, ""))
+        return jsonutil.dumps(out)
+
+
+def _holder(path: Any) -> str:
+    """The key under which an operation's value sits: its path's last key (past indexes)."""
+    if not isinstance(path, list):
+        return ""
+    keys = [step for step in path if isinstance(step, str)]
+    return keys[-1] if keys else ""
 
 
 def _sets_volatile(op: list[Any]) -> bool:
     path = op[1]
-    return bool(path) and isinstance(path, list) and path[-1] in VOLATILE
+    if not isinstance(path, list) or not path:
+        return False
+    above = [step for step in path[:-1] if isinstance(step, str)]
+    return volatile(above[-1] if above else "", path[-1])
 
 
-def _without_volatile(value: Any) -> Any:
+def _without_volatile(value: Any, holder: str) -> Any:
     if isinstance(value, dict):
-        return {k: _without_volatile(v) for k, v in value.items() if k not in VOLATILE}
+        return {k: _without_volatile(v, k) for k, v in value.items() if not volatile(holder, k)}
     if isinstance(value, list):
-        return [_without_volatile(v) for v in value]
+        return [_without_volatile(v, holder) for v in value]
     return value
+
+
+def _claim(what: str) -> bool:
+    """A boundary where a new attempt saved the state it found ("attempt N began"): a replay
+    is one attempt, so it has none."""
+    return what.startswith("attempt ") and what.endswith(" began")
 
 
 def _groups(history: History) -> list[_Group]:

@@ -47,6 +47,8 @@ async def read(
     for expected, row in enumerate(rows, start=first):
         if row[4] != expected:  # numbers never skip: a gap is a record lost
             raise corrupt(where, key, f"record {expected} is missing (in *_jrec)")
+    if rows[-1][4] != count - 1:  # and run to the last one the head counts
+        raise corrupt(where, key, f"record {rows[-1][4] + 1} of {count} is missing (in *_jrec)")
     return JournalEntry(
         key=key,
         records=[text(row[3], where, key, f"record {row[4]}") for row in rows],
