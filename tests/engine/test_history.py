@@ -273,3 +273,22 @@ def test_a_header_with_an_impossible_time_is_a_finding_not_a_crash() -> None:
     (finding,) = history.verify()
     assert finding.number == 0 and "at" in finding.problem
     assert history.boundaries()[0].at is None  # listed, without a time it cannot show
+
+
+async def test_a_damaged_last_header_does_not_break_the_numbering(recorded: list[str]) -> None:
+    store = InMemoryStore()
+    await _run(store, StopsAt(20, stop=10))
+    key = checkpoint_key(RUN_ID)
+    entry = store._journals[key]
+    line, body = chain.split(entry.records[-1])
+    assert line is not None
+    last_seq = json.loads(line)["seq"]
+    damaged = [*entry.records[:-1], '{"seq":"x"}\n' + body]
+    store._journals[key] = entry.model_copy(update={"records": damaged})
+    await _run(store, StopsAt(20, stop=None), restore=True)
+    history = await read_history(store, key)
+    assert history is not None
+    claim = next(b for b in history.boundaries() if b.what == "attempt 2 began")
+    assert claim.seq == last_seq + 1  # numbered on from the damaged one's place
+    findings = history.verify()
+    assert [f.number for f in findings] == [len(damaged) - 1 + entry.start], findings

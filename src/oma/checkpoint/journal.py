@@ -70,16 +70,26 @@ class ChainState:
 
     @classmethod
     def of(cls, entry: JournalEntry) -> ChainState:
-        """The state of a journal read from its base."""
-        last = chain.split(entry.records[-1])[0]
-        base = chain.split(entry.records[0])[0]
-        try:
-            seq = chain.parse_header(last).seq if last is not None else 0
-            header = chain.parse_header(base) if base is not None else None
-        except ValueError:
-            seq, header = 0, None  # a damaged header: the chain goes on, ``oma verify`` says so
-        bases = (KnownBase(entry.start, header.seq, header.at),) if header is not None else ()
+        """The state of a journal read from its base. The last ``seq`` is the last readable
+        header's, plus one per boundary after it (a damaged header does not stop the chain:
+        ``oma verify`` names it); a journal without headers numbers its records from 1."""
         end = entry.start + len(entry.records)
+        seq = 0
+        for back, record in enumerate(reversed(entry.records)):
+            line = chain.split(record)[0]
+            if line is None:
+                break  # written before histories: numbered by position
+            try:
+                seq = chain.parse_header(line).seq + back
+                break
+            except ValueError:
+                continue
+        base_line = chain.split(entry.records[0])[0]
+        try:
+            header = chain.parse_header(base_line) if base_line is not None else None
+        except ValueError:
+            header = None
+        bases = (KnownBase(entry.start, header.seq, header.at),) if header is not None else ()
         return cls(end, seq or end, chain.digest(entry.records[-1]), bases)
 
 
