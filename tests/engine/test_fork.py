@@ -22,6 +22,7 @@ from oma.checkpoint.fork import ForkError, fork_run
 from oma.checkpoint.history import read_history
 from oma.checkpoint.keys import checkpoint_key
 from oma.errors import CheckpointHistoryError, CheckpointValidationError
+from oma.llm.scripted import ScriptedAdapter
 from oma.llm.types import ChatRequest, ChatResponse
 from oma.orchestrator import CheckpointOptions, OpenMultiAgent
 from oma.store import InMemoryStore, PrefixedStore, tenant_prefix
@@ -284,3 +285,30 @@ async def test_a_patch_of_the_whole_document_is_refused() -> None:
     ):
         with pytest.raises(ForkError, match="touches ''"):
             await fork_run(store, PARENT, 2, child="x", patch=[op])
+
+
+async def test_a_boundary_waiting_on_a_round_approval_is_not_forked() -> None:
+    """A resumed run does not come back to a round gate: a child of that boundary would run
+    the round nobody approved for it. The fork is refused, and the boundary before works."""
+
+    def team() -> Team:
+        model = ScriptedAdapter(
+            {"# Task: One": [{"text": "one done"}], "# Task: Two": [{"text": "two done"}]}
+        )
+        return Team(name="s", agents=[AgentConfig(name="w", adapter=model)])
+
+    store = InMemoryStore()
+    rounds: list[dict[str, Any]] = [
+        {"title": "One", "description": "1"},
+        {"title": "Two", "description": "2", "dependsOn": ["One"]},
+    ]
+    gate = OpenMultiAgent(on_approval=lambda done, upcoming: Suspend("round review"))
+    waiting = await gate.run_tasks(team(), rounds, checkpoint=_options(store, PARENT))
+    (asked,) = waiting.pending_approvals
+    assert asked.scope == "task_round"
+    history = await read_history(store, checkpoint_key(PARENT))
+    assert history is not None
+    last = history.boundaries()[-1].seq
+    with pytest.raises(ForkError, match=f"boundary {last} of {PARENT} waits on a task_round"):
+        await fork_run(store, PARENT, last, child="skips-the-gate")
+    assert await Checkpoint(store, run_id="skips-the-gate").load_latest() is None

@@ -234,7 +234,16 @@ async def test_two_adjacent_records_changed_are_both_named(recorded: list[str]) 
 
     findings = History.of(entry.model_copy(update={"records": records})).verify()
     assert [f.number for f in findings] == [5, 6], findings
-    assert all("its body is not what its header recorded" in f.problem for f in findings)
+    assert all("its content is not what it was written with" in f.problem for f in findings)
+    # the same for two adjacent headers changed (each record's own values are sealed)
+    records = list(entry.records)
+    for number in (3, 4):
+        line, body = chain.split(records[number])
+        assert line is not None
+        header = json.loads(line) | {"what": "nothing happened"}
+        records[number] = json.dumps(header, separators=(",", ":")) + "\n" + body
+    findings = History.of(entry.model_copy(update={"records": records})).verify()
+    assert [f.number for f in findings] == [3, 4], findings
 
 
 async def test_a_journal_from_before_histories_continued_with_one_verifies(
@@ -249,6 +258,8 @@ async def test_a_journal_from_before_histories_continued_with_one_verifies(
     assert history.verify() == []
     whats = [b.what for b in history.boundaries()]
     assert "attempt 2 began" in whats and whats[-1] == "run finished"
+    seqs = [b.seq for b in history.boundaries()]
+    assert seqs == list(range(1, len(seqs) + 1))  # numbered on without a gap
     latest = await Checkpoint(store, run_id=RUN_ID).load_latest()
     assert latest is not None and latest.to_json() == recorded[-1]
 

@@ -4,11 +4,11 @@ A record is a header line, then the body a journal without history stores (a sna
 delta): ``{"seq":12,"prev":"…","sha":"…","at":…,"attempt":2,"kind":"delta","task":"…",
 "what":"…"}\\n[…]``. ``seq`` numbers the run's boundaries (one per save, from 1, across
 attempts; a base written in two records has its second as ``kind: "more"`` with the same
-``seq``); ``sha`` is the digest of the record's own body, so a changed body is found in the
-record itself; ``prev`` is the digest of the whole record before it (``None`` for a journal's
-first record), so a changed header or a record lost breaks the chain where it was, and
-``oma.checkpoint.history`` names it. The journal's metadata keeps the digest and ``seq`` of its
-last record, which has no successor to name it.
+``seq``); ``sha`` is the digest of the record's own values (its header without ``sha``, then
+its body: ``sealed``), so a changed record is found in the record itself; ``prev`` is the digest
+of the whole record before it (``None`` for a journal's first record), so a record lost or moved
+breaks the chain where it was, and ``oma.checkpoint.history`` names it. The journal's metadata
+keeps the digest and ``seq`` of its last record, which has no successor to name it.
 
 A record without a header (a journal written before histories, or with history off) starts
 with its body; a body is compact JSON, which never holds a raw newline, and never starts with
@@ -36,7 +36,7 @@ class RecordHeader(BaseModel):
 
     seq: int = Field(ge=1)
     prev: str | None = Field(pattern=f"^[0-9a-f]{{{DIGEST_CHARS}}}$")
-    sha: str = Field(pattern=f"^[0-9a-f]{{{DIGEST_CHARS}}}$", description="the body's digest")
+    sha: str = Field(pattern=f"^[0-9a-f]{{{DIGEST_CHARS}}}$", description="see ``sealed``")
     # Milliseconds since the epoch, the writer's clock; at most the end of year 9999.
     at: int = Field(ge=0, le=253_402_300_799_999)
     attempt: int | None = Field(ge=1)
@@ -51,8 +51,13 @@ def digest(record: str) -> str:
 
 
 def headed(header: RecordHeader, body: str) -> str:
-    """The record: the header line, then ``body`` (whose digest ``header.sha`` holds)."""
+    """The record: the header line, then ``body``."""
     return jsonutil.dumps(header.model_dump(mode="json")) + "\n" + body
+
+
+def sealed(header: RecordHeader, body: str) -> str:
+    """What ``header.sha`` is the digest of: every header value but ``sha``, then the body."""
+    return digest(jsonutil.dumps(header.model_dump(mode="json", exclude={"sha"})) + "\n" + body)
 
 
 def split(record: str) -> tuple[str | None, str]:

@@ -12,8 +12,10 @@ Approvals do not cross runs: a request and its decision are bound to their run
 (``ApprovalRequest.run_id``), so every request and decision in the snapshot at the fork point
 (pending, decided, acted on) is dropped, and the child asks again at each gate it reaches, for
 the content it then has (a patched tool input gets a new hash, so a reviewer sees what
-changed). What the parent's decisions already did (a call they allowed, committed before the
-fork point) stays done. The ids of the dropped requests are kept with the lineage.
+changed). A resumed run does not come back to a plan or round gate, so a boundary that waits
+on one of those is refused (fork before the request, or after the decision was acted on).
+What the parent's decisions already did (a call they allowed, committed before the fork point)
+stays done. The ids of the dropped requests are kept with the lineage.
 
 Lineage is kept in the attempt logs (``oma.checkpoint.attempts``): the child's names its parent
 and boundary (``forkedFrom``), the parent's lists its forks; ``oma checkpoint show`` prints
@@ -93,7 +95,8 @@ async def fork_run(
     # The child's attempts go on counting from the parent's (its first is the parent's + 1),
     # and its first attempt's trace links to the attempt that saved the boundary.
     document.setdefault("identity", {})["runId"] = child
-    asked_again = _without_approvals(document)
+    _refuse_open_plan_or_round(document, parent, seq)
+    asked_again, dropped = _without_approvals(document)
     snapshot = parse_snapshot(document, child_key)  # the patch may have made it invalid
     assert supports_journal(store)  # load_history found a journal
     if await store.journal_version(child_key) is not None or await store.get(child_key):
@@ -105,7 +108,7 @@ async def fork_run(
     digest = hashlib.sha256(jsonutil.dumps(patch).encode()).hexdigest() if patch else None
     at = now_iso()
     lineage = ForkedFrom(
-        run_id=parent, seq=seq, patch_sha256=digest, at=at, approvals_dropped=asked_again
+        run_id=parent, seq=seq, patch_sha256=digest, at=at, approvals_dropped=dropped
     )
     await start_fork_log(store, child_key, lineage)
     await note_fork(store, parent_key, ForkRef(run_id=child, seq=seq, at=at))
@@ -136,18 +139,33 @@ def _patched(document: dict[str, Any], patch: list[dict[str, Any]]) -> dict[str,
     return patched
 
 
-def _without_approvals(document: dict[str, Any]) -> list[str]:
+# Gates a resumed run does not come back to: a request of these scopes still open at the fork
+# point would be lost with the parent's run id, and the child would go past its gate unasked.
+_NOT_ASKED_AGAIN = ("plan", "task_round")
+
+
+def _refuse_open_plan_or_round(document: dict[str, Any], parent: str, seq: int) -> None:
+    for request in document.get("pendingApprovals") or []:
+        if isinstance(request, dict) and request.get("scope") in _NOT_ASKED_AGAIN:
+            raise ForkError(
+                f"boundary {seq} of {parent} waits on a {request['scope']} approval, which a "
+                "resumed run does not ask again: fork at a boundary before the request, or "
+                "after the decision was acted on"
+            )
+
+
+def _without_approvals(document: dict[str, Any]) -> tuple[list[str], list[str]]:
     """Drop every approval request and decision (the run's lists and the copies on tool calls);
-    the ids of the requests dropped."""
-    dropped = [
+    the ids of the open requests (the child asks them again) and of everything dropped."""
+    asked_again = [
         str(r["id"])
         for r in document.get("pendingApprovals") or []
         if isinstance(r, dict) and "id" in r
     ]
-    dropped += [
+    dropped = asked_again + [
         str(d["requestId"])
         for d in document.get("approvalDecisions") or []
-        if isinstance(d, dict) and "requestId" in d and d["requestId"] not in dropped
+        if isinstance(d, dict) and "requestId" in d and d["requestId"] not in asked_again
     ]
     document["pendingApprovals"], document["approvalDecisions"] = [], []
     for task in document.get("inFlightTasks") or []:
@@ -155,4 +173,4 @@ def _without_approvals(document: dict[str, Any]) -> list[str]:
             if isinstance(call, dict):
                 call.pop("approvalRequest", None)
                 call.pop("approvalDecision", None)
-    return dropped
+    return asked_again, dropped

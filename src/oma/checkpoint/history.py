@@ -81,7 +81,7 @@ class History:
                 seq = history.records[-1].seq + 1 if history.records else number + 1
                 kind = "base" if body.startswith("{") else "delta"
                 before = history.records[-1] if history.records else None
-                if before and before.header is None and before.kind == "base" and _copy_back(body):
+                if before and before.header is None and before.kind == "base" and copy_back(body):
                     seq, kind = before.seq, "more"  # the second record of an unheaded base
             history.records.append(_Record(number, text, header, problem, seq, kind))
         return history
@@ -176,23 +176,19 @@ class History:
             elif record.header is None:
                 if first_headed is not None and index > first_headed:
                     name_at(index, "it has no header, after records that have one")
-            elif record.header.sha != chain.digest(chain.split(record.text)[1]):
-                name_at(index, "its body is not what its header recorded (changed since)")
+            elif record.header.sha != chain.sealed(record.header, chain.split(record.text)[1]):
+                name_at(index, "its content is not what it was written with (changed since)")
         # Link i joins record i - 1 to record i (link 0: the first record's own prev; link
-        # len: the metadata's digest of the last). A record named above explains the links on
-        # both sides of it; otherwise a changed header breaks the link after its record, and a
-        # changed prev the links on both sides.
-        broken, explained = self._broken_links(), set()
-        changed = "its header is not what the chain recorded (changed after it was written)"
-        for link in sorted(broken):
-            if link in explained or link in named or link - 1 in named:
-                continue
-            if link == 0 or link == len(self.records) or link + 1 in broken:
-                culprit = min(link, len(self.records) - 1)
-                explained.add(link + 1)
-            else:
-                culprit = link - 1
-            name_at(culprit, changed)
+        # len: the metadata's digest of the last). Every record's values are checked above: a
+        # record named there explains the links on both sides of it (its prev may be what
+        # changed); a broken link with both ends intact means record i - 1's text changed
+        # without its values (its layout), or records were lost or moved (the order says).
+        changed = "its text is not what the next record names (changed after it was written)"
+        last = len(self.records)
+        for link in sorted(self._broken_links()):
+            culprit = min(link, last - 1) if link in (0, last) else link - 1
+            if culprit not in named and (link in (0, last) or link not in named):
+                name_at(culprit, changed)
         self._check_order(name)
         self._check_bodies(name)
         return sorted(found.values(), key=lambda f: f.number)
@@ -248,7 +244,7 @@ class History:
                 document = None
 
 
-def _copy_back(body: str) -> bool:
+def copy_back(body: str) -> bool:
     """Whether an unheaded delta only copies conversations back into the runner's messages:
     the second record of a base written in two (``journal.base_records``), not a boundary."""
     try:

@@ -30,6 +30,7 @@ from oma import jsonutil
 from oma.checkpoint import chain, delta, delta_diff
 from oma.checkpoint.boundary_note import note
 from oma.checkpoint.delta_diff import DeltaEncoder
+from oma.checkpoint.history import copy_back
 from oma.checkpoint.retention import HistoryPolicy, KnownBase, drop_before
 from oma.errors import CheckpointDecodeError, CheckpointFencedError, CheckpointLostError
 from oma.store.journal import JournalEntry, JournalStore, new_version
@@ -90,7 +91,12 @@ class ChainState:
         except ValueError:
             header = None
         bases = (KnownBase(entry.start, header.seq, header.at),) if header is not None else ()
-        return cls(end, seq or end, chain.digest(entry.records[-1]), bases)
+        if not seq:  # numbered as ``History`` numbers records without headers
+            records = entry.records
+            doubled = len(records) > 1 and chain.split(records[1])[0] is None
+            doubled = doubled and base_line is None and copy_back(records[1])
+            seq = end - (1 if doubled else 0)
+        return cls(end, seq, chain.digest(entry.records[-1]), bases)
 
 
 async def load_journal(
@@ -433,13 +439,14 @@ class JournalWriter:
             header = chain.RecordHeader(
                 seq=seq,
                 prev=prev,
-                sha=chain.digest(text),
+                sha="0" * chain.DIGEST_CHARS,  # sealed below, once every other value is set
                 at=at,
                 attempt=attempt if isinstance(attempt, int) and attempt >= 1 else None,
                 kind=kind,
                 task=task,
                 what=what,
             )
+            header = header.model_copy(update={"sha": chain.sealed(header, text)})
             out.append(chain.headed(header, text))
             prev = chain.digest(out[-1])
         bases = state.bases if not replace else ()

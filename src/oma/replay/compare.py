@@ -3,9 +3,9 @@
 What legitimately differs between a run and its replay is left out, where the snapshot keeps
 it: times (``createdAt`` and ``updatedAt`` of the run and its tasks, a tool call record's
 ``duration``, a start mark's ``at``), the attempt's identity (the top-level ``identity``, trace
-and span ids, and a completed task's result's) and which attempt did a thing (a start mark's
-``attempt``: a replay is one attempt). The same names anywhere else (in a tool's input, say)
-are compared like any other value.
+and span ids, and a completed task's result's) and which attempt did a thing (a start mark's,
+a budget reservation's or loss's ``attempt``: a replay is one attempt). The same names anywhere
+else (in a tool's input, say) are compared like any other value.
 """
 
 from __future__ import annotations
@@ -17,11 +17,13 @@ from typing import Any
 # the object that holds them ("" for the snapshot itself, "*" for any: a task's times).
 VOLATILE = {
     "": frozenset({"createdAt", "identity"}),
+    "tasks": frozenset({"createdAt", "updatedAt"}),  # the queue's tasks
     "agentResult": frozenset({"identity"}),  # a completed task's result: the attempt's ids
-    "*": frozenset({"createdAt", "updatedAt"}),
     "record": frozenset({"duration"}),
     "toolCalls": frozenset({"duration"}),  # an item of a task's toolCalls: a call record
     "started": frozenset({"at", "attempt"}),
+    "reserved": frozenset({"attempt"}),  # the budget's reservations and losses
+    "lost": frozenset({"attempt"}),
 }
 _MISSING = object()
 
@@ -29,7 +31,7 @@ _MISSING = object()
 def volatile(holder: str, key: object) -> bool:
     """Whether ``key`` of an object held under ``holder`` (its key, or the list's that holds
     it) is the clock's or the attempt's."""
-    return key in VOLATILE["*"] or key in VOLATILE.get(holder, ())
+    return key in VOLATILE.get(holder, ())
 
 
 @dataclass(frozen=True)

@@ -87,13 +87,13 @@ async def replay_run(
         )
     try:
         recording = Recording.of(recorded)
-    except (AttributeError, KeyError, TypeError, ValueError, RecursionError) as exc:
-        raise ReplayError(f'the recording of run "{run_id}" is not readable: {exc!r}') from None
+        team = _team(spec, recording, run_id, tools)
+    except Exception as exc:  # the store's content, not the code: refused, with what it was
+        raise _unreadable(run_id, exc) from None
     replay_store = InMemoryStore()
     options = CheckpointOptions(
         store=replay_store, run_id=run_id, fence=True, journal=True, history=HistoryPolicy()
     )
-    team = _team(spec, recording, run_id, tools)
     errors: list[str] = []
 
     def see(event: OrchestratorEvent) -> None:
@@ -115,10 +115,16 @@ async def replay_run(
         return ReplayReport(run_id, 1, 0, nothing, time.monotonic() - started, outcome)
     try:
         divergence, compared, count = _compare(recorded, replayed)
-    except (AttributeError, KeyError, TypeError, ValueError, RecursionError) as exc:
-        raise ReplayError(f'the recording of run "{run_id}" is not readable: {exc!r}') from None
+    except Exception as exc:
+        raise _unreadable(run_id, exc) from None
     seconds = time.monotonic() - started
     return ReplayReport(run_id, compared, count, divergence, seconds, outcome)
+
+
+def _unreadable(run_id: str, error: Exception) -> OmaError:
+    if isinstance(error, OmaError):
+        return error
+    return ReplayError(f'the recording of run "{run_id}" is not readable: {error!r}'[:2000])
 
 
 def _team(
@@ -162,8 +168,8 @@ def _compare(recorded: History, replayed: History) -> tuple[Divergence | None, i
     still differs is rebuilt whole and compared field by field (``first_difference``), which
     settles what the records alone cannot (two runs that compacted at different boundaries
     wrote a base against a delta)."""
-    theirs = [g for g in _groups(recorded) if not _claim(g.what)]
-    ours = _groups(replayed)
+    theirs = [g for g in _groups(recorded) if not _claim(g.what) and not g.empty()]
+    ours = [g for g in _groups(replayed) if not g.empty()]
     for index, recorded_one in enumerate(theirs):
         if index >= len(ours):
             gone = Divergence(recorded_one.seq, "/", "a boundary", "(the replay ended before it)")
@@ -192,6 +198,11 @@ class _Group:
     seq: int
     what: str
     bodies: tuple[str, ...]
+
+    def empty(self) -> bool:
+        """A delta that changed nothing but the clock's or the attempt's fields (a drained
+        run's last save, say): nothing to compare, on either side."""
+        return self.normalized() == "[[]]"
 
     def normalized(self) -> str:
         """The records with every path absolute and what is volatile left out (a delta's
