@@ -111,7 +111,8 @@ def test_verify_names_the_record_a_store_changed_and_history_shows_it_escaped(
     asyncio.run(tamper())
     code, out = cli("verify", "--run-id", RUN, "--store", url)
     assert code == 1 and "1 failure(s)" in out, out
-    assert re.search(r"record 3 \(boundary \d+\): its content is not what it was written with", out), out
+    named = r"record 3 \(boundary \d+\): its content is not what it was written with"
+    assert re.search(named, out), out
     code, out = cli("checkpoint", "history", "--run-id", RUN, "--store", url)
     assert code == 0 and "\x1b" not in out and "\u202e" not in out
     assert "\\x1b[2J" in out and "\\u202e" in out, out
