@@ -12,10 +12,8 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from oma import jsonutil
 from oma.checkpoint import chain
 from oma.checkpoint.attempts import attempts_key
-from oma.checkpoint.journal import JournalWriter
 from oma.checkpoint.keys import checkpoint_key
 from oma.cli import app
 from oma.store.redis import RedisStore
@@ -23,25 +21,6 @@ from tests.engine.cli_runs_kit import RUN, cli, ledger_keys, runner, spec_file
 from tests.servers.postgres_server import PostgresServer
 from tests.servers.redis_server import RedisServer
 from tests.stores.conftest import unique_name
-
-
-@pytest.fixture
-def recorded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every snapshot the run's journal writer was handed, as JSON text, in order."""
-    saved: list[str] = []
-    save, claim = JournalWriter.save, JournalWriter.claim
-
-    async def recording_save(self: JournalWriter, wire: Any, *args: Any) -> None:
-        saved.append(jsonutil.dumps(wire))
-        await save(self, wire, *args)
-
-    async def recording_claim(self: JournalWriter, wire: Any, *args: Any) -> bool:
-        saved.append(jsonutil.dumps(wire))
-        return await claim(self, wire, *args)
-
-    monkeypatch.setattr(JournalWriter, "save", recording_save)
-    monkeypatch.setattr(JournalWriter, "claim", recording_claim)
-    return saved
 
 
 @pytest.mark.parametrize("backend", ["redis", "postgres"])

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from oma.approval import decide_approval
+from oma.approval import ApprovalRequest, decide_approval
 from oma.approval.gates import Suspend
 from oma.checkpoint import Checkpoint
 from oma.checkpoint.attempts import load_attempt_log
@@ -72,6 +72,16 @@ def _team(counter: Counter) -> Team:
     add = define_tool("add", "Add an amount (once per idempotency key).", AddInput, counter.add)
     worker = AgentConfig(name="worker", adapter=TurnModel(CALLS), max_turns=50, tools=[add])
     return Team(name="fork", agents=[worker])
+
+
+async def _approve(store: MemoryStore, request: ApprovalRequest, reviewer: str) -> None:
+    await decide_approval(
+        store,
+        request_id=request.id,
+        request_hash=request.request_hash,
+        decision="approve",
+        reviewer={"id": reviewer},
+    )
 
 
 def _options(store: MemoryStore, run_id: str) -> CheckpointOptions:
@@ -150,25 +160,13 @@ async def test_a_patched_tool_input_under_a_gate_is_asked_again_with_its_new_con
     forked = await fork_run(store, PARENT, seq, child="patched", patch=patch)
     assert forked.asked_again == [asked.id] and forked.patched
     # the parent's decision (approve 0) does not carry over to the child's new content
-    await decide_approval(
-        store,
-        request_id=asked.id,
-        request_hash=asked.request_hash,
-        decision="approve",
-        reviewer={"id": "alice"},
-    )
+    await _approve(store, asked, "alice")
     child = await gate.restore(_team(counter), checkpoint=_options(store, "patched"))
     assert child.status.code == "suspended" and counter.executed == []
     (again,) = child.pending_approvals
     assert again.run_id == "patched" and again.content["input"] == {"amount": 500}
     assert again.request_hash != asked.request_hash and again.id != asked.id
-    await decide_approval(
-        store,
-        request_id=again.id,
-        request_hash=again.request_hash,
-        decision="approve",
-        reviewer={"id": "bob"},
-    )
+    await _approve(store, again, "bob")
     went_on = await gate.restore(_team(counter), checkpoint=_options(store, "patched"))
     assert went_on.status.code == "suspended"  # the next call asks in its turn
     ((key, amount),) = counter.executed  # the patched call, run once, as the child
@@ -238,13 +236,7 @@ async def test_a_run_whose_approvals_were_decided_forks_at_every_boundary_and_as
     tasks = [{"title": "Add", "description": "add"}]
     suspended = await gate.run_tasks(_team(counter), tasks, checkpoint=_options(store, PARENT))
     (asked,) = suspended.pending_approvals
-    await decide_approval(
-        store,
-        request_id=asked.id,
-        request_hash=asked.request_hash,
-        decision="approve",
-        reviewer={"id": "alice"},
-    )
+    await _approve(store, asked, "alice")
     done = await gate.restore(_team(counter), checkpoint=_options(store, PARENT))
     assert done.success and len(counter.executed) == CALLS
     history = await read_history(store, checkpoint_key(PARENT))
@@ -259,13 +251,7 @@ async def test_a_run_whose_approvals_were_decided_forks_at_every_boundary_and_as
             assert result.status.code == "suspended", (k, result.status)
             (own,) = result.pending_approvals
             assert own.run_id == child and own.id != asked.id
-            await decide_approval(
-                store,
-                request_id=own.id,
-                request_hash=own.request_hash,
-                decision="approve",
-                reviewer={"id": "bob"},
-            )
+            await _approve(store, own, "bob")
             result = await gate.restore(_team(counter), checkpoint=_options(store, child))
         assert result.success, (k, result.status)
         calls = sorted(key.rsplit(":", 1)[1] for key, _ in counter.executed)

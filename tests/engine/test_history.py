@@ -19,7 +19,6 @@ from pydantic import BaseModel
 from oma import jsonutil
 from oma.checkpoint import Checkpoint, chain
 from oma.checkpoint.history import History, read_history
-from oma.checkpoint.journal import JournalWriter
 from oma.checkpoint.keys import checkpoint_key
 from oma.checkpoint.retention import HistoryPolicy
 from oma.errors import CheckpointHistoryError, ModelUnavailableError
@@ -65,25 +64,6 @@ class StopsAt:
         if self.stop is not None and self.calls >= self.stop:
             raise ModelUnavailableError("the test's outage")
         return await self.script.chat(request)
-
-
-@pytest.fixture
-def recorded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every snapshot a journal writer was handed (saves and claims), as JSON text."""
-    saved: list[str] = []
-    save, claim = JournalWriter.save, JournalWriter.claim
-
-    async def recording_save(self: JournalWriter, wire: Any, *args: Any) -> None:
-        saved.append(jsonutil.dumps(wire))
-        await save(self, wire, *args)
-
-    async def recording_claim(self: JournalWriter, wire: Any, *args: Any) -> bool:
-        saved.append(jsonutil.dumps(wire))
-        return await claim(self, wire, *args)
-
-    monkeypatch.setattr(JournalWriter, "save", recording_save)
-    monkeypatch.setattr(JournalWriter, "claim", recording_claim)
-    return saved
 
 
 async def _run(
