@@ -20,6 +20,7 @@ MODULES = [
     "oma.approval",
     "oma.budget",
     "oma.checkpoint",
+    "oma.journal",
     "oma.llm",
     "oma.memory",
     "oma.orchestrator",

@@ -6,9 +6,13 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from oma.approval.gates import Allow, Suspend
 from oma.errors import OmaError
+from oma.journal.recorder import RunJournal
+from oma.journal.sinks import JsonlRunJournal
+from oma.journal.store_sink import StoreRunJournal
 from oma.llm.adapter import LLMAdapter
 from oma.llm.factory import make_adapter
 from oma.llm.scripted import ScriptedAdapter
@@ -16,6 +20,7 @@ from oma.spec import AgentSpec, ApprovalsSpec, RunSpec, StoreSpec
 from oma.store.base import MemoryStore
 from oma.store.faults import with_faults_from_env
 from oma.store.file import FileStore
+from oma.store.journal import supports_journal
 from oma.store.memory import InMemoryStore
 from oma.store.prefixed import PrefixedStore, memory_prefix, tenant_prefix
 from oma.store.redacting import RedactingStore
@@ -190,3 +195,24 @@ def _from_env(value: str | None, env: str | None, what: str) -> str:
     if not found:
         raise SpecError(f"the {what} is read from ${env}, which is not set")
     return found
+
+
+def run_journal_for(
+    spec: StoreSpec | None, store: MemoryStore, default_path: Path, run_id: str
+) -> RunJournal | None:
+    """Where the run keeps its event journal (``store.events``): a JSON-lines file beside a
+    file store (``<file>.events/[<tenant>/]<runId>.jsonl``, the run id percent-encoded), else
+    the store itself; ``None`` when the spec keeps none."""
+    if spec is None or not spec.events.enabled:
+        return None
+    if spec.file is not None:
+        folder = Path(f"{spec.file.path}.events")
+        if spec.tenant is not None:
+            folder = folder / spec.tenant
+        return JsonlRunJournal(folder / f"{quote(run_id, safe='')}.jsonl")
+    if not supports_journal(store):
+        raise SpecError(
+            f"store.events: {type(store).__name__} keeps no journals; use a file, memory, "
+            "Redis or PostgreSQL store without redact"
+        )
+    return StoreRunJournal(store)

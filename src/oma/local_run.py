@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from oma.agent.result import RunIdentity
-from oma.assemble import build_coordinator, build_team, gates_for, open_store
+from oma.assemble import build_coordinator, build_team, gates_for, open_store, run_journal_for
 from oma.checkpoint.attempts import AttemptEnd, end_attempt, load_attempt_log, run_trace_id
 from oma.checkpoint.fork import ForkError, fork_run
 from oma.checkpoint.manager import Checkpoint
@@ -119,7 +119,10 @@ async def run_spec(
             journal=spec.store is None or spec.store.layout == "journal",
             history=(spec.store.history if spec.store else HistorySpec()).policy(),
         )
+        events = spec.store.events if spec.store is not None else None
         orchestrator = OpenMultiAgent(
+            journal=run_journal_for(spec.store, store, default_store_path, run_id),
+            enforce_lineage=events is not None and events.enforce_lineage,
             on_progress=tally.see,
             max_concurrency=spec.max_concurrency,
             drain=drain,

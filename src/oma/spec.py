@@ -184,6 +184,23 @@ class HistorySpec(SpecModel):
         return HistoryPolicy(keep=self.keep, max_age_seconds=self.max_age_seconds)
 
 
+class EventsSpec(SpecModel):
+    """The run's event journal (the reference's run journal): every step of the run as an
+    event, numbered across attempts, beside its checkpoint (then of schema v5)."""
+
+    enabled: bool = Field(
+        default=False,
+        description="Keep the journal: a JSON-lines file beside a file store "
+        "(<file>.events/<runId>.jsonl), else in the store (__oma_checkpoint__/<runId>/events). "
+        "`oma verify --run-id` checks it.",
+    )
+    enforce_lineage: bool = Field(
+        default=False,
+        description="Refuse a model request showing a block no journal event explains (a "
+        "conversation restored from a checkpoint written without a journal).",
+    )
+
+
 class StoreSpec(SpecModel):
     """Exactly one backend; ``redact`` scrubs secrets before they are stored (lossy, and it
     rules out durable approvals, which need the verbatim content)."""
@@ -206,6 +223,10 @@ class StoreSpec(SpecModel):
         default_factory=HistorySpec,
         description="Past boundaries kept in the journal (default: every one).",
     )
+    events: EventsSpec = Field(
+        default_factory=EventsSpec,
+        description="The run's event journal (off by default).",
+    )
     tenant: str | None = Field(
         default=None,
         pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
@@ -222,6 +243,11 @@ class StoreSpec(SpecModel):
         if len(chosen) != 1:
             raise ValueError(
                 f"store needs exactly one of file, memory, redis, postgres; got {chosen}"
+            )
+        if self.redact and self.events.enabled:
+            raise ValueError(
+                "store.events needs the verbatim content (its blocks are checked by their "
+                "hashes): turn off store.redact, or store.events"
             )
         return self
 

@@ -201,6 +201,16 @@ async def test_eviction_mid_task_resumes_in_attempt_2(
             "store needs exactly one of redis or postgres",
         ),
         (
+            {
+                "store": {
+                    "redis": {"urlSecretRef": {"name": "s", "key": "k"}},
+                    "redact": True,
+                    "events": {"enabled": True},
+                }
+            },
+            "store.events needs the verbatim content",
+        ),
+        (
             {"team": {"agents": [{"name": "a", "model": {"provider": "gemini", "name": "x"}}]}},
             'Unsupported value: "gemini"',
         ),

@@ -176,6 +176,22 @@ def test_fork_from_and_history_reach_the_runner_as_the_engine_reads_them() -> No
         TeamRunSpec.model_validate({**SPEC, "forkFrom": {"runId": "p", "seq": 0}})
 
 
+def test_store_events_reach_the_runner_and_stay_off_unless_asked() -> None:
+    store = {**SPEC["store"], "events": {"enabled": True, "enforceLineage": True}}
+    run = RunSpec.model_validate(
+        to_run_spec(TeamRunSpec.model_validate({**SPEC, "store": store}), "ns")
+    )
+    assert run.store is not None and run.store.events.enabled and run.store.events.enforce_lineage
+    plain = to_run_spec(TeamRunSpec.model_validate(SPEC), "ns")
+    assert "events" not in plain["store"]  # an older runner image reads the spec unchanged
+    with pytest.raises(ValidationError, match="store.events needs the verbatim content"):
+        RunSpec.model_validate(
+            to_run_spec(
+                TeamRunSpec.model_validate({**SPEC, "store": {**store, "redact": True}}), "ns"
+            )
+        )
+
+
 @pytest.mark.parametrize("name", ["teamrun.yaml", "teamrun-postgres.yaml", "teamrun-demo.yaml"])
 def test_the_examples_are_valid_teamruns(name: str) -> None:
     from pathlib import Path

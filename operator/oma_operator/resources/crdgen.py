@@ -162,7 +162,13 @@ def teamrun_crd() -> dict[str, Any]:
         {
             "rule": "[has(self.redis), has(self.postgres)].filter(x, x).size() == 1",
             "message": "store needs exactly one of redis or postgres",
-        }
+        },
+        {
+            "rule": "!(has(self.redact) && self.redact && has(self.events) && "
+            "has(self.events.enabled) && self.events.enabled)",
+            "message": "store.events needs the verbatim content (its blocks are checked by "
+            "their hashes): turn off store.redact, or store.events",
+        },
     ]
     return _crd(
         kind="TeamRun",

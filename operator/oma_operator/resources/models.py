@@ -27,6 +27,7 @@ from oma.spec import (
     AgentSpec,
     ApprovalsSpec,
     BudgetSpec,
+    EventsSpec,
     ModelSpec,
     SpecModel,
     check_work,
@@ -166,6 +167,11 @@ class TeamRunStore(SpecModel):
         description="Past boundaries the journal keeps (`oma checkpoint history`): every one "
         "by default, kept in the store after the TeamRun is gone until the checkpoint is "
         "deleted (`oma checkpoint delete` or `prune`).",
+    )
+    events: EventsSpec = Field(
+        default_factory=EventsSpec,
+        description="The run's event journal, kept in the store beside its checkpoint (then "
+        "of schema v5); `oma verify --run-id` checks it. Off by default; not with redact.",
     )
 
 
@@ -572,6 +578,8 @@ def to_run_spec(spec: TeamRunSpec, namespace: str) -> dict[str, Any]:
     store["tenant"] = namespace
     store["layout"] = spec.store.layout
     store["history"] = spec.store.history.model_dump(by_alias=True, exclude_none=True)
+    if spec.store.events.enabled:
+        store["events"] = spec.store.events.model_dump(by_alias=True)
     run: dict[str, Any] = {
         "mode": spec.mode,
         "agents": agents,

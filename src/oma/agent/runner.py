@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from oma.agent.budget_hook import CostEstimate, StepBudget, may_have_cost
+from oma.agent.journal_hook import RunnerJournal
 from oma.agent.state import PendingCall, RunnerState
 from oma.agent.tool_approvals import BeforeExecute, ToolApprovalSupport, decided_call, live_call
 from oma.agent.uncertain_calls import is_uncertain, uncertain_request
@@ -86,6 +87,7 @@ class AgentRunner:
         stop_requested: Callable[[], bool] | None = None,
         on_model: Callable[[ModelCall], None] | None = None,
         budget: StepBudget | None = None,
+        journal: RunnerJournal | None = None,
     ) -> None:
         self.agent = agent
         self.run_id = run_id
@@ -101,6 +103,7 @@ class AgentRunner:
         self._specs: list[ToolSpec] | None = None
         self._budget = budget
         self._estimate = CostEstimate()
+        self._journal = journal  # the run's event journal, when it keeps one
 
     def _tool_specs(self) -> list[ToolSpec]:
         """The tools' specs (their JSON schemas), made once per task run, not per model turn."""
@@ -115,6 +118,13 @@ class AgentRunner:
             state = RunnerState(
                 conversation=[LLMMessage(role="user", content=[TextBlock(text=prompt)])]
             )
+        if self._journal is None:
+            # A v5 state resumed without a journal: its marks would no longer be kept up.
+            state.lineage = state.journal_seq = None
+        elif resume is None:
+            self._journal.started(state)
+        else:
+            self._journal.resumed(state)
         while state.phase != "completed":
             if self._stop_requested is not None and self._stop_requested():
                 raise RunDrained(f"task {self.task_id} stopped at a durable boundary")
@@ -146,6 +156,7 @@ class AgentRunner:
             tools=self._tool_specs(),
             max_tokens=self.agent.max_tokens,
         )
+        request_seq = self._journal.request(state, request) if self._journal else 0
         reservation = await self._reserve(request)
         if reservation is not None:
             assert self._budget is not None
@@ -154,6 +165,8 @@ class AgentRunner:
         try:
             response = await self.agent.adapter.chat(request)
         except Exception as exc:
+            if self._journal is not None:
+                self._journal.turn_ended(state, "error", turn=state.turns + 1)
             self._model_called(started, error=type(exc).__name__)
             if reservation is not None and self._budget is not None:
                 self._budget.model_failed(reservation, billed=may_have_cost(exc))
@@ -171,6 +184,8 @@ class AgentRunner:
         state.messages.append(message)
         state.turns += 1
         state.usage = state.usage + response.usage
+        if self._journal is not None:
+            self._journal.answered(state, response, message, request_seq)
         calls = message.tool_uses
         if calls:
             state.phase = "executing_tools"
@@ -178,6 +193,8 @@ class AgentRunner:
         else:
             state.phase = "completed"
             state.final_output = message.text
+            if self._journal is not None:
+                self._journal.turn_ended(state, "completed")
         await self._persist(state)
 
     async def _reserve(self, request: ChatRequest) -> BudgetReservation | None:
@@ -229,6 +246,8 @@ class AgentRunner:
         message = LLMMessage(role="user", content=list(results))
         state.conversation.append(message)
         state.messages.append(message)
+        if self._journal is not None:
+            self._journal.results(state, message, [p.call.id for p in state.pending])
         state.pending = []
         state.phase = "awaiting_model"
         await self._persist(state)
@@ -300,6 +319,11 @@ class AgentRunner:
         )
         if self._budget is not None:
             self._budget.tool_ended(committed=True)  # counted in the commit's own save
+        if self._journal is not None:
+            commit = pending.commit
+            self._journal.committed(
+                state, call.id, commit.result.to_data(), commit.record.to_data()
+            )
         await self._persist(state)
         if request is not None and self._approvals.on_consumed is not None:
             self._approvals.on_consumed(request)

@@ -48,10 +48,10 @@ class _WireList:
     shrank or whose first or last known item changed is built again."""
 
     sources: list[object] = field(default_factory=list)
-    wires: list[dict[str, Any]] = field(default_factory=list)
+    wires: list[Any] = field(default_factory=list)
     handed: AppendedList | None = None  # the copy handed out last, while ``wires`` only grew
 
-    def extended(self, items: Sequence[Any], wire: Callable[[Any], dict[str, Any]]) -> AppendedList:
+    def extended(self, items: Sequence[Any], wire: Callable[[Any], Any]) -> AppendedList:
         """A copy of the wires of ``items`` (the cache grows on), marked as the last copy
         extended when nothing but appends happened since."""
         known = len(self.sources)
@@ -82,6 +82,10 @@ class RunnerState:
     phase: RunnerPhase = "awaiting_model"
     pending: list[PendingCall] = field(default_factory=list)
     final_output: str | None = None
+    # With a run journal (``oma.agent.journal_hook``): per conversation message, per block,
+    # the events that produced it; and the last of the task's events this state reflects.
+    lineage: list[list[list[int] | None]] | None = None
+    journal_seq: int | None = None
     # The wire of each message and record already persisted, by identity: both are appended,
     # never changed, so each is dumped once, not at every boundary of its conversation.
     _wires: dict[int, tuple[object, dict[str, Any]]] = field(
@@ -109,6 +113,9 @@ class RunnerState:
         conversation = self._list("conversation", self.conversation)
         messages = self._list("messages", self.messages)
         records = self._list("records", self.records)
+        lineage = None
+        if self.lineage is not None:  # each message's entry is a new list, never changed
+            lineage = self._lists.setdefault("lineage", _WireList()).extended(self.lineage, _same)
         live = len(conversation) + len(messages) + len(records)
         if len(self._wires) > live:  # drop what is no longer in the state
             kept = {id(item) for items in self._items() for item in items}
@@ -147,6 +154,8 @@ class RunnerState:
             loop_warned=None,
             loop_detected=None,
             budget_exceeded=None,
+            journal_seq=self.journal_seq,
+            conversation_lineage=lineage,
         )
         state.check_phase_fields()
         wire: dict[str, Any] = {
@@ -163,6 +172,10 @@ class RunnerState:
             wire["pendingToolCalls"] = [call.to_data() for call in state.pending_tool_calls]
         if state.final_output is not None:
             wire["finalOutput"] = state.final_output
+        if lineage is not None:
+            wire["conversationLineage"] = lineage
+        if self.journal_seq is not None:
+            wire["journalSeq"] = self.journal_seq
         remember_wire(state, wire)
         return state
 
@@ -208,4 +221,18 @@ class RunnerState:
                 for p in saved.pending_tool_calls or []
             ],
             final_output=saved.final_output,
+            lineage=_copied(saved.conversation_lineage),
+            journal_seq=saved.journal_seq,
         )
+
+
+def _same(item: Any) -> Any:
+    return item
+
+
+def _copied(
+    lineage: list[list[list[int] | None]] | None,
+) -> list[list[list[int] | None]] | None:
+    if lineage is None:
+        return None
+    return [[list(seqs) if seqs is not None else None for seqs in message] for message in lineage]

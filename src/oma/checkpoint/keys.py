@@ -23,3 +23,9 @@ def tool_record_key(checkpoint_key: str) -> str:
     """Where a run keeps the MCP tools its agents saw (``oma.tools.mcp.record``), beside its
     checkpoint: ``__oma_checkpoint__/<runId>/mcp-tools``."""
     return checkpoint_key.removesuffix("latest") + "mcp-tools"
+
+
+def events_journal_key(checkpoint_key: str) -> str:
+    """Where a run keeps its event journal in a store (``oma.journal.store_sink``), beside its
+    checkpoint: ``__oma_checkpoint__/<runId>/events``."""
+    return checkpoint_key.removesuffix("latest") + "events"

@@ -131,10 +131,11 @@ class InFlightTask(WireModel):
     loop_warned: bool | None = None
     loop_detected: bool | None = None
     budget_exceeded: bool | None = None
-    # Written by the reference's journaled runs (checkpoint v5; checked on v3-v5 entries as it
-    # checks them): this task's journal high-water mark, and per message, per block, the journal
-    # events that produced it (None: unknown). oma reads them and does not write them: its next
-    # save is v4, where a lineage that no longer matches the conversation would be corruption.
+    # Written by journaled runs, the reference's and oma's (checkpoint v5; checked on v3-v5
+    # entries as the reference checks them): this task's journal high-water mark, and per
+    # message, per block, the journal events that produced it (None: unknown). A run resumed
+    # without a journal drops them (its next save is v4), since they would no longer be kept
+    # up with the conversation, and a lineage that does not match it is corruption.
     journal_seq: Annotated[int, Field(ge=0)] | None = None
     conversation_lineage: list[list[list[Annotated[int, Field(gt=0)]] | None]] | None = None
 

@@ -208,7 +208,7 @@ class RunJournalRef(WireModel):
 class CheckpointSnapshotV5(CheckpointSnapshotV4):
     """A snapshot of schema v5, as the reference writes it for a run with a run journal: v4
     plus ``journalWatermarkSeq`` (every journal event at or below it is reflected here) and
-    ``journalRef``. Read, never written: oma's saves are v4."""
+    ``journalRef``. oma writes it for a run that keeps a journal (``oma.journal``)."""
 
     version: Literal[5]  # type: ignore[assignment]  # a v5 is a v4 with more, by design
     journal_watermark_seq: Annotated[int, Field(ge=0)]

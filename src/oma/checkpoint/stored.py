@@ -11,7 +11,12 @@ from datetime import datetime, timedelta
 
 from oma.approval.ledger import DurableApprovalLedger
 from oma.checkpoint.attempts import attempts_key, load_attempt_log
-from oma.checkpoint.keys import checkpoint_key, is_checkpoint_key, tool_record_key
+from oma.checkpoint.keys import (
+    checkpoint_key,
+    events_journal_key,
+    is_checkpoint_key,
+    tool_record_key,
+)
 from oma.checkpoint.manager import Checkpoint
 from oma.checkpoint.snapshot import CheckpointSnapshotV4
 from oma.errors import CheckpointError
@@ -55,7 +60,9 @@ async def saved_checkpoints(store: MemoryStore) -> StoreListing:
             tenants.add(entry.key.removeprefix(TENANT_KEY_PREFIX).split("/", 1)[0])
     if supports_journal(store):
         for key in await store.journal_keys():
-            head = await store.journal_head(key) if is_checkpoint_key(key) else None
+            # A run's event journal sits beside its checkpoint: not a checkpoint of its own.
+            listed = is_checkpoint_key(key) and not key.endswith("/events")
+            head = await store.journal_head(key) if listed else None
             if head is not None:
                 meta = head.metadata or {}
                 found.append(
@@ -67,8 +74,9 @@ async def saved_checkpoints(store: MemoryStore) -> StoreListing:
 
 
 async def remove_checkpoint(store: MemoryStore, key: str) -> bool:
-    """Delete the checkpoint under ``key``, its attempt log and its record of MCP tools;
-    ``False`` when neither checkpoint nor log was there."""
+    """Delete the checkpoint under ``key``, its attempt log, its record of MCP tools and the
+    event journal the store keeps for it; ``False`` when neither checkpoint nor log was
+    there."""
     journal = await store.journal_version(key) if supports_journal(store) else None
     if (
         journal is None
@@ -79,6 +87,7 @@ async def remove_checkpoint(store: MemoryStore, key: str) -> bool:
     await store.delete(key)
     await store.delete(attempts_key(key))
     await store.delete(tool_record_key(key))
+    await store.delete(events_journal_key(key))
     return True
 
 

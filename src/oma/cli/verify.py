@@ -3,7 +3,8 @@ the history a stored checkpoint keeps (``--run-id``: its chain, every record rea
 
 Exit codes: 0 no failure (gaps the readable window cannot settle are listed, and do not fail;
 for a stored run, records dropped by its retention); 1 failures (each printed with its code,
-reason and event; for a stored run, each record named by its number and boundary); 2 the file
+reason and event; for a stored run, each record named by its number and boundary, and its event
+journal's failures, when the store keeps one); 2 the file
 is not a journal, or bad input (no store, no such run, a run kept without history).
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -19,8 +20,16 @@ from oma.checkpoint.history import History, load_history
 from oma.checkpoint.keys import checkpoint_key
 from oma.cli.store import StoreOption, TenantOption, with_store
 from oma.errors import CheckpointError, StoreCorruptError
-from oma.journal import JournalReadError, JournalShapeError, read_jsonl_journal, verify_run
+from oma.journal import (
+    JournalReadError,
+    JournalShapeError,
+    VerifyRunResult,
+    read_jsonl_journal,
+    verify_run,
+)
+from oma.journal.store_sink import StoredJournalError, StoreRunJournal, events_key
 from oma.store.base import MemoryStore
+from oma.store.journal import supports_journal
 from oma.visible import visible
 
 
@@ -32,7 +41,11 @@ def verify_command(
     as_json: Annotated[bool, typer.Option("--json", help="The result as JSON.")] = False,
     run_id: Annotated[
         str | None,
-        typer.Option("--run-id", help="Check this run's stored checkpoint history instead."),
+        typer.Option(
+            "--run-id",
+            help="Check this run's stored checkpoint history instead (and its event journal, "
+            "when the store keeps one).",
+        ),
     ] = None,
     store: StoreOption = None,
     tenant: TenantOption = None,
@@ -54,29 +67,39 @@ def verify_command(
     if as_json:
         typer.echo(json.dumps(result.to_wire(), indent=2))
     else:
-        stats = (
-            f"{result.events} events, {result.requests} requests, {result.blocks_checked} blocks"
-        )
-        verdict = "ok" if result.ok else f"{len(result.failures)} failure(s)"
-        typer.echo(f"{verdict}: {stats} checked")
-        for failure in result.failures:
-            typer.echo(visible(f"  {failure.code} ({failure.reason}): {failure.detail}"))
-        for gap in result.inconclusive:
-            typer.echo(visible(f"  inconclusive: {gap.detail}"))
+        _print_result(result)
     raise typer.Exit(0 if result.ok else 1)
 
 
+def _print_result(result: VerifyRunResult, lead: str = "") -> None:
+    stats = f"{result.events} events, {result.requests} requests, {result.blocks_checked} blocks"
+    verdict = "ok" if result.ok else f"{len(result.failures)} failure(s)"
+    typer.echo(f"{lead}{verdict}: {stats} checked")
+    for failure in result.failures:
+        typer.echo(visible(f"  {failure.code} ({failure.reason}): {failure.detail}"))
+    for gap in result.inconclusive:
+        typer.echo(visible(f"  inconclusive: {gap.detail}"))
+
+
 def _verify_stored(run_id: str, store: str | None, tenant: str | None, as_json: bool) -> None:
-    async def load(s: MemoryStore) -> History:
+    async def load(s: MemoryStore) -> tuple[History, list[dict[str, Any]] | None]:
         key = checkpoint_key(run_id)
         found = await load_history(s, key)
         if found is None:
             raise CheckpointError(f'no checkpoint for run "{run_id}" (key {key})')
-        return found
+        events = None
+        if supports_journal(s) and await s.journal_version(events_key(run_id)) is not None:
+            events = await StoreRunJournal(s).read_from(0, run_id=run_id)
+        return found, events
 
     # A record the store cannot even hand back (lost, not UTF-8) is a failure of the history.
-    failed = [(StoreCorruptError, 1)]
-    history = with_store(store, load, tenant=tenant, read_only=True, exit_codes=failed)
+    failed = [(StoreCorruptError, 1), (StoredJournalError, 1)]
+    history, events = with_store(store, load, tenant=tenant, read_only=True, exit_codes=failed)
+    try:
+        journal = verify_run(events) if events is not None else None
+    except JournalShapeError as exc:
+        typer.echo(visible(f"error: {exc.code}: {exc}"), err=True)
+        raise typer.Exit(1) from None
     findings = history.verify()
     boundaries = history.boundaries()
     if as_json:
@@ -90,6 +113,8 @@ def _verify_stored(run_id: str, store: str | None, tenant: str | None, as_json: 
             "firstRecord": history.entry.start,
             "chained": history.chained,
         }
+        if journal is not None:
+            document["events"] = journal.to_wire()
         typer.echo(json.dumps(document, indent=2))
     else:
         verdict = "ok" if not findings else f"{len(findings)} failure(s)"
@@ -108,4 +133,6 @@ def _verify_stored(run_id: str, store: str | None, tenant: str | None, as_json: 
             typer.echo(
                 visible(f"  record {finding.number} (boundary {finding.seq}): {finding.problem}")
             )
-    raise typer.Exit(0 if not findings else 1)
+        if journal is not None:
+            _print_result(journal, "events: ")
+    raise typer.Exit(0 if not findings and (journal is None or journal.ok) else 1)

@@ -24,6 +24,7 @@ class JournalReadError(OmaError):
 
 
 def read_jsonl_journal(path: Path) -> list[dict[str, Any]]:
+    """The events of the JSON-lines journal at ``path`` (none if it does not exist)."""
     if not path.exists():
         return []
     try:

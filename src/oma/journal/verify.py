@@ -41,6 +41,9 @@ FailureReason = Literal[
 
 @dataclass(frozen=True)
 class VerifyRunFailure:
+    """What the journal shows to be wrong: its code and reason, the event (``seq``) and, for
+    a request's block, its place."""
+
     code: FailureCode
     reason: FailureReason
     detail: str
@@ -51,6 +54,9 @@ class VerifyRunFailure:
 
 @dataclass(frozen=True)
 class VerifyRunGap:
+    """What the journal cannot settle: the events ``seq`` names that the readable window
+    does not hold (``missing_seqs``)."""
+
     seq: int
     missing_seqs: list[Any]
     detail: str
@@ -60,6 +66,9 @@ class VerifyRunGap:
 
 @dataclass
 class VerifyRunResult:
+    """``verify_run``'s answer: ``ok`` (no failure), the failures, the gaps, and what was
+    checked."""
+
     failures: list[VerifyRunFailure] = field(default_factory=list)
     inconclusive: list[VerifyRunGap] = field(default_factory=list)
     events: int = 0
@@ -85,6 +94,7 @@ class VerifyRunResult:
 
 
 def verify_run(events: list[dict[str, Any]]) -> VerifyRunResult:
+    """Check ``events`` (in the order read) as the reference's ``verifyRun()`` does."""
     result = VerifyRunResult(events=len(events))
     by_seq: dict[int, dict[str, Any]] = {}
     previous: int | None = None

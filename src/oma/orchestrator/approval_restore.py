@@ -83,6 +83,7 @@ def _apply(
     """Attach a decided request to the run; False for a rejected boundary (not a tool call)."""
     if decision not in context.approval_decisions:
         context.approval_decisions.append(decision)
+        context.journal("approval/decision", {"decision": decision.to_data()})
     if request.scope in TOOL_CALL_SCOPES:
         _attach(context, request, decision)
         return True

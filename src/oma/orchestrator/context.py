@@ -17,6 +17,7 @@ from oma.budget.account import BudgetAccount
 from oma.budget.state import BudgetState
 from oma.checkpoint.runner_state import InFlightTask
 from oma.checkpoint.snapshot import RunMode
+from oma.journal.recorder import JournalRecorder
 from oma.orchestrator.events import OrchestratorEvent, ProgressCallback
 from oma.orchestrator.gate_config import Gates
 from oma.orchestrator.snapshot_wire import SnapshotEncoder
@@ -73,6 +74,8 @@ class RunContext:
     budget: BudgetAccount | None = None  # the run's limits and spend, when it has a budget
     kept_budget: BudgetState | None = None  # a saved budget this engine was given none for
     encoder: SnapshotEncoder = field(default_factory=SnapshotEncoder, repr=False, compare=False)
+    recorder: JournalRecorder | None = None  # the run's event journal, when it keeps one
+    enforce_lineage: bool = False  # a request showing a block no event explains is refused
 
     def drain_requested(self) -> bool:
         return self.drain is not None and self.drain.is_set()
@@ -88,8 +91,41 @@ class RunContext:
         return list(found.values())
 
     def emit(self, event: OrchestratorEvent) -> None:
+        if self.recorder is not None:
+            self._journal_progress(event)
         if self.emit_event is not None:
             self.emit_event(event)
+
+    def journal(
+        self,
+        kind: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        task: str | None = None,
+        agent: str | None = None,
+    ) -> None:
+        """Record a run event, when the run keeps a journal."""
+        if self.recorder is not None:
+            self.recorder.emit(kind, payload, task=task, agent=agent)
+
+    def _journal_progress(self, event: OrchestratorEvent) -> None:
+        """The progress events that are also run events."""
+        if event.type == "task_start":
+            self.journal(
+                "task/status", {"status": "in_progress"}, task=event.task, agent=event.agent
+            )
+        elif event.type == "task_skipped":
+            task = event.data.get("task")
+            reason = getattr(task, "result", None)
+            payload: dict[str, Any] = {"status": "skipped"}
+            if isinstance(reason, str) and reason:
+                payload["reason"] = reason
+            self.journal("task/status", payload, task=event.task, agent=event.agent)
+        elif event.type == "approval_pending":
+            request = event.data.get("request")
+            if isinstance(request, ApprovalRequest):
+                payload = {"request": request.to_data()}
+                self.journal("approval/request", payload, task=event.task, agent=event.agent)
 
     def result_for(self, task_id: str) -> AgentRunResult | None:
         return self.results.get(task_id)

@@ -14,6 +14,7 @@ from oma.budget.limits import RunBudget
 from oma.checkpoint.attempts import load_attempt_log
 from oma.checkpoint.snapshot import CheckpointSnapshotV4, RunMode
 from oma.errors import CheckpointFencedError, CheckpointLostError, ModelUnavailableError
+from oma.journal.recorder import RunJournal
 from oma.orchestrator.activation import Activation, CheckpointConfigError, activate
 from oma.orchestrator.approval_restore import continue_approvals
 from oma.orchestrator.context import RunContext
@@ -27,6 +28,7 @@ from oma.orchestrator.events import (
 from oma.orchestrator.executor import execute_queue
 from oma.orchestrator.gate_config import Gates
 from oma.orchestrator.identity import fresh_identity, resolve_requested_run_id
+from oma.orchestrator.journaling import journaled, open_journal, plan_set, run_started
 from oma.orchestrator.options import CheckpointArg, CheckpointOptions, normalize_checkpoint
 from oma.orchestrator.outcome import build_result, queue_status
 from oma.orchestrator.planning import assign_unassigned, plan_gate
@@ -63,6 +65,8 @@ class OpenMultiAgent:
         on_attempt: Callable[[RunIdentity], None] | None = None,
         park_on_model_outage: bool = False,
         budget: RunBudget | None = None,
+        journal: RunJournal | None = None,
+        enforce_lineage: bool = False,
     ) -> None:
         if on_approval is not None and on_task_dispatch is not None:
             raise ValueError(
@@ -82,10 +86,15 @@ class OpenMultiAgent:
         self.default_checkpoint = checkpoint
         self.on_progress = ProgressDelivery(on_progress) if on_progress is not None else None
         self.max_concurrency = max_concurrency
+        # Where each run's events are kept (``oma.journal``); with one, checkpoints are v5.
+        # ``enforce_lineage``: a model request showing a block no event explains is refused.
+        self.journal = journal
+        self.enforce_lineage = enforce_lineage
         # Used only when a run has neither an explicit store nor a team store.
         self._fallback_store = InMemoryStore()
 
     @delivers_progress
+    @journaled
     async def run_tasks(
         self,
         team: Team,
@@ -102,10 +111,12 @@ class OpenMultiAgent:
         activation, identity = self._prepare(team, options, run_id, metadata)
         queue = load_task_specs(tasks, team.roster, run_id=task_id_seed or identity.run_id)
         context = self._context(team, queue, identity, "runTasks", activation, None, metadata)
+        await self._start_journal(context, "runTasks")
         await execute_queue(context)
         return build_result(context, queue_status(context))
 
     @delivers_progress
+    @journaled
     async def run_from_plan(
         self,
         team: Team,
@@ -120,10 +131,12 @@ class OpenMultiAgent:
         queue = plan_to_queue(plan)
         goal = plan.goal if isinstance(plan, PlanArtifact) else plan.get("goal")
         context = self._context(team, queue, identity, "runFromPlan", activation, goal, metadata)
+        await self._start_journal(context, "runFromPlan")
         await execute_queue(context)
         return build_result(context, queue_status(context))
 
     @delivers_progress
+    @journaled
     async def run_team(
         self,
         team: Team,
@@ -141,9 +154,11 @@ class OpenMultiAgent:
         activation, identity = self._prepare(team, options, run_id, metadata)
         lead = coordinator or _default_coordinator(team)
         context = self._context(team, TaskQueue(), identity, "runTeam", activation, goal, metadata)
+        await self._start_journal(context, "runTeam", plan=False)
         specs = await decompose(lead, goal, context)
         context.queue = load_task_specs(specs, team.roster, run_id=task_id_seed or identity.run_id)
         assign_unassigned(context)
+        plan_set(context)
         stopped = await plan_gate(context, plan_only)
         if stopped is not None:
             return build_result(context, stopped)
@@ -157,6 +172,7 @@ class OpenMultiAgent:
         return build_result(context, status, {"coordinator": synthesis})
 
     @delivers_progress
+    @journaled
     async def restore(
         self,
         team: Team,
@@ -205,6 +221,10 @@ class OpenMultiAgent:
             context.drain = self.drain
             context.park_on_model_outage = self.park_on_model_outage
             context.ledger = DurableApprovalLedger(activation.checkpoint.store)
+            # Before the claim, which saves the run (v5, numbering on from its watermark).
+            await open_journal(
+                context, self.journal, enforce_lineage=self.enforce_lineage, snapshot=snapshot
+            )
             # Before the claim, which saves the run: with the spend its reservations left.
             context.budget = self._account(context, snapshot)
             # With fencing, the run is claimed before any work: an older attempt still alive
@@ -215,6 +235,7 @@ class OpenMultiAgent:
             raise CheckpointFencedError(activation.checkpoint.key, None)
         self._announce(context.identity)
         _warn_if_unfenced(context, activation)
+        run_started(context, "restore")
         if isinstance(snapshot, CheckpointSnapshotV4):
             continuation = await continue_approvals(context, snapshot)
             if continuation.status is not None:
@@ -273,6 +294,12 @@ class OpenMultiAgent:
             emit_event=self.on_progress,
         )
         return build_result(context, RunStatus(code="ok"))
+
+    async def _start_journal(self, context: RunContext, mode: str, *, plan: bool = True) -> None:
+        await open_journal(context, self.journal, enforce_lineage=self.enforce_lineage)
+        run_started(context, mode)
+        if plan:
+            plan_set(context)
 
     def _options(self, given: CheckpointArg, *, default: bool = False) -> CheckpointOptions | None:
         if given is not None:

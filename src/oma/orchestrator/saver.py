@@ -135,6 +135,9 @@ class ActiveCheckpoint:
                 encoded = await encode_snapshot(
                     context, embed_shared_memory=self.embed_shared_memory
                 )
+                if context.recorder is not None:
+                    # The journal holds every event the snapshot reflects before it lands.
+                    await context.recorder.flush()
                 if self.journal is not None:
                     await self._journal_save(encoded, context.identity.attempt)
                 elif self.fenced_saves:
@@ -155,6 +158,10 @@ class ActiveCheckpoint:
                 )
                 return False
             context.emit(OrchestratorEvent(type="checkpoint_saved", data={"seconds": seconds}))
+            watermark = encoded.wire.get("journalWatermarkSeq")
+            if watermark is not None:
+                saved = {"mode": context.mode, "version": 5, "watermarkSeq": watermark}
+                context.journal("checkpoint/saved", saved)
             return True
 
     async def _attempt_snapshot(self, context: RunContext) -> CheckpointSnapshotV4 | None:

@@ -11,8 +11,10 @@ from oma.checkpoint.manager import snapshot_metadata
 from oma.checkpoint.queue_snapshot import TaskQueueSnapshot
 from oma.checkpoint.snapshot import (
     CheckpointSnapshotV4,
+    CheckpointSnapshotV5,
     CompletedTaskCheckpoint,
     RunIdentityCheckpoint,
+    RunJournalRef,
 )
 from oma.orchestrator.context import RunContext
 from oma.orchestrator.snapshot_wire import EncodedSnapshot, agent_result_wire, free_form
@@ -51,7 +53,10 @@ async def encode_snapshot(context: RunContext, *, embed_shared_memory: bool) -> 
     # (a queue read before the await and in-flight states read after it could disagree).
     memory = await shared.snapshot() if shared is not None and embed_shared_memory else None
     created_at = now_iso()
-    wire: dict[str, Any] = {"version": 4, "mode": context.mode, "createdAt": created_at}
+    # Captured here, not after the write: events appended while it is written are not in it.
+    watermark = context.recorder.seq if context.recorder is not None else None
+    version = 4 if watermark is None else 5
+    wire: dict[str, Any] = {"version": version, "mode": context.mode, "createdAt": created_at}
     if context.metadata is not None:
         validate_run_metadata(context.metadata, allow_engine_keys=True)  # as the model does
         wire["metadata"] = free_form(context.metadata)
@@ -79,18 +84,30 @@ async def encode_snapshot(context: RunContext, *, embed_shared_memory: bool) -> 
         wire["budget"] = context.budget.state.to_data()
     elif context.kept_budget is not None:
         wire["budget"] = context.kept_budget.to_data()
+    if watermark is not None:
+        wire["journalWatermarkSeq"] = watermark
+        ref = _journal_ref(context)
+        if ref is not None:
+            wire["journalRef"] = ref
     metadata: dict[str, Any] = {
         "namespace": "checkpoint",
-        "version": 4,
+        "version": version,
         "runId": context.identity.run_id,
         "createdAt": created_at,
     }
     return EncodedSnapshot(wire, metadata)
 
 
+def _journal_ref(context: RunContext) -> dict[str, str] | None:
+    recorder = context.recorder
+    return recorder.journal.describe(recorder.run_id) if recorder is not None else None
+
+
 async def build_snapshot(context: RunContext, *, embed_shared_memory: bool) -> CheckpointSnapshotV4:
+    """A v5 snapshot when the run keeps a journal, else v4."""
     shared = context.team.shared_memory
     memory = await shared.snapshot() if shared and embed_shared_memory else None  # see above
+    watermark = context.recorder.seq if context.recorder is not None else None
     completed = []
     for task in context.queue.by_status("completed"):
         result = context.result_for(task.id)
@@ -102,7 +119,7 @@ async def build_snapshot(context: RunContext, *, embed_shared_memory: bool) -> C
                 agent_result=agent_result_wire(task.id, result) if result is not None else None,
             )
         )
-    return CheckpointSnapshotV4(
+    snapshot = CheckpointSnapshotV4(
         version=4,
         mode=context.mode,
         created_at=now_iso(),
@@ -126,3 +143,15 @@ async def build_snapshot(context: RunContext, *, embed_shared_memory: bool) -> C
         if context.budget
         else context.kept_budget,
     )
+    if watermark is None:
+        return snapshot
+    ref = _journal_ref(context)
+    fields: dict[str, Any] = {
+        name: getattr(snapshot, name) for name in CheckpointSnapshotV4.model_fields
+    }
+    fields.update(
+        version=5,
+        journal_watermark_seq=watermark,
+        journal_ref=RunJournalRef.model_validate(ref) if ref is not None else None,
+    )
+    return CheckpointSnapshotV5(**fields)

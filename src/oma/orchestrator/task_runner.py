@@ -6,6 +6,7 @@ import asyncio
 import random
 from collections.abc import Callable
 
+from oma.agent.journal_hook import RunnerJournal
 from oma.agent.result import AgentRunResult, RunStatus, Usage
 from oma.agent.runner import AgentRunner, ModelCall, RunnerOutcome
 from oma.agent.tool_approvals import ToolApprovalSupport
@@ -73,6 +74,7 @@ async def run_task(context: RunContext, task: Task) -> None:
             stop_requested=context.drain_requested,
             on_model=_model_events(context, task),
             budget=step_budget(context),
+            journal=_runner_journal(context, task),
         )
         try:
             prompt = await task_prompt(context, task) if resume is None or attempt > 1 else ""
@@ -102,6 +104,8 @@ async def run_task(context: RunContext, task: Task) -> None:
         return
     context.in_flight.pop(task.id, None)
     context.queue.fail(task.id, str(error))
+    payload = {"status": "failed", "reason": str(error)}
+    context.journal("task/status", payload, task=task.id, agent=task.assignee)
     context.emit(OrchestratorEvent("error", task.assignee, task.id, {"error": error}))
 
 
@@ -136,6 +140,14 @@ def _model_events(context: RunContext, task: Task) -> Callable[[ModelCall], None
     return emit
 
 
+def _runner_journal(context: RunContext, task: Task) -> RunnerJournal | None:
+    if context.recorder is None or task.assignee is None:
+        return None
+    return RunnerJournal(
+        context.recorder, task_id=task.id, agent=task.assignee, enforce=context.enforce_lineage
+    )
+
+
 def _approval_support(context: RunContext, task: Task) -> ToolApprovalSupport:
     def pending(request: ApprovalRequest) -> None:
         context.emit(
@@ -166,10 +178,14 @@ async def _complete(context: RunContext, task: Task, outcome: RunnerOutcome) -> 
     context.results[task.id] = result
     shared = context.team.shared_memory
     if shared is not None:
-        await shared.write(task.assignee, f"task:{task.id}:result", outcome.output)
+        key = f"task:{task.id}:result"
+        await shared.write(task.assignee, key, outcome.output)
         shared.advance_turn()
+        written = {"agent": task.assignee, "key": key, "valueBytes": len(outcome.output.encode())}
+        context.journal("memory/set", written, task=task.id, agent=task.assignee)
     context.in_flight.pop(task.id, None)
     context.queue.complete(task.id, outcome.output)
+    context.journal("task/status", {"status": "completed"}, task=task.id, agent=task.assignee)
     await save_run(context)
     data = {"result": result, "task": task}
     context.emit(OrchestratorEvent("task_complete", task.assignee, task.id, data))

@@ -1,0 +1,284 @@
+"""The run event journal a run writes (the reference's ``docs/run-journal.md``): its vocabulary
+and order, its links and lineage (``verify_run`` finds it ``ok``), checkpoint v5 beside it, and
+numbering that goes on across attempts. Real runs of the engine; the journal kept in memory,
+in a JSONL file, and in a store (memory, Redis, PostgreSQL)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from pydantic import BaseModel
+
+from oma.checkpoint.keys import checkpoint_key
+from oma.journal import read_jsonl_journal, verify_run
+from oma.journal.blocks import JournalLineageError
+from oma.journal.recorder import RunJournal
+from oma.journal.sinks import InMemoryRunJournal, JsonlRunJournal
+from oma.journal.store_sink import StoreRunJournal, events_key
+from oma.llm.types import ChatRequest, ChatResponse
+from oma.orchestrator import CheckpointOptions, OpenMultiAgent
+from oma.store import InMemoryStore
+from oma.store.base import MemoryStore
+from oma.store.journal import supports_journal
+from oma.store.postgres import PostgresStore
+from oma.store.redis import RedisStore
+from oma.team import AgentConfig, Team
+from oma.tools import ToolContext, define_tool
+from tests.engine.crashing import SimulatedCrash
+from tests.servers.postgres_server import PostgresServer
+from tests.servers.redis_server import RedisServer
+from tests.stores.conftest import unique_name
+
+# The reference's order for a one-task runTasks run with one tool call (docs/run-journal.md).
+REFERENCE_ORDER = [
+    "run/start",
+    "plan/set",
+    "task/status",
+    "user/message",
+    "turn/start",
+    "llm/request",
+    "assistant/message",
+    "tool/call",
+    "tool/result",
+    "user/message",
+    "turn/end",
+    "turn/start",
+    "llm/request",
+    "assistant/message",
+    "turn/end",
+    "memory/set",
+    "task/status",
+    "run/end",
+]
+
+
+class NoteInput(BaseModel):
+    text: str
+
+
+class Model:
+    """Turn n (the assistant messages so far) calls ``note`` until ``calls`` turns, then
+    answers; ``fail_at`` raises once at that turn (a crash of the attempt)."""
+
+    name = "turns"
+
+    def __init__(self, calls: int, fail_at: int | None = None) -> None:
+        self.calls = calls
+        self.fail_at = fail_at
+
+    async def chat(self, request: ChatRequest) -> ChatResponse:
+        turn = sum(1 for m in request.messages if m.role == "assistant")
+        if turn == self.fail_at:
+            self.fail_at = None
+            raise SimulatedCrash("the attempt dies here")  # no retry catches it
+        if turn >= self.calls:
+            text = {"type": "text", "text": "done \x1b[31m"}
+            return ChatResponse.model_validate({"content": [text], "stop_reason": "end_turn"})
+        use = {"type": "tool_use", "id": f"c{turn}", "name": "note", "input": {"text": f"n{turn}"}}
+        return ChatResponse.model_validate(
+            {"content": [use], "stop_reason": "tool_use", "usage": {"input_tokens": 3}}
+        )
+
+
+def _team(model: Model, executed: list[str]) -> Team:
+    async def note(args: NoteInput, ctx: ToolContext) -> str:
+        executed.append(ctx.tool_call_id)
+        return f"noted {args.text}"
+
+    tool = define_tool("note", "Note a text.", NoteInput, note)
+    worker = AgentConfig(
+        name="worker", adapter=model, max_turns=20, tools=[tool], system_prompt="Be brief."
+    )
+    return Team(name="journal", agents=[worker], shared_memory_store=InMemoryStore())
+
+
+TASKS = [{"title": "Note", "description": "Note things.", "assignee": "worker"}]
+
+
+async def _events(journal: RunJournal, run_id: str) -> list[dict[str, Any]]:
+    return await journal.read_from(0, run_id=run_id)
+
+
+async def test_a_one_task_run_writes_the_reference_vocabulary_in_its_order() -> None:
+    journal = InMemoryRunJournal()
+    engine = OpenMultiAgent(journal=journal)
+    result = await engine.run_tasks(_team(Model(1), []), TASKS, run_id="order")
+    assert result.status.code == "ok"
+    events = await _events(journal, "order")
+    assert [e["type"] for e in events] == REFERENCE_ORDER
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    by_type = {e["type"]: e for e in events}
+    assert {e["runId"] for e in events} == {"order"} and {e["attempt"] for e in events} == {1}
+    assert by_type["run/start"]["mode"] == "runTasks"
+    assert by_type["plan/set"]["revision"] == 0 and by_type["plan/set"]["source"] == "initial"
+    task_id = by_type["plan/set"]["tasks"][0]["taskId"]
+    assert events[2] == {**events[2], "status": "in_progress", "taskId": task_id}
+    assert events[-2]["status"] == "completed"
+    assert by_type["memory/set"]["key"] == f"task:{task_id}:result"
+    assert by_type["run/end"]["status"] == {"code": "ok"}
+    # The links the reference's conventions name.
+    request, answer, call, done, results = (events[i] for i in (5, 6, 7, 8, 9))
+    assert answer["sourceEventSeqs"] == [request["seq"]]
+    assert call["sourceEventSeqs"] == [answer["seq"]]
+    assert done["sourceEventSeqs"] == [call["seq"]] and done["toolCallId"] == "c0"
+    assert results["sourceEventSeqs"] == [done["seq"]] and results["origin"] == "tool_results"
+    assert events[3]["origin"] == "input" and answer["origin"] == "response"
+    assert answer["usage"] == {"input_tokens": 3, "output_tokens": 0}
+    assert len(request["systemPromptHash"]) == 64 and len(request["toolsHash"]) == 64
+    assert events[10] == {**events[10], "turn": 1, "outcome": "tool_use"}
+    assert events[14] == {**events[14], "turn": 2, "outcome": "completed"}
+    second = events[12]["blocks"]
+    assert [(b["messageIndex"], b["role"], b["blockType"]) for b in second] == [
+        (0, "user", "text"),
+        (1, "assistant", "tool_use"),
+        (2, "user", "tool_result"),
+    ]
+    assert [b["sourceEventSeqs"] for b in second] == [[4], [7], [10]]
+    verdict = verify_run(events)
+    assert verdict.ok and verdict.inconclusive == [], verdict.to_wire()
+    assert (verdict.events, verdict.requests, verdict.blocks_checked) == (18, 2, 4)
+
+
+async def test_checkpoints_are_v5_with_the_watermark_and_each_task_s_lineage() -> None:
+    journal, store = InMemoryRunJournal(), InMemoryStore()
+    saves: list[dict[str, Any]] = []
+    engine = OpenMultiAgent(journal=journal)
+    options = CheckpointOptions(store=store, run_id="v5")
+    original = store.set
+
+    async def recording_set(key: str, value: str, *args: Any, **kwargs: Any) -> Any:
+        if key == checkpoint_key("v5"):
+            saves.append(orjson.loads(value))
+        return await original(key, value, *args, **kwargs)
+
+    store.set = recording_set  # type: ignore[method-assign]
+    await engine.run_tasks(_team(Model(2), []), TASKS, checkpoint=options, run_id="v5")
+    events = await _events(journal, "v5")
+    saved = [e for e in events if e["type"] == "checkpoint/saved"]
+    assert saves and len(saved) == len(saves)
+    for snapshot, event in zip(saves, saved, strict=True):
+        assert snapshot["version"] == 5 and event["version"] == 5
+        assert snapshot["journalWatermarkSeq"] == event["watermarkSeq"] == event["seq"] - 1
+        assert snapshot["journalRef"] == {"kind": "InMemoryRunJournal"}
+        for entry in snapshot["inFlightTasks"]:
+            assert 0 < entry["journalSeq"] <= snapshot["journalWatermarkSeq"]
+            lineage = entry["conversationLineage"]
+            assert len(lineage) == len(entry["conversationMessages"])
+            for message, sources in zip(entry["conversationMessages"], lineage, strict=True):
+                assert len(sources) == len(message["content"])
+                assert all(s is not None and s[0] <= entry["journalSeq"] for s in sources)
+    assert any(s["inFlightTasks"] for s in saves)
+
+
+async def test_a_run_without_a_journal_still_saves_v4_exactly() -> None:
+    store = InMemoryStore()
+    await OpenMultiAgent().run_tasks(
+        _team(Model(1), []), TASKS, checkpoint=CheckpointOptions(store=store, run_id="v4")
+    )
+    entry = await store.get(checkpoint_key("v4"))
+    assert entry is not None
+    snapshot = orjson.loads(entry.value)
+    assert snapshot["version"] == 4
+    assert "journalWatermarkSeq" not in snapshot and "journalRef" not in snapshot
+    assert all("conversationLineage" not in e for e in snapshot["inFlightTasks"])
+
+
+@pytest.fixture(params=["memory", "redis", "postgres", "jsonl"])
+async def kept(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[tuple[MemoryStore, RunJournal]]:
+    """A checkpoint store, and where the journal is kept: in that store, or a JSONL file."""
+    if request.param in ("memory", "jsonl"):
+        memory = InMemoryStore()
+        if request.param == "jsonl":
+            yield memory, JsonlRunJournal(tmp_path / "runs" / "run.jsonl")
+        else:
+            yield memory, StoreRunJournal(memory)
+        return
+    made: RedisStore | PostgresStore
+    if request.param == "redis":
+        redis: RedisServer = request.getfixturevalue("redis_server")
+        made = RedisStore(redis.url, namespace=unique_name("events"))
+    else:
+        postgres: PostgresServer = request.getfixturevalue("postgres_server")
+        made = PostgresStore(postgres.dsn(), schema=unique_name("events"))
+    assert supports_journal(made)
+    try:
+        yield made, StoreRunJournal(made)
+    finally:
+        await made.clear()
+        await made.aclose()
+
+
+async def test_a_crashed_run_resumed_numbers_on_and_verifies(
+    kept: tuple[MemoryStore, RunJournal],
+) -> None:
+    store, journal = kept
+    executed: list[str] = []
+    options = CheckpointOptions(store=store, run_id="again", fence=True, journal=True)
+    team = _team(Model(4, fail_at=2), executed)
+    with pytest.raises(SimulatedCrash):
+        await OpenMultiAgent(journal=journal).run_tasks(
+            team, TASKS, checkpoint=options, run_id="again"
+        )
+    first = await _events(journal, "again")
+    assert first and first[-1]["type"] == "run/end"
+    assert first[-1]["status"]["code"] == "error"
+    result = await OpenMultiAgent(journal=journal).restore(team, checkpoint=options)
+    assert result.status.code == "ok"
+    assert executed == ["c0", "c1", "c2", "c3"]  # nothing ran twice
+    events = await _events(journal, "again")
+    assert events[: len(first)] == first
+    later = events[len(first) :]
+    assert later[0]["type"] == "run/start" and later[0]["mode"] == "restore"
+    assert {e["attempt"] for e in later} == {2}
+    seqs = [e["seq"] for e in events]
+    assert seqs == sorted(set(seqs))  # strictly increasing across attempts
+    verdict = verify_run(events)
+    # The resumed task's restored blocks name the events of the first attempt: all found.
+    assert verdict.ok and verdict.inconclusive == [], verdict.to_wire()
+    if isinstance(journal, JsonlRunJournal):
+        assert read_jsonl_journal(journal.path) == events
+        assert journal.path.parent.name == "runs"
+    elif isinstance(journal, StoreRunJournal):
+        assert await store.get(events_key("again")) is None  # a journal, not an entry
+
+
+async def test_enforce_lineage_refuses_a_request_a_v4_checkpoint_cannot_explain() -> None:
+    store, executed = InMemoryStore(), list[str]()
+    options = CheckpointOptions(store=store, run_id="strict")
+    team = _team(Model(3, fail_at=1), executed)
+    with pytest.raises(SimulatedCrash):
+        await OpenMultiAgent().run_tasks(team, TASKS, checkpoint=options, run_id="strict")
+    engine = OpenMultiAgent(journal=InMemoryRunJournal(), enforce_lineage=True)
+    result = await engine.restore(team, checkpoint=options)
+    assert result.status.code == "error"  # the task failed: it never called the model
+    failure = result.tasks[0].result or ""
+    assert "no journal lineage" in failure, failure
+    with pytest.raises(JournalLineageError):
+        raise JournalLineageError("x", message_index=0, block_index=0, block_type="text")
+
+
+async def test_a_v5_run_resumed_without_a_journal_saves_v4_without_its_marks() -> None:
+    store, executed = InMemoryStore(), list[str]()
+    options = CheckpointOptions(store=store, run_id="back")
+    with pytest.raises(SimulatedCrash):
+        await OpenMultiAgent(journal=InMemoryRunJournal()).run_tasks(
+            _team(Model(4, fail_at=2), executed), TASKS, checkpoint=options, run_id="back"
+        )
+    entry = await store.get(checkpoint_key("back"))
+    assert entry is not None and orjson.loads(entry.value)["version"] == 5
+    with pytest.raises(SimulatedCrash):  # resumed without a journal, and stopped mid-task
+        await OpenMultiAgent().restore(_team(Model(4, fail_at=3), executed), checkpoint=options)
+    entry = await store.get(checkpoint_key("back"))
+    assert entry is not None
+    saved = orjson.loads(entry.value)
+    assert saved["version"] == 4 and "journalWatermarkSeq" not in saved
+    assert saved["inFlightTasks"] and b"conversationLineage" not in entry.value.encode()
+    assert "journalSeq" not in saved["inFlightTasks"][0]
+    result = await OpenMultiAgent().restore(_team(Model(4), executed), checkpoint=options)
+    assert result.status.code == "ok" and executed == ["c0", "c1", "c2", "c3"]
