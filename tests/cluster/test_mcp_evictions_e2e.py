@@ -10,7 +10,9 @@ is under way. Then:
 - every ``pay`` (destructive, not idempotent) pays exactly once: one whose runner was killed
   between its "started" mark and its commit reaches a reviewer (an uncertain_tool_call
   ApprovalDecision), who settles it from what the server shows, and it is never run again
-  silently.
+  silently. The first pay is made certain to be such a call: the server holds its answer
+  ``HELD_SECONDS`` after paying, and the test evicts the runner as soon as the server shows
+  the payment (its mark was saved before the call was sent).
 """
 
 from __future__ import annotations
@@ -53,13 +55,16 @@ pytestmark = [
 CALLS = 20
 PAYS = (5, 10, 15, 20)  # the calls that pay; the others add
 PORT = 8765
+HELD = PAYS[0]  # the pay whose runner is evicted while the server holds its answer
+HELD_SECONDS = 12  # well inside the call's timeout (30 s), well past an eviction under load
 
 
 def _turn(n: int) -> dict[str, Any]:
     """Call n, answered by the model after a second; the server applies the call at once and
     answers a second later: a kill lands in one of the two."""
     if n in PAYS:
-        pay = {"to": "bob", "amount": n, "acknowledge_seconds": 1}
+        held = HELD_SECONDS if n == HELD else 1
+        pay = {"to": "bob", "amount": n, "acknowledge_seconds": held}
         call = {"id": f"p-{n}", "name": "counter__pay", "input": pay}
     else:
         add = {"counter": "n", "amount": n, "acknowledge_seconds": 1}
@@ -175,6 +180,7 @@ async def test_a_20_call_mcp_run_evicted_at_every_boundary_applies_each_effect_o
     settled: Counter[str] = Counter()
     status: dict[str, Any] = {}
     evicted_at: str | None = None  # the journal's version when the last attempt was evicted
+    held_evicted = False
     try:
         deadline = time.monotonic() + 780
         while time.monotonic() < deadline:
@@ -190,6 +196,14 @@ async def test_a_20_call_mcp_run_evicted_at_every_boundary_applies_each_effect_o
             if pod is None or pod["status"].get("phase") != "Running" or name in evicted:
                 await asyncio.sleep(0.1)
                 continue
+            if not held_evicted:  # the server paid p-HELD and holds its answer: evict now
+                seen = await _calls(db, prefix)
+                if any(c["key"].endswith(f":p-{HELD}") for c in seen):
+                    if await _evict_now(kube, namespace, name):
+                        evicted.append(name)
+                        held_evicted = True
+                    await asyncio.sleep(0.1)
+                    continue
             head = await store.journal_head(key)
             # A boundary past the attempt's claim: a journal's base is two records (a claim
             # writes a new one), so the first attempt's first save shows 2, a later one's first
@@ -223,4 +237,5 @@ async def test_a_20_call_mcp_run_evicted_at_every_boundary_applies_each_effect_o
     pays = Counter(c["key"].rsplit(":", 1)[1] for c in calls if c["tool"] == "pay")
     assert pays == Counter({f"p-{n}": 1 for n in PAYS}), pays  # never paid twice
     assert paid == sum(PAYS)
-    assert sum(settled.values()) >= 1  # a kill between a pay's mark and its commit
+    assert held_evicted  # the runner was killed between p-HELD's mark and its commit: so
+    assert settled["done"] >= 1, settled  # a reviewer saw it paid and settled it Done
