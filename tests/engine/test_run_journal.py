@@ -11,7 +11,6 @@ from typing import Any
 
 import orjson
 import pytest
-from pydantic import BaseModel
 
 from oma.checkpoint.keys import checkpoint_key
 from oma.journal import read_jsonl_journal, verify_run
@@ -19,16 +18,14 @@ from oma.journal.blocks import JournalLineageError
 from oma.journal.recorder import RunJournal
 from oma.journal.sinks import InMemoryRunJournal, JsonlRunJournal
 from oma.journal.store_sink import StoreRunJournal, events_key
-from oma.llm.types import ChatRequest, ChatResponse
 from oma.orchestrator import CheckpointOptions, OpenMultiAgent
 from oma.store import InMemoryStore
 from oma.store.base import MemoryStore
 from oma.store.journal import supports_journal
 from oma.store.postgres import PostgresStore
 from oma.store.redis import RedisStore
-from oma.team import AgentConfig, Team
-from oma.tools import ToolContext, define_tool
 from tests.engine.crashing import SimulatedCrash
+from tests.engine.journal_kit import TASKS, Model, note_team
 from tests.servers.postgres_server import PostgresServer
 from tests.servers.redis_server import RedisServer
 from tests.stores.conftest import unique_name
@@ -56,49 +53,6 @@ REFERENCE_ORDER = [
 ]
 
 
-class NoteInput(BaseModel):
-    text: str
-
-
-class Model:
-    """Turn n (the assistant messages so far) calls ``note`` until ``calls`` turns, then
-    answers; ``fail_at`` raises once at that turn (a crash of the attempt)."""
-
-    name = "turns"
-
-    def __init__(self, calls: int, fail_at: int | None = None) -> None:
-        self.calls = calls
-        self.fail_at = fail_at
-
-    async def chat(self, request: ChatRequest) -> ChatResponse:
-        turn = sum(1 for m in request.messages if m.role == "assistant")
-        if turn == self.fail_at:
-            self.fail_at = None
-            raise SimulatedCrash("the attempt dies here")  # no retry catches it
-        if turn >= self.calls:
-            text = {"type": "text", "text": "done \x1b[31m"}
-            return ChatResponse.model_validate({"content": [text], "stop_reason": "end_turn"})
-        use = {"type": "tool_use", "id": f"c{turn}", "name": "note", "input": {"text": f"n{turn}"}}
-        return ChatResponse.model_validate(
-            {"content": [use], "stop_reason": "tool_use", "usage": {"input_tokens": 3}}
-        )
-
-
-def _team(model: Model, executed: list[str]) -> Team:
-    async def note(args: NoteInput, ctx: ToolContext) -> str:
-        executed.append(ctx.tool_call_id)
-        return f"noted {args.text}"
-
-    tool = define_tool("note", "Note a text.", NoteInput, note)
-    worker = AgentConfig(
-        name="worker", adapter=model, max_turns=20, tools=[tool], system_prompt="Be brief."
-    )
-    return Team(name="journal", agents=[worker], shared_memory_store=InMemoryStore())
-
-
-TASKS = [{"title": "Note", "description": "Note things.", "assignee": "worker"}]
-
-
 async def _events(journal: RunJournal, run_id: str) -> list[dict[str, Any]]:
     return await journal.read_from(0, run_id=run_id)
 
@@ -106,7 +60,7 @@ async def _events(journal: RunJournal, run_id: str) -> list[dict[str, Any]]:
 async def test_a_one_task_run_writes_the_reference_vocabulary_in_its_order() -> None:
     journal = InMemoryRunJournal()
     engine = OpenMultiAgent(journal=journal)
-    result = await engine.run_tasks(_team(Model(1), []), TASKS, run_id="order")
+    result = await engine.run_tasks(note_team(Model(1), []), TASKS, run_id="order")
     assert result.status.code == "ok"
     events = await _events(journal, "order")
     assert [e["type"] for e in events] == REFERENCE_ORDER
@@ -156,7 +110,7 @@ async def test_checkpoints_are_v5_with_the_watermark_and_each_task_s_lineage() -
         return await original(key, value, *args, **kwargs)
 
     store.set = recording_set  # type: ignore[method-assign]
-    await engine.run_tasks(_team(Model(2), []), TASKS, checkpoint=options, run_id="v5")
+    await engine.run_tasks(note_team(Model(2), []), TASKS, checkpoint=options, run_id="v5")
     events = await _events(journal, "v5")
     saved = [e for e in events if e["type"] == "checkpoint/saved"]
     assert saves and len(saved) == len(saves)
@@ -177,7 +131,7 @@ async def test_checkpoints_are_v5_with_the_watermark_and_each_task_s_lineage() -
 async def test_a_run_without_a_journal_still_saves_v4_exactly() -> None:
     store = InMemoryStore()
     await OpenMultiAgent().run_tasks(
-        _team(Model(1), []), TASKS, checkpoint=CheckpointOptions(store=store, run_id="v4")
+        note_team(Model(1), []), TASKS, checkpoint=CheckpointOptions(store=store, run_id="v4")
     )
     entry = await store.get(checkpoint_key("v4"))
     assert entry is not None
@@ -220,7 +174,7 @@ async def test_a_crashed_run_resumed_numbers_on_and_verifies(
     store, journal = kept
     executed: list[str] = []
     options = CheckpointOptions(store=store, run_id="again", fence=True, journal=True)
-    team = _team(Model(4, fail_at=2), executed)
+    team = note_team(Model(4, fail_at=2), executed)
     with pytest.raises(SimulatedCrash):
         await OpenMultiAgent(journal=journal).run_tasks(
             team, TASKS, checkpoint=options, run_id="again"
@@ -251,7 +205,7 @@ async def test_a_crashed_run_resumed_numbers_on_and_verifies(
 async def test_enforce_lineage_refuses_a_request_a_v4_checkpoint_cannot_explain() -> None:
     store, executed = InMemoryStore(), list[str]()
     options = CheckpointOptions(store=store, run_id="strict")
-    team = _team(Model(3, fail_at=1), executed)
+    team = note_team(Model(3, fail_at=1), executed)
     with pytest.raises(SimulatedCrash):
         await OpenMultiAgent().run_tasks(team, TASKS, checkpoint=options, run_id="strict")
     engine = OpenMultiAgent(journal=InMemoryRunJournal(), enforce_lineage=True)
@@ -268,17 +222,17 @@ async def test_a_v5_run_resumed_without_a_journal_saves_v4_without_its_marks() -
     options = CheckpointOptions(store=store, run_id="back")
     with pytest.raises(SimulatedCrash):
         await OpenMultiAgent(journal=InMemoryRunJournal()).run_tasks(
-            _team(Model(4, fail_at=2), executed), TASKS, checkpoint=options, run_id="back"
+            note_team(Model(4, fail_at=2), executed), TASKS, checkpoint=options, run_id="back"
         )
     entry = await store.get(checkpoint_key("back"))
     assert entry is not None and orjson.loads(entry.value)["version"] == 5
     with pytest.raises(SimulatedCrash):  # resumed without a journal, and stopped mid-task
-        await OpenMultiAgent().restore(_team(Model(4, fail_at=3), executed), checkpoint=options)
+        await OpenMultiAgent().restore(note_team(Model(4, fail_at=3), executed), checkpoint=options)
     entry = await store.get(checkpoint_key("back"))
     assert entry is not None
     saved = orjson.loads(entry.value)
     assert saved["version"] == 4 and "journalWatermarkSeq" not in saved
     assert saved["inFlightTasks"] and b"conversationLineage" not in entry.value.encode()
     assert "journalSeq" not in saved["inFlightTasks"][0]
-    result = await OpenMultiAgent().restore(_team(Model(4), executed), checkpoint=options)
+    result = await OpenMultiAgent().restore(note_team(Model(4), executed), checkpoint=options)
     assert result.status.code == "ok" and executed == ["c0", "c1", "c2", "c3"]

@@ -23,7 +23,7 @@ from oma.journal import (
 from oma.orchestrator import OpenMultiAgent
 from oma.store import InMemoryStore
 from tests.engine.helpers import Events
-from tests.engine.test_run_journal import TASKS, Model, _team
+from tests.engine.journal_kit import TASKS, Model, note_team
 
 
 async def test_a_line_a_crash_cut_is_dropped_before_the_next_append(tmp_path: Path) -> None:
@@ -58,7 +58,7 @@ class RefusingStore(InMemoryStore):
 async def test_a_store_that_refuses_appends_never_fails_the_run() -> None:
     events = Events()
     engine = OpenMultiAgent(journal=StoreRunJournal(RefusingStore()), on_progress=events)
-    result = await engine.run_tasks(_team(Model(2), []), TASKS, run_id="lost")
+    result = await engine.run_tasks(note_team(Model(2), []), TASKS, run_id="lost")
     assert result.status.code == "ok"
     assert "journal_append_failed" in events.kinds()
 
@@ -73,7 +73,7 @@ async def test_two_attempts_writing_at_once_never_interleave_their_numbers() -> 
     newer.emit("run/start", {"mode": "restore"})  # seq 2 as well
     await newer.flush()
     failures: list[Exception] = []
-    older._on_error = failures.append  # noqa: SLF001  # what the engine reports as an event
+    older._on_error = failures.append  # what the engine reports as an event
     await older.flush()
     assert len(failures) == 1 and isinstance(failures[0], JournalConflictError)
     kept = await StoreRunJournal(store).read_from(0, run_id="twice")
@@ -84,11 +84,11 @@ async def test_two_attempts_writing_at_once_never_interleave_their_numbers() -> 
 async def test_an_in_memory_journal_keeps_the_latest_events_only() -> None:
     journal = InMemoryRunJournal(max_events=5)
     engine = OpenMultiAgent(journal=journal)
-    await engine.run_tasks(_team(Model(2), []), TASKS, run_id="ring")
+    await engine.run_tasks(note_team(Model(2), []), TASKS, run_id="ring")
     kept = await journal.read_from(0, run_id="ring")
     assert journal.size == 5 and kept[-1]["type"] == "run/end"
     assert [e["seq"] for e in kept] == list(range(kept[0]["seq"], kept[0]["seq"] + 5))
     verdict = verify_run(kept)
     assert verdict.ok  # what it cannot see is a gap, not a failure
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="at least 1"):
         InMemoryRunJournal(max_events=0)
