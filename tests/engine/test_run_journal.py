@@ -24,7 +24,8 @@ from oma.store.base import MemoryStore
 from oma.store.journal import supports_journal
 from oma.store.postgres import PostgresStore
 from oma.store.redis import RedisStore
-from tests.engine.crashing import SimulatedCrash
+from tests.engine.crashing import CrashingStore, SimulatedCrash
+from tests.engine.helpers import Events
 from tests.engine.journal_kit import TASKS, Model, note_team
 from tests.servers.postgres_server import PostgresServer
 from tests.servers.redis_server import RedisServer
@@ -236,3 +237,60 @@ async def test_a_v5_run_resumed_without_a_journal_saves_v4_without_its_marks() -
     assert "journalSeq" not in saved["inFlightTasks"][0]
     result = await OpenMultiAgent().restore(note_team(Model(4), executed), checkpoint=options)
     assert result.status.code == "ok" and executed == ["c0", "c1", "c2", "c3"]
+
+
+def _crash_before_first_commit(snapshot: dict[str, Any]) -> bool:
+    """Before the save that would hold the run's first committed tool result."""
+    return any(
+        call.get("commit") is not None
+        for entry in snapshot.get("inFlightTasks") or []
+        for call in entry.get("pendingToolCalls") or []
+    )
+
+
+async def test_a_result_the_journal_kept_but_the_checkpoint_missed_is_folded_not_run_again() -> (
+    None
+):
+    store, journal, executed = CrashingStore(), InMemoryRunJournal(), list[str]()
+    options = CheckpointOptions(store=store, run_id="tail")
+    store.crash_before = _crash_before_first_commit  # killed after the journal's append
+    with pytest.raises(SimulatedCrash):
+        await OpenMultiAgent(journal=journal).run_tasks(
+            note_team(Model(2), executed), TASKS, checkpoint=options, run_id="tail"
+        )
+    assert executed == ["c0"]
+    saved = store.checkpoint_writes[-1]
+    tail = await journal.read_from(saved["journalWatermarkSeq"] + 1, run_id="tail")
+    # The result is kept by the journal only (and the crashed attempt's end).
+    assert [e["type"] for e in tail] == ["checkpoint/saved", "tool/result", "run/end"]
+    events = Events()
+    engine = OpenMultiAgent(journal=journal, on_progress=events)
+    result = await engine.restore(note_team(Model(2), executed), checkpoint=options)
+    assert result.status.code == "ok"
+    assert executed == ["c0", "c1"]  # c0's result came from the journal: not run again
+    assert not [e for e in events.items if e.type == "warning"]
+    first = next(w for w in store.checkpoint_writes if w["identity"]["attempt"] == 2)
+    assert "noted n0" in orjson.dumps(first["inFlightTasks"]).decode()  # its first save has it
+    assert verify_run(await journal.read_from(0, run_id="tail")).ok
+
+
+async def test_a_tail_the_fold_cannot_place_is_discarded_with_a_warning() -> None:
+    store, journal, executed = CrashingStore(), InMemoryRunJournal(), list[str]()
+    options = CheckpointOptions(store=store, run_id="odd")
+    store.crash_before = _crash_before_first_commit
+    with pytest.raises(SimulatedCrash):
+        await OpenMultiAgent(journal=journal).run_tasks(
+            note_team(Model(2), executed), TASKS, checkpoint=options, run_id="odd"
+        )
+    kept = await journal.read_from(0, run_id="odd")
+    assert kept[-2]["type"] == "tool/result"
+    forged = {**kept[-2], "toolCallId": "never-asked"}  # a result for a call nobody made
+    journal._events[-2] = forged  # the journal's tail, tampered
+    events = Events()
+    engine = OpenMultiAgent(journal=journal, on_progress=events)
+    result = await engine.restore(note_team(Model(2), executed), checkpoint=options)
+    assert result.status.code == "ok"
+    assert executed == ["c0", "c0", "c1"]  # from the snapshot alone: c0 ran again (idempotent)
+    warnings = [e.data for e in events.items if e.type == "warning"]
+    assert [w["code"] for w in warnings] == ["JOURNAL_TAIL_DISCARDED"]
+    assert "not pending" in warnings[0]["reason"]

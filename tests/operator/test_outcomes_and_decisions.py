@@ -184,7 +184,7 @@ def test_store_events_reach_the_runner_and_stay_off_unless_asked() -> None:
     assert run.store is not None and run.store.events.enabled and run.store.events.enforce_lineage
     plain = to_run_spec(TeamRunSpec.model_validate(SPEC), "ns")
     assert "events" not in plain["store"]  # an older runner image reads the spec unchanged
-    with pytest.raises(ValidationError, match="store.events needs the verbatim content"):
+    with pytest.raises(ValidationError, match=r"store\.events needs the verbatim content"):
         RunSpec.model_validate(
             to_run_spec(
                 TeamRunSpec.model_validate({**SPEC, "store": {**store, "redact": True}}), "ns"

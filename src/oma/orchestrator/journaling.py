@@ -11,7 +11,8 @@ from collections.abc import Callable, Coroutine
 from contextvars import ContextVar
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from oma.checkpoint.snapshot import CheckpointSnapshotV5
+from oma.checkpoint.snapshot import CheckpointSnapshot, CheckpointSnapshotV5
+from oma.checkpoint.tail_replay import fold_journal_tail, tail_read_from
 from oma.journal.recorder import JournalRecorder, RunJournal
 from oma.orchestrator.context import RunContext
 from oma.orchestrator.events import OrchestratorEvent
@@ -49,6 +50,45 @@ async def open_journal(
     opened = _OPEN.get()
     if opened is not None and context not in opened:
         opened.append(context)
+
+
+async def fold_tail(
+    snapshot: CheckpointSnapshot,
+    journal: RunJournal | None,
+    emit: Callable[[OrchestratorEvent], None],
+) -> CheckpointSnapshot:
+    """A v5 snapshot with what its run's journal holds past its marks folded into its in-flight
+    tasks (``oma.checkpoint.tail_replay``); any other snapshot as it is. A tail the fold cannot
+    place is discarded (a ``JOURNAL_TAIL_DISCARDED`` warning): the run resumes from the
+    snapshot alone."""
+    if journal is None or not isinstance(snapshot, CheckpointSnapshotV5):
+        return snapshot
+    entries = snapshot.in_flight_tasks
+    if not entries:
+        return snapshot
+    watermark = snapshot.journal_watermark_seq
+    run_id = snapshot.identity.run_id
+    try:
+        events = await journal.read_from(tail_read_from(entries, watermark), run_id=run_id)
+    except Exception as exc:
+        reason = f"the journal could not be read ({type(exc).__name__}: {exc})"
+        emit(_discarded(reason))
+        return snapshot
+    if not events:
+        return snapshot
+    fold = fold_journal_tail(entries, events, watermark)
+    if fold.discard_reason is not None:
+        emit(_discarded(fold.discard_reason))
+        return snapshot
+    if not fold.folded_events:
+        return snapshot
+    return snapshot.model_copy(update={"in_flight_tasks": fold.tasks})
+
+
+def _discarded(reason: str) -> OrchestratorEvent:
+    message = f"the run journal's tail was not folded into the restore: {reason}"
+    data = {"code": "JOURNAL_TAIL_DISCARDED", "kind": "journal_tail_discarded"}
+    return OrchestratorEvent("warning", data={**data, "reason": reason, "message": message})
 
 
 def run_started(context: RunContext, mode: str) -> None:

@@ -28,7 +28,13 @@ from oma.orchestrator.events import (
 from oma.orchestrator.executor import execute_queue
 from oma.orchestrator.gate_config import Gates
 from oma.orchestrator.identity import fresh_identity, resolve_requested_run_id
-from oma.orchestrator.journaling import journaled, open_journal, plan_set, run_started
+from oma.orchestrator.journaling import (
+    fold_tail,
+    journaled,
+    open_journal,
+    plan_set,
+    run_started,
+)
 from oma.orchestrator.options import CheckpointArg, CheckpointOptions, normalize_checkpoint
 from oma.orchestrator.outcome import build_result, queue_status
 from oma.orchestrator.planning import assign_unassigned, plan_gate
@@ -208,6 +214,8 @@ class OpenMultiAgent:
                 await _refuse_if_lost(activation, options, seen=seen, expected=expect_checkpoint)
                 return await self._fresh_from(team, source, options, run_id, metadata)
             seen = True
+            # What the last attempt did after its last save, from the run's journal (v5).
+            snapshot = await fold_tail(snapshot, self.journal, self._warn)
             context = await rebuild_context(
                 snapshot,
                 team,
@@ -368,6 +376,10 @@ class OpenMultiAgent:
                 OrchestratorEvent("warning", data={"kind": "budget_call_lost", "message": message})
             )
         return account
+
+    def _warn(self, event: OrchestratorEvent) -> None:
+        if self.on_progress is not None:
+            self.on_progress(event)
 
     def _announce(self, identity: RunIdentity) -> None:
         if self.on_attempt is not None:
