@@ -28,6 +28,7 @@ import yaml
 
 from devcluster import KubeClient
 from devcluster.kube import ApiError
+from oma.journal import StoreRunJournal, verify_run
 from oma.timeutil import parse_iso
 from oma.tools import records
 from oma.tools.records import RecordLocation
@@ -152,6 +153,7 @@ async def test_eviction_mid_task_resumes_in_attempt_2(
         {"text": "both recorded"},
     ]
     body = teamrun("evict", script, effects)
+    body["spec"]["store"]["events"] = {"enabled": True}  # the run event journal, too
     if store == "postgres":
         postgres: Endpoint = request.getfixturevalue("e2e_postgres")
         dsn = base64.b64encode(postgres.for_pods.encode()).decode()
@@ -168,7 +170,8 @@ async def test_eviction_mid_task_resumes_in_attempt_2(
             "postgres": {
                 "dsnSecretRef": {"name": "pg", "key": "dsn"},
                 "schema": f"e2e_{uuid.uuid4().hex[:6]}",
-            }
+            },
+            "events": {"enabled": True},
         }
     await kube.create(TEAMRUNS.format(ns=namespace), body)
 
@@ -185,6 +188,19 @@ async def test_eviction_mid_task_resumes_in_attempt_2(
     assert first["reason"] == "EvictionByEvictionAPI" and first["exitCode"] == 11
     assert second["outcome"] == "succeeded" and status["disruptions"] == 1
     assert await effects.ledger() == ["first", "second"]  # nothing re-run, nothing lost
+    if store == "redis":  # the journal both attempts kept, numbered on across the eviction
+        kept = teamrun_store(request.getfixturevalue("e2e_redis"), body, namespace)
+        try:
+            events = await StoreRunJournal(kept).read_from(0, run_id=body["spec"]["runId"])
+        finally:
+            await kept.aclose()
+        seqs = [e["seq"] for e in events]
+        assert seqs == sorted(set(seqs)) and {e["attempt"] for e in events} == {1, 2}
+        starts = [e["mode"] for e in events if e["type"] == "run/start"]
+        assert starts == ["runTasks", "restore"]
+        results = [e["toolCallId"] for e in events if e["type"] == "tool/result"]
+        assert results == ["e1", "e2"]  # each call's result once
+        assert verify_run(events).ok
 
 
 @pytest.mark.parametrize(
