@@ -12,9 +12,10 @@ from typing import Any
 import orjson
 import pytest
 
+from oma.approval import decide_approval
+from oma.approval.gates import Suspend
 from oma.checkpoint.keys import checkpoint_key
 from oma.journal import read_jsonl_journal, verify_run
-from oma.journal.blocks import JournalLineageError
 from oma.journal.recorder import RunJournal
 from oma.journal.sinks import InMemoryRunJournal, JsonlRunJournal
 from oma.journal.store_sink import StoreRunJournal, events_key
@@ -207,15 +208,15 @@ async def test_enforce_lineage_refuses_a_request_a_v4_checkpoint_cannot_explain(
     store, executed = InMemoryStore(), list[str]()
     options = CheckpointOptions(store=store, run_id="strict")
     team = note_team(Model(3, fail_at=1), executed)
+    tasks = [{**TASKS[0], "maxRetries": 2}]  # retrying cannot help: not retried
     with pytest.raises(SimulatedCrash):
-        await OpenMultiAgent().run_tasks(team, TASKS, checkpoint=options, run_id="strict")
+        await OpenMultiAgent().run_tasks(team, tasks, checkpoint=options, run_id="strict")
     engine = OpenMultiAgent(journal=InMemoryRunJournal(), enforce_lineage=True)
     result = await engine.restore(team, checkpoint=options)
     assert result.status.code == "error"  # the task failed: it never called the model
     failure = result.tasks[0].result or ""
     assert "no journal lineage" in failure, failure
-    with pytest.raises(JournalLineageError):
-        raise JournalLineageError("x", message_index=0, block_index=0, block_type="text")
+    assert executed == ["c0"]  # no retry started the task over, running c0 again
 
 
 async def test_a_v5_run_resumed_without_a_journal_saves_v4_without_its_marks() -> None:
@@ -294,3 +295,47 @@ async def test_a_tail_the_fold_cannot_place_is_discarded_with_a_warning() -> Non
     warnings = [e.data for e in events.items if e.type == "warning"]
     assert [w["code"] for w in warnings] == ["JOURNAL_TAIL_DISCARDED"]
     assert "not pending" in warnings[0]["reason"]
+
+
+class CrashOnCommit(InMemoryStore):
+    """A fenced store killed, once armed, instead of writing the first save that holds a
+    committed tool result (the journal was appended just before)."""
+
+    armed = False
+
+    async def compare_and_set(
+        self, key: str, expected: str | None, value: str, metadata: Any = None
+    ) -> bool:
+        if (
+            self.armed
+            and key.endswith("/latest")
+            and _crash_before_first_commit(orjson.loads(value))
+        ):
+            self.armed = False
+            raise SimulatedCrash("killed before writing the commit")
+        return await super().compare_and_set(key, expected, value, metadata)
+
+
+async def test_an_approved_call_committed_only_in_the_journal_is_not_run_again() -> None:
+    store, journal, executed = CrashOnCommit(), InMemoryRunJournal(), list[str]()
+    options = CheckpointOptions(store=store, run_id="gate", fence=True)
+    gated = OpenMultiAgent(journal=journal, on_tool_call=lambda ctx: Suspend("review"))
+    suspended = await gated.run_tasks(note_team(Model(1), executed), TASKS, checkpoint=options)
+    assert suspended.status.code == "suspended" and executed == []
+    (asked,) = suspended.pending_approvals
+    await decide_approval(
+        store,
+        request_id=asked.id,
+        request_hash=asked.request_hash,
+        decision="approve",
+        reviewer={"id": "rita"},
+    )
+    store.armed = True
+    with pytest.raises(SimulatedCrash):
+        await gated.restore(note_team(Model(1), executed), checkpoint=options)
+    assert executed == ["c0"]
+    events = Events()
+    engine = OpenMultiAgent(journal=journal, on_progress=events)
+    result = await engine.restore(note_team(Model(1), executed), checkpoint=options)
+    assert result.status.code == "ok" and executed == ["c0"]  # folded from the journal
+    assert not [e for e in events.items if e.type == "warning"]

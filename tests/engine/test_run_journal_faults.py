@@ -4,12 +4,14 @@ never out of order."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from oma.budget.limits import RunBudget
 from oma.journal import (
     InMemoryRunJournal,
     JournalClosedError,
@@ -20,8 +22,11 @@ from oma.journal import (
     read_jsonl_journal,
     verify_run,
 )
-from oma.orchestrator import OpenMultiAgent
-from oma.store import InMemoryStore
+from oma.journal.events import is_run_event
+from oma.journal.recorder import FLUSH_INTERVAL_SECONDS
+from oma.orchestrator import CheckpointOptions, OpenMultiAgent
+from oma.store import FileStore, InMemoryStore
+from tests.engine.crashing import SimulatedCrash
 from tests.engine.helpers import Events
 from tests.engine.journal_kit import TASKS, Model, note_team
 
@@ -92,3 +97,95 @@ async def test_an_in_memory_journal_keeps_the_latest_events_only() -> None:
     assert verdict.ok  # what it cannot see is a gap, not a failure
     with pytest.raises(ValueError, match="at least 1"):
         InMemoryRunJournal(max_events=0)
+
+
+def test_a_store_without_journals_is_refused_up_front(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="JsonlRunJournal instead"):
+        StoreRunJournal(FileStore(tmp_path / "state.json"))
+
+
+def test_hostile_events_are_judged_not_crashed_on() -> None:
+    huge = {"seq": 2**64, "timestampUnixMs": 1, "runId": "r", "attempt": 1, "type": "run/end"}
+    assert not is_run_event(huge) and is_run_event({**huge, "seq": 2**53 - 1})
+    base = {"timestampUnixMs": 1, "runId": "r", "attempt": 1}
+    block = {"messageIndex": 0, "blockIndex": 0, "sourceEventSeqs": [1]}
+    for message, digest in (("text", "x"), ({"role": "user", "content": "x"}, ["a"])):
+        events = [
+            {**base, "seq": 1, "type": "user/message", "message": message, "origin": "input"},
+            {
+                **base,
+                "seq": 2,
+                "type": "llm/request",
+                "turn": 1,
+                "model": "m",
+                "blocks": [{**block, "contentHash": digest}],
+            },
+        ]
+        verdict = verify_run(events)
+        assert [f.reason for f in verdict.failures] == ["not-reproducible"]
+
+
+async def test_an_unreadable_journal_is_left_alone_for_the_attempt(tmp_path: Path) -> None:
+    path, store, executed = tmp_path / "run.jsonl", InMemoryStore(), list[str]()
+    options = CheckpointOptions(store=store, run_id="bad")
+    with pytest.raises(SimulatedCrash):
+        await OpenMultiAgent(journal=JsonlRunJournal(path)).run_tasks(
+            note_team(Model(3, fail_at=2), executed), TASKS, checkpoint=options, run_id="bad"
+        )
+    lines = path.read_bytes().split(b"\n")
+    lines[1] = b"not json"  # a line in the middle, damaged
+    path.write_bytes(b"\n".join(lines))
+    events = Events()
+    engine = OpenMultiAgent(journal=JsonlRunJournal(path), on_progress=events)
+    result = await engine.restore(note_team(Model(3), executed), checkpoint=options)
+    assert result.status.code == "ok"
+    assert "journal_unreadable" in events.kinds()
+    entry = await store.get("__oma_checkpoint__/bad/latest")
+    assert entry is not None and '"version":4' in entry.value
+
+
+class SlowJournal(InMemoryRunJournal):
+    async def append(self, events: Sequence[dict[str, Any]]) -> None:
+        await asyncio.sleep(0.05)
+        await super().append(events)
+
+
+async def test_closing_while_a_batch_is_being_appended_loses_nothing() -> None:
+    journal = SlowJournal()
+    recorder = JournalRecorder(journal, run_id="r", attempt=1)
+    recorder.emit("run/start", {"mode": "runTasks"})
+    await asyncio.sleep(FLUSH_INTERVAL_SECONDS + 0.02)  # the timer's flush is appending now
+    recorder.emit("run/end", {"status": {"code": "ok"}})
+    await recorder.close()
+    assert [e["seq"] for e in await journal.read_from(0, run_id="r")] == [1, 2]
+
+
+async def test_a_cancelled_append_never_truncates_the_file(tmp_path: Path) -> None:
+    journal = JsonlRunJournal(tmp_path / "run.jsonl")
+    big = [
+        {
+            "seq": n,
+            "timestampUnixMs": 1,
+            "runId": "r",
+            "attempt": 1,
+            "type": "memory/set",
+            "key": "x" * 200_000,
+        }
+        for n in range(1, 101)
+    ]
+    task = asyncio.create_task(journal.append(big))
+    await asyncio.sleep(0)  # its write has started in a thread
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    await journal.append([{**big[0], "seq": 101, "key": "y"}])
+    seqs = [e["seq"] for e in read_jsonl_journal(journal.path)]
+    assert seqs == list(range(1, 102)) or seqs == [101]  # whole, or never started
+
+
+async def test_a_refused_model_call_writes_no_request() -> None:
+    journal = InMemoryRunJournal()
+    engine = OpenMultiAgent(journal=journal, budget=RunBudget(model_calls=1))
+    result = await engine.run_tasks(note_team(Model(2), []), TASKS, run_id="capped")
+    assert result.status.code != "ok"
+    kinds = [e["type"] for e in await journal.read_from(0, run_id="capped")]
+    assert kinds.count("llm/request") == kinds.count("turn/start") == 1

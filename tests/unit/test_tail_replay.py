@@ -132,3 +132,22 @@ def test_a_folded_lineage_stays_as_long_as_the_conversation() -> None:
     fold = fold_journal_tail([_entry(conversationLineage=[[[1]]])], _round(), 105)
     (task,) = fold.tasks
     assert task.conversation_lineage == [[[1]], [[101]], [[108]]]
+
+
+def test_only_the_attempt_that_saved_the_snapshot_is_folded() -> None:
+    later = [{**e, "attempt": 2} for e in _round()]
+    fold = fold_journal_tail([_entry()], later, 105, attempt=1)
+    assert fold.discard_reason is None and fold.folded_events == 0
+    assert fold_journal_tail([_entry()], later, 105, attempt=2).folded_events == 5
+
+
+def test_a_task_started_over_or_an_unlikely_turn_discards_the_tail() -> None:
+    again = _event(101, "user/message", message=USER, origin="input")
+    fold = fold_journal_tail([_entry()], [again], 105)
+    assert fold.discard_reason is not None and "starts the task's conversation over" in (
+        fold.discard_reason
+    )
+    for turn in (2**63, 0, "2", True):
+        ended = _event(101, "turn/end", turn=turn, outcome="tool_use")
+        fold = fold_journal_tail([_entry()], [ended], 105)
+        assert fold.discard_reason is not None and "names turn" in fold.discard_reason, turn

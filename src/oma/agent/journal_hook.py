@@ -59,14 +59,20 @@ class RunnerJournal:
         if state.lineage is None or len(state.lineage) != len(state.conversation):
             state.lineage = [[None] * len(message.content) for message in state.conversation]
 
-    def request(self, state: RunnerState, request: ChatRequest) -> int:
-        """``turn/start`` and ``llm/request`` (refused first, with ``enforce``, when a block
-        has no lineage); the request's seq."""
-        turn = state.turns + 1
+    def check(self, state: RunnerState, request: ChatRequest) -> list[dict[str, Any]]:
+        """The request's block descriptors; with ``enforce``, ``JournalLineageError`` for a
+        block no event explains (before anything is reserved or called)."""
         assert state.lineage is not None
         blocks = block_descriptors([m.to_wire() for m in request.messages], state.lineage)
         if self.enforce:
             enforce_lineage(blocks)
+        return blocks
+
+    def request(
+        self, state: RunnerState, request: ChatRequest, blocks: list[dict[str, Any]]
+    ) -> int:
+        """``turn/start`` and ``llm/request``, once the call will be made; the request's seq."""
+        turn = state.turns + 1
         self._emit(state, "turn/start", {"turn": turn}, None)
         payload: dict[str, Any] = {"turn": turn, "model": request.model, "blocks": blocks}
         if request.system:

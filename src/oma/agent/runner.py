@@ -156,11 +156,13 @@ class AgentRunner:
             tools=self._tool_specs(),
             max_tokens=self.agent.max_tokens,
         )
-        request_seq = self._journal.request(state, request) if self._journal else 0
+        blocks = self._journal.check(state, request) if self._journal else []
         reservation = await self._reserve(request)
         if reservation is not None:
             assert self._budget is not None
             request.call_key = self._budget.call_key(self.task_id, reservation)
+        # Only for a call that is made (the budget may refuse it above).
+        request_seq = self._journal.request(state, request, blocks) if self._journal else 0
         started = time.monotonic()
         try:
             response = await self.agent.adapter.chat(request)

@@ -47,15 +47,23 @@ def tail_read_from(entries: Sequence[InFlightTask], watermark: int) -> int:
 
 
 def fold_journal_tail(
-    entries: Sequence[InFlightTask], events: Sequence[dict[str, Any]], watermark: int
+    entries: Sequence[InFlightTask],
+    events: Sequence[dict[str, Any]],
+    watermark: int,
+    *,
+    attempt: int | None = None,
 ) -> TailFold:
-    """``entries`` with ``events`` (read from ``tail_read_from``, in order) folded in."""
+    """``entries`` with ``events`` (read from ``tail_read_from``, in order) folded in. With
+    ``attempt`` (the one that saved the snapshot), only that attempt's events are folded: a
+    later attempt that died before its first save began again from this snapshot, and its
+    events (a discarded tail's work done over, the same call ids) are not this state's."""
     wires = [copy.deepcopy(in_flight_wire(entry)) for entry in entries]
     folded = 0
     try:
         _check_order(events)
+        own = [e for e in events if attempt is None or e.get("attempt") == attempt]
         for wire in wires:
-            folded += _fold_entry(wire, events, watermark)
+            folded += _fold_entry(wire, own, watermark)
         tasks = [InFlightTask.model_validate(wire) for wire in wires]
     except _Discard as why:
         return TailFold(list(entries), 0, str(why))
@@ -99,6 +107,11 @@ def _fold(wire: dict[str, Any], event: dict[str, Any]) -> bool:
     if kind == "user/message" and event.get("origin") == "tool_results":
         _fold_results(wire, event)
         return True
+    if kind == "user/message":
+        raise _Discard(
+            f"user message {event['seq']} starts the task's conversation over (a retry): it "
+            "cannot resume from the saved one"
+        )
     fold = _FOLDS.get(kind)
     if fold is None:
         return False
@@ -146,6 +159,9 @@ def _fold_result(wire: dict[str, Any], event: dict[str, Any]) -> None:
     if "delegationUsage" in event:
         commit["delegationUsage"] = event["delegationUsage"]
     pending["commit"] = commit
+    # As the runner commits: the approval the call waited on, if any, is used up.
+    pending.pop("approvalRequest", None)
+    pending.pop("approvalDecision", None)
 
 
 def _fold_results(wire: dict[str, Any], event: dict[str, Any]) -> None:
@@ -159,9 +175,10 @@ def _fold_results(wire: dict[str, Any], event: dict[str, Any]) -> None:
 
 
 def _fold_turn_end(wire: dict[str, Any], event: dict[str, Any]) -> None:
-    turn = event.get("turn")
-    if isinstance(turn, int) and turn > wire["turns"]:
-        wire["turns"] = turn
+    turn, turns = event.get("turn"), wire["turns"]
+    if type(turn) is not int or not turns <= turn <= turns + 1:
+        raise _Discard(f"turn end {event['seq']} names turn {turn!r}, after {turns} turns")
+    wire["turns"] = turn
 
 
 _FOLDS: dict[str, Callable[[dict[str, Any], dict[str, Any]], None]] = {

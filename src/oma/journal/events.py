@@ -30,12 +30,16 @@ EVENT_TYPES = frozenset(
         "checkpoint/saved",
     }
 )
+# The largest number JavaScript holds exactly (Number.MAX_SAFE_INTEGER): a seq above it is no
+# sequence number a reference reader could keep, nor one oma could number on from.
+MAX_SEQ = 2**53 - 1
 # The events whose blocks can reproduce what a request showed the model (``verify``).
 MESSAGE_EVENTS = frozenset({"user/message", "assistant/message"})
 
 
 def is_run_event(value: Any) -> bool:
-    """Whether ``value`` has a run event's envelope: a known ``type``, an integer ``seq`` > 0,
+    """Whether ``value`` has a run event's envelope: a known ``type``, an integer ``seq`` > 0
+    (at most 2**53 - 1, the largest JavaScript holds exactly),
     a numeric ``timestampUnixMs``, a string ``runId`` and a numeric ``attempt`` (numbers as
     JavaScript reads them: ``2.0`` is the integer 2, ``true`` is no number)."""
     if not isinstance(value, dict):
@@ -46,7 +50,7 @@ def is_run_event(value: Any) -> bool:
     seq: Any = value.get("seq")
     return (
         integral(seq)
-        and seq > 0
+        and 0 < seq <= MAX_SEQ
         and _number(value.get("timestampUnixMs"))
         and isinstance(value.get("runId"), str)
         and _number(value.get("attempt"))

@@ -129,7 +129,9 @@ class JournalRecorder:
 
     async def _flush_later(self) -> None:
         await asyncio.sleep(FLUSH_INTERVAL_SECONDS)
-        await self.flush()
+        # Once its batch is taken, a flush finishes even if this timer is cancelled (``close``,
+        # or the run's task): else the batch would be lost without a word.
+        await asyncio.shield(self.flush())
 
     async def flush(self) -> None:
         """Append every event emitted so far (a failed append is reported and dropped)."""
@@ -144,7 +146,8 @@ class JournalRecorder:
                     self._on_error(exc)
 
     async def close(self) -> None:
-        """Flush what is left and stop the timer (the journal itself stays open: its owner's)."""
+        """Flush what is left and stop the timer (the journal itself stays open: its owner's).
+        A timer's flush under way is waited for (the lock orders it before this one)."""
         timer = self._timer
         if timer is not None and not timer.done() and timer is not asyncio.current_task():
             timer.cancel()

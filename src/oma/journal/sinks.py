@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
@@ -55,12 +56,15 @@ class JsonlRunJournal:
     """A JSON-lines file: each batch is appended as one write ending in a newline, then
     ``fsync``-ed; the parent directory is made on the first write. One writer per file (it
     takes no lock across processes, as the reference's). A crash can cut only the last line,
-    which a read leaves out (``read_jsonl_journal``)."""
+    which a read leaves out (``read_jsonl_journal``) and the next append cuts off."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path).absolute()
         self._closed = False
-        self._lock = asyncio.Lock()
+        # A thread's lock, held by the write itself: a cancelled append gives up waiting, but
+        # its write goes on in its thread, and the next one must not start (and take that
+        # half-written line for a torn one) before it ends.
+        self._lock = threading.Lock()
 
     async def append(self, events: Sequence[dict[str, Any]]) -> None:
         if self._closed:
@@ -68,18 +72,20 @@ class JsonlRunJournal:
         if not events:
             return
         data = b"".join(orjson.dumps(event) + b"\n" for event in events)
-        async with self._lock:
-            await asyncio.to_thread(self._write, data)
+        await asyncio.to_thread(self._write, data)
 
     def _write(self, data: bytes) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            _drop_torn_line(fd)
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        with self._lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                _drop_torn_line(fd)
+                view = memoryview(data)
+                while view:  # a write may take fewer bytes than it was given
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
     async def read_from(self, seq: int, *, run_id: str | None = None) -> list[dict[str, Any]]:
         events = await asyncio.to_thread(read_jsonl_journal, self.path)

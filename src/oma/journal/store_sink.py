@@ -17,7 +17,8 @@ import orjson
 
 from oma.errors import OmaError
 from oma.journal.events import is_run_event
-from oma.store.journal import JournalStore, new_version
+from oma.store.base import MemoryStore
+from oma.store.journal import JournalStore, new_version, supports_journal
 from oma.store.reserved import CHECKPOINT_KEY_PREFIX
 
 
@@ -47,9 +48,17 @@ def is_events_key(key: str) -> bool:
 class StoreRunJournal:
     """Every run's events in ``store``, each run under its own key."""
 
-    def __init__(self, store: JournalStore) -> None:
-        self.store = store
-        self._versions: dict[str, str | None] = {}  # per run: what this writer last wrote
+    def __init__(self, store: MemoryStore) -> None:
+        if not supports_journal(store):
+            raise TypeError(
+                f"StoreRunJournal needs a store that keeps journals (Redis, PostgreSQL, "
+                f"in-memory); {type(store).__name__} does not: give a file store's runs a "
+                "JsonlRunJournal instead"
+            )
+        self.store: JournalStore = store
+        # Per run: the journal's version as this writer last read or wrote it. An append
+        # expects it, so events another writer appended since are never numbered over.
+        self._versions: dict[str, str | None] = {}
 
     async def append(self, events: Sequence[dict[str, Any]]) -> None:
         by_run: dict[str, list[dict[str, Any]]] = {}
@@ -72,8 +81,8 @@ class StoreRunJournal:
             if written:
                 self._versions[run_id] = version
                 return
-            # Someone else wrote: fine if all they wrote is numbered below this batch.
-            self._versions.pop(run_id)
+            # Someone else wrote: fine if all they wrote is numbered below this batch (the read
+            # records the version to expect next).
             stored = await self.read_from(int(batch[0]["seq"]), run_id=run_id)
             if stored:
                 raise JournalConflictError(
@@ -85,6 +94,7 @@ class StoreRunJournal:
 
     async def read_from(self, seq: int, *, run_id: str) -> list[dict[str, Any]]:
         entry = await self.store.journal_get(events_key(run_id))
+        self._versions[run_id] = entry.version if entry is not None else None
         if entry is None:
             return []
         events = []

@@ -204,7 +204,8 @@ def _check_blocks(
         found = [
             by_seq[n] for r in refs if (n := _seq_of(r)) is not None and n < seq and n in by_seq
         ]
-        if any(block.get("contentHash") in _reproduced(event) for event in found):
+        wanted = block.get("contentHash")
+        if isinstance(wanted, str) and any(wanted in _reproduced(event) for event in found):
             continue
         if missing:
             result.inconclusive.append(
@@ -235,10 +236,13 @@ def _reproduced(event: dict[str, Any]) -> set[str]:
     """The content hashes of the blocks ``event`` carries (none for other event types)."""
     blocks: list[Any] = []
     if event.get("type") in MESSAGE_EVENTS:
-        content = (event.get("message") or {}).get("content")
+        message = event.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
         blocks = content if isinstance(content, list) else []
     elif event.get("type") == "context/replace":
-        blocks = [r.get("block") for r in event.get("replacements") or [] if isinstance(r, dict)]
+        replacements = event.get("replacements")
+        listed = replacements if isinstance(replacements, list) else []
+        blocks = [r.get("block") for r in listed if isinstance(r, dict)]
     return {h for h in (content_hash(block) for block in blocks) if h}
 
 

@@ -11,6 +11,10 @@ from collections.abc import Callable, Coroutine
 from contextvars import ContextVar
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from pydantic import ValidationError
+
+from oma.agent.state import RunnerState
+from oma.checkpoint.runner_state import InFlightTask
 from oma.checkpoint.snapshot import CheckpointSnapshot, CheckpointSnapshotV5
 from oma.checkpoint.tail_replay import fold_journal_tail, tail_read_from
 from oma.journal.recorder import JournalRecorder, RunJournal
@@ -38,14 +42,25 @@ async def open_journal(
         context.emit(OrchestratorEvent("error", data=data))
 
     floor = snapshot.journal_watermark_seq if isinstance(snapshot, CheckpointSnapshotV5) else 0
-    context.recorder = await JournalRecorder.open(
-        journal,
-        run_id=context.identity.run_id,
-        attempt=context.identity.attempt,
-        floor=floor,
-        trace_id=context.identity.trace_id,
-        on_error=failed,
-    )
+    try:
+        context.recorder = await JournalRecorder.open(
+            journal,
+            run_id=context.identity.run_id,
+            attempt=context.identity.attempt,
+            floor=floor,
+            trace_id=context.identity.trace_id,
+            on_error=failed,
+        )
+    except Exception as exc:
+        # Numbering on from a journal that cannot be read could repeat its numbers: this
+        # attempt writes none (its saves are v4), and says why.
+        message = (
+            f"the run journal cannot be read ({type(exc).__name__}: {exc}); this attempt keeps "
+            "no journal and saves checkpoint v4"
+        )
+        data = {"kind": "journal_unreadable", "error": exc, "message": message}
+        context.emit(OrchestratorEvent("error", data=data))
+        return
     context.enforce_lineage = enforce_lineage
     opened = _OPEN.get()
     if opened is not None and context not in opened:
@@ -76,13 +91,39 @@ async def fold_tail(
         return snapshot
     if not events:
         return snapshot
-    fold = fold_journal_tail(entries, events, watermark)
-    if fold.discard_reason is not None:
-        emit(_discarded(fold.discard_reason))
+    fold = fold_journal_tail(entries, events, watermark, attempt=snapshot.identity.attempt)
+    problem = fold.discard_reason or _unloadable(fold.tasks)
+    if problem is not None:
+        emit(_discarded(problem))
         return snapshot
     if not fold.folded_events:
         return snapshot
-    return snapshot.model_copy(update={"in_flight_tasks": fold.tasks})
+    # A call the fold committed used up the approval it waited on: as the runner's commit
+    # does, the request is no longer pending.
+    used = _asked(entries) - _asked(fold.tasks)
+    pending = [r for r in snapshot.pending_approvals if r.id not in used]
+    return snapshot.model_copy(update={"in_flight_tasks": fold.tasks, "pending_approvals": pending})
+
+
+def _asked(tasks: list[InFlightTask]) -> set[str]:
+    """The approval requests tool calls not yet committed wait on."""
+    return {
+        call.approval_request.id
+        for task in tasks
+        for call in task.pending_tool_calls or []
+        if call.approval_request is not None and call.commit is None
+    }
+
+
+def _unloadable(tasks: list[InFlightTask]) -> str | None:
+    """Why a folded task's runner state would not load (its messages are the runner's own
+    types, which the snapshot's model leaves free-form), or None."""
+    for task in tasks:
+        try:
+            RunnerState.from_checkpoint(task)
+        except (ValidationError, ValueError, TypeError) as exc:
+            return f"task {task.task_id}: the folded state does not load ({exc})"
+    return None
 
 
 def _discarded(reason: str) -> OrchestratorEvent:

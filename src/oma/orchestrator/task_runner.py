@@ -15,6 +15,7 @@ from oma.approval.models import ApprovalRequest
 from oma.budget.errors import BudgetExceededError, BudgetSuspended
 from oma.checkpoint.runner_state import InFlightTask
 from oma.errors import ModelUnavailableError, RunDrained
+from oma.journal.blocks import JournalLineageError
 from oma.llm.adapter import LLMError, LLMResponseError
 from oma.orchestrator.budget_guard import step_budget
 from oma.orchestrator.context import FatalRunError, RunContext, Stop
@@ -81,8 +82,8 @@ async def run_task(context: RunContext, task: Task) -> None:
             outcome = await runner.run(prompt, resume if attempt == 1 else None)
         except (RunDrained, BudgetSuspended):
             return  # stays in progress; its runner state is in the checkpoint
-        except BudgetExceededError as exc:
-            error = exc  # retrying cannot help: the budget is what it is
+        except (BudgetExceededError, JournalLineageError) as exc:
+            error = exc  # retrying cannot help: the budget, or the conversation, is what it is
             break
         except (FatalRunError, DurableApprovalError):
             raise
