@@ -15,3 +15,15 @@ def test_notable_leaves_out_the_routine_events_only() -> None:
 
 def test_all_posts_every_event() -> None:
     assert all(events.posted(r, "all") for r in ROUTINE + NOTABLE)
+
+
+def test_an_attempt_that_went_wrong_is_a_warning_and_a_normal_end_is_not() -> None:
+    from oma_operator.runs.rules.decisions import end_event_type
+
+    for kind in ("crash", "oom", "outage", "tool_changed", "permanent"):
+        assert end_event_type(kind, "next_attempt", unconfirmed=False) == "Warning", kind
+    for kind in ("succeeded", "suspended", "disruption", "fenced"):
+        assert end_event_type(kind, "next_attempt", unconfirmed=False) == "Normal", kind
+    assert end_event_type("disruption", "failed", unconfirmed=False) == "Warning"  # run failed
+    assert end_event_type("suspended", "awaiting_approval", unconfirmed=False) == "Normal"
+    assert end_event_type("succeeded", "succeeded", unconfirmed=True) == "Warning"

@@ -26,7 +26,7 @@ from oma_operator.resources.phases import ConditionType
 from oma_operator.resources.specs import run_id_of, spec_of, work_digest
 from oma_operator.runs.held_runs import hold_now, hold_without_pod
 from oma_operator.runs.metrics import METRICS, Resume
-from oma_operator.runs.rules.decisions import attempt_record, decide
+from oma_operator.runs.rules.decisions import attempt_record, decide, end_event_type
 from oma_operator.runs.rules.holds import hold_of
 from oma_operator.runs.rules.outcomes import (
     COMPLETED_UNCONFIRMED,
@@ -270,8 +270,9 @@ async def record_outcome(
         await recorded()
     METRICS.attempt_ended(outcome.kind)
     METRICS.runner_report(outcome.report)
-    unconfirmed = (SUCCESS_NOT_CONFIRMED, COMPLETED_UNCONFIRMED)
-    post = events.warn if outcome.reason in unconfirmed else events.info
+    unconfirmed = outcome.reason in (SUCCESS_NOT_CONFIRMED, COMPLETED_UNCONFIRMED)
+    kind = end_event_type(outcome.kind, decision.action, unconfirmed=unconfirmed)
+    post = events.warn if kind == "Warning" else events.info
     await post(
         teamrun,
         "Attempt" + outcome.kind.title().replace("_", ""),  # AttemptOutage, AttemptToolChanged

@@ -15,6 +15,9 @@ from oma_operator.runs.rules.outcomes import Outcome
 Action = Literal[
     "next_attempt", "succeeded", "failed", "awaiting_approval", "fenced", "suspended", "cancelled"
 ]
+# Attempt ends a person should look at (the Kubernetes convention: Warning for what went
+# wrong); a success, a wait for approval, an eviction or a newer attempt taking over are Normal.
+TROUBLE_KINDS = frozenset({"permanent", "oom", "crash", "outage", "tool_changed"})
 Hold = Literal["cancel", "suspend"]  # spec.cancel, spec.suspend (oma_operator.runs.rules.holds)
 MAX_ATTEMPT_HISTORY = 50
 CANCELLED = "cancelled on request (spec.cancel); the checkpoint is kept"
@@ -244,3 +247,12 @@ def _superseded(attempt: int) -> str:
         "('oma checkpoint show --tenant <namespace> --run-id <runId>' names its attempt and "
         "pod), then create a TeamRun with a new runId if the work is still to be done"
     )
+
+
+def end_event_type(kind: str, action: Action, *, unconfirmed: bool) -> Literal["Normal", "Warning"]:
+    """The type of the Event an attempt's end posts: ``Warning`` when the attempt failed (a
+    crash, out of memory, an outage, a changed tool, a permanent error), the run failed, or a
+    success could not be confirmed; else ``Normal``."""
+    if unconfirmed or action == "failed" or kind in TROUBLE_KINDS:
+        return "Warning"
+    return "Normal"
