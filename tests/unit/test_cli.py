@@ -22,6 +22,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_version_command() -> None:
+    flag = CliRunner().invoke(app, ["--version"])
+    assert flag.exit_code == 0 and flag.output.startswith(f"oma {__version__} (Python 3.")
     result = CliRunner().invoke(app, ["version"])
     assert result.exit_code == 0
     assert result.output.startswith(f"oma {__version__} (Python 3.")

@@ -56,6 +56,27 @@ def version() -> None:
     typer.echo(f"oma {__version__} (Python {platform.python_version()})")
 
 
+def _print_version(given: bool) -> None:
+    if given:
+        version()
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _options(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print the oma version and exit (as `oma version`).",
+            callback=_print_version,
+            is_eager=True,
+        ),
+    ] = False,
+) -> None:
+    """Durable multi-agent LLM runs: checkpoints, resume, approvals."""
+
+
 @app.command()
 def run(
     spec: Annotated[Path, typer.Argument(help="Run spec (YAML or JSON).")],
