@@ -43,6 +43,7 @@ from oma_operator.runs.rules.pods import FINALIZER, LABEL_TEAMRUN, attempt_of, l
 from oma_operator.runs.rules.progress import changed, polled_conditions
 from oma_operator.runs.rules.status import backoff_left, condition, merge_conditions
 from oma_operator.runs.run_queue import INDEX_KEY, RUN_QUEUE
+from oma_operator.runs.stuck_pods import reflect_pod_trouble
 from oma_operator.runs.untracked import pod_gone, untracked_pod
 from oma_operator.stores import STORES
 from oma_operator.ticker import TICKER
@@ -267,6 +268,7 @@ async def runner_pod_changed(body: kopf.Body, event: kopf.RawEvent, **_: Any) ->
     outcome = classify(pod)
     if not outcome.terminal:
         TIMERS.arm(pod)  # a pod that never starts, or whose node is lost, reports nothing
+        await reflect_pod_trouble(pod)  # and says why it does not start, while it waits
         return
     TIMERS.disarm(meta["uid"])
     namespace, name, _attempt = attempt_of(pod)

@@ -13,6 +13,7 @@ checkpoint time read from the store.
 
 from __future__ import annotations
 
+import time
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -127,6 +128,59 @@ async def test_a_missing_secret_is_named_in_the_status_after_the_start_timeout(
     assert "CreateContainerConfigError" in attempt["message"]
     # Named by the operator: the kubelet's own message names it only on a quiet node.
     assert "(Secret no-such-secret does not exist)" in attempt["message"], attempt
+
+
+@pytest.mark.timeout(180)
+async def test_a_pod_that_cannot_start_is_named_while_its_attempt_waits(
+    kube: KubeClient, namespace: str, operator: Path, redis_secret: str
+) -> None:
+    """A missing Secret and an image the node lacks: the TeamRun shows ``PodStuck`` with the
+    cause, and a Warning Event names it, long before the start timeout; the seconds it took
+    are printed (tests assert no times)."""
+    nokey = teamrun("nokey", [{"text": "never asked"}])
+    nokey["spec"]["team"]["agents"][0]["model"]["apiKeySecretRef"] = {
+        "name": "no-such-secret",
+        "key": "key",
+    }
+    noimage = teamrun("noimage", [{"text": "never asked"}])
+    noimage["spec"]["runner"]["image"] = "localhost/oma:no-such-tag"
+    for body in (nokey, noimage):
+        body["spec"]["retryPolicy"] |= {"startTimeoutSeconds": 900, "maxFailures": 0}
+    started = time.monotonic()
+    for body in (nokey, noimage):
+        await kube.create(TEAMRUNS.format(ns=namespace), body)
+
+    async def stuck(name: str) -> dict[str, Any] | None:
+        status = await status_of(kube, namespace, name)
+        found = [c for c in status.get("conditions") or [] if c["type"] == "PodStuck"]
+        return found[0] if found and found[0]["status"] == "True" else None
+
+    try:
+        secret = await wait_for(lambda: stuck("nokey"), 90, "nokey's PodStuck condition")
+    except AssertionError:
+        pod = await get_or_none(kube, f"/api/v1/namespaces/{namespace}/pods/nokey-a1")
+        shown = (pod or {}).get("status"), await status_of(kube, namespace, "nokey")
+        raise AssertionError((shown, await operator_log(operator))) from None
+    print(f"\nmissing Secret named on the TeamRun after {time.monotonic() - started:.1f}s")
+    image = await wait_for(lambda: stuck("noimage"), 90, "noimage's PodStuck condition")
+    print(f"missing image named on the TeamRun after {time.monotonic() - started:.1f}s")
+    assert secret["reason"] == "CreateContainerConfigError", secret
+    assert "Secret no-such-secret does not exist" in secret["message"], secret
+    assert image["reason"] in ("ErrImageNeverPull", "ErrImagePull", "ImagePullBackOff"), image
+    assert "no-such-tag" in image["message"], image
+    assert (await status_of(kube, namespace, "nokey"))["phase"] not in ("Failed", "Succeeded")
+
+    async def warned(name: str, reason: str) -> list[dict[str, Any]] | None:
+        listed = await kube.get(
+            f"/api/v1/namespaces/{namespace}/events?fieldSelector=involvedObject.name={name}"
+        )
+        found = [e for e in listed["items"] if e["reason"] == reason]
+        return found or None
+
+    (event,) = await wait_for(lambda: warned("nokey", secret["reason"]), 30, "nokey's Event")
+    assert event["type"] == "Warning" and "no-such-secret" in event["message"], event
+    found = await wait_for(lambda: warned("noimage", image["reason"]), 30, "noimage's Event")
+    assert found[0]["type"] == "Warning" and "no-such-tag" in found[0]["message"], found
 
 
 def _condition(body: dict[str, Any], kind: str) -> dict[str, Any]:

@@ -26,6 +26,7 @@ ConditionType = Literal[
     "PodCreated",
     "Reconciled",
     "CheckpointPolled",
+    "PodStuck",
 ]
 PHASES: tuple[Phase, ...] = get_args(Phase)
 CONDITION_TYPES: tuple[ConditionType, ...] = get_args(ConditionType)

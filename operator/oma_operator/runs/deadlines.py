@@ -13,11 +13,10 @@ import logging
 from datetime import UTC, datetime
 
 from oma_operator import runtime
-from oma_operator.k8s.errors import KubeError
 from oma_operator.resources.bodies import PodBody
 from oma_operator.runs.attempts import give_up
+from oma_operator.runs.missing_secrets import missing_secrets_of
 from oma_operator.runs.rules.outcomes import Outcome
-from oma_operator.runs.rules.pod_secrets import missing_secrets, secret_refs
 from oma_operator.runs.rules.pods import FINALIZER
 from oma_operator.runs.rules.watchdog import deadline
 
@@ -95,15 +94,7 @@ async def _naming_missing_secrets(pod: PodBody, outcome: Outcome) -> Outcome:
     needs and its namespace lacks added to its message."""
     if outcome.reason != "StartTimeout" or "CreateContainerConfigError" not in outcome.message:
         return outcome
-    namespace = pod["metadata"]["namespace"]
-    refs = secret_refs(pod)
-    keys: dict[str, frozenset[str] | None] = {}
-    for name in dict.fromkeys(ref.name for ref in refs):
-        try:
-            keys[name] = await runtime.kube().secret_keys(namespace, name)
-        except KubeError:  # not allowed to read it, say: the kubelet's word stands alone
-            continue
-    missing = missing_secrets(refs, keys)
+    missing = await missing_secrets_of(pod)
     if not missing:
         return outcome
     return dataclasses.replace(outcome, message=f"{outcome.message} ({missing})")
