@@ -3,6 +3,8 @@ does not (``notable``); ``all`` adds the routine ones (one API request each)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from oma_operator import events
 
 ROUTINE = ("Queued", "AttemptStarted", "AttemptSucceeded")
@@ -27,3 +29,15 @@ def test_an_attempt_that_went_wrong_is_a_warning_and_a_normal_end_is_not() -> No
     assert end_event_type("disruption", "failed", unconfirmed=False) == "Warning"  # run failed
     assert end_event_type("suspended", "awaiting_approval", unconfirmed=False) == "Normal"
     assert end_event_type("succeeded", "succeeded", unconfirmed=True) == "Warning"
+
+
+def test_resumed_says_from_a_checkpoint_only_when_one_was_saved() -> None:
+    from oma_operator.runs.attempts import resumed_message
+
+    saved: Any = {"metadata": {}, "status": {"checkpointSaved": True}}
+    assert resumed_message(saved, 2, "r-a2", "disruption") == (
+        "attempt 2 (pod r-a2) resumes from the latest checkpoint after attempt 1 ended (disruption)"
+    )
+    none: Any = {"metadata": {}, "status": {}}
+    said = resumed_message(none, 2, "r-a2", "crash")
+    assert "starts from the beginning" in said and "checkpoint after" not in said

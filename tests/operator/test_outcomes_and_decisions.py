@@ -298,3 +298,25 @@ def test_a_teamrun_header_from_a_contract_variable_is_refused_with_the_spec() ->
     agents = [{**SPEC["team"]["agents"][0], "mcpServers": [server]}]
     with pytest.raises(ValueError, match="runner pod contract"):
         TeamRunSpec.model_validate({**SPEC, "team": {"agents": agents}})
+
+
+def test_a_runner_s_report_is_said_in_words_never_as_its_json() -> None:
+    """Status messages, attempt records and Events carry the report's message, not the JSON
+    termination message the runner wrote."""
+    from oma.pod_contract import TerminationReport
+    from oma_operator.runs.rules.decisions import attempt_record
+
+    words = "Durable approval decision pending."
+    report = TerminationReport(status="suspended", message=words, pending_approvals=["apr_1"])
+    suspended = Outcome("suspended", "AwaitingApproval", report.to_text(), 10)
+    assert suspended.message.startswith("{")  # what the pod holds
+    decision = decide(suspended, {}, POLICY)
+    assert decision.message == words
+    assert attempt_record(1, suspended, "run-a1", "now")["message"] == words
+    failed = TerminationReport(status="error", message="task t1 failed: the model refused")
+    permanent = decide(Outcome("permanent", "PermanentFailure", failed.to_text(), 2), {}, POLICY)
+    assert permanent.message == "task t1 failed: the model refused"
+    bare = Outcome("permanent", "PermanentFailure", TerminationReport(status="error").to_text())
+    assert bare.said == "the runner ended with status error"
+    plain = Outcome("crash", "Error", "exec format error")  # the kubelet's words: as they are
+    assert decide(plain, {"failures": 9}, POLICY).message.endswith("Error exec format error")

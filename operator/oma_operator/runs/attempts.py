@@ -119,12 +119,17 @@ async def ensure_pod(
     await events.info(teamrun, "AttemptStarted", f"attempt {attempt}: pod {pod}")
     if resume is not None:
         METRICS.resumed(resume)
-        await events.info(
-            teamrun,
-            "Resumed",
-            f"attempt {attempt} (pod {pod}) resumes from the latest checkpoint "
-            f"after attempt {attempt - 1} ended ({resume.after})",
-        )
+        await events.info(teamrun, "Resumed", resumed_message(teamrun, attempt, pod, resume.after))
+
+
+def resumed_message(teamrun: TeamRunBody, attempt: int, pod: str, after: str) -> str:
+    """What the ``Resumed`` Event says: from the checkpoint only when one was saved."""
+    start = (
+        "resumes from the latest checkpoint"
+        if (teamrun.get("status") or {}).get("checkpointSaved")
+        else "starts from the beginning (no earlier attempt saved a checkpoint)"
+    )
+    return f"attempt {attempt} (pod {pod}) {start} after attempt {attempt - 1} ended ({after})"
 
 
 def pod_creation_failed(status: TeamRunStatus) -> bool:

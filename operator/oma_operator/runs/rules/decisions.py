@@ -90,7 +90,7 @@ def _decide(
     if outcome.kind == "succeeded":
         return Decision("succeeded", counts, "RunSucceeded", "the run completed")
     if outcome.kind == "suspended":
-        return Decision("awaiting_approval", counts, "AwaitingApproval", outcome.message)
+        return Decision("awaiting_approval", counts, "AwaitingApproval", outcome.said)
     if outcome.kind == "fenced":
         if int(counters.get("attempt") or 0) > attempt:
             return Decision(
@@ -98,15 +98,12 @@ def _decide(
             )
         return Decision("failed", counts, "Superseded", _superseded(attempt))
     if outcome.reason == "CheckpointLost":
-        report = outcome.report
-        return Decision(
-            "failed", counts, "CheckpointLost", report.message if report else outcome.message
-        )
+        return Decision("failed", counts, "CheckpointLost", outcome.said)
     if outcome.kind == "permanent":
         report = outcome.report
         if report is not None and report.status == "rejected":
             return Decision("failed", counts, "Rejected", "a reviewer rejected the run")
-        return Decision("failed", counts, "PermanentFailure", outcome.message)
+        return Decision("failed", counts, "PermanentFailure", outcome.said)
     budget_key, limit = {
         "disruption": ("disruptions", policy.max_disruptions),
         "oom": ("oomKills", policy.max_oom_kills),
@@ -119,7 +116,7 @@ def _decide(
             counts,
             f"{budget_key[0].upper()}{budget_key[1:]}Exhausted",
             f"{counts[budget_key]} {budget_key} exceed the budget of {limit}: "
-            f"{outcome.reason} {outcome.message}".strip(),
+            f"{outcome.reason} {outcome.said}".strip(),
         )
     delay = policy.backoff_seconds * 2 ** (counts["failures"] - 1) if outcome.kind == "crash" else 0
     return Decision(
@@ -141,8 +138,7 @@ def _outage(
     since = outage_began(status, outcome, now)
     waited = max(0.0, (now - since).total_seconds())
     limit = policy.model_outage_seconds
-    report = outcome.report
-    said = masking.mask(report.message if report is not None else outcome.message)[:600]
+    said = masking.mask(outcome.said)[:600]
     if waited >= limit:
         return Decision(
             "failed",
@@ -191,8 +187,7 @@ def _tool_changed(
     since = parse_iso(str(status.get("toolChangedSince") or "")) or now
     held = max(0.0, (now - since).total_seconds())
     limit = policy.tool_change_seconds
-    report = outcome.report
-    said = masking.mask(report.message if report is not None else outcome.message)[:600]
+    said = masking.mask(outcome.said)[:600]
     if held >= limit:
         return Decision(
             "failed",
@@ -234,7 +229,7 @@ def attempt_record(attempt: int, outcome: Outcome, pod: str, ended_at: str) -> d
         "outcome": outcome.kind,
         "reason": outcome.reason,
         "exitCode": outcome.exit_code,
-        "message": masking.mask(outcome.message)[:1024],  # a runner's: it may quote a Secret
+        "message": masking.mask(outcome.said)[:1024],  # a runner's: it may quote a Secret
         "endedAt": ended_at,
     }
 

@@ -56,6 +56,17 @@ class Outcome:
         """The runner's termination report, when the message is one (parsed once)."""
         return TerminationReport.parse(self.message) if self.message else None
 
+    @property
+    def said(self) -> str:
+        """The message for a person: the runner report's own message (never its JSON), or
+        what the kubelet or the operator said."""
+        report = self.report
+        if report is None:
+            return self.message
+        if report.message:
+            return report.message
+        return f"the runner ended with status {report.status or 'unknown'}"
+
 
 def classify(pod: PodBody) -> Outcome:
     status = pod.get("status") or {}
