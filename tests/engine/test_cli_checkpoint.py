@@ -178,7 +178,8 @@ def test_attempt_history_of_oma_run_in_its_default_store(
     assert code == 0, out
     assert "(attempt 2, snapshot v4" in out
     assert "#1  " in out and ": first attempt" in out
-    assert "resumed with 3/3 tasks done, 0 in flight, 0 committed tool calls" in out
+    # every call the run keeps a result of (before, the finished tasks' calls were not counted)
+    assert "resumed with 3/3 tasks done, 0 in flight, 5 committed tool calls" in out
     attempts = json.loads(_cli("show", "--run-id", "hist", "--json")[1])["attempts"]
     assert [a["attempt"] for a in attempts] == [1, 2]
     assert attempts[1]["completedTasks"] == 3 and attempts[1]["host"]

@@ -114,12 +114,16 @@ def attempts_key(checkpoint_key: str) -> str:
 def attempt_record(snapshot: CheckpointSnapshotV4) -> AttemptRecord:
     """The record of the attempt that wrote ``snapshot`` (its first save)."""
     tasks = snapshot.queue.tasks
+    # Every call whose result the run keeps: in the turn under way (its commit), in earlier
+    # turns of a task in flight (its records), and in finished tasks (their results' records).
     committed = sum(
-        1
+        len(task.tool_calls)
+        + sum(1 for pending in task.pending_tool_calls or [] if pending.commit is not None)
         for task in snapshot.in_flight_tasks
-        for pending in task.pending_tool_calls or []
-        if pending.commit is not None
     )
+    for done in snapshot.completed_task_results:
+        calls = (done.agent_result or {}).get("toolCalls")
+        committed += len(calls) if isinstance(calls, list) else 0
     return AttemptRecord(
         attempt=snapshot.identity.attempt,
         trace_id=snapshot.identity.last_trace_id,
