@@ -62,9 +62,20 @@ POD_RETRY_SECONDS = 5.0  # how soon a refused runner pod creation is tried again
 log = logging.getLogger(__name__)
 
 
+# What kopf keeps of an ApprovalDecision to tell a change of ``spec.decision`` (its only update
+# handler): not the request's content or summary, which may be as large as oma lets content be
+# (an annotation holds at most 256 KiB in all; a 125 KB tool input made kopf's copy too long).
+DIFFBASE = kopf.AnnotationsDiffBaseStorage(
+    prefix="kopf.zalando.org",
+    key="last-handled-configuration",
+    ignored_fields=["spec.content", "spec.summary"],
+)
+
+
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
     settings.persistence.finalizer = "oma.dev/operator"
+    settings.persistence.diffbase_storage = DIFFBASE
     settings.posting.level = 20  # INFO and up become Kubernetes Events
     settings.watching.server_timeout = 60
     # No cluster-wide discovery of namespaces and CRDs: a namespaced operator then needs no

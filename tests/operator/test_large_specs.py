@@ -53,3 +53,34 @@ def test_a_spec_over_128_kib_is_gzipped_and_read_back_unchanged() -> None:
 def test_a_damaged_gzipped_spec_is_a_config_error(value: str) -> None:
     with pytest.raises(RunnerConfigError, match="OMA_RUN_SPEC_GZIP"):
         RunnerConfig.from_env({"OMA_RUN_SPEC_GZIP": value, "OMA_RUN_ID": "r"})
+
+
+def test_kopf_keeps_no_copy_of_a_large_approval_s_content() -> None:
+    """kopf's last-handled copy of an ApprovalDecision (for its ``spec.decision`` handler)
+    leaves the content and summary out, so it stays far under the annotation limit whatever
+    content oma accepts (a 125 KB tool input made it too long)."""
+    import json
+
+    import kopf
+
+    from oma_operator.handlers import DIFFBASE
+
+    body = kopf.Body(
+        {
+            "apiVersion": "oma.dev/v1alpha1",
+            "kind": "ApprovalDecision",
+            "metadata": {"name": "d", "namespace": "ns", "annotations": {}},
+            "spec": {
+                "teamRun": "r",
+                "requestId": "apr_1",
+                "requestHash": "h" * 64,
+                "summary": "s" * 100_000,
+                "content": "c" * 400_000,
+                "decision": "Pending",
+            },
+        }
+    )
+    kept = DIFFBASE.build(body=body)
+    assert kept["spec"]["decision"] == "Pending" and kept["spec"]["requestId"] == "apr_1"
+    assert "content" not in kept["spec"] and "summary" not in kept["spec"]
+    assert len(json.dumps(kept)) < 4096
