@@ -70,8 +70,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--metrics-address",
-        default=os.environ.get("OMA_METRICS_ADDRESS", "0.0.0.0"),
-        help="the address the metrics endpoint listens on (env OMA_METRICS_ADDRESS)",
+        default=os.environ.get("OMA_METRICS_ADDRESS", "127.0.0.1"),
+        help="the address the metrics endpoint listens on (env OMA_METRICS_ADDRESS; default "
+        "loopback: the chart sets 0.0.0.0 for its pod to be scraped)",
     )
     parser.add_argument(
         "--runner-metrics-port",

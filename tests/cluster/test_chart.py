@@ -505,6 +505,7 @@ def test_metrics_render_a_service_monitors_and_scrape_annotations(cluster: Clust
     template = by_kind["Deployment"]["spec"]["template"]
     (container,) = template["spec"]["containers"]
     assert {"--metrics-port=8000", "--runner-metrics-port=9100"} <= set(container["args"])
+    assert "--metrics-address=0.0.0.0" in container["args"]  # the pod's, to be scraped
     assert {"name": "metrics", "containerPort": 8000} in container["ports"]
     annotations = template["metadata"]["annotations"]
     assert annotations == {

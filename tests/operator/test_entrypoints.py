@@ -157,12 +157,16 @@ class _Started(Exception):
 
 def _start(
     monkeypatch: pytest.MonkeyPatch, argv: list[str], variable: str, value: str | None
-) -> None:
+) -> tuple[object, ...]:
     """Run the operator's entry point with ``variable`` set to ``value`` (unset: None) up to
-    where it would serve; the settings it wrote are put back after the test."""
+    where it would serve (what it would serve with); the settings it wrote are put back after
+    the test."""
     from oma_operator import main as entry
 
-    def serve(*_: object) -> None:
+    served: list[tuple[object, ...]] = []
+
+    def serve(*args: object) -> None:
+        served.append(args)
         raise _Started
 
     monkeypatch.setattr(entry, "serve", serve)
@@ -178,6 +182,7 @@ def _start(
     monkeypatch.setattr("sys.argv", ["oma-operator", "--namespace", "team-a", *argv])
     with pytest.raises(_Started):
         entry.main()
+    return served[0]
 
 
 @pytest.mark.parametrize(
@@ -258,3 +263,10 @@ def test_the_uninstall_hook_runs_whatever_the_run_settings_say(
     with pytest.raises(SystemExit) as exited:
         entry.main()
     assert exited.value.code == 0 and stopped == [("oma", "oma-operator")]
+
+
+def test_a_local_operator_serves_its_metrics_on_loopback_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert _start(monkeypatch, [], "OMA_METRICS_ADDRESS", None) == (8000, "127.0.0.1")
+    assert _start(monkeypatch, [], "OMA_METRICS_ADDRESS", "0.0.0.0") == (8000, "0.0.0.0")
