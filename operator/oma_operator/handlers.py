@@ -10,6 +10,7 @@ from typing import Any
 
 import kopf
 
+from oma.timeutil import now_iso
 from oma_operator import events, runtime
 from oma_operator.approvals.rules.reviewers import missing_creator
 from oma_operator.approvals.sync import close_pending, sync_approvals
@@ -41,7 +42,7 @@ from oma_operator.runs.rules.holds import action_for, hold_of
 from oma_operator.runs.rules.outcomes import classify
 from oma_operator.runs.rules.pods import FINALIZER, LABEL_TEAMRUN, attempt_of, labelled_attempt
 from oma_operator.runs.rules.progress import changed, polled_conditions
-from oma_operator.runs.rules.status import backoff_left, condition, merge_conditions
+from oma_operator.runs.rules.status import backoff_left, condition, ended, merge_conditions
 from oma_operator.runs.run_queue import INDEX_KEY, RUN_QUEUE
 from oma_operator.runs.stuck_pods import reflect_pod_trouble
 from oma_operator.runs.untracked import pod_gone, untracked_pod
@@ -248,9 +249,13 @@ async def _refuse(teamrun: TeamRunBody, reason: str, message: str, detail: str) 
             "phase": "Failed",
             "observedGeneration": generation,
             "message": message,
+            "completionTime": now_iso(),
             "conditions": merge_conditions(
                 status.get("conditions") or [],
-                [condition("Failed", True, reason, detail, generation)],
+                [
+                    condition("Failed", True, reason, detail, generation),
+                    *ended(False, reason, detail, generation),
+                ],
             ),
         },
     )

@@ -7,7 +7,7 @@ import shutil
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import pytest
 
@@ -263,3 +263,40 @@ def test_a_condition_keeps_its_transition_time_only_while_its_status_holds() -> 
     assert merged["Queued"]["lastTransitionTime"] == flipped["lastTransitionTime"]
     untimed = merge_conditions(old[1:], [condition("Queued", True, "Waiting", "no slot", 1)])
     assert untimed[0].get("lastTransitionTime")  # never written empty or null
+
+
+def test_every_end_sets_ready_and_succeeded_and_its_time_and_a_retry_clears_them() -> None:
+    """``kubectl wait --for=condition=Ready`` (or ``Succeeded``) has a condition to wait on
+    whatever ended the run; ``startTime`` is the first attempt's, ``completionTime`` the end's."""
+    from oma_operator.runs.rules.holds import held
+    from oma_operator.runs.rules.status import retried, started
+
+    def of(status: dict[str, Any], kind: str) -> str:
+        return next(c["status"] for c in status["conditions"] if c["type"] == kind)
+
+    first = started({}, 1, "run", 1, "sha256:x")
+    assert first["startTime"] and "startTime" not in started(
+        cast(TeamRunStatus, first), 2, "run", 1, "w"
+    )
+    record = attempt_record(1, Outcome("succeeded", "Completed", "", 0), "r-a1", "t")
+    done = after_attempt(cast(TeamRunStatus, first), DONE, record, 1, None)
+    assert (of(done, "Ready"), of(done, "Succeeded"), of(done, "Failed")) == (
+        "True",
+        "True",
+        "False",
+    )
+    assert done["completionTime"]
+    failing = Decision("failed", {"failures": 4}, "FailuresExhausted", "4 failures")
+    failed = after_attempt(cast(TeamRunStatus, first), failing, record, 1, None)
+    assert (of(failed, "Ready"), of(failed, "Succeeded")) == ("False", "False")
+    assert failed["completionTime"]
+    running = after_attempt(cast(TeamRunStatus, first), NEXT, record, 1, 2)
+    assert "completionTime" not in running
+    assert not {"Ready", "Succeeded"} & {c["type"] for c in running["conditions"]}
+    cancelled = held(cast(TeamRunStatus, first), "cancel", 1)
+    assert (of(cancelled, "Ready"), of(cancelled, "Succeeded")) == ("False", "False")
+    assert cancelled["completionTime"] and cancelled["phase"] == "Cancelled"
+    assert "completionTime" not in held(cast(TeamRunStatus, first), "suspend", 1)
+    again = retried(cast(TeamRunStatus, failed), "2026-12-07T00:00:00Z", 1)
+    assert (of(again, "Ready"), of(again, "Succeeded")) == ("Unknown", "Unknown")
+    assert again["completionTime"] is None  # merge patch: removed

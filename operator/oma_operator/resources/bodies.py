@@ -59,6 +59,8 @@ class TeamRunStatus(TypedDict, total=False):
     attempt: int
     phase: Phase
     queuedAt: str
+    startTime: str
+    completionTime: str
     observedGeneration: int
     conditions: list[Condition]
     attempts: list[dict[str, Any]]  # the attempt log: free-form records (runs.rules.status)

@@ -198,6 +198,8 @@ def teamrun_crd() -> dict[str, Any]:
             ("Disruptions", "integer", ".status.disruptions", 1),
             ("Failures", "integer", ".status.failures", 1),
             ("Message", "string", ".status.message", 1),
+            ("Started", "date", ".status.startTime", 1),
+            ("Completed", "date", ".status.completionTime", 1),
         ],
     )
 
@@ -380,6 +382,12 @@ def _status_schema() -> dict[str, Any]:
             ),
             "queuedAt": field(
                 "string", "Since when a Queued run waits for a slot (first in, first out)."
+            ),
+            "startTime": field("string", "When the run's first attempt started."),
+            "completionTime": field(
+                "string",
+                "When the run ended (Succeeded, Failed, Rejected or Cancelled); removed by a "
+                "retry.",
             ),
             "observedGeneration": field("integer", "The spec generation last acted on."),
             "conditions": {

@@ -17,6 +17,7 @@ Phase = Literal[
 # The conditions the operator writes, one per type (mypy refuses a misspelt one).
 ConditionType = Literal[
     "Progressing",
+    "Ready",
     "Succeeded",
     "Failed",
     "AwaitingApproval",

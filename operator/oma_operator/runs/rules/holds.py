@@ -17,7 +17,7 @@ from oma_operator.resources.bodies import TeamRunStatus
 from oma_operator.resources.models import TeamRunSpec
 from oma_operator.resources.phases import FINAL_PHASES, WAITING_PHASES, ConditionType
 from oma_operator.runs.rules.decisions import CANCELLED, SUSPENDED, Hold
-from oma_operator.runs.rules.status import condition, merge_conditions
+from oma_operator.runs.rules.status import condition, ended, merge_conditions
 
 Action = Literal["cancel", "suspend", "resume"]
 
@@ -50,7 +50,12 @@ def held(status: TeamRunStatus, hold: Hold, generation: int) -> dict[str, Any]:
     updates.append(condition(reason, True, "Requested", message, generation))
     if status.get("phase") == "Queued":
         updates.append(condition("Queued", False, reason, message, generation))
+    times: dict[str, Any] = {}
+    if cancel:  # the end of the run
+        updates += ended(False, "Cancelled", message, generation)
+        times["completionTime"] = now_iso()
     return {
+        **times,
         "phase": reason,
         "observedGeneration": generation,
         "message": message,

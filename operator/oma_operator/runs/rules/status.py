@@ -31,16 +31,28 @@ POLLED: ConditionType = "CheckpointPolled"  # False while a snapshot is too larg
 
 
 def condition(
-    kind: ConditionType, status: bool, reason: str, message: str, generation: int
+    kind: ConditionType, status: bool | None, reason: str, message: str, generation: int
 ) -> Condition:
+    """``status`` None: Unknown."""
     return {
         "type": kind,
-        "status": "True" if status else "False",
+        "status": "Unknown" if status is None else "True" if status else "False",
         "reason": reason,
         "message": masking.mask(message)[:1024],
         "lastTransitionTime": now_iso(),
         "observedGeneration": generation,
     }
+
+
+def ended(succeeded: bool, reason: str, message: str, generation: int) -> list[Condition]:
+    """The conditions every end of a run sets, whatever ended it (an attempt, a cancel, a spec
+    refused before any pod): ``Succeeded`` and ``Ready``, True only for a success, so that
+    ``kubectl wait --for=condition=Ready`` (or ``=Succeeded``, ``=Succeeded=false``) waits for
+    every terminal outcome."""
+    return [
+        condition("Succeeded", succeeded, reason, message, generation),
+        condition("Ready", succeeded, reason, message, generation),
+    ]
 
 
 def merge_conditions(current: list[Condition], updates: list[Condition]) -> list[Condition]:
@@ -61,12 +73,14 @@ def started(
     """An attempt starts under the spec whose work digest is ``work``
     (``resources.specs.work_digest``; the same for every attempt until the run ends, the spec
     being frozen meanwhile)."""
+    times = {} if status.get("startTime") else {"startTime": now_iso()}  # the first attempt's
     return {
         "runId": run_id,
         "attempt": attempt,
         "phase": "Running",
         "workDigest": work,
         "observedGeneration": generation,
+        **times,
         "conditions": merge_conditions(
             status.get("conditions") or [],
             [
@@ -138,14 +152,8 @@ def after_attempt(
         )
     ]
     if final:
-        updates.append(
-            condition(
-                "Succeeded",
-                decision.action == "succeeded",
-                decision.reason,
-                decision.message,
-                generation,
-            )
+        updates += ended(
+            decision.action == "succeeded", decision.reason, decision.message, generation
         )
         updates.append(
             condition(
@@ -179,6 +187,8 @@ def after_attempt(
         if report.budget is not None:
             new["budget"] = report.budget.to_data()
             new["budgetSummary"] = budget_column(report.budget)
+    if final:
+        new["completionTime"] = now_iso()
     new["modelOutageSince"] = decision.outage_since  # None: merge patch removes it
     new["toolChangedSince"] = decision.tool_changed_since
     if next_attempt is not None:
@@ -232,8 +242,11 @@ def retried(status: TeamRunStatus, requested: str, generation: int) -> dict[str,
             [
                 condition("Failed", False, "Retried", message, generation),
                 condition("Progressing", True, "Retried", message, generation),
+                condition("Succeeded", None, "Retried", message, generation),
+                condition("Ready", None, "Retried", message, generation),
             ],
         ),
+        "completionTime": None,  # merge patch: remove (it runs again)
     }
 
 
