@@ -71,6 +71,9 @@ async def test_events_and_last_checkpoint_time_through_an_eviction(
     assert saved is not None and ended is not None
     assert timedelta(0) <= ended - saved < timedelta(seconds=30)  # the final save, read at the end
     assert "nextAttemptAfter" not in status  # no attempt is waiting to start
+    assert _condition({"status": status}, "Ready")["status"] == "True"  # kubectl wait's
+    began, done = parse_iso(status["startTime"]), parse_iso(status["completionTime"])
+    assert began is not None and done is not None and began <= ended <= done
     body = await kube.get(f"{TEAMRUNS.format(ns=namespace)}/ev")
     # No operator finalizer: deleting a TeamRun (or its namespace) never waits for the operator.
     assert body["metadata"].get("finalizers") in (None, [])
@@ -128,6 +131,9 @@ async def test_a_missing_secret_is_named_in_the_status_after_the_start_timeout(
     assert "CreateContainerConfigError" in attempt["message"]
     # Named by the operator: the kubelet's own message names it only on a quiet node.
     assert "(Secret no-such-secret does not exist)" in attempt["message"], attempt
+    ready = _condition({"status": status}, "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "FailuresExhausted"), ready
+    assert status["completionTime"] and "startTime" in status
 
 
 @pytest.mark.timeout(180)
