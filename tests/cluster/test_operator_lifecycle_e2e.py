@@ -74,6 +74,8 @@ async def test_events_and_last_checkpoint_time_through_an_eviction(
     assert _condition({"status": status}, "Ready")["status"] == "True"  # kubectl wait's
     began, done = parse_iso(status["startTime"]), parse_iso(status["completionTime"])
     assert began is not None and done is not None and began <= ended <= done
+    (output,) = status["output"]["tasks"]  # the run's one task, its result in the status
+    assert output["result"] and "oma checkpoint show" in status["output"]["more"], output
     body = await kube.get(f"{TEAMRUNS.format(ns=namespace)}/ev")
     # No operator finalizer: deleting a TeamRun (or its namespace) never waits for the operator.
     assert body["metadata"].get("finalizers") in (None, [])

@@ -272,7 +272,7 @@ def test_every_end_sets_ready_and_succeeded_and_its_time_and_a_retry_clears_them
     from oma_operator.runs.rules.status import retried, started
 
     def of(status: dict[str, Any], kind: str) -> str:
-        return next(c["status"] for c in status["conditions"] if c["type"] == kind)
+        return str(next(c["status"] for c in status["conditions"] if c["type"] == kind))
 
     first = started({}, 1, "run", 1, "sha256:x")
     assert first["startTime"] and "startTime" not in started(
@@ -300,3 +300,22 @@ def test_every_end_sets_ready_and_succeeded_and_its_time_and_a_retry_clears_them
     again = retried(cast(TeamRunStatus, failed), "2026-12-07T00:00:00Z", 1)
     assert (of(again, "Ready"), of(again, "Succeeded")) == ("Unknown", "Unknown")
     assert again["completionTime"] is None  # merge patch: removed
+
+
+def test_a_succeeded_run_s_output_is_each_task_s_result_cut_at_a_documented_size() -> None:
+    from types import SimpleNamespace
+
+    from oma_operator.runs.rules.progress import OUTPUT_CHARS, OUTPUT_TASKS, run_output
+
+    def task(n: int, result: str, status: str = "completed") -> Any:
+        return SimpleNamespace(id=f"t{n}", title=f"Task {n}", status=status, result=result)
+
+    tasks = [task(0, "short"), task(1, "x" * (OUTPUT_CHARS + 5)), task(2, "", "failed")]
+    tasks += [task(n, f"r{n}") for n in range(3, OUTPUT_TASKS + 5)]
+    output = run_output(SimpleNamespace(queue=SimpleNamespace(tasks=tasks)), "oma checkpoint show")
+    listed = output["tasks"]
+    assert len(listed) == OUTPUT_TASKS and output["omitted"] == 4  # 24 completed
+    assert listed[0] == {"taskId": "t0", "title": "Task 0", "result": "short"}
+    assert len(listed[1]["result"]) == OUTPUT_CHARS and listed[1]["truncated"] is True
+    assert "t2" not in [t["taskId"] for t in listed]  # only completed tasks
+    assert output["more"] == "oma checkpoint show"

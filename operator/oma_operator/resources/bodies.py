@@ -61,6 +61,7 @@ class TeamRunStatus(TypedDict, total=False):
     queuedAt: str
     startTime: str
     completionTime: str
+    output: dict[str, Any]
     observedGeneration: int
     conditions: list[Condition]
     attempts: list[dict[str, Any]]  # the attempt log: free-form records (runs.rules.status)

@@ -384,6 +384,14 @@ def _status_schema() -> dict[str, Any]:
                 "string", "Since when a Queued run waits for a slot (first in, first out)."
             ),
             "startTime": field("string", "When the run's first attempt started."),
+            "output": {
+                "type": "object",
+                "description": "A succeeded run's output: tasks (taskId, title, result: the "
+                "first 1024 characters of each of the first 20 completed tasks, truncated when "
+                "cut), omitted (completed tasks past 20) and more (the command that shows the "
+                "whole checkpoint).",
+                **PRESERVE,
+            },
             "completionTime": field(
                 "string",
                 "When the run ended (Succeeded, Failed, Rejected or Cancelled); removed by a "

@@ -41,7 +41,12 @@ from oma_operator.runs.rules.pods import (
     not_made_for,
     runner_pod,
 )
-from oma_operator.runs.rules.progress import CheckpointTooLargeToPoll, Polled, read_progress
+from oma_operator.runs.rules.progress import (
+    CheckpointTooLargeToPoll,
+    Polled,
+    read_output,
+    read_progress,
+)
 from oma_operator.runs.rules.status import (
     after_attempt,
     backoff_left,
@@ -252,6 +257,7 @@ async def record_outcome(
                 status, decision, record, generation, next_attempt, outcome.report
             )
             update |= progress
+            update |= await _output(teamrun, spec, decision.action)
             if not status.get("workDigest"):  # started by an older operator (the spec is frozen)
                 update["workDigest"] = work_digest(teamrun)
             if (outcome.report and outcome.report.checkpointed) or update.get("lastCheckpointAt"):
@@ -353,6 +359,24 @@ async def _progress_or_error(
         why = str(exc) or "the store did not answer in time"
         log.warning("no progress for %s: %s", name, why)
         return {}, why
+
+
+async def _output(teamrun: TeamRunBody, spec: TeamRunSpec, action: str) -> dict[str, Any]:
+    """A succeeded run's ``output`` for its status (``rules.progress.run_output``); nothing
+    for another end, or when the store cannot tell it (logged: the success stands)."""
+    if action != "succeeded":
+        return {}
+    namespace = teamrun["metadata"]["namespace"]
+    run_id = run_id_of(teamrun)
+    where = f"oma checkpoint show --run-id {run_id} --tenant {namespace} --store <the run's store>"
+    try:
+        async with asyncio.timeout(STORE_READ_SECONDS):
+            store = await STORES.store_of(runtime.kube(), namespace, spec)
+            output = await read_output(store, run_id, where)
+    except (KubeError, OmaError, TimeoutError) as exc:
+        log.warning("no output for %s: %s", teamrun["metadata"]["name"], exc or "timed out")
+        return {}
+    return {"output": output} if output is not None else {}
 
 
 async def _end_progress(

@@ -27,6 +27,7 @@ from oma.checkpoint.summary import summarize
 from oma.errors import OmaError
 from oma.store.base import MemoryStore, supports_value_size
 from oma.store.journal import supports_journal
+from oma_operator import masking
 from oma_operator.resources.bodies import Condition, TeamRunStatus
 from oma_operator.runs.rules.status import POLLED, condition, merge_conditions
 
@@ -158,3 +159,35 @@ def polled_conditions(
             return None
         wanted = condition(POLLED, False, "CheckpointTooLarge", polled.too_large, generation)
     return merge_conditions(status.get("conditions") or [], [wanted])
+
+
+# A run's output in its status: each completed task's result, cut at OUTPUT_CHARS, for the
+# first OUTPUT_TASKS tasks; the whole of it stays in the checkpoint (`oma checkpoint show`).
+# The status is one object of etcd, shared with everything else a run records.
+OUTPUT_CHARS = 1024
+OUTPUT_TASKS = 20
+
+
+def run_output(snapshot: Any, where: str) -> dict[str, Any]:
+    """``status.output`` from a snapshot: ``tasks`` (id, title, result, ``truncated`` when
+    cut), ``omitted`` (completed tasks past the first ``OUTPUT_TASKS``) and ``more`` (where
+    the whole results are)."""
+    completed = [task for task in snapshot.queue.tasks if task.status == "completed"]
+    tasks = []
+    for task in completed[:OUTPUT_TASKS]:
+        result = masking.mask(task.result or "")
+        item: dict[str, Any] = {"taskId": task.id, "title": task.title}
+        item["result"] = result[:OUTPUT_CHARS]
+        if len(result) > OUTPUT_CHARS:
+            item["truncated"] = True
+        tasks.append(item)
+    output: dict[str, Any] = {"tasks": tasks, "more": where}
+    if len(completed) > OUTPUT_TASKS:
+        output["omitted"] = len(completed) - OUTPUT_TASKS
+    return output
+
+
+async def read_output(store: MemoryStore, run_id: str, where: str) -> dict[str, Any] | None:
+    """``run_output`` of the run's latest checkpoint (None: there is none)."""
+    snapshot = await Checkpoint(store, run_id=run_id).load_latest()
+    return run_output(snapshot, where) if snapshot is not None else None
