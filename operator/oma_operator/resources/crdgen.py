@@ -415,7 +415,11 @@ def _status_schema() -> dict[str, Any]:
             "disruptions": field("integer", "Disruptions so far (evictions, drains, lost nodes)."),
             "failures": field("integer", "Failures so far (crashes, start timeouts)."),
             "oomKills": field("integer", "OOM kills so far."),
-            "taskSummary": field("string", "Tasks completed/total, from the store or the runner."),
+            "taskSummary": field(
+                "string",
+                "Tasks completed/total, from the store or the runner; while tasks are in "
+                "flight, the model turns they took (e.g. 0/1, 12 turns).",
+            ),
             "pendingApprovals": field("integer", "Approval requests waiting for a decision."),
             "budget": {
                 "type": "object",

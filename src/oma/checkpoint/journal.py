@@ -229,7 +229,11 @@ class JournalWriter:
             return metadata
         completed = queue.get("completed")
         done = len(completed) if isinstance(completed, list) else 0
-        extra: dict[str, Any] = {"progress": {"tasks": len(queue["tasks"]), "completed": done}}
+        progress: dict[str, Any] = {"tasks": len(queue["tasks"]), "completed": done}
+        turns = _turns_in_flight(wire.get("inFlightTasks"))
+        if turns:  # a long task shows its progress before it completes
+            progress["turns"] = turns
+        extra: dict[str, Any] = {"progress": progress}
         pending = _ids(wire.get("pendingApprovals"), "id")
         if pending:
             decided = _ids(wire.get("approvalDecisions"), "requestId")
@@ -471,3 +475,10 @@ class JournalWriter:
             if stored is None:
                 raise CheckpointLostError(self.key, None, VANISHED)
             raise CheckpointFencedError(self.key, None)
+
+
+def _turns_in_flight(tasks: Any) -> int:
+    """The model turns the tasks in flight have taken so far."""
+    if not isinstance(tasks, list):
+        return 0
+    return sum(t["turns"] for t in tasks if isinstance(t, dict) and type(t.get("turns")) is int)
