@@ -103,3 +103,18 @@ def test_a_decision_by_a_hostile_name_is_printed_escaped(tmp_path: Path) -> None
     assert not any(char in out for char in RAW) and "alice\\u202e\\x1b[8m" in out
     code, out = _oma("show", request.id, "--store", url)
     assert not any(char in out for char in RAW) and "by alice\\u202e\\x1b[8m" in out
+
+
+def test_yaml_output_is_escaped_and_parses_to_the_same_values(tmp_path: Path) -> None:
+    import yaml
+
+    request = _request()
+    store = _stored(tmp_path, request)
+    for args in (["show", request.id], ["list"]):
+        code, out = _oma(*args, "--store", store, "-o", "yaml")
+        assert code == 0, out
+        assert not any(char in out for char in RAW), out
+        as_json = json.loads(_oma(*args, "--store", store, "-o", "json")[1])
+        assert yaml.safe_load(out) == as_json  # the same document, only escaped
+    code, out = _oma("list", "--store", store, "-o", "xml")
+    assert code == 2 and "xml" in out

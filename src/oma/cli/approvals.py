@@ -19,7 +19,6 @@ its canonical JSON (what the hash binds) holds them; the store keeps every chara
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 
@@ -30,7 +29,17 @@ from oma.approval.canonical import readable_json
 from oma.approval.errors import DurableApprovalError
 from oma.approval.ledger import ApprovalRecord, DurableApprovalLedger
 from oma.approval.models import ApprovalDecisionRecord, Resolution
-from oma.cli.store import EXIT_BAD_INPUT, JsonOption, StoreOption, TenantOption, with_store
+from oma.cli.store import (
+    EXIT_BAD_INPUT,
+    Format,
+    JsonOption,
+    OutputOption,
+    StoreOption,
+    TenantOption,
+    output_format,
+    print_document,
+    with_store,
+)
 from oma.store.base import MemoryStore
 from oma.visible import LEGEND, hides_in, visible, visible_json
 
@@ -70,11 +79,13 @@ def list_requests(
     tenant: TenantOption = None,
     run_id: RunOption = None,
     as_json: JsonOption = False,
+    output: OutputOption = Format.table,
 ) -> None:
     """Every approval request in the store (or of one run), decided or not."""
     records = _with_store(store, lambda s: DurableApprovalLedger(s).records(run_id), tenant)
-    if as_json:
-        typer.echo(_json([r.to_wire() for r in records]))
+    fmt = output_format(as_json, output)
+    if fmt != "table":
+        print_document([r.to_wire() for r in records], fmt)
         return
     if not records:
         console.print("no approval requests")
@@ -103,11 +114,13 @@ def show(
     store: StoreOption = None,
     tenant: TenantOption = None,
     as_json: JsonOption = False,
+    output: OutputOption = Format.table,
 ) -> None:
     """The exact content a decision binds to, and its hash."""
     record = _with_store(store, lambda s: _one(s, request_id), tenant)
-    if as_json:
-        typer.echo(_json(record.to_wire()))
+    fmt = output_format(as_json, output)
+    if fmt != "table":
+        print_document(record.to_wire(), fmt)
         return
     request = record.request
     lines = [
@@ -145,11 +158,6 @@ def show(
             f"decide with: oma approvals approve {request.id} --reviewer NAME "
             f"--hash {request.request_hash[:MIN_HASH_PREFIX]}"
         )
-
-
-def _json(value: Any) -> str:
-    """Indented JSON whose hidden characters are escapes (it parses to the same values)."""
-    return visible_json(json.dumps(value, indent=2, ensure_ascii=False))
 
 
 async def _one(store: MemoryStore, request_id: str) -> ApprovalRecord:

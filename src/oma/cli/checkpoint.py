@@ -13,7 +13,6 @@ still writes the raw value).
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -42,16 +41,20 @@ from oma.checkpoint.validation import parse_snapshot
 from oma.cli.checkpoint_text import render
 from oma.cli.store import (
     EXIT_BAD_INPUT,
+    Format,
     JsonOption,
+    OutputOption,
     StoreOption,
     TenantOption,
     errors,
+    output_format,
+    print_document,
     with_store,
 )
 from oma.errors import CheckpointError, CheckpointHistoryError, OmaError
 from oma.store.base import MemoryStore
 from oma.store.journal import supports_journal
-from oma.visible import visible, visible_json
+from oma.visible import visible
 
 T = TypeVar("T")
 EXIT_NOT_FOUND, EXIT_UNREADABLE = 1, 3
@@ -96,19 +99,25 @@ def _on_store(
 
 @app.command("list")
 def list_runs(
-    store: StoreOption = None, tenant: TenantOption = None, as_json: JsonOption = False
+    store: StoreOption = None,
+    tenant: TenantOption = None,
+    as_json: JsonOption = False,
+    output: OutputOption = Format.table,
 ) -> None:
     """The runs that have a checkpoint in the store."""
+    fmt = output_format(as_json, output)
     found = with_store(store, saved_checkpoints, tenant=tenant, read_only=True)
     listed = [{"runId": c.run_id, "key": c.key, "savedAt": c.saved_at} for c in found.checkpoints]
-    if found.tenants and not as_json:
+    if fmt != "table":
+        print_document(listed, fmt)
+        return
+    if found.tenants:
         errors.print(f"tenants with keys of their own (see them with --tenant): {found.tenants}")
-    if as_json:
-        typer.echo(json.dumps(listed, indent=2, ensure_ascii=False))
-    elif not listed:
+    if not listed:
         typer.echo("no checkpoints")
-    for run in [] if as_json else found.checkpoints:
-        typer.echo(f"{run.run_id or '(default key)'}  saved {run.saved_at}  {run.key}")
+    for run in found.checkpoints:
+        line = f"{run.run_id or '(default key)'}  saved {run.saved_at}  {run.key}"
+        typer.echo(visible(line))
 
 
 @app.command()
@@ -118,6 +127,7 @@ def show(
     tenant: TenantOption = None,
     as_json: JsonOption = False,
     at: AtOption = None,
+    output: OutputOption = Format.table,
 ) -> None:
     """What the checkpoint holds: attempts, tasks, in-flight tool calls, approvals."""
 
@@ -133,11 +143,11 @@ def show(
         return summarize(snapshot, key, await load_attempt_log(s, key))
 
     summary = _on_store(store, run_id, load, tenant)
-    if as_json:
-        # Every field, null included: scripts should not have to guess what is absent.
-        document = summary.model_dump(mode="json", by_alias=True)
-        # A checkpoint's content came from a store: nothing in it may drive the terminal.
-        typer.echo(visible_json(json.dumps(document, indent=2, ensure_ascii=False)))
+    fmt = output_format(as_json, output)
+    if fmt != "table":
+        # Every field, null included: scripts should not have to guess what is absent. A
+        # checkpoint's content came from a store: nothing in it may drive the terminal.
+        print_document(summary.model_dump(mode="json", by_alias=True), fmt)
         return
     for line in render(summary):
         typer.echo(visible(line))
@@ -191,6 +201,7 @@ def history(
     store: StoreOption = None,
     tenant: TenantOption = None,
     as_json: JsonOption = False,
+    output: OutputOption = Format.table,
 ) -> None:
     """The past boundaries the run's journal keeps, oldest first: seq, when, attempt, the task
     and what happened. `show --at SEQ` and `export --at SEQ` give the snapshot of one."""
@@ -200,10 +211,11 @@ def history(
 
     found = _on_store(store, run_id, load, tenant)
     boundaries = found.boundaries()
-    if as_json:
+    fmt = output_format(as_json, output)
+    if fmt != "table":
         listed = [_boundary_json(b) for b in boundaries]
         document = {"runId": run_id, "firstRecord": found.entry.start, "boundaries": listed}
-        typer.echo(visible_json(json.dumps(document, indent=2, ensure_ascii=False)))
+        print_document(document, fmt)
         return
     if found.entry.start > 0:
         typer.echo(f"(records before {found.entry.start} were dropped by the history's retention)")
@@ -294,6 +306,7 @@ def prune(
         ),
     ] = False,
     as_json: JsonOption = False,
+    output: OutputOption = Format.table,
 ) -> None:
     """Delete every checkpoint (and its attempt log) last saved longer ago than --older-than.
 
@@ -329,7 +342,8 @@ def prune(
         return [c.key for c in stale if await remove_checkpoint(s, c.key)]
 
     removed = [] if dry_run or not stale else with_store(store, remove, tenant=tenant)
-    if as_json:
+    fmt = output_format(as_json, output)
+    if fmt != "table":
         document = {
             "deleted" if not dry_run else "wouldDelete": [
                 {"runId": c.run_id, "key": c.key, "savedAt": c.saved_at}
@@ -339,7 +353,7 @@ def prune(
             "keptWithoutSaveTime": [c.key for c in unknown],
             "keptInUse": [{"key": key, "reason": why} for key, why in busy.items()],
         }
-        typer.echo(json.dumps(document, indent=2, ensure_ascii=False))
+        print_document(document, fmt)
         return
     verb = "would delete" if dry_run else "deleted"
     for c in stale:

@@ -16,11 +16,19 @@ from typing import Annotated
 
 import typer
 
-from oma.cli.store import StoreOption, TenantOption, with_store
+from oma.cli.store import (
+    Format,
+    OutputOption,
+    StoreOption,
+    TenantOption,
+    output_format,
+    print_document,
+    with_store,
+)
 from oma.replay import ReplayReport, replay_run
 from oma.spec import load_run_spec
 from oma.store.base import MemoryStore
-from oma.visible import visible, visible_json
+from oma.visible import visible
 
 
 def replay_command(
@@ -31,7 +39,8 @@ def replay_command(
     ],
     store: StoreOption = None,
     tenant: TenantOption = None,
-    as_json: Annotated[bool, typer.Option("--json", help="The report as JSON.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="The report as JSON (-o json).")] = False,
+    output: OutputOption = Format.table,
 ) -> None:
     """Run SPEC again, answered from RUN's recorded turns and tool results, and compare every
     boundary with the recorded one."""
@@ -47,7 +56,8 @@ def replay_command(
 
     report = with_store(store, replay, tenant=tenant, read_only=True)
     found = report.divergence
-    if as_json:
+    fmt = output_format(as_json, output)
+    if fmt != "table":
         document = {
             "runId": report.run_id,
             "reproduces": report.reproduces,
@@ -64,7 +74,7 @@ def replay_command(
                 "replayed": found.replayed,
             },
         }
-        typer.echo(visible_json(json.dumps(document, indent=2, ensure_ascii=False, default=str)))
+        print_document(document, fmt)
     elif found is None:
         typer.echo(
             f"reproduces: {report.boundaries} boundaries of {run} compared, none differs "

@@ -1,15 +1,18 @@
 """What the store-reading commands share: the ``--store`` option, opening and closing the store,
-and turning typed errors into one line and a documented exit code."""
+turning typed errors into one line and a documented exit code, and ``-o table|json|yaml``."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Annotated, TypeVar
+from enum import StrEnum
+from typing import Annotated, Any, TypeVar
 
 import typer
+import yaml
 from rich.console import Console
 from rich.markup import escape
 
@@ -17,7 +20,7 @@ from oma.errors import OmaError
 from oma.store.base import MemoryStore, close_store
 from oma.store.prefixed import PrefixedStore, tenant_prefix
 from oma.store.urls import open_store
-from oma.visible import visible
+from oma.visible import visible, visible_json
 
 T = TypeVar("T")
 EXIT_BAD_INPUT = 2
@@ -38,7 +41,37 @@ TenantOption = Annotated[
         help="Only this tenant's part of the store: for a TeamRun, its Kubernetes namespace.",
     ),
 ]
-JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output (-o json).")]
+
+
+class Format(StrEnum):
+    """What ``-o`` prints."""
+
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+
+
+OutputOption = Annotated[
+    Format,
+    typer.Option("--output", "-o", help="table (for a person, the default), json or yaml."),
+]
+
+
+def output_format(as_json: bool, output: Format | str) -> str:
+    """The format asked for: ``--json`` is ``-o json``."""
+    return "json" if as_json else Format(output).value
+
+
+def print_document(document: Any, fmt: str) -> None:
+    """``document`` as JSON or YAML on stdout. What a store held may hide characters that drive
+    a terminal: JSON gets them as escapes (``visible_json``), YAML as its own (ASCII only)."""
+    if fmt == "yaml":
+        typer.echo(yaml.safe_dump(document, sort_keys=False, allow_unicode=False), nl=False)
+        return
+    typer.echo(visible_json(json.dumps(document, indent=2, ensure_ascii=False, default=str)))
+
+
 # Errors go to stderr so that ``--json`` and ``export`` output on stdout stays parseable.
 errors = Console(stderr=True, highlight=False, soft_wrap=True)
 

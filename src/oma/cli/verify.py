@@ -10,7 +10,6 @@ is not a journal, or bad input (no store, no such run, a run kept without histor
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -18,7 +17,15 @@ import typer
 
 from oma.checkpoint.history import History, load_history
 from oma.checkpoint.keys import checkpoint_key
-from oma.cli.store import StoreOption, TenantOption, with_store
+from oma.cli.store import (
+    Format,
+    OutputOption,
+    StoreOption,
+    TenantOption,
+    output_format,
+    print_document,
+    with_store,
+)
 from oma.errors import CheckpointError, StoreCorruptError
 from oma.journal import (
     JournalReadError,
@@ -38,7 +45,7 @@ def verify_command(
         Path | None,
         typer.Argument(help="A run journal: JSON lines, one event each (JsonlRunJournal)."),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="The result as JSON.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="The result as JSON (-o json).")] = False,
     run_id: Annotated[
         str | None,
         typer.Option(
@@ -49,6 +56,7 @@ def verify_command(
     ] = None,
     store: StoreOption = None,
     tenant: TenantOption = None,
+    output: OutputOption = Format.table,
 ) -> None:
     """Check a run journal: sequence order, links between events, and whether every block a
     model request showed is reproduced by the events it names. With --run-id: check the
@@ -56,16 +64,17 @@ def verify_command(
     if (journal is None) == (run_id is None):
         typer.echo("error: give a journal file or --run-id (one of them)", err=True)
         raise typer.Exit(2)
+    fmt = output_format(as_json, output)
     if run_id is not None:
-        _verify_stored(run_id, store, tenant, as_json)
+        _verify_stored(run_id, store, tenant, fmt)
     assert journal is not None
     try:
         result = verify_run(read_jsonl_journal(journal))
     except (JournalReadError, JournalShapeError) as exc:
         typer.echo(visible(f"error: {exc.code}: {exc}"), err=True)
         raise typer.Exit(2) from None
-    if as_json:
-        typer.echo(json.dumps(result.to_wire(), indent=2))
+    if fmt != "table":
+        print_document(result.to_wire(), fmt)
     else:
         _print_result(result)
     raise typer.Exit(0 if result.ok else 1)
@@ -81,7 +90,7 @@ def _print_result(result: VerifyRunResult, lead: str = "") -> None:
         typer.echo(visible(f"  inconclusive: {gap.detail}"))
 
 
-def _verify_stored(run_id: str, store: str | None, tenant: str | None, as_json: bool) -> None:
+def _verify_stored(run_id: str, store: str | None, tenant: str | None, fmt: str) -> None:
     async def load(s: MemoryStore) -> tuple[History, list[dict[str, Any]] | None]:
         key = checkpoint_key(run_id)
         found = await load_history(s, key)
@@ -102,7 +111,7 @@ def _verify_stored(run_id: str, store: str | None, tenant: str | None, as_json: 
         raise typer.Exit(1) from None
     findings = history.verify()
     boundaries = history.boundaries()
-    if as_json:
+    if fmt != "table":
         document = {
             "ok": not findings,
             "failures": [
@@ -115,7 +124,7 @@ def _verify_stored(run_id: str, store: str | None, tenant: str | None, as_json: 
         }
         if journal is not None:
             document["events"] = journal.to_wire()
-        typer.echo(json.dumps(document, indent=2))
+        print_document(document, fmt)
     else:
         verdict = "ok" if not findings else f"{len(findings)} failure(s)"
         span = f"{boundaries[0].seq} to {boundaries[-1].seq}" if boundaries else "none"
