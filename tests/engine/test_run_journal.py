@@ -339,3 +339,29 @@ async def test_an_approved_call_committed_only_in_the_journal_is_not_run_again()
     result = await engine.restore(note_team(Model(1), executed), checkpoint=options)
     assert result.status.code == "ok" and executed == ["c0"]  # folded from the journal
     assert not [e for e in events.items if e.type == "warning"]
+
+
+class CountingJournal(InMemoryRunJournal):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    async def read_from(self, seq: int, *, run_id: str | None = None) -> list[dict[str, Any]]:
+        self.reads += 1
+        return await super().read_from(seq, run_id=run_id)
+
+
+async def test_a_restore_reads_the_journal_once() -> None:
+    """The fold's read numbers the next events too (a long run's journal is read once)."""
+    store, journal, executed = InMemoryStore(), CountingJournal(), list[str]()
+    options = CheckpointOptions(store=store, run_id="once")
+    with pytest.raises(SimulatedCrash):
+        await OpenMultiAgent(journal=journal).run_tasks(
+            note_team(Model(3, fail_at=2), executed), TASKS, checkpoint=options, run_id="once"
+        )
+    journal.reads = 0
+    await OpenMultiAgent(journal=journal).restore(note_team(Model(3), executed), checkpoint=options)
+    assert journal.reads == 1
+    events = await InMemoryRunJournal.read_from(journal, 0, run_id="once")
+    seqs = [e["seq"] for e in events]
+    assert seqs == sorted(set(seqs)) and verify_run(events).ok

@@ -321,7 +321,6 @@ def test_a_succeeded_run_s_output_is_each_task_s_result_cut_at_a_documented_size
     assert output["more"] == "oma checkpoint show"
 
 
-
 def test_the_tasks_column_shows_turns_while_tasks_are_in_flight() -> None:
     from oma_operator.runs.rules.progress import task_summary
 

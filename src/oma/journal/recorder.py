@@ -68,12 +68,15 @@ class JournalRecorder:
         floor: int = 0,
         trace_id: str | None = None,
         on_error: Callable[[Exception], None] | None = None,
+        known: list[dict[str, Any]] | None = None,
     ) -> JournalRecorder:
         """A recorder numbering from above ``floor`` (a checkpoint's watermark) and above every
         event the journal already holds for the run (those an earlier attempt wrote after its
-        last save)."""
+        last save). ``known``: those events as the caller just read them (every one above
+        ``floor``), so the journal is not read twice."""
         highest = floor
-        for event in await journal.read_from(floor + 1, run_id=run_id):
+        held = known if known is not None else await journal.read_from(floor + 1, run_id=run_id)
+        for event in held:
             seq = event.get("seq")
             if isinstance(seq, int) and seq > highest:
                 highest = seq

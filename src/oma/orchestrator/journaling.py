@@ -9,6 +9,7 @@ import asyncio
 import functools
 from collections.abc import Callable, Coroutine
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from pydantic import ValidationError
@@ -31,6 +32,7 @@ async def open_journal(
     *,
     enforce_lineage: bool = False,
     snapshot: object = None,
+    known: list[dict[str, Any]] | None = None,
 ) -> None:
     """Give ``context`` a recorder numbering on from the journal and ``snapshot``'s watermark
     (a restore's); its events are appended by the run method's end at the latest."""
@@ -50,6 +52,7 @@ async def open_journal(
             floor=floor,
             trace_id=context.identity.trace_id,
             on_error=failed,
+            known=known,
         )
     except Exception as exc:
         # Numbering on from a journal that cannot be read could repeat its numbers: this
@@ -67,42 +70,56 @@ async def open_journal(
         opened.append(context)
 
 
+@dataclass(frozen=True)
+class FoldedTail:
+    """The snapshot to resume (folded or as it was), and the journal's events above the
+    stalest mark as read for the fold (None: not read), which number the next events too."""
+
+    snapshot: CheckpointSnapshot
+    events: list[dict[str, Any]] | None = None
+
+
 async def fold_tail(
     snapshot: CheckpointSnapshot,
     journal: RunJournal | None,
     emit: Callable[[OrchestratorEvent], None],
-) -> CheckpointSnapshot:
+) -> FoldedTail:
     """A v5 snapshot with what its run's journal holds past its marks folded into its in-flight
     tasks (``oma.checkpoint.tail_replay``); any other snapshot as it is. A tail the fold cannot
     place is discarded (a ``JOURNAL_TAIL_DISCARDED`` warning): the run resumes from the
     snapshot alone."""
     if journal is None or not isinstance(snapshot, CheckpointSnapshotV5):
-        return snapshot
+        return FoldedTail(snapshot)
     entries = snapshot.in_flight_tasks
     if not entries:
-        return snapshot
+        return FoldedTail(snapshot)
     watermark = snapshot.journal_watermark_seq
     run_id = snapshot.identity.run_id
+    start = tail_read_from(entries, watermark)
     try:
-        events = await journal.read_from(tail_read_from(entries, watermark), run_id=run_id)
+        events = await journal.read_from(start, run_id=run_id)
     except Exception as exc:
         reason = f"the journal could not be read ({type(exc).__name__}: {exc})"
         emit(_discarded(reason))
-        return snapshot
+        return FoldedTail(snapshot)
+    # Every event above the watermark, when the read started at or below it: the numbering
+    # goes on from them without reading the journal again.
+    read = events if start <= watermark + 1 else None
     if not events:
-        return snapshot
+        return FoldedTail(snapshot, read)
     fold = fold_journal_tail(entries, events, watermark, attempt=snapshot.identity.attempt)
     problem = fold.discard_reason or _unloadable(fold.tasks)
     if problem is not None:
         emit(_discarded(problem))
-        return snapshot
+        return FoldedTail(snapshot, read)
     if not fold.folded_events:
-        return snapshot
+        return FoldedTail(snapshot, read)
     # A call the fold committed used up the approval it waited on: as the runner's commit
     # does, the request is no longer pending.
     used = _asked(entries) - _asked(fold.tasks)
     pending = [r for r in snapshot.pending_approvals if r.id not in used]
-    return snapshot.model_copy(update={"in_flight_tasks": fold.tasks, "pending_approvals": pending})
+    update = {"in_flight_tasks": fold.tasks, "pending_approvals": pending}
+    return FoldedTail(snapshot.model_copy(update=update), read)
 
 
 def _asked(tasks: list[InFlightTask]) -> set[str]:

@@ -215,7 +215,8 @@ class OpenMultiAgent:
                 return await self._fresh_from(team, source, options, run_id, metadata)
             seen = True
             # What the last attempt did after its last save, from the run's journal (v5).
-            snapshot = await fold_tail(snapshot, self.journal, self._warn)
+            tail = await fold_tail(snapshot, self.journal, self._warn)
+            snapshot = tail.snapshot
             context = await rebuild_context(
                 snapshot,
                 team,
@@ -231,7 +232,11 @@ class OpenMultiAgent:
             context.ledger = DurableApprovalLedger(activation.checkpoint.store)
             # Before the claim, which saves the run (v5, numbering on from its watermark).
             await open_journal(
-                context, self.journal, enforce_lineage=self.enforce_lineage, snapshot=snapshot
+                context,
+                self.journal,
+                enforce_lineage=self.enforce_lineage,
+                snapshot=snapshot,
+                known=tail.events,
             )
             # Before the claim, which saves the run: with the spend its reservations left.
             context.budget = self._account(context, snapshot)
