@@ -27,13 +27,9 @@ from oma.llm.types import ChatRequest, ChatResponse
 from oma.orchestrator import CheckpointOptions, OpenMultiAgent
 from oma.store import InMemoryStore, JournalStore
 from oma.store.journal import JournalEntry
-from oma.store.postgres import PostgresStore
-from oma.store.redis import RedisStore
 from oma.team import AgentConfig, Team
 from oma.tools import ToolContext, define_tool
-from tests.servers.postgres_server import PostgresServer
-from tests.servers.redis_server import RedisServer
-from tests.stores.conftest import unique_name
+from tests.engine.server_stores import server_store
 
 RUN_ID = "history-run"
 
@@ -94,18 +90,8 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[JournalStore]:
     if request.param == "memory":
         yield InMemoryStore()
         return
-    made: RedisStore | PostgresStore
-    if request.param == "redis":
-        redis: RedisServer = request.getfixturevalue("redis_server")
-        made = RedisStore(redis.url, namespace=unique_name("hist"))
-    else:
-        postgres: PostgresServer = request.getfixturevalue("postgres_server")
-        made = PostgresStore(postgres.dsn(), schema=unique_name("hist"))
-    try:
+    async with server_store(request, request.param, "hist") as made:
         yield made
-    finally:
-        await made.clear()
-        await made.aclose()
 
 
 async def test_every_boundary_of_a_resumed_run_is_rebuilt_as_it_was_saved(

@@ -23,14 +23,10 @@ from oma.orchestrator import CheckpointOptions, OpenMultiAgent
 from oma.store import InMemoryStore
 from oma.store.base import MemoryStore
 from oma.store.journal import supports_journal
-from oma.store.postgres import PostgresStore
-from oma.store.redis import RedisStore
 from tests.engine.crashing import CrashingStore, SimulatedCrash
 from tests.engine.helpers import Events
 from tests.engine.journal_kit import TASKS, Model, note_team
-from tests.servers.postgres_server import PostgresServer
-from tests.servers.redis_server import RedisServer
-from tests.stores.conftest import unique_name
+from tests.engine.server_stores import server_store
 
 # The reference's order for a one-task runTasks run with one tool call (docs/run-journal.md).
 REFERENCE_ORDER = [
@@ -155,19 +151,9 @@ async def kept(
         else:
             yield memory, StoreRunJournal(memory)
         return
-    made: RedisStore | PostgresStore
-    if request.param == "redis":
-        redis: RedisServer = request.getfixturevalue("redis_server")
-        made = RedisStore(redis.url, namespace=unique_name("events"))
-    else:
-        postgres: PostgresServer = request.getfixturevalue("postgres_server")
-        made = PostgresStore(postgres.dsn(), schema=unique_name("events"))
-    assert supports_journal(made)
-    try:
+    async with server_store(request, request.param, "events") as made:
+        assert supports_journal(made)
         yield made, StoreRunJournal(made)
-    finally:
-        await made.clear()
-        await made.aclose()
 
 
 async def test_a_crashed_run_resumed_numbers_on_and_verifies(
