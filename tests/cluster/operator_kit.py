@@ -35,7 +35,10 @@ from tests.cluster.operators import operating
 TEAMRUNS = "/apis/oma.dev/v1alpha1/namespaces/{ns}/teamruns"
 # What `kubectl get teamruns` shows (crds/teamruns.oma.dev.yaml), and with `-o wide`.
 TEAMRUN_COLUMNS = ["NAME", "PHASE", "ATTEMPT", "TASKS", "APPROVALS", "SPEND", "CHECKPOINT", "AGE"]
-TEAMRUN_WIDE = [*TEAMRUN_COLUMNS, "RUN", "DISRUPTIONS", "FAILURES", "MESSAGE"]  # -o wide
+TEAMRUN_WIDE = [  # -o wide
+    *TEAMRUN_COLUMNS,
+    *("RUN", "DISRUPTIONS", "FAILURES", "MESSAGE", "TURNS", "STARTED", "COMPLETED"),
+]
 
 
 async def replace_crd(

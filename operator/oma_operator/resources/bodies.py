@@ -69,6 +69,7 @@ class TeamRunStatus(TypedDict, total=False):
     failures: int
     oomKills: int
     taskSummary: str
+    turns: int
     pendingApprovals: int
     budget: dict[str, Any]  # oma.budget.state.BudgetReport's wire form
     budgetSummary: str

@@ -198,6 +198,7 @@ def teamrun_crd() -> dict[str, Any]:
             ("Disruptions", "integer", ".status.disruptions", 1),
             ("Failures", "integer", ".status.failures", 1),
             ("Message", "string", ".status.message", 1),
+            ("Turns", "integer", ".status.turns", 1),
             ("Started", "date", ".status.startTime", 1),
             ("Completed", "date", ".status.completionTime", 1),
         ],
@@ -415,10 +416,11 @@ def _status_schema() -> dict[str, Any]:
             "disruptions": field("integer", "Disruptions so far (evictions, drains, lost nodes)."),
             "failures": field("integer", "Failures so far (crashes, start timeouts)."),
             "oomKills": field("integer", "OOM kills so far."),
-            "taskSummary": field(
-                "string",
-                "Tasks completed/total, from the store or the runner; while tasks are in "
-                "flight, the model turns they took (e.g. 0/1, 12 turns).",
+            "taskSummary": field("string", "Tasks completed/total, from the store or the runner."),
+            "turns": field(
+                "integer",
+                "The model turns the tasks in flight have taken so far (a long task shows it "
+                "moves before it completes), from the store.",
             ),
             "pendingApprovals": field("integer", "Approval requests waiting for a decision."),
             "budget": {

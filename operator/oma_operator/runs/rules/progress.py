@@ -79,8 +79,9 @@ async def read_progress(
     progress: dict[str, Any] = {"lastCheckpointAt": summary.saved_at}
     if summary.tasks:
         done = summary.task_counts.get("completed", 0)
-        turns = sum(task.turns for task in getattr(snapshot, "in_flight_tasks", None) or [])
-        progress["taskSummary"] = task_summary(done, len(summary.tasks), turns)
+        progress["taskSummary"] = f"{done}/{len(summary.tasks)}"
+    # The model turns of the tasks in flight: a long task shows it moves before it completes.
+    progress["turns"] = sum(task.turns for task in getattr(snapshot, "in_flight_tasks", None) or [])
     if budget is not None:
         saved = snapshot.budget if isinstance(snapshot, CheckpointSnapshotV4) else None
         progress.update(budget_status(budget_report(budget, saved)))
@@ -109,19 +110,13 @@ def _from_head(metadata: dict[str, Any] | None, budget: RunBudget | None) -> dic
         return None
     progress: dict[str, Any] = {"lastCheckpointAt": saved}
     if tasks:
-        progress["taskSummary"] = task_summary(done, tasks, counts.get("turns"))
+        progress["taskSummary"] = f"{done}/{tasks}"
+    turns = counts.get("turns", 0)
+    if type(turns) is int and turns >= 0:
+        progress["turns"] = turns
     if budget is not None:
         progress.update(budget_status(_head_report(budget, meta.get("budget"))))
     return progress
-
-
-def task_summary(done: int, tasks: int, turns: object = None) -> str:
-    """The TASKS column: done/total, and while tasks are in flight the model turns they took
-    (a one-task run shows it moving before it ends)."""
-    summary = f"{done}/{tasks}"
-    if done < tasks and type(turns) is int and turns > 0:
-        summary += f", {turns} turn{'s' if turns != 1 else ''}"
-    return summary
 
 
 def _head_report(budget: RunBudget, value: object) -> BudgetReport:
