@@ -185,10 +185,27 @@ async def test_a_pod_that_cannot_start_is_named_while_its_attempt_waits(
         found = [e for e in listed["items"] if e["reason"] == reason]
         return found or None
 
-    (event,) = await wait_for(lambda: warned("nokey", secret["reason"]), 30, "nokey's Event")
+    secret_reason = secret["reason"]
+    (event,) = await wait_for(lambda: warned("nokey", secret_reason), 30, "nokey's Event")
     assert event["type"] == "Warning" and "no-such-secret" in event["message"], event
     found = await wait_for(lambda: warned("noimage", image["reason"]), 30, "noimage's Event")
     assert found[0]["type"] == "Warning" and "no-such-tag" in found[0]["message"], found
+
+    # The Secret put there, the pod starts: the condition says so, and the run goes on.
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "no-such-secret"}}
+    secret["stringData"] = {"key": "not used by the scripted model"}
+    await kube.create(f"/api/v1/namespaces/{namespace}/secrets", secret)
+
+    async def cleared() -> dict[str, Any] | None:
+        status = await status_of(kube, namespace, "nokey")
+        found = [c for c in status.get("conditions") or [] if c["type"] == "PodStuck"]
+        return found[0] if found and found[0]["status"] == "False" else None
+
+    after = await wait_for(cleared, 120, "nokey's PodStuck to clear once the Secret exists")
+    assert after["reason"] in ("Started", "AttemptEnded"), after
+    done = await finished(kube, namespace, "nokey", 120)
+    assert done["phase"] == "Succeeded", (done, await operator_log(operator))
+    (event,) = await wait_for(lambda: warned("nokey", secret_reason), 5, "one Warning")
 
 
 def _condition(body: dict[str, Any], kind: str) -> dict[str, Any]:

@@ -64,3 +64,35 @@ def test_the_message_says_what_and_until_when() -> None:
         "the attempt fails if the pod has not started 600s after it was created"
     )
     assert trouble_message("run-a1", 1, trouble, None).endswith("not found")
+
+
+def test_the_reasons_the_kubelet_alternates_between_are_one_cause() -> None:
+    from oma_operator.runs.rules.pod_trouble import same_cause
+
+    assert same_cause("ErrImagePull", "ImagePullBackOff")
+    assert same_cause("CrashLoopBackOff", "RunContainerError")
+    assert same_cause("Unschedulable", "Unschedulable")
+    assert not same_cause("ImagePullBackOff", "CreateContainerConfigError")
+    assert not same_cause(None, "ErrImagePull")
+
+
+def test_an_attempt_s_end_or_a_hold_clears_pod_stuck() -> None:
+    from typing import cast
+
+    from oma_operator.resources.bodies import TeamRunStatus
+    from oma_operator.runs.rules.decisions import Decision, attempt_record
+    from oma_operator.runs.rules.holds import held
+    from oma_operator.runs.rules.outcomes import Outcome
+    from oma_operator.runs.rules.status import after_attempt
+
+    stuck = cast(
+        TeamRunStatus,
+        {"conditions": [{"type": "PodStuck", "status": "True", "reason": "ImagePullBackOff"}]},
+    )
+    record = attempt_record(1, Outcome("crash", "StartTimeout", "x"), "r-a1", "t")
+    ended = after_attempt(stuck, Decision("failed", {}, "FailuresExhausted", "m"), record, 1, None)
+    for status in (ended, held(stuck, "cancel", 1), held(stuck, "suspend", 1)):
+        (found,) = [c for c in status["conditions"] if c["type"] == "PodStuck"]
+        assert (found["status"], found["reason"]) == ("False", "AttemptEnded")
+    calm = after_attempt({}, Decision("failed", {}, "FailuresExhausted", "m"), record, 1, None)
+    assert "PodStuck" not in [c["type"] for c in calm["conditions"]]  # never set: not added

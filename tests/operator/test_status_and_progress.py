@@ -326,3 +326,19 @@ def test_a_succeeded_run_s_output_is_each_task_s_result_cut_at_a_documented_size
     assert len(listed[1]["result"]) == OUTPUT_CHARS and listed[1]["truncated"] is True
     assert "t2" not in [t["taskId"] for t in listed]  # only completed tasks
     assert output["more"] == "oma checkpoint show"
+
+
+def test_the_output_is_bounded_whatever_titles_and_results_a_run_has() -> None:
+    import json as json_module
+    from types import SimpleNamespace
+
+    from oma_operator.runs.rules.progress import OUTPUT_BYTES, TITLE_CHARS, run_output
+
+    tasks = [
+        SimpleNamespace(id=f"t{n}", title="T" * 60_000, status="completed", result="r" * 5_000)
+        for n in range(40)
+    ]
+    output = run_output(SimpleNamespace(queue=SimpleNamespace(tasks=tasks)), "more")
+    assert len(json_module.dumps(output).encode()) <= OUTPUT_BYTES + 200
+    assert all(len(t["title"]) == TITLE_CHARS and t["truncated"] for t in output["tasks"])
+    assert output["omitted"] == 40 - len(output["tasks"]) > 0

@@ -12,7 +12,12 @@ from oma_operator.k8s.errors import CHANGED_OR_GONE
 from oma_operator.k8s.watched import WATCHED
 from oma_operator.resources.bodies import PodBody, TeamRunBody
 from oma_operator.runs.missing_secrets import missing_secrets_of
-from oma_operator.runs.rules.pod_trouble import CONDITION, pod_trouble, trouble_message
+from oma_operator.runs.rules.pod_trouble import (
+    CONDITION,
+    pod_trouble,
+    same_cause,
+    trouble_message,
+)
 from oma_operator.runs.rules.pods import attempt_of
 from oma_operator.runs.rules.status import condition, merge_conditions
 from oma_operator.runs.rules.watchdog import START_TIMEOUT_ANNOTATION
@@ -20,9 +25,20 @@ from oma_operator.runs.rules.watchdog import START_TIMEOUT_ANNOTATION
 TRIES = 3  # the watch's copy, then the object read again after a conflict
 
 
+# The runs this operator marked stuck (namespace, name: attempt): the watch's copy may not show
+# its own write yet when the pod starts, so the clearing reads the run itself.
+_MARKED: dict[tuple[str, str], int] = {}
+
+
 async def reflect_pod_trouble(pod: PodBody) -> None:
-    namespace, name, _ = attempt_of(pod)
+    namespace, name, attempt = attempt_of(pod)
     teamrun = WATCHED.get(namespace, name)
+    healthy = pod_trouble(pod) is None
+    marked = _MARKED.get((namespace, name)) == attempt
+    if healthy and teamrun is None and not marked:
+        return  # a finished (or unknown) run's healthy pod: nothing to tell, nothing to read
+    if healthy and marked:
+        teamrun = None  # read afresh: the watch's copy may predate the mark
     for _try in range(TRIES):
         if teamrun is None:
             teamrun = await runtime.kube().get_teamrun(namespace, name)
@@ -46,22 +62,23 @@ async def _reflect(pod: PodBody, teamrun: TeamRunBody) -> None:
     trouble = pod_trouble(pod)
     generation = int(teamrun["metadata"].get("generation", 1))
     pod_name = pod["metadata"]["name"]
+    key = (namespace, name)
     if trouble is None:
         if not stuck:
+            _MARKED.pop(key, None)
             return
         message = f"attempt {attempt}: pod {pod_name} is past what stopped it"
         update = condition(CONDITION, False, "Started", message, generation)
     else:
-        assert current is None or isinstance(current, dict)
-        if stuck and current is not None and current.get("reason") == trouble.reason:
+        if stuck and current is not None and same_cause(current.get("reason"), trouble.reason):
             return  # told already
         if trouble.reason == "CreateContainerConfigError":
             missing = await missing_secrets_of(pod)
             if missing:
                 trouble = replace(trouble, cause=f"{trouble.cause} ({missing})")
         annotations = pod["metadata"].get("annotations") or {}
-        timeout = annotations.get(START_TIMEOUT_ANNOTATION)
-        seconds = int(timeout) if isinstance(timeout, str) and timeout.isdigit() else None
+        timeout = str(annotations.get(START_TIMEOUT_ANNOTATION) or "")
+        seconds = int(timeout) if timeout.isascii() and timeout.isdigit() else None
         message = trouble_message(pod_name, attempt, trouble, seconds)
         update = condition(CONDITION, True, trouble.reason, message, generation)
     await runtime.kube().patch_teamrun_status(
@@ -70,5 +87,9 @@ async def _reflect(pod: PodBody, teamrun: TeamRunBody) -> None:
         {"conditions": merge_conditions(conditions, [update])},
         resource_version=teamrun["metadata"]["resourceVersion"],
     )
-    if trouble is not None:  # once the condition says so: not again at the next pod event
-        await events.warn(teamrun, trouble.reason, message)
+    if trouble is None:
+        _MARKED.pop(key, None)
+        return
+    _MARKED[key] = attempt
+    # Once the condition says so: not again at the next pod event.
+    await events.warn(teamrun, trouble.reason, message)

@@ -17,7 +17,7 @@ from oma_operator.resources.bodies import TeamRunStatus
 from oma_operator.resources.models import TeamRunSpec
 from oma_operator.resources.phases import FINAL_PHASES, WAITING_PHASES, ConditionType
 from oma_operator.runs.rules.decisions import CANCELLED, SUSPENDED, Hold
-from oma_operator.runs.rules.status import condition, ended, merge_conditions
+from oma_operator.runs.rules.status import condition, ended, merge_conditions, unstuck
 
 Action = Literal["cancel", "suspend", "resume"]
 
@@ -50,6 +50,7 @@ def held(status: TeamRunStatus, hold: Hold, generation: int) -> dict[str, Any]:
     updates.append(condition(reason, True, "Requested", message, generation))
     if status.get("phase") == "Queued":
         updates.append(condition("Queued", False, reason, message, generation))
+    updates += unstuck(status.get("conditions") or [], message, generation)
     times: dict[str, Any] = {}
     if cancel:  # the end of the run
         updates += ended(False, "Cancelled", message, generation)

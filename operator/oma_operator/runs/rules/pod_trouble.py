@@ -30,6 +30,26 @@ STUCK_REASONS = frozenset(
 )
 
 
+# Reasons the kubelet alternates between for one cause (a pull fails, then backs off): told once.
+_CAUSES = {
+    "ErrImagePull": "image",
+    "ImagePullBackOff": "image",
+    "ErrImageNeverPull": "image",
+    "InvalidImageName": "image",
+    "CrashLoopBackOff": "crash",
+    "RunContainerError": "crash",
+    "CreateContainerConfigError": "config",
+    "CreateContainerError": "config",
+}
+
+
+def same_cause(reason: str | None, other: str | None) -> bool:
+    """Whether two reasons tell the same trouble (told already, not again)."""
+    if reason is None or other is None:
+        return False
+    return _CAUSES.get(reason, reason) == _CAUSES.get(other, other)
+
+
 @dataclass(frozen=True)
 class PodTrouble:
     reason: str  # the Kubernetes reason: CreateContainerConfigError, Unschedulable, ...

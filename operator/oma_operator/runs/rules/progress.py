@@ -11,6 +11,7 @@ condition says so. Nothing bounds the reads at an attempt's end, which confirm a
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -171,24 +172,31 @@ def polled_conditions(
 # The status is one object of etcd, shared with everything else a run records.
 OUTPUT_CHARS = 1024
 OUTPUT_TASKS = 20
+TITLE_CHARS = 256
+OUTPUT_BYTES = 32 * 1024  # the whole of it, JSON-encoded: tasks past it are omitted
 
 
 def run_output(snapshot: Any, where: str) -> dict[str, Any]:
-    """``status.output`` from a snapshot: ``tasks`` (id, title, result, ``truncated`` when
-    cut), ``omitted`` (completed tasks past the first ``OUTPUT_TASKS``) and ``more`` (where
-    the whole results are)."""
+    """``status.output`` from a snapshot: ``tasks`` (id, title and result, each cut, with
+    ``truncated`` when one was), ``omitted`` (completed tasks past the first ``OUTPUT_TASKS``
+    or past ``OUTPUT_BYTES`` in all) and ``more`` (where the whole results are)."""
     completed = [task for task in snapshot.queue.tasks if task.status == "completed"]
-    tasks = []
+    tasks: list[dict[str, Any]] = []
+    size = 0
     for task in completed[:OUTPUT_TASKS]:
         result = masking.mask(task.result or "")
-        item: dict[str, Any] = {"taskId": task.id, "title": task.title}
+        title = masking.mask(str(task.title))
+        item: dict[str, Any] = {"taskId": str(task.id)[:TITLE_CHARS], "title": title[:TITLE_CHARS]}
         item["result"] = result[:OUTPUT_CHARS]
-        if len(result) > OUTPUT_CHARS:
+        if len(result) > OUTPUT_CHARS or len(title) > TITLE_CHARS:
             item["truncated"] = True
+        size += len(json.dumps(item).encode())
+        if size > OUTPUT_BYTES:
+            break
         tasks.append(item)
     output: dict[str, Any] = {"tasks": tasks, "more": where}
-    if len(completed) > OUTPUT_TASKS:
-        output["omitted"] = len(completed) - OUTPUT_TASKS
+    if len(completed) > len(tasks):
+        output["omitted"] = len(completed) - len(tasks)
     return output
 
 

@@ -55,6 +55,13 @@ def ended(succeeded: bool, reason: str, message: str, generation: int) -> list[C
     ]
 
 
+def unstuck(conditions: list[Condition], message: str, generation: int) -> list[Condition]:
+    """``PodStuck`` set False when the attempt it was about ended (or the run is held): the
+    next attempt's pod is a new one."""
+    stuck = any(c.get("type") == "PodStuck" and c.get("status") == "True" for c in conditions)
+    return [condition("PodStuck", False, "AttemptEnded", message, generation)] if stuck else []
+
+
 def merge_conditions(current: list[Condition], updates: list[Condition]) -> list[Condition]:
     """Replace by type; keep lastTransitionTime when the status did not change."""
     by_type = {c["type"]: c for c in current}
@@ -161,6 +168,7 @@ def after_attempt(
             )
         )
     conditions: list[Condition] = status.get("conditions") or []
+    updates += unstuck(conditions, decision.message, generation)
     polled: Condition = next((c for c in conditions if c.get("type") == POLLED), Condition())
     if polled.get("status") == "False":  # the end reads the checkpoint whatever its size
         message = "the attempt's end read the checkpoint"
