@@ -40,7 +40,6 @@ from demolib.views import (
     say,
     shown,
     step,
-    termination_report,
     wait_until,
 )
 from devcluster.cluster import running_cluster
@@ -237,14 +236,13 @@ async def second_attempt(scene: Scene) -> None:
         raise DemoError(f"{pod_name} is not attempt 2 of run {scene.run_id}: {pod_env}")
     second = (await scene.attempts(2))[1]
     say(attempt_line(second))
-    report = termination_report(second)
-    if second.get("outcome") != "suspended" or report.get("runId") != scene.run_id:
+    if second.get("outcome") != "suspended":
         raise DemoError(f"attempt 2 did not suspend on an approval of run {scene.run_id}: {second}")
-    if report.get("attempt") != 2:
-        raise DemoError(f"attempt 2 did not resume the checkpoint of attempt 1: {report}")
     view = await scene.checkpoint()
     if view is None or not view.awaiting:
         raise DemoError(f"the checkpoint shows no tool call awaiting approval: {view}")
+    if (view.run_id, view.attempt) != (scene.run_id, 2):
+        raise DemoError(f"attempt 2 did not resume the checkpoint of attempt 1: {view.line()}")
     say(f"checkpoint: {view.line()}")
     scene.summary["attempt 2"] = (
         f"resumed: pod {pod_name}, same runId {scene.run_id}, engine attempt 2 restored from "

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import shlex
 import time
 from collections.abc import Awaitable, Callable
@@ -136,23 +135,10 @@ def checkpoint_view(snapshot: CheckpointSnapshot) -> CheckpointView:
 
 
 def attempt_line(record: dict[str, Any]) -> str:
-    """One ``status.attempts[]`` entry, with the runner's own report when it wrote one."""
+    """One ``status.attempts[]`` entry, with what it said (the runner's own words)."""
     text = (
         f"attempt {record.get('attempt')}: pod {record.get('pod')} {record.get('outcome')} "
         f"({record.get('reason')}, exit {record.get('exitCode')})"
     )
-    report = termination_report(record)
-    if report:
-        text += (
-            f"; runner: run {report.get('runId')} engine attempt {report.get('attempt')} "
-            f"status {report.get('status')}"
-        )
-    return text
-
-
-def termination_report(record: dict[str, Any]) -> dict[str, Any]:
-    try:
-        report = json.loads(record.get("message") or "")
-    except ValueError:
-        return {}
-    return report if isinstance(report, dict) else {}
+    said = record.get("message")
+    return f"{text}: {said}" if said else text

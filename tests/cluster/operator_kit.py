@@ -37,7 +37,7 @@ TEAMRUNS = "/apis/oma.dev/v1alpha1/namespaces/{ns}/teamruns"
 TEAMRUN_COLUMNS = ["NAME", "PHASE", "ATTEMPT", "TASKS", "APPROVALS", "SPEND", "CHECKPOINT", "AGE"]
 TEAMRUN_WIDE = [  # -o wide
     *TEAMRUN_COLUMNS,
-    *("RUN", "DISRUPTIONS", "FAILURES", "MESSAGE", "TURNS", "STARTED", "COMPLETED"),
+    *("RUN", "DISRUPTIONS", "FAILURES", "TURNS", "STARTED", "COMPLETED", "MESSAGE"),
 ]
 
 

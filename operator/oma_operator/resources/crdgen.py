@@ -197,10 +197,10 @@ def teamrun_crd() -> dict[str, Any]:
             ("Run", "string", ".status.runId", 1),
             ("Disruptions", "integer", ".status.disruptions", 1),
             ("Failures", "integer", ".status.failures", 1),
-            ("Message", "string", ".status.message", 1),
             ("Turns", "integer", ".status.turns", 1),
             ("Started", "date", ".status.startTime", 1),
             ("Completed", "date", ".status.completionTime", 1),
+            ("Message", "string", ".status.message", 1),  # last: the long one
         ],
     )
 
