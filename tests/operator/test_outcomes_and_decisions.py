@@ -318,5 +318,7 @@ def test_a_runner_s_report_is_said_in_words_never_as_its_json() -> None:
     assert permanent.message == "task t1 failed: the model refused"
     bare = Outcome("permanent", "PermanentFailure", TerminationReport(status="error").to_text())
     assert bare.said == "the runner ended with status error"
+    done = Outcome("succeeded", "Completed", TerminationReport(status="ok").to_text(), 0)
+    assert done.said == "the run completed"
     plain = Outcome("crash", "Error", "exec format error")  # the kubelet's words: as they are
     assert decide(plain, {"failures": 9}, POLICY).message.endswith("Error exec format error")

@@ -65,6 +65,8 @@ class Outcome:
             return self.message
         if report.message:
             return report.message
+        if report.status == "ok":
+            return "the run completed"
         return f"the runner ended with status {report.status or 'unknown'}"
 
 
