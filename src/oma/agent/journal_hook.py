@@ -36,6 +36,11 @@ class RunnerJournal:
         self.enforce = enforce
         self._call_seqs: dict[str, int] = {}  # tool call id -> its tool/call event
         self._result_seqs: dict[str, int] = {}  # tool call id -> its tool/result event
+        # The descriptors of the conversation's messages already described (by identity): a
+        # conversation only grows and its lineage with it, so a request describes (and hashes)
+        # only its new messages, not the whole conversation at every turn.
+        self._described: list[LLMMessage] = []
+        self._blocks: list[dict[str, Any]] = []
 
     def _emit(
         self, state: RunnerState, kind: str, payload: dict[str, Any], sources: list[int] | None
@@ -63,10 +68,18 @@ class RunnerJournal:
         """The request's block descriptors; with ``enforce``, ``JournalLineageError`` for a
         block no event explains (before anything is reserved or called)."""
         assert state.lineage is not None
-        blocks = block_descriptors([m.to_wire() for m in request.messages], state.lineage)
+        messages, known = request.messages, len(self._described)
+        if known > len(messages) or any(
+            messages[i] is not self._described[i] for i in {0, known - 1} if known
+        ):
+            self._described, self._blocks, known = [], [], 0
+        added = messages[known:]
+        wires = [m.to_wire() for m in added]
+        self._blocks += block_descriptors(wires, state.lineage, start=known)
+        self._described += added
         if self.enforce:
-            enforce_lineage(blocks)
-        return blocks
+            enforce_lineage(self._blocks)
+        return list(self._blocks)
 
     def request(
         self, state: RunnerState, request: ChatRequest, blocks: list[dict[str, Any]]

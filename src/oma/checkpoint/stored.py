@@ -20,6 +20,7 @@ from oma.checkpoint.keys import (
 from oma.checkpoint.manager import Checkpoint
 from oma.checkpoint.snapshot import CheckpointSnapshotV4
 from oma.errors import CheckpointError
+from oma.journal.store_sink import is_events_key
 from oma.store.base import MemoryStore
 from oma.store.journal import supports_journal
 from oma.store.reserved import CHECKPOINT_KEY_PREFIX, TENANT_KEY_PREFIX
@@ -61,7 +62,7 @@ async def saved_checkpoints(store: MemoryStore) -> StoreListing:
     if supports_journal(store):
         for key in await store.journal_keys():
             # A run's event journal sits beside its checkpoint: not a checkpoint of its own.
-            listed = is_checkpoint_key(key) and not key.endswith("/events")
+            listed = is_checkpoint_key(key) and not is_events_key(key)
             head = await store.journal_head(key) if listed else None
             if head is not None:
                 meta = head.metadata or {}

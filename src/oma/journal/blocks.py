@@ -29,12 +29,13 @@ class JournalLineageError(OmaError):
 
 
 def block_descriptors(
-    messages: Sequence[dict[str, Any]], lineage: Sequence[Lineage]
+    messages: Sequence[dict[str, Any]], lineage: Sequence[Lineage], *, start: int = 0
 ) -> list[dict[str, Any]]:
     """The ``blocks`` of an ``llm/request`` showing ``messages`` (wire form), whose blocks
-    come from the events ``lineage`` names (positionally: per message, per block)."""
+    come from the events ``lineage`` names (positionally: per message, per block); ``start``:
+    the conversation index of ``messages[0]`` (a request's later messages only)."""
     found = []
-    for m, message in enumerate(messages):
+    for m, message in enumerate(messages, start=start):
         sources = lineage[m] if m < len(lineage) else []
         for b, block in enumerate(message.get("content") or []):
             seqs = sources[b] if b < len(sources) else None

@@ -42,6 +42,7 @@ def events_key(run_id: str) -> str:
 
 
 def is_events_key(key: str) -> bool:
+    """Whether ``key`` is a run's event journal (beside its checkpoint, not one)."""
     return key.startswith(CHECKPOINT_KEY_PREFIX) and key.endswith("/events")
 
 
