@@ -11,9 +11,10 @@ import logging
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from oma.errors import OmaError
+from oma.store.base import MemoryStore
 from oma.timeutil import now_iso, parse_iso
 from oma_operator import events, runtime
 from oma_operator.approvals.sync import sync_approvals
@@ -59,6 +60,7 @@ from oma_operator.runs.run_queue import RUN_QUEUE
 from oma_operator.stores import STORES
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 RECORD_TRIES = 5  # conflicting writes in a row (kopf's own, progress) before giving up for now
 _recording: defaultdict[tuple[str, str], asyncio.Lock] = defaultdict(asyncio.Lock)
 POD_CREATED: ConditionType = "PodCreated"  # False while the current attempt's pod is refused
@@ -233,6 +235,7 @@ async def record_outcome(
     async with _recording[(namespace, name)]:
         # The watch's copy first, its resourceVersion a precondition: read only if it changed.
         teamrun = WATCHED.get(namespace, name) or await runtime.kube().get_teamrun(namespace, name)
+        output_read: dict[str, Any] = {}  # a success's output, read once whatever the retries
         for _ in range(RECORD_TRIES):
             if teamrun is None:
                 await recorded()
@@ -257,7 +260,7 @@ async def record_outcome(
                 status, decision, record, generation, next_attempt, outcome.report
             )
             update |= progress
-            update |= await _output(teamrun, spec, decision.action)
+            update |= await _output(teamrun, spec, decision.action, output_read)
             if not status.get("workDigest"):  # started by an older operator (the spec is frozen)
                 update["workDigest"] = work_digest(teamrun)
             if (outcome.report and outcome.report.checkpointed) or update.get("lastCheckpointAt"):
@@ -338,13 +341,26 @@ async def store_progress(teamrun: TeamRunBody, spec: TeamRunSpec) -> Polled:
         return Polled(answered=False)
 
 
+async def _read_store(
+    teamrun: TeamRunBody, spec: TeamRunSpec, read: Callable[[MemoryStore], Awaitable[T]]
+) -> T:
+    """``read`` of the run's store, within ``STORE_READ_SECONDS``."""
+    async with asyncio.timeout(STORE_READ_SECONDS):
+        return await read(
+            await STORES.store_of(runtime.kube(), teamrun["metadata"]["namespace"], spec)
+        )
+
+
 async def _progress(
     teamrun: TeamRunBody, spec: TeamRunSpec, read_limit: int | None = None
 ) -> dict[str, Any]:
-    async with asyncio.timeout(STORE_READ_SECONDS):
-        store = await STORES.store_of(runtime.kube(), teamrun["metadata"]["namespace"], spec)
-        budget = spec.budget.run_budget() if spec.budget is not None else None
-        return await read_progress(store, run_id_of(teamrun), read_limit, budget) or {}
+    budget = spec.budget.run_budget() if spec.budget is not None else None
+    run_id = run_id_of(teamrun)
+
+    async def read(store: MemoryStore) -> dict[str, Any]:
+        return await read_progress(store, run_id, read_limit, budget) or {}
+
+    return await _read_store(teamrun, spec, read)
 
 
 async def _progress_or_error(
@@ -361,22 +377,28 @@ async def _progress_or_error(
         return {}, why
 
 
-async def _output(teamrun: TeamRunBody, spec: TeamRunSpec, action: str) -> dict[str, Any]:
+async def _output(
+    teamrun: TeamRunBody, spec: TeamRunSpec, action: str, read: dict[str, Any]
+) -> dict[str, Any]:
     """A succeeded run's ``output`` for its status (``rules.progress.run_output``); nothing
-    for another end, or when the store cannot tell it (logged: the success stands)."""
+    for another end, or when the store cannot tell it (logged: the success stands). ``read``
+    keeps what was read, so a write retried after a conflict does not read it again."""
     if action != "succeeded":
         return {}
-    namespace = teamrun["metadata"]["namespace"]
-    run_id = run_id_of(teamrun)
-    where = f"oma checkpoint show --run-id {run_id} --tenant {namespace} --store <the run's store>"
-    try:
-        async with asyncio.timeout(STORE_READ_SECONDS):
-            store = await STORES.store_of(runtime.kube(), namespace, spec)
-            output = await read_output(store, run_id, where)
-    except (KubeError, OmaError, TimeoutError) as exc:
-        log.warning("no output for %s: %s", teamrun["metadata"]["name"], exc or "timed out")
-        return {}
-    return {"output": output} if output is not None else {}
+    if "output" not in read:
+        namespace = teamrun["metadata"]["namespace"]
+        run_id = run_id_of(teamrun)
+        where = f"oma checkpoint show --run-id {run_id} --tenant {namespace} --store <its store>"
+
+        async def load(store: MemoryStore) -> dict[str, Any] | None:
+            return await read_output(store, run_id, where)
+
+        try:
+            read["output"] = await _read_store(teamrun, spec, load)
+        except (KubeError, OmaError, TimeoutError) as exc:
+            log.warning("no output for %s: %s", teamrun["metadata"]["name"], exc or "timed out")
+            read["output"] = None
+    return {"output": read["output"]} if read["output"] is not None else {}
 
 
 async def _end_progress(
