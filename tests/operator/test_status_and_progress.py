@@ -326,6 +326,10 @@ def test_a_succeeded_run_s_output_is_each_task_s_result_cut_at_a_documented_size
     assert len(listed[1]["result"]) == OUTPUT_CHARS and listed[1]["truncated"] is True
     assert "t2" not in [t["taskId"] for t in listed]  # only completed tasks
     assert output["more"] == "oma checkpoint show"
+    said = [task(99, "paid\x1b[2J\u202e done")]  # a model's words, hostile
+    hostile = run_output(SimpleNamespace(queue=SimpleNamespace(tasks=said)), "m")
+    shown = hostile["tasks"][0]["result"]
+    assert "\x1b" not in shown and "\u202e" not in shown and shown.startswith("paid")
 
 
 def test_the_output_is_bounded_whatever_titles_and_results_a_run_has() -> None:

@@ -28,6 +28,7 @@ from oma.checkpoint.summary import summarize
 from oma.errors import OmaError
 from oma.store.base import MemoryStore, supports_value_size
 from oma.store.journal import supports_journal
+from oma.visible import visible
 from oma_operator import masking
 from oma_operator.resources.bodies import Condition, TeamRunStatus
 from oma_operator.runs.rules.status import POLLED, condition, merge_conditions
@@ -184,8 +185,10 @@ def run_output(snapshot: Any, where: str) -> dict[str, Any]:
     tasks: list[dict[str, Any]] = []
     size = 0
     for task in completed[:OUTPUT_TASKS]:
-        result = masking.mask(task.result or "")
-        title = masking.mask(str(task.title))
+        # A preview for people (kubectl -o jsonpath prints it raw): what a model or a tool
+        # wrote may not drive their terminal, so hidden characters are shown escaped.
+        result = visible(masking.mask(task.result or ""))
+        title = visible(masking.mask(str(task.title)))
         item: dict[str, Any] = {"taskId": str(task.id)[:TITLE_CHARS], "title": title[:TITLE_CHARS]}
         item["result"] = result[:OUTPUT_CHARS]
         if len(result) > OUTPUT_CHARS or len(title) > TITLE_CHARS:
