@@ -34,7 +34,7 @@ from oma.journal import (
     read_jsonl_journal,
     verify_run,
 )
-from oma.journal.store_sink import StoredJournalError, StoreRunJournal, events_key
+from oma.journal.store_sink import StoredJournalError, StoreRunJournal
 from oma.store.base import MemoryStore
 from oma.store.journal import supports_journal
 from oma.visible import visible
@@ -96,10 +96,9 @@ def _verify_stored(run_id: str, store: str | None, tenant: str | None, fmt: str)
         found = await load_history(s, key)
         if found is None:
             raise CheckpointError(f'no checkpoint for run "{run_id}" (key {key})')
-        events = None
-        if supports_journal(s) and await s.journal_version(events_key(run_id)) is not None:
-            events = await StoreRunJournal(s).read_from(0, run_id=run_id)
-        return found, events
+        # A kept journal holds at least its run/start: none read is no journal.
+        events = await StoreRunJournal(s).read_from(0, run_id=run_id) if supports_journal(s) else []
+        return found, events or None
 
     # A record the store cannot even hand back (lost, not UTF-8) is a failure of the history.
     failed = [(StoreCorruptError, 1), (StoredJournalError, 1)]
