@@ -8,7 +8,8 @@ Runs a task of 100, 300 and 1,000 turns (a tool call each, saved fenced at every
 ``oma run`` saves; ``restore_cost.run_journal``) into each store with the default history
 (every boundary kept), recording every snapshot the journal writer is handed. Prints:
 
-- the bytes the history keeps (every record, headers included) against the final snapshot's
+- the bytes the history keeps (every record, headers included, and the segments its bases
+  name: ``oma.checkpoint.segments``) against the final snapshot's
   (the issue's bound: at most 4x), and what the same run keeps with history off (its latest
   journal only, the baseline measured in the same run);
 - every boundary rebuilt in one pass (``History.walk``) and compared with the recording, byte
@@ -31,10 +32,10 @@ from benchlib import backends, header, parse_backends
 from restore_cost import RUN_ID, run_journal
 
 from oma import jsonutil
-from oma.checkpoint import chain
+from oma.checkpoint import chain, segments
 from oma.checkpoint.history import History
 from oma.checkpoint.journal import JournalWriter
-from oma.checkpoint.keys import checkpoint_key
+from oma.checkpoint.keys import checkpoint_key, segments_journal_key
 from oma.checkpoint.retention import HistoryPolicy
 from oma.store import JournalStore
 
@@ -87,8 +88,9 @@ async def measure(store: JournalStore, off_store: JournalStore, turns: int) -> d
     entry = await store.journal_get(key, history=True)
     off = await off_store.journal_get(key, history=True)
     assert entry is not None and off is not None
-    kept = sum(len(r) for r in entry.records)
-    history = History.of(entry)
+    side = segments.by_number(await store.journal_get(segments_journal_key(key), history=True))
+    kept = sum(len(r) for r in entry.records) + sum(len(t) for t in side.values())
+    history = History.of(entry, side)
     started = time.perf_counter()
     mismatches = boundaries = 0
     for seq, document in history.walk():
@@ -96,13 +98,14 @@ async def measure(store: JournalStore, off_store: JournalStore, turns: int) -> d
         if jsonutil.dumps(document) != recording.saved[seq - 1]:
             mismatches += 1
     walked = time.perf_counter() - started
-    found = flips_found(entry)
+    found = flips_found(entry, side)
     return {
         "turns": turns,
         "final": len(final),
         "kept": kept,
         "off": sum(len(r) for r in off.records),
         "records": len(entry.records),
+        "segments": len(side),
         "boundaries": boundaries,
         "saves": len(recording.saved),
         "mismatches": mismatches,
@@ -111,21 +114,36 @@ async def measure(store: JournalStore, off_store: JournalStore, turns: int) -> d
     }
 
 
-def flips_found(entry: Any) -> tuple[int, int]:
-    """(found at exactly the flipped record, flips tried)."""
+def _flipped(text: str) -> str:
+    line, body = chain.split(text)
+    at = (len(line) + 1 if line else 0) + len(body) // 2
+    return text[:at] + chr(ord(text[at]) ^ 1) + text[at + 1 :]
+
+
+def flips_found(entry: Any, side: dict[int, str]) -> tuple[int, int]:
+    """(found at exactly the flipped record, flips tried): records of the journal, and of its
+    segments journal (found as that segment)."""
     rng = random.Random(7)
     numbers = sorted(rng.sample(range(len(entry.records)), min(FLIPS, len(entry.records))))
     exact = 0
     for number in numbers:
-        text = entry.records[number - entry.start]
-        line, body = chain.split(text)
-        at = (len(line) + 1 if line else 0) + len(body) // 2
-        flipped = text[:at] + chr(ord(text[at]) ^ 1) + text[at + 1 :]
         records = list(entry.records)
-        records[number - entry.start] = flipped
-        findings = History.of(entry.model_copy(update={"records": records})).verify()
-        exact += [f.number for f in findings] == [number]
-    return exact, len(numbers)
+        records[number - entry.start] = _flipped(records[number - entry.start])
+        findings = History.of(entry.model_copy(update={"records": records}), side).verify()
+        exact += [(f.number, f.segment) for f in findings] == [(number, False)]
+    # every segment the history names (one that none names is no part of any boundary)
+    named = sorted(n for r in entry.records for n in _named(r))
+    picked = sorted(rng.sample(named, min(FLIPS // 4, len(named))))
+    for number in picked:
+        findings = History.of(entry, {**side, number: _flipped(side[number])}).verify()
+        exact += [(f.number, f.segment) for f in findings] == [(number, True)]
+    return exact, len(numbers) + len(picked)
+
+
+def _named(record: str) -> set[int]:
+    if segments.MARK not in record:
+        return set()
+    return segments.named_numbers(jsonutil.loads(chain.split(record)[1]))
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -155,7 +173,8 @@ async def _rows(factories: dict[str, Any], quick: bool) -> None:
                 f"{name:9} {turns:>5} turns  final {final / 1e3:8.1f} KB  "
                 f"kept {row['kept'] / 1e3:8.1f} KB ({row['kept'] / final:4.2f}x)  "
                 f"off {row['off'] / 1e3:8.1f} KB ({row['off'] / final:4.2f}x)  "
-                f"records {row['records']:>5}  rebuilt {row['boundaries']}/{row['saves']} "
+                f"records {row['records']:>5} + {row['segments']:>3} segments  "
+                f"rebuilt {row['boundaries']}/{row['saves']} "
                 f"identical {row['boundaries'] - row['mismatches']} in {row['walk_s']:.2f} s  "
                 f"flips found exactly {row['flips'][0]}/{row['flips'][1]}"
             )

@@ -45,7 +45,7 @@ from plain_writes import PlainWriter
 from pydantic import BaseModel
 
 from oma import jsonutil
-from oma.checkpoint import Checkpoint, parse_snapshot
+from oma.checkpoint import Checkpoint, parse_snapshot, segments
 from oma.checkpoint.delta import relative
 from oma.checkpoint.delta_diff import diff
 from oma.checkpoint.journal import assemble_journal, base_records, load_journal
@@ -296,9 +296,9 @@ async def _store_journal(store: JournalStore, key: str, text: str) -> None:
     assert found[1].within_depth  # bounded without a walk of the whole document
 
 
-def _parse_journal(entry: JournalEntry | None, key: str) -> None:
+def _parse_journal(entry: JournalEntry | None, key: str, texts: dict[int, str] | None) -> None:
     assert entry is not None
-    document, stored = assemble_journal(entry, key, MAX_SNAPSHOT_DEPTH)
+    document, stored = assemble_journal(entry, key, MAX_SNAPSHOT_DEPTH, texts)
     parse_snapshot(document, key, depth_checked=stored.within_depth)
 
 
@@ -346,9 +346,11 @@ async def measure(
         if journal and supports_journal(store):
             started = time.perf_counter()
             entry = await store.journal_get(checkpoint.key)
+            assert entry is not None
+            texts = await segments.read_named(store, checkpoint.key, entry.records[0])
             row.read.append(_ms(started))
             started = time.perf_counter()
-            _parse_journal(entry, checkpoint.key)
+            _parse_journal(entry, checkpoint.key, texts)
             row.parse.append(_ms(started))
             del entry
         else:

@@ -7,82 +7,22 @@ rebuilds is compared with that recording, byte for byte.
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from typing import Any
 
 import pytest
-from pydantic import BaseModel
 
 from oma import jsonutil
 from oma.checkpoint import Checkpoint, chain
 from oma.checkpoint.history import History, read_history
 from oma.checkpoint.keys import checkpoint_key
 from oma.checkpoint.retention import HistoryPolicy
-from oma.errors import CheckpointHistoryError, ModelUnavailableError
-from oma.llm.scripted import ScriptedAdapter
-from oma.llm.types import ChatRequest, ChatResponse
-from oma.orchestrator import CheckpointOptions, OpenMultiAgent
+from oma.errors import CheckpointHistoryError
 from oma.store import InMemoryStore, JournalStore
 from oma.store.journal import JournalEntry
-from oma.team import AgentConfig, Team
-from oma.tools import ToolContext, define_tool
+from tests.engine.long_runs import RUN_ID, StopsAt, run_long, segment_texts
 from tests.engine.server_stores import server_store
-
-RUN_ID = "history-run"
-
-
-class NoteInput(BaseModel):
-    note: str
-
-
-async def _note(args: NoteInput, ctx: ToolContext) -> str:
-    return f"noted {args.note}"
-
-
-class StopsAt:
-    """Scripted tool-calling turns, then a provider outage at turn ``stop`` (the run parks)."""
-
-    name = "stops-at"
-
-    def __init__(self, turns: int, stop: int | None) -> None:
-        script: list[dict[str, Any]] = [
-            {"tool_calls": [{"id": f"c{i}", "name": "note", "input": {"note": f"n{i} " * 30}}]}
-            for i in range(turns)
-        ]
-        self.script = ScriptedAdapter([*script, {"text": "done"}])
-        self.stop, self.calls = stop, 0
-
-    async def chat(self, request: ChatRequest) -> ChatResponse:
-        self.calls += 1
-        if self.stop is not None and self.calls >= self.stop:
-            raise ModelUnavailableError("the test's outage")
-        return await self.script.chat(request)
-
-
-async def _run(
-    store: JournalStore,
-    model: StopsAt,
-    *,
-    history: HistoryPolicy | None = HistoryPolicy(),  # noqa: B008  # frozen: shared safely
-    restore: bool = False,
-) -> None:
-    note = define_tool("note", "Note a finding.", NoteInput, _note)
-    worker = AgentConfig(name="worker", adapter=model, max_turns=200, tools=[note])
-    team = Team(name="history", agents=[worker])
-    options = CheckpointOptions(
-        store=store, run_id=RUN_ID, fence=True, journal=True, history=history
-    )
-    oma = OpenMultiAgent(park_on_model_outage=True)
-    with contextlib.suppress(ModelUnavailableError):
-        if restore:
-            await oma.restore(team, checkpoint=options)
-        else:
-            await oma.run_tasks(
-                team, [{"title": "Long", "description": "Many turns."}], checkpoint=options
-            )
 
 
 @pytest.fixture(params=["memory", "redis", "postgres"])
@@ -97,9 +37,9 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[JournalStore]:
 async def test_every_boundary_of_a_resumed_run_is_rebuilt_as_it_was_saved(
     store: JournalStore, recorded: list[str]
 ) -> None:
-    await _run(store, StopsAt(60, stop=40))
+    await run_long(store, StopsAt(60, stop=40))
     first_attempt = len(recorded)
-    await _run(store, StopsAt(60, stop=None), restore=True)
+    await run_long(store, StopsAt(60, stop=None), restore=True)
     history = await read_history(store, checkpoint_key(RUN_ID))
     assert history is not None
     boundaries = history.boundaries()
@@ -122,10 +62,11 @@ async def test_every_boundary_of_a_resumed_run_is_rebuilt_as_it_was_saved(
 
 async def test_one_flipped_byte_is_found_at_exactly_its_record(recorded: list[str]) -> None:
     store = InMemoryStore()
-    await _run(store, StopsAt(12, stop=None))
+    await run_long(store, StopsAt(12, stop=None))
     key = checkpoint_key(RUN_ID)
     entry = await store.journal_get(key, history=True)
     assert entry is not None
+    side = await segment_texts(store)
     count = len(entry.records)
     for number in range(count):
         for where in ("header", "body", "prev"):
@@ -144,7 +85,7 @@ async def test_one_flipped_byte_is_found_at_exactly_its_record(recorded: list[st
             damaged = entry.model_copy(
                 update={"records": [*entry.records[:number], flipped, *entry.records[number + 1 :]]}
             )
-            findings = History.of(damaged).verify()
+            findings = History.of(damaged, side).verify()
             assert [f.number for f in findings] == [number], (number, where, findings)
 
 
@@ -152,7 +93,7 @@ async def test_retention_keeps_the_boundaries_asked_and_every_one_still_rebuilds
     recorded: list[str],
 ) -> None:
     store = InMemoryStore()
-    await _run(store, StopsAt(80, stop=None), history=HistoryPolicy(keep=10))
+    await run_long(store, StopsAt(80, stop=None), history=HistoryPolicy(keep=10))
     history = await read_history(store, checkpoint_key(RUN_ID))
     assert history is not None
     boundaries = history.boundaries()
@@ -173,7 +114,7 @@ async def test_history_off_keeps_the_latest_only_in_the_old_record_form(
     recorded: list[str],
 ) -> None:
     store = InMemoryStore()
-    await _run(store, StopsAt(40, stop=None), history=None)
+    await run_long(store, StopsAt(40, stop=None), history=None)
     entry = await store.journal_get(checkpoint_key(RUN_ID), history=True)
     assert entry is not None and entry.start == 0
     assert not any(r.startswith(chain.HEADER_START) for r in entry.records)
@@ -189,16 +130,17 @@ async def test_history_off_keeps_the_latest_only_in_the_old_record_form(
 
 async def test_two_adjacent_records_changed_are_both_named(recorded: list[str]) -> None:
     store = InMemoryStore()
-    await _run(store, StopsAt(12, stop=None))
+    await run_long(store, StopsAt(12, stop=None))
     entry = await store.journal_get(checkpoint_key(RUN_ID), history=True)
     assert entry is not None
+    side = await segment_texts(store)
     records = list(entry.records)
     for number in (5, 6):  # still JSON that applies: an operation added, no syntax broken
         line, body = chain.split(records[number])
         assert line is not None and body.endswith("]")
         records[number] = line + "\n" + body[:-1] + ',["s",["forged"],1]]'
 
-    findings = History.of(entry.model_copy(update={"records": records})).verify()
+    findings = History.of(entry.model_copy(update={"records": records}), side).verify()
     assert [f.number for f in findings] == [5, 6], findings
     assert all("its content is not what it was written with" in f.problem for f in findings)
     # the same for two adjacent headers changed (each record's own values are sealed)
@@ -208,7 +150,7 @@ async def test_two_adjacent_records_changed_are_both_named(recorded: list[str]) 
         assert line is not None
         header = json.loads(line) | {"what": "nothing happened"}
         records[number] = json.dumps(header, separators=(",", ":")) + "\n" + body
-    findings = History.of(entry.model_copy(update={"records": records})).verify()
+    findings = History.of(entry.model_copy(update={"records": records}), side).verify()
     assert [f.number for f in findings] == [3, 4], findings
 
 
@@ -216,8 +158,8 @@ async def test_a_journal_from_before_histories_continued_with_one_verifies(
     recorded: list[str],
 ) -> None:
     store = InMemoryStore()
-    await _run(store, StopsAt(30, stop=20), history=None)
-    await _run(store, StopsAt(30, stop=None), restore=True)
+    await run_long(store, StopsAt(30, stop=20), history=None)
+    await run_long(store, StopsAt(30, stop=None), restore=True)
     history = await read_history(store, checkpoint_key(RUN_ID))
     assert history is not None
     assert history.records[0].header is None and history.records[-1].header is not None
@@ -254,7 +196,7 @@ def test_a_header_with_an_impossible_time_is_a_finding_not_a_crash() -> None:
 
 async def test_a_damaged_last_header_does_not_break_the_numbering(recorded: list[str]) -> None:
     store = InMemoryStore()
-    await _run(store, StopsAt(20, stop=10))
+    await run_long(store, StopsAt(20, stop=10))
     key = checkpoint_key(RUN_ID)
     entry = store._journals[key]
     line, body = chain.split(entry.records[-1])
@@ -262,7 +204,7 @@ async def test_a_damaged_last_header_does_not_break_the_numbering(recorded: list
     last_seq = json.loads(line)["seq"]
     damaged = [*entry.records[:-1], '{"seq":"x"}\n' + body]
     store._journals[key] = entry.model_copy(update={"records": damaged})
-    await _run(store, StopsAt(20, stop=None), restore=True)
+    await run_long(store, StopsAt(20, stop=None), restore=True)
     history = await read_history(store, key)
     assert history is not None
     claim = next(b for b in history.boundaries() if b.what == "attempt 2 began")

@@ -105,7 +105,7 @@ def test_history_cost_keeps_every_boundary_and_finds_each_flip() -> None:
     kept = re.search(r"kept +[\d.]+ KB \(([\d.]+)x\)", row)
     assert rebuilt and flips and kept, row
     assert rebuilt[1] == rebuilt[2] == rebuilt[3] and int(rebuilt[1]) > 30
-    assert flips[1] == flips[2] and int(flips[2]) == 40
+    assert flips[1] == flips[2] and int(flips[2]) >= 40  # records, then segments
     assert 1.0 < float(kept[1]) < 4.0
 
 

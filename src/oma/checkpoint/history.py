@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from oma import jsonutil
-from oma.checkpoint import chain, delta
+from oma.checkpoint import chain, delta, segments
 from oma.checkpoint.chain import RecordHeader
+from oma.checkpoint.keys import segments_journal_key
 from oma.errors import CheckpointDecodeError, CheckpointHistoryError
 from oma.store.base import MemoryStore
 from oma.store.journal import JournalEntry, JournalStore, supports_journal
@@ -38,11 +39,14 @@ class Boundary:
 
 @dataclass(frozen=True)
 class Finding:
-    """A record ``verify`` found wrong: its number, its boundary when known, what is wrong."""
+    """A record ``verify`` found wrong: its number, its boundary when known, what is wrong;
+    ``segment``: a record of the checkpoint's segments journal (numbered there), not of the
+    journal itself."""
 
     number: int
     seq: int | None
     problem: str
+    segment: bool = False
 
 
 @dataclass
@@ -62,10 +66,12 @@ class History:
     key: str
     entry: JournalEntry
     records: list[_Record] = field(default_factory=list)
+    # The records of the checkpoint's segments journal, by number (``oma.checkpoint.segments``).
+    segment_texts: dict[int, str] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, entry: JournalEntry) -> History:
-        history = cls(entry.key, entry)
+    def of(cls, entry: JournalEntry, segment_texts: dict[int, str] | None = None) -> History:
+        history = cls(entry.key, entry, segment_texts=segment_texts or {})
         for number, text in enumerate(entry.records, start=entry.start):
             line, body = chain.split(text)
             header: RecordHeader | None = None
@@ -81,8 +87,8 @@ class History:
                 seq = history.records[-1].seq + 1 if history.records else number + 1
                 kind = "base" if body.startswith("{") else "delta"
                 before = history.records[-1] if history.records else None
-                if before and before.header is None and before.kind == "base" and copy_back(body):
-                    seq, kind = before.seq, "more"  # the second record of an unheaded base
+                if before and before.kind == "base" and copy_back(body):
+                    seq, kind = before.seq, "more"  # a base's second record, its header unread
             history.records.append(_Record(number, text, header, problem, seq, kind))
         return history
 
@@ -135,6 +141,7 @@ class History:
             if record.kind == "base":
                 if not isinstance(parsed, dict):
                     raise ValueError("a base is a JSON object")
+                segments.resolve(parsed, self.segment_texts)
                 return parsed
             if not isinstance(parsed, list):
                 raise ValueError("a delta is a JSON array of operations")
@@ -190,8 +197,27 @@ class History:
             if culprit not in named and (link in (0, last) or link not in named):
                 name_at(culprit, changed)
         self._check_order(name)
-        self._check_bodies(name)
-        return sorted(found.values(), key=lambda f: f.number)
+        bad = self._check_segments(named)
+        self._check_bodies(name, named, set(bad))
+        segment_findings = [Finding(n, None, problem, segment=True) for n, problem in bad.items()]
+        return sorted(found.values(), key=lambda f: f.number) + sorted(
+            segment_findings, key=lambda f: f.number
+        )
+
+    def _check_segments(self, named: set[int]) -> dict[int, str]:
+        """Each segment a base names that is missing, changed or not its items; bases found
+        changed (``named``: their indexes) are no evidence of what they name."""
+        bad: dict[int, str] = {}
+        for index, record in enumerate(self.records):
+            if record.kind != "base" or segments.MARK not in record.text or index in named:
+                continue
+            try:
+                document = jsonutil.loads(chain.split(record.text)[1])
+            except ValueError:
+                continue
+            for number, problem in segments.check(document, self.segment_texts).items():
+                bad.setdefault(number, problem)
+        return bad
 
     def _broken_links(self) -> set[int]:
         """Indexes i whose record does not name the digest of record i - 1 (i = len: the
@@ -232,16 +258,30 @@ class History:
             if following is None or following.seq != record.seq:
                 yield record.seq, document
 
-    def _check_bodies(self, name: Any) -> None:
+    def _check_bodies(self, name: Any, changed: set[int], bad_segments: set[int]) -> None:
+        """Each record applied to the boundary before it; after a record found ``changed``
+        (by index) nothing is applied up to the next base: what fails then is no evidence."""
         document: Any = None
         for index, record in enumerate(self.records):
+            if index in changed:
+                document = None
+                continue
             if record.kind != "base" and document is None:
                 continue
             try:
                 document = self._apply(document, record)
             except CheckpointDecodeError as exc:
-                name(index, exc.detail)
+                named = segments.MARK in record.text and record.kind == "base"
+                if not (named and bad_segments & _named_by(record.text)):
+                    name(index, exc.detail)  # else the segment's own finding says it
                 document = None
+
+
+def _named_by(text: str) -> set[int]:
+    try:
+        return segments.named_numbers(jsonutil.loads(chain.split(text)[1]))
+    except ValueError:
+        return set()
 
 
 def copy_back(body: str) -> bool:
@@ -264,7 +304,13 @@ def copy_back(body: str) -> bool:
 async def read_history(store: JournalStore, key: str) -> History | None:
     """The history of the journal at ``key``, or ``None`` when there is no journal."""
     entry = await store.journal_get(key, history=True)
-    return History.of(entry) if entry is not None else None
+    if entry is None:
+        return None
+    texts: dict[int, str] = {}
+    if any(segments.MARK in text for text in entry.records):
+        side = await store.journal_get(segments_journal_key(key), history=True)
+        texts = segments.by_number(side)
+    return History.of(entry, texts)
 
 
 async def load_history(store: MemoryStore, key: str) -> History | None:

@@ -27,11 +27,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from oma import jsonutil
-from oma.checkpoint import chain, delta, delta_diff
+from oma.checkpoint import chain, delta, delta_diff, segments
 from oma.checkpoint.boundary_note import note
 from oma.checkpoint.delta_diff import DeltaEncoder
 from oma.checkpoint.history import copy_back
 from oma.checkpoint.retention import HistoryPolicy, KnownBase, drop_before
+from oma.checkpoint.segments import Named, Path, SegmentWriter
 from oma.errors import CheckpointDecodeError, CheckpointFencedError, CheckpointLostError
 from oma.store.journal import JournalEntry, JournalStore, new_version
 
@@ -41,6 +42,12 @@ from oma.store.journal import JournalEntry, JournalStore, new_version
 # compaction falls: docs/performance.md; ratio 2 gave 5.3x written over a 300-turn run in all,
 # 1 gave 7.2x).
 COMPACT_RATIO = 4.0
+# A writer that keeps history names its long lists by segments (``oma.checkpoint.segments``), so
+# its bases weigh little and it compacts once the deltas since the last base hold more than a
+# fraction of what the document weighs: a restore applies a short tail. Fewer bytes than the
+# floor never compact (a young run's deltas are cheap to apply).
+TAIL_SHARE = 0.1
+TAIL_FLOOR = 8 * 1024
 VANISHED = "this attempt saved it earlier and nobody wrote a newer one"
 
 
@@ -56,6 +63,7 @@ class StoredCheckpoint:
     # The document is known to nest no deeper than the load's limit (see ``load_journal``).
     within_depth: bool = False
     chain: ChainState | None = None  # a journal's: where its next record goes, what it names
+    segments: Named = dataclasses.field(default_factory=dict)  # what its base names by segment
 
 
 @dataclass(frozen=True)
@@ -75,16 +83,18 @@ class ChainState:
         header's, plus one per boundary after it (a damaged header does not stop the chain:
         ``oma verify`` names it); a journal without headers numbers its records from 1."""
         end = entry.start + len(entry.records)
-        seq = 0
-        for back, record in enumerate(reversed(entry.records)):
-            line = chain.split(record)[0]
+        seq = after = 0
+        for record in reversed(entry.records):
+            line, body = chain.split(record)
             if line is None:
                 break  # written before histories: numbered by position
             try:
-                seq = chain.parse_header(line).seq + back
+                seq = chain.parse_header(line).seq + after
                 break
             except ValueError:
-                continue
+                # A base's second record (the copy back into the runner's messages) is no
+                # boundary of its own.
+                after += 0 if copy_back(body) else 1
         base_line = chain.split(entry.records[0])[0]
         try:
             header = chain.parse_header(base_line) if base_line is not None else None
@@ -107,13 +117,20 @@ async def load_journal(
     nest at most that many levels: the base bounded by the parser, each delta by what it wrote
     (``delta.apply_within``), so the reader need not walk the whole document."""
     entry = await store.journal_get(key)
-    return None if entry is None else assemble_journal(entry, key, depth_limit)
+    if entry is None:
+        return None
+    named = await segments.read_named(store, key, entry.records[0]) if entry.records else None
+    return assemble_journal(entry, key, depth_limit, named)
 
 
 def assemble_journal(
-    entry: JournalEntry, key: str, depth_limit: int | None = None
+    entry: JournalEntry,
+    key: str,
+    depth_limit: int | None = None,
+    segment_texts: dict[int, str] | None = None,
 ) -> tuple[Any, StoredCheckpoint]:
-    """The document of a journal already read (``load_journal`` without the read)."""
+    """The document of a journal already read (``load_journal`` without the read), its
+    base's segments given by number (``segments.read_named``)."""
     try:
         base = chain.body(entry.records[0])
         if depth_limit is None:
@@ -124,6 +141,11 @@ def assemble_journal(
         raise CheckpointDecodeError(key, f"journal base: {exc}") from exc
     if not isinstance(document, dict):
         raise CheckpointDecodeError(key, "journal base is not a JSON object")
+    try:
+        named, fits = segments.resolve(document, segment_texts, depth_limit)
+    except ValueError as exc:
+        raise CheckpointDecodeError(key, f"journal base: {exc}") from exc
+    within = within and fits
     for number, record in enumerate(entry.records[1:], start=1):
         try:
             ops = jsonutil.loads(chain.body(record))
@@ -138,23 +160,44 @@ def assemble_journal(
                 key, f"journal record {entry.start + number}: {exc}"
             ) from exc
     size = sum(len(record) for record in entry.records)
+    size += sum(len(text) for text in (segment_texts or {}).values())
     state = ChainState.of(entry)
-    stored = StoredCheckpoint("journal", entry.version, len(entry.records), size, within, state)
+    records = len(entry.records)
+    stored = StoredCheckpoint("journal", entry.version, records, size, within, state, named)
     return document, stored
 
 
-def base_records(wire: dict[str, Any]) -> list[str]:
+def base_records(wire: dict[str, Any], placeholders: dict[Path, Any] | None = None) -> list[str]:
     """The records of a new journal holding ``wire``: the snapshot, or, when an in-flight
     task holds its conversation twice (``conversationMessages`` and the runner's ``messages``,
     the same objects), the snapshot without the second copy and one delta that copies it
     back. A compaction then writes each message once: its bases weigh what the conversation
-    does, not twice that."""
+    does, not twice that. ``placeholders`` (by path) stand in the base for the lists kept as
+    segments; the delta copies from the lists as a reader puts them back."""
     tasks = wire.get("inFlightTasks")
     if not isinstance(tasks, list) or not any(_doubled(task) for task in tasks):
-        return [jsonutil.dumps(wire)]
+        return [jsonutil.dumps(_with(wire, placeholders))]
     thin = {**wire, "inFlightTasks": [_thinned(task) for task in tasks]}
     ops = delta.relative(delta_diff.diff(thin, wire))
-    return [jsonutil.dumps(thin), jsonutil.dumps(ops)]
+    return [jsonutil.dumps(_with(thin, placeholders)), jsonutil.dumps(ops)]
+
+
+def _with(wire: dict[str, Any], placeholders: dict[Path, Any] | None) -> dict[str, Any]:
+    """``wire`` with the value at each path replaced (the containers on the way copied)."""
+    if not placeholders:
+        return wire
+    out = dict(wire)
+    copied: set[Path] = set()
+    for path, value in placeholders.items():
+        node: Any = out
+        for depth, step in enumerate(path[:-1]):
+            if path[: depth + 1] not in copied:
+                child = node[step]
+                node[step] = list(child) if isinstance(child, list) else dict(child)
+                copied.add(path[: depth + 1])
+            node = node[step]
+        node[path[-1]] = value
+    return out
 
 
 def _doubled(task: Any) -> bool:
@@ -177,6 +220,7 @@ class _Written:
     base_bytes: int
     tail_bytes: int
     chain: ChainState
+    named_bytes: int = 0  # of the segments its base names
 
 
 def _ids(items: Any, field: str) -> list[str]:
@@ -211,12 +255,18 @@ class JournalWriter:
         self._unknown: _Written | None = None  # a failed write that may have landed anyway
         self._adopted: StoredCheckpoint | None = None  # loaded, not claimed: continued
         self._deltas = DeltaEncoder()
+        self._segments = SegmentWriter(store, key) if history is not None else None
 
     def adopt(self, loaded: StoredCheckpoint | None) -> None:
         """Continue the journal a restore loaded without claiming it (an unfenced run): the
         first save appends a base to it (keeping its history) instead of replacing it."""
         if loaded is not None and loaded.layout == "journal" and self.current is None:
             self._adopted = loaded
+            self._adopt_segments(loaded)
+
+    def _adopt_segments(self, loaded: StoredCheckpoint) -> None:
+        if self._segments is not None:
+            self._segments.adopt(loaded.segments)
 
     @staticmethod
     def _with_progress(wire: dict[str, Any], metadata: dict[str, Any]) -> dict[str, Any]:
@@ -254,6 +304,7 @@ class JournalWriter:
     ) -> bool:
         """Take the run over from what was loaded, writing a new base; ``False`` if it changed."""
         if loaded is not None and loaded.layout == "journal":
+            self._adopt_segments(loaded)
             chain_state = loaded.chain or ChainState()
             written = await self._write(
                 wire, metadata, expected=loaded.token, mode="rebase", began=True, on=chain_state
@@ -283,7 +334,7 @@ class JournalWriter:
                 await self._replace_or_stop(wire, metadata, None, attempt)
             return
         record = jsonutil.dumps(delta.relative(self._deltas.diff(current.document, wire)))
-        if current.tail_bytes + len(record) > max(current.base_bytes * COMPACT_RATIO, 1):
+        if current.tail_bytes + len(record) > self._tail_limit(current):
             await self._replace_or_stop(wire, metadata, current.version, attempt)
             return
         written = await self._write(
@@ -291,6 +342,12 @@ class JournalWriter:
         )
         if written is None:
             await self._lost(wire, metadata, attempt)
+
+    def _tail_limit(self, current: _Written) -> float:
+        """The bytes of deltas since the last base past which a save compacts."""
+        if self._segments is None:
+            return max(current.base_bytes * COMPACT_RATIO, 1)
+        return max((current.base_bytes + current.named_bytes) * TAIL_SHARE, TAIL_FLOOR)
 
     async def confirm(self) -> None:
         """Before a tool runs: stop if a newer attempt wrote since this one's last write. A
@@ -363,7 +420,14 @@ class JournalWriter:
         replacement). ``on``: the chain to continue when this attempt has written nothing."""
         version = new_version()
         metadata = self._with_progress(wire, metadata)
-        texts = [record] if record is not None else base_records(wire)
+        named_bytes = 0
+        if record is not None:
+            texts = [record]
+        elif self._segments is not None:
+            placeholders, named_bytes = await self._segments.placeholders(wire)
+            texts = base_records(wire, placeholders)
+        else:
+            texts = base_records(wire)
         current = self.current
         state = on if on is not None else current.chain if current is not None else ChainState()
         rebase = mode == "rebase" and self.history is not None
@@ -392,9 +456,10 @@ class JournalWriter:
             state = ChainState(start + len(texts), state.seq + 1, None, ())
         size = sum(len(text) for text in texts)
         if replace or rebase or current is None:
-            written = _Written(version, wire, size, 0, state)
+            written = _Written(version, wire, size, 0, state, named_bytes)
         else:
-            written = _Written(version, wire, current.base_bytes, current.tail_bytes + size, state)
+            tail = current.tail_bytes + size
+            written = _Written(version, wire, current.base_bytes, tail, state, current.named_bytes)
         try:
             ok = await self.store.journal_write(
                 self.key,

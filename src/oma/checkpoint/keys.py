@@ -29,3 +29,14 @@ def events_journal_key(checkpoint_key: str) -> str:
     """Where a run keeps its event journal in a store (``oma.journal.store_sink``), beside its
     checkpoint: ``__oma_checkpoint__/<runId>/events``."""
     return checkpoint_key.removesuffix("latest") + "events"
+
+
+def segments_journal_key(checkpoint_key: str) -> str:
+    """Where a journal's bases keep their long lists (``oma.checkpoint.segments``), beside the
+    checkpoint: ``__oma_checkpoint__/<runId>/segments``."""
+    return checkpoint_key.removesuffix("latest") + "segments"
+
+
+def is_segments_key(key: str) -> bool:
+    """Whether ``key`` holds a checkpoint's segments (beside it, not a checkpoint of its own)."""
+    return key.startswith(CHECKPOINT_KEY_PREFIX) and key.endswith("/segments")

@@ -15,6 +15,8 @@ from oma.checkpoint.keys import (
     checkpoint_key,
     events_journal_key,
     is_checkpoint_key,
+    is_segments_key,
+    segments_journal_key,
     tool_record_key,
 )
 from oma.checkpoint.manager import Checkpoint
@@ -63,6 +65,7 @@ async def saved_checkpoints(store: MemoryStore) -> StoreListing:
         for key in await store.journal_keys():
             # A run's event journal sits beside its checkpoint: not a checkpoint of its own.
             listed = is_checkpoint_key(key) and not is_events_key(key)
+            listed = listed and not is_segments_key(key)
             head = await store.journal_head(key) if listed else None
             if head is not None:
                 meta = head.metadata or {}
@@ -76,7 +79,7 @@ async def saved_checkpoints(store: MemoryStore) -> StoreListing:
 
 async def remove_checkpoint(store: MemoryStore, key: str) -> bool:
     """Delete the checkpoint under ``key``, its attempt log, its record of MCP tools and the
-    event journal the store keeps for it; ``False`` when neither checkpoint nor log was
+    event journal and segments the store keeps for it; ``False`` when neither checkpoint nor log was
     there."""
     journal = await store.journal_version(key) if supports_journal(store) else None
     if (
@@ -89,6 +92,7 @@ async def remove_checkpoint(store: MemoryStore, key: str) -> bool:
     await store.delete(attempts_key(key))
     await store.delete(tool_record_key(key))
     await store.delete(events_journal_key(key))
+    await store.delete(segments_journal_key(key))
     return True
 
 

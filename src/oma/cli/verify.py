@@ -114,7 +114,9 @@ def _verify_stored(run_id: str, store: str | None, tenant: str | None, fmt: str)
         document = {
             "ok": not findings,
             "failures": [
-                {"record": f.number, "seq": f.seq, "problem": f.problem} for f in findings
+                {"record": f.number, "seq": f.seq, "problem": f.problem}
+                | ({"journal": "segments"} if f.segment else {})
+                for f in findings
             ],
             "records": len(history.records),
             "boundaries": len(boundaries),
@@ -138,9 +140,12 @@ def _verify_stored(run_id: str, store: str | None, tenant: str | None, fmt: str)
         if not history.chained:
             typer.echo("  inconclusive: the journal keeps no history (its records are not chained)")
         for finding in findings:
-            typer.echo(
-                visible(f"  record {finding.number} (boundary {finding.seq}): {finding.problem}")
+            where = (
+                f"segment record {finding.number}"
+                if finding.segment
+                else f"record {finding.number} (boundary {finding.seq})"
             )
+            typer.echo(visible(f"  {where}: {finding.problem}"))
         if journal is not None:
             _print_result(journal, "events: ")
     raise typer.Exit(0 if not findings and (journal is None or journal.ok) else 1)
