@@ -6,6 +6,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import TypeAdapter
+
 from oma.approval.models import ApprovalDecisionRecord, ApprovalRequest
 from oma.checkpoint.delta_diff import AppendedList
 from oma.checkpoint.runner_state import (
@@ -20,6 +22,10 @@ from oma.checkpoint.runner_state import (
 from oma.checkpoint.runner_state import TokenUsage as CheckpointUsage
 from oma.checkpoint.runner_state import ToolUseBlock as CheckpointToolUse
 from oma.llm.types import LLMMessage, TokenUsage, ToolUseBlock
+
+# One call for a restored conversation of thousands of messages: per-message calls cost a
+# quarter more (issue 45's restore of a 1,000-turn run).
+_MESSAGES = TypeAdapter(list[LLMMessage])
 
 
 @dataclass
@@ -192,14 +198,14 @@ class RunnerState:
 
     @classmethod
     def from_checkpoint(cls, saved: InFlightTask) -> RunnerState:
-        conversation = [LLMMessage.model_validate(m) for m in saved.conversation_messages]
+        conversation = _MESSAGES.validate_python(saved.conversation_messages)
         # ``messages`` is usually the conversation's tail (all but the prompt): the same
         # messages, as in a live run, instead of validating each of them twice.
         tail = conversation[len(conversation) - len(saved.messages) :] if saved.messages else []
         if saved.messages and saved.messages == saved.conversation_messages[-len(tail) :]:
             messages = tail
         else:
-            messages = [LLMMessage.model_validate(m) for m in saved.messages]
+            messages = _MESSAGES.validate_python(saved.messages)
         return cls(
             conversation=conversation,
             messages=messages,

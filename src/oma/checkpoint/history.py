@@ -10,6 +10,7 @@ unreadable or does not follow the one before; the journal's metadata vouches for
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,9 @@ from oma.checkpoint.keys import segments_journal_key
 from oma.errors import CheckpointDecodeError, CheckpointHistoryError
 from oma.store.base import MemoryStore
 from oma.store.journal import JournalEntry, JournalStore, supports_journal
+
+# How a base's assembly names the segment it could not read ("segment 12 changed ...").
+_SEGMENT_NAMED = re.compile(r"\bsegment (\d+)\b")
 
 
 @dataclass(frozen=True)
@@ -271,17 +275,10 @@ class History:
             try:
                 document = self._apply(document, record)
             except CheckpointDecodeError as exc:
-                named = segments.MARK in record.text and record.kind == "base"
-                if not (named and bad_segments & _named_by(record.text)):
+                found = _SEGMENT_NAMED.search(exc.detail) if record.kind == "base" else None
+                if found is None or int(found[1]) not in bad_segments:
                     name(index, exc.detail)  # else the segment's own finding says it
                 document = None
-
-
-def _named_by(text: str) -> set[int]:
-    try:
-        return segments.named_numbers(jsonutil.loads(chain.split(text)[1]))
-    except ValueError:
-        return set()
 
 
 def copy_back(body: str) -> bool:

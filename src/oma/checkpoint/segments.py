@@ -4,16 +4,20 @@ A task's conversation only grows, and so do its tool calls: an item once written
 (and a completed task's result, messages and calls included, not at all). A writer that keeps
 history (``oma.checkpoint.journal``) writes those lists' items, as they accumulate, into
 *segment records* of a second journal beside the checkpoint
-(``__oma_checkpoint__/<runId>/segments``), and a base names them instead of repeating them:
+(``__oma_checkpoint__/<runId>/segments``), and a base names the last of them instead of
+repeating the list:
 
-    {"conversationMessages": {"$segments": [[number, digest, count], ...], "rest": [...]}}
+    {"conversationMessages": {"$segments": [number, digest, items], "rest": [...]}}
 
-A base then weighs the run's small state, so compacting often costs little, and a restore
-reads a short tail of deltas plus the segments, each parsed as one JSON array: time in
-proportion to bytes, not to operations. The base is chained (its header seals its body), so
-the digests it names vouch for the segments: a changed, lost or foreign segment is refused
-(``CheckpointDecodeError`` naming it), never read. Segments no base names (a writer that lost
-a race, a task that ended) stay until the checkpoint is deleted.
+A segment record is a header line, ``{"prev": [number, digest] | null, "items": n}``, then a
+JSON array of its ``n`` items: each names the one before it in its list, so a base names a
+list of any length in a few dozen bytes and stays the size of the run's small state. Compacting
+often then costs little, and a restore reads a short tail of deltas plus the segments, parsed
+as one JSON array: time in proportion to bytes, not to operations. The base is chained (its
+header seals its body) and each segment names its predecessor's digest, so what a base names
+vouches for every segment before it: a changed, lost or foreign segment is refused
+(``CheckpointDecodeError`` naming it), never read. Segments no base names (a writer that lost a
+race, a task that ended) stay until the checkpoint is deleted.
 """
 
 from __future__ import annotations
@@ -39,11 +43,13 @@ _WRITE_TRIES = 5
 
 
 class SegmentRef(NamedTuple):
-    """A segment a base names: its number in the segments journal, its digest, its items."""
+    """A segment: its number in the segments journal, its record's digest, its items, and the
+    digest of its items' text (what a writer compares a list's prefix with)."""
 
     number: int
     digest: str
     items: int
+    body: str
 
 
 ListId = tuple[str, str]  # a task's id, and which of its lists
@@ -85,23 +91,79 @@ def places(document: Any) -> list[Place]:
     return out
 
 
-def _refs(value: dict[str, Any]) -> tuple[tuple[SegmentRef, ...], list[Any]]:
-    """The segments a base's placeholder names, and its rest; ``ValueError`` if malformed."""
+def _named(value: dict[str, Any]) -> tuple[tuple[int, str, int] | None, list[Any]]:
+    """The last segment a base's placeholder names (number, digest, the list's items in
+    segments), and its rest; ``ValueError`` if malformed."""
     if set(value) != {MARK, "rest"}:
         raise ValueError(f"a list replaced by segments holds {MARK!r} and 'rest' only")
-    named, rest = value[MARK], value["rest"]
-    if not isinstance(named, list) or not isinstance(rest, list):
-        raise ValueError(f"{MARK!r} and 'rest' are lists")
-    refs = []
-    for item in named:
-        if not (isinstance(item, list) and len(item) == 3):
-            raise ValueError("a segment is named by [number, digest, count]")
-        number, digest, count = item
-        valid = type(number) is int and number >= 0 and type(count) is int and count >= 1
-        if not valid or not isinstance(digest, str) or len(digest) != chain.DIGEST_CHARS:
-            raise ValueError(f"a segment is named by [number, digest, count], not {item!r:.80}")
-        refs.append(SegmentRef(number, digest, count))
-    return tuple(refs), rest
+    last, rest = value[MARK], value["rest"]
+    if not isinstance(rest, list):
+        raise ValueError("'rest' is a list")
+    if last is None:
+        return None, rest
+    if not (isinstance(last, list) and len(last) == 3):
+        raise ValueError("a list's segments are named by [number, digest, items]")
+    number, digest, items = last
+    valid = type(number) is int and number >= 0 and type(items) is int and items >= 1
+    if not valid or not _is_digest(digest):
+        raise ValueError("a list's segments are named by [number, digest, items]")
+    return (number, digest, items), rest
+
+
+def _is_digest(value: Any) -> bool:
+    return isinstance(value, str) and len(value) == chain.DIGEST_CHARS
+
+
+def _walk(last: tuple[int, str, int], texts: Mapping[int, str]) -> list[tuple[SegmentRef, str]]:
+    """The segments of one list, first to last, each with its items' text, followed back from
+    the last one its base names; ``ValueError`` names one missing, changed or malformed."""
+    out: list[tuple[SegmentRef, str]] = []
+    number, digest, total = last
+    link: tuple[int, str] | None = (number, digest)
+    seen: set[int] = set()
+    while link is not None:
+        number, digest = link
+        if number in seen:
+            raise ValueError(f"segment {number} is named twice")
+        seen.add(number)
+        text = texts.get(number)
+        if text is None:
+            raise ValueError(f"segment {number}, which it names, is missing from the store")
+        if chain.digest(text) != digest:
+            raise ValueError(f"segment {number} changed since it was named")
+        link, items, body = _segment(number, text)
+        out.append((SegmentRef(number, digest, items, chain.digest(body)), body))
+    out.reverse()
+    if sum(ref.items for ref, _ in out) != total:
+        raise ValueError(f"the segments ending at segment {last[0]} do not hold {total} items")
+    return out
+
+
+def _segment(number: int, text: str) -> tuple[tuple[int, str] | None, int, str]:
+    """A segment record's link to the one before it, its count of items, and their text."""
+    line, body = text.split("\n", 1) if "\n" in text else ("", text)
+    try:
+        header = jsonutil.loads(line)
+    except ValueError:
+        header = None
+    if not (isinstance(header, dict) and set(header) == {"prev", "items"}):
+        raise ValueError(f"segment {number} has no header")
+    prev, items = header["prev"], header["items"]
+    if not (type(items) is int and items >= 1):
+        raise ValueError(f"segment {number} does not say how many items it holds")
+    if prev is None:
+        return None, items, body
+    if not (isinstance(prev, list) and len(prev) == 2 and type(prev[0]) is int):
+        raise ValueError(f"segment {number} does not name the one before it")
+    if prev[0] < 0 or not _is_digest(prev[1]):
+        raise ValueError(f"segment {number} does not name the one before it")
+    return (prev[0], prev[1]), items, body
+
+
+def record(prev: SegmentRef | None, items: int, body: str) -> str:
+    """A segment record's text."""
+    link = [prev.number, prev.digest] if prev is not None else None
+    return jsonutil.dumps({"prev": link, "items": items}) + "\n" + body
 
 
 def _placeholders(document: Any) -> list[tuple[Place, dict[str, Any]]]:
@@ -114,13 +176,16 @@ def _placeholders(document: Any) -> list[tuple[Place, dict[str, Any]]]:
 
 
 def named_numbers(document: Any) -> set[int]:
-    """The segment numbers a base names (malformed placeholders are left to ``resolve``)."""
+    """The last segment numbers a base names (malformed placeholders are left to
+    ``resolve``)."""
     numbers: set[int] = set()
     for _, value in _placeholders(document):
         try:
-            numbers.update(ref.number for ref in _refs(value)[0])
+            last = _named(value)[0]
         except ValueError:
             continue
+        if last is not None:
+            numbers.add(last[0])
     return numbers
 
 
@@ -129,55 +194,73 @@ def resolve(
 ) -> tuple[Named, bool]:
     """Put back, in place, each list a base names by segments; the segments found per list,
     and whether every segment is known to nest within ``depth_limit`` (for the list's place).
-    ``ValueError`` names a segment that is missing, changed or not a list of its count."""
-    named: Named = {}
-    found = [(place, *_refs(value)) for place, value in _placeholders(document)]
-    wanted = [ref for *_, refs, _ in found for ref in refs]
-    for ref in wanted:
-        text = texts.get(ref.number) if texts is not None else None
-        if text is None:
-            raise ValueError(f"segment {ref.number} it names is missing from the store")
-        if chain.digest(text) != ref.digest:
-            raise ValueError(f"segment {ref.number} changed since it was named")
-    chunks, within = _parsed([texts[ref.number] for ref in wanted] if texts else [], depth_limit)
-    for ref, chunk in zip(wanted, chunks, strict=True):
-        if not isinstance(chunk, list) or len(chunk) != ref.items:
-            raise ValueError(f"segment {ref.number} does not hold the {ref.items} items named")
+    ``ValueError`` names a segment that is missing, changed or not its items."""
+    found = []
+    seen: set[int] = set()
+    for place, value in _placeholders(document):
+        last, rest = _named(value)
+        walked = _walk(last, texts or {}) if last is not None else []
+        numbers = {ref.number for ref, _ in walked}
+        if numbers & seen:
+            # a writer names each segment once: two lists sharing one could make a small store
+            # answer into a huge document
+            raise ValueError("it names a segment twice")
+        seen |= numbers
+        found.append((place, walked, rest))
+    bodies = [body for _, walked, _ in found for _, body in walked]
+    chunks, within = _parsed(bodies, depth_limit)
     at = 0
-    for place, refs, rest in found:
+    named: Named = {}
+    for place, walked, rest in found:
         items: list[Any] = []
-        for chunk in chunks[at : at + len(refs)]:
+        for (ref, _), chunk in zip(walked, chunks[at : at + len(walked)], strict=True):
+            if not isinstance(chunk, list) or len(chunk) != ref.items:
+                raise ValueError(
+                    f"segment {ref.number} does not hold the {ref.items} items it says"
+                )
             items.extend(chunk)
-        at += len(refs)
+        at += len(walked)
         items.extend(rest)
         place.container[place.field] = items
         if place.list_id is not None:
-            named[place.list_id] = refs
+            named[place.list_id] = tuple(ref for ref, _ in walked)
     return named, within and depth_limit is not None
 
 
 def check(document: Any, texts: Mapping[int, str]) -> dict[int, str]:
-    """What is wrong with each segment a base names, by number (empty: each is what it says)."""
+    """What is wrong with the segments a base names, by number (empty: each is what it
+    says): the first one found wrong on each list's way back from its last."""
     bad: dict[int, str] = {}
     for _, value in _placeholders(document):
         try:
-            refs = _refs(value)[0]
+            last = _named(value)[0]
         except ValueError:
             continue  # the base's own fault: its assembly names it
-        for ref in refs:
-            text = texts.get(ref.number)
-            if text is None:
-                bad[ref.number] = "this segment a base names is missing from the store"
-            elif chain.digest(text) != ref.digest:
-                bad[ref.number] = "its content is not what the bases that name it say (changed)"
-            else:
-                try:
-                    chunk = jsonutil.loads(text)
-                except ValueError:
-                    chunk = None
-                if not isinstance(chunk, list) or len(chunk) != ref.items:
-                    bad[ref.number] = f"it does not hold the {ref.items} items its bases name"
+        if last is None:
+            continue
+        try:
+            walked = _walk(last, texts)
+        except ValueError as exc:
+            number = _number_in(str(exc), last[0])
+            bad.setdefault(number, str(exc))
+            continue
+        for ref, body in walked:
+            try:
+                chunk = jsonutil.loads(body)
+            except ValueError:
+                chunk = None
+            if not isinstance(chunk, list) or len(chunk) != ref.items:
+                bad.setdefault(
+                    ref.number, f"segment {ref.number} does not hold its {ref.items} items"
+                )
     return bad
+
+
+def _number_in(message: str, default: int) -> int:
+    words = message.split()
+    if len(words) > 1 and words[0] == "segment" and words[1].rstrip(",").isdigit():
+        return int(words[1].rstrip(","))
+    return default
 
 
 def _parsed(texts: list[str], depth_limit: int | None) -> tuple[list[Any], bool]:
@@ -199,19 +282,21 @@ def _parsed(texts: list[str], depth_limit: int | None) -> tuple[list[Any], bool]
 async def read_named(store: JournalStore, key: str, base: str) -> dict[int, str] | None:
     """The segment records a base (a record's text) names, read from the checkpoint ``key``'s
     segments journal, by number (``None``: it names none). A plain read first; the history
-    only when a named number lies before the segments journal's own base."""
+    only when a segment it leads to lies before the segments journal's own base."""
     body = chain.body(base)
     if MARK not in body:
         return None
     try:
-        numbers = named_numbers(jsonutil.loads(body))
+        document = jsonutil.loads(body)
     except ValueError:
         return None  # the assembly names what is wrong with the base
-    if not numbers:
+    if not named_numbers(document):
         return None
     side = segments_journal_key(key)
     texts = by_number(await store.journal_get(side))
-    if not numbers <= texts.keys():
+    try:
+        resolve(document, texts)
+    except ValueError:
         texts = by_number(await store.journal_get(side, history=True))
     return texts
 
@@ -250,32 +335,41 @@ class SegmentWriter:
             for ref in self.lists.get(place.list_id, ()):
                 chunk = items[cursor : cursor + ref.items]
                 old = jsonutil.dumps(chunk) if len(chunk) == ref.items else ""
-                if not old or chain.digest(old) != ref.digest:
-                    break  # changed (a context rewrite, a task started again): new ones
+                if not old or chain.digest(old) != ref.body:
+                    break  # changed (a task started over): its segments from here are new
                 kept.append(ref)
                 cursor += ref.items
                 named_bytes += len(old)
             new = items[cursor:]
-            text: str | None = jsonutil.dumps(new) if new else None
-            if text is not None and len(text) < MIN_SEGMENT_BYTES:
-                text = None  # too few bytes for a segment of their own: kept in the base
+            body: str | None = jsonutil.dumps(new) if new else None
+            if body is not None and len(body) < MIN_SEGMENT_BYTES:
+                body = None  # too few bytes for a segment of their own: kept in the base
             else:
                 new = []
-            if kept or text is not None:
-                plan.append((place, kept, new, text))
-        texts = [text for *_, text in plan if text is not None]
+            if kept or body is not None:
+                plan.append((place, kept, new, body))
+        texts = [
+            record(kept[-1] if kept else None, len(place.container[place.field]) - cursor, body)
+            for place, kept, _, body in plan
+            if body is not None
+            for cursor in [sum(ref.items for ref in kept)]
+        ]
         first = await self._append(texts) if texts else 0
         out: dict[Path, Any] = {}
         lists: Named = {}
-        for place, kept, rest, text in plan:
-            if text is not None:
+        written = iter(texts)
+        for place, kept, rest, body in plan:
+            if body is not None:
+                text = next(written)
                 count = len(place.container[place.field]) - sum(ref.items for ref in kept)
-                kept.append(SegmentRef(first, chain.digest(text), count))
+                kept.append(SegmentRef(first, chain.digest(text), count, chain.digest(body)))
                 first += 1
-                named_bytes += len(text)
+                named_bytes += len(body)
             assert place.list_id is not None
             lists[place.list_id] = tuple(kept)
-            out[place.path] = {MARK: [list(ref) for ref in kept], "rest": rest}
+            total = sum(ref.items for ref in kept)
+            last = [kept[-1].number, kept[-1].digest, total] if kept else None
+            out[place.path] = {MARK: last, "rest": rest}
         self.lists = lists
         return out, named_bytes
 
