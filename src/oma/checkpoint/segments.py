@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+import orjson
+
 from oma import jsonutil
 from oma.checkpoint import chain
 from oma.checkpoint.keys import segments_journal_key
@@ -43,13 +45,11 @@ _WRITE_TRIES = 5
 
 
 class SegmentRef(NamedTuple):
-    """A segment: its number in the segments journal, its record's digest, its items, and the
-    digest of its items' text (what a writer compares a list's prefix with)."""
+    """A segment: its number in the segments journal, its record's digest, its items."""
 
     number: int
     digest: str
     items: int
-    body: str
 
 
 ListId = tuple[str, str]  # a task's id, and which of its lists
@@ -132,7 +132,7 @@ def _walk(last: tuple[int, str, int], texts: Mapping[int, str]) -> list[tuple[Se
         if chain.digest(text) != digest:
             raise ValueError(f"segment {number} changed since it was named")
         link, items, body = _segment(number, text)
-        out.append((SegmentRef(number, digest, items, chain.digest(body)), body))
+        out.append((SegmentRef(number, digest, items), body))
     out.reverse()
     if sum(ref.items for ref, _ in out) != total:
         raise ValueError(f"the segments ending at segment {last[0]} do not hold {total} items")
@@ -141,10 +141,15 @@ def _walk(last: tuple[int, str, int], texts: Mapping[int, str]) -> list[tuple[Se
 
 def _segment(number: int, text: str) -> tuple[tuple[int, str] | None, int, str]:
     """A segment record's link to the one before it, its count of items, and their text."""
-    line, body = text.split("\n", 1) if "\n" in text else ("", text)
-    try:
-        header = jsonutil.loads(line)
-    except ValueError:
+    end = text.find("\n")
+    link, items = _header(number, text[:end] if end >= 0 else "")
+    return link, items, text[end + 1 :] if end >= 0 else text
+
+
+def _header(number: int, line: str) -> tuple[tuple[int, str] | None, int]:
+    try:  # two small numbers and a digest: what orjson cannot read exactly is refused
+        header = orjson.loads(line)
+    except orjson.JSONDecodeError:
         header = None
     if not (isinstance(header, dict) and set(header) == {"prev", "items"}):
         raise ValueError(f"segment {number} has no header")
@@ -152,12 +157,12 @@ def _segment(number: int, text: str) -> tuple[tuple[int, str] | None, int, str]:
     if not (type(items) is int and items >= 1):
         raise ValueError(f"segment {number} does not say how many items it holds")
     if prev is None:
-        return None, items, body
+        return None, items
     if not (isinstance(prev, list) and len(prev) == 2 and type(prev[0]) is int):
         raise ValueError(f"segment {number} does not name the one before it")
     if prev[0] < 0 or not _is_digest(prev[1]):
         raise ValueError(f"segment {number} does not name the one before it")
-    return (prev[0], prev[1]), items, body
+    return (prev[0], prev[1]), items
 
 
 def record(prev: SegmentRef | None, items: int, body: str) -> str:
@@ -294,11 +299,32 @@ async def read_named(store: JournalStore, key: str, base: str) -> dict[int, str]
         return None
     side = segments_journal_key(key)
     texts = by_number(await store.journal_get(side))
-    try:
-        resolve(document, texts)
-    except ValueError:
+    if not _all_there(document, texts):
         texts = by_number(await store.journal_get(side, history=True))
     return texts
+
+
+def _all_there(document: Any, texts: Mapping[int, str]) -> bool:
+    """Whether every segment each list leads to is among ``texts`` (links followed by the
+    headers alone: ``resolve`` checks the rest)."""
+    for _, value in _placeholders(document):
+        try:
+            last = _named(value)[0]
+        except ValueError:
+            continue
+        link = (last[0], last[1]) if last is not None else None
+        for _ in range(len(texts) + 1):
+            if link is None:
+                break
+            text = texts.get(link[0])
+            if text is None:
+                return False
+            end = text.find("\n")
+            try:
+                link = _header(link[0], text[:end] if end >= 0 else "")[0]
+            except ValueError:
+                break
+    return True
 
 
 def by_number(entry: JournalEntry | None) -> dict[int, str]:
@@ -331,11 +357,13 @@ class SegmentWriter:
             items = place.container.get(place.field)
             if place.list_id is None or not isinstance(items, list) or not items:
                 continue
-            kept, cursor = [], 0
+            kept: list[SegmentRef] = []
+            cursor = 0
             for ref in self.lists.get(place.list_id, ()):
                 chunk = items[cursor : cursor + ref.items]
                 old = jsonutil.dumps(chunk) if len(chunk) == ref.items else ""
-                if not old or chain.digest(old) != ref.body:
+                prev = kept[-1] if kept else None
+                if not old or chain.digest(record(prev, ref.items, old)) != ref.digest:
                     break  # changed (a task started over): its segments from here are new
                 kept.append(ref)
                 cursor += ref.items
@@ -362,7 +390,7 @@ class SegmentWriter:
             if body is not None:
                 text = next(written)
                 count = len(place.container[place.field]) - sum(ref.items for ref in kept)
-                kept.append(SegmentRef(first, chain.digest(text), count, chain.digest(body)))
+                kept.append(SegmentRef(first, chain.digest(text), count))
                 first += 1
                 named_bytes += len(body)
             assert place.list_id is not None
