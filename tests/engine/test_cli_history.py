@@ -14,7 +14,7 @@ import redis.asyncio as aioredis
 
 from oma.checkpoint import chain
 from oma.checkpoint.attempts import attempts_key
-from oma.checkpoint.keys import checkpoint_key
+from oma.checkpoint.keys import checkpoint_key, segments_journal_key
 from oma.cli import app
 from oma.store.redis import RedisStore
 from tests.engine.cli_runs_kit import RUN, cli, ledger_keys, runner, spec_file
@@ -206,3 +206,44 @@ def test_oma_fork_refuses_bad_input_and_writes_nothing(
     code, out = cli("fork", RUN, "--at", "2", "--run-id", RUN, "--store", url)
     assert code == 2 and "a run id of its own" in out
     assert cli("checkpoint", "show", "--run-id", "c", "--store", url)[0] == 1  # nothing written
+
+
+def test_verify_names_a_segment_a_store_changed_and_nothing_reads_it(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server: RedisServer = request.getfixturevalue("redis_server")
+    namespace = unique_name("h")
+    url = f"{server.url}?namespace={namespace}"
+    monkeypatch.setenv("OMA_LEDGER_PATH", str(tmp_path / "ledger.jsonl"))
+    spec = spec_file(tmp_path, {"redis": {"url": server.url, "namespace": namespace}}, turns=40)
+    assert cli("run", str(spec), "--run-id", RUN)[0] == 0
+    side = segments_journal_key(checkpoint_key(RUN))
+
+    async def tamper() -> None:
+        store = RedisStore(server.url, namespace=namespace)
+        client = aioredis.Redis.from_url(server.url)
+        try:
+            entry = await store.journal_get(side)
+            assert entry is not None and len(entry.records) >= 2  # the run wrote segments
+            text = entry.records[0]
+            assert '"e1' in text
+            await client.hset(f"{{{namespace}}}:jrecords", f"0:{side}", text.replace('"e1', '"e7'))
+        finally:
+            await client.aclose()
+            await store.aclose()
+
+    asyncio.run(tamper())
+    code, out = cli("verify", "--run-id", RUN, "--store", url)
+    assert code == 1 and "segment record 0: segment 0 changed since it was named" in out, out
+    code, out = cli("verify", "--run-id", RUN, "--store", url, "--json")
+    failures = json.loads(out)["failures"]
+    assert failures == [
+        {
+            "record": 0,
+            "seq": None,
+            "problem": "segment 0 changed since it was named",
+            "journal": "segments",
+        }
+    ]
+    code, out = cli("checkpoint", "show", "--run-id", RUN, "--store", url)
+    assert code != 0 and "segment 0 changed since it was named" in out, out
