@@ -246,7 +246,8 @@ async def second_attempt(scene: Scene) -> None:
     say(f"checkpoint: {view.line()}")
     scene.summary["attempt 2"] = (
         f"resumed: pod {pod_name}, same runId {scene.run_id}, engine attempt 2 restored from "
-        f"attempt 1's checkpoint; suspended on {len(view.awaiting)} approval (exit 10)"
+        f"attempt 1's checkpoint; suspended on {len(view.awaiting)} approval "
+        f"(exit {second.get('exitCode')})"
     )
 
 

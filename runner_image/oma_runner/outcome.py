@@ -10,6 +10,11 @@ from oma.pod_contract import EXIT_BY_STATUS, Exit, TaskCounts, TerminationReport
 
 
 def exit_code_for(result: TeamRunResult) -> Exit:
+    """A run waiting for approval ends its pod with 0, so the pod shows ``Completed`` rather
+    than ``Error`` while it waits; its report's ``status`` (``suspended``) tells the operator
+    what happened (``oma run`` still exits 10)."""
+    if result.status.code == "suspended":
+        return Exit.OK
     return EXIT_BY_STATUS.get(result.status.code, Exit.PERMANENT)
 
 

@@ -61,10 +61,12 @@ async def make_checkpoint(
         subprocess.run, [runner], env=env, capture_output=True, text=True, check=False
     )
     spec_file.unlink()
-    if done.returncode != Exit.SUSPENDED:
+    report = spec_file.with_suffix(".report")
+    said = json.loads(report.read_text()).get("status") if report.exists() else None
+    if done.returncode != Exit.OK or said != "suspended":
         raise AssertionError(
             f"making {namespace}/{body['metadata']['name']}'s checkpoint: exit "
-            f"{done.returncode}\n{done.stderr[-2000:]}"
+            f"{done.returncode}, status {said}\n{done.stderr[-2000:]}"
         )
 
 

@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from oma.checkpoint.retention import HistoryPolicy
-from oma.pod_contract import model_key_env
+from oma.pod_contract import TerminationReport, model_key_env
 from oma.spec import RunSpec
 from oma_operator.resources.bodies import PodBody
 from oma_operator.resources.models import RetryPolicy, TeamRunSpec, to_run_spec, work_fields
@@ -65,6 +65,31 @@ def test_classify(pod: PodBody, kind: str, reason: str) -> None:
     outcome = classify(pod)
     assert (outcome.kind, outcome.reason) == (kind, reason)
     assert outcome.terminal == (kind != "running")
+
+
+def _report(status: str) -> str:
+    return TerminationReport(run_id="r", attempt=1, status=status, message="waits").to_text()
+
+
+@pytest.mark.parametrize(
+    ("phase", "exit_code", "status", "kind", "reason"),
+    [
+        # a runner waiting for approval exits 0: its pod shows Completed, not Error
+        ("Succeeded", 0, "suspended", "suspended", "AwaitingApproval"),
+        # a runner from before said it by exit 10 (Failed)
+        ("Failed", 10, "suspended", "suspended", "AwaitingApproval"),
+        ("Succeeded", 0, "ok", "succeeded", "Completed"),
+        # a report that is not one (garbage the container left) is no suspension
+        ("Succeeded", 0, None, "succeeded", "Completed"),
+    ],
+)
+def test_a_suspended_runner_s_pod_completes_and_is_read_by_its_report(
+    phase: str, exit_code: int, status: str | None, kind: str, reason: str
+) -> None:
+    message = _report(status) if status is not None else '{"status": "suspended"'
+    pod = runner_pod_in(phase, exit_code=exit_code, reason="Completed", message=message)
+    outcome = classify(pod)
+    assert (outcome.kind, outcome.reason) == (kind, reason)
 
 
 LOST = "The container could not be located when the pod was terminated"
@@ -303,7 +328,6 @@ def test_a_teamrun_header_from_a_contract_variable_is_refused_with_the_spec() ->
 def test_a_runner_s_report_is_said_in_words_never_as_its_json() -> None:
     """Status messages, attempt records and Events carry the report's message, not the JSON
     termination message the runner wrote."""
-    from oma.pod_contract import TerminationReport
     from oma_operator.runs.rules.decisions import attempt_record
 
     words = "Durable approval decision pending."

@@ -29,6 +29,18 @@ def test_success_exit_0_and_termination_message(tmp_path: Path) -> None:
     assert _ledger(tmp_path) == ["first", "second"]
 
 
+def test_a_run_waiting_for_approval_exits_0_and_says_suspended(tmp_path: Path) -> None:
+    """Its pod shows Completed, not Error; the operator reads the report's status."""
+    spec = runner_spec({"file": {"path": str(tmp_path / "s.json")}})
+    spec["approvals"] = {"tools": ["ledger_append"]}
+    runner = start_runner(runner_env(tmp_path, spec))
+    out, _ = runner.communicate(timeout=60)
+    assert runner.returncode == 0, out
+    message = termination_message(tmp_path)
+    assert message["status"] == "suspended" and len(message["pendingApprovals"]) == 1, message
+    assert _ledger(tmp_path) == []  # nothing ran before the decision
+
+
 def test_a_redacting_store_is_logged_as_unfenced(tmp_path: Path) -> None:
     store = {"file": {"path": str(tmp_path / "s.json")}, "redact": True}
     out, _ = start_runner(runner_env(tmp_path, runner_spec(store))).communicate(timeout=60)

@@ -78,7 +78,12 @@ def classify(pod: PodBody) -> Outcome:
     message = (terminated or {}).get("message", "") or status.get("message", "")
     disruption = _disruption_reason(status)
     if phase == "Succeeded":
-        return Outcome("succeeded", "Completed", message, exit_code)
+        succeeded = Outcome("succeeded", "Completed", message, exit_code)
+        if succeeded.report is not None and succeeded.report.status == "suspended":
+            # A runner that stops to wait for approval exits 0 (its pod shows Completed, not
+            # Error); one from before said so by exit 10 (below).
+            return Outcome("suspended", "AwaitingApproval", message, exit_code)
+        return succeeded
     if phase != "Failed":
         if pod.get("metadata", {}).get("deletionTimestamp"):
             return Outcome("running", "Terminating", message)
