@@ -74,8 +74,12 @@ async def one_run(
 ) -> tuple[float, int]:
     """Seconds for one run of ``count`` tasks (checkpointing to ``store`` if given)."""
     team = make_team()
+    # The snapshot layout, whose writes ``CountingStore`` counts (the reference's layout;
+    # library runs default to the journal since issue 47: bench/checkpoint_overhead.py).
     options = (
-        CheckpointOptions(store=store, run_id=run_id, fence=fence) if store is not None else None
+        CheckpointOptions(store=store, run_id=run_id, fence=fence, journal=False)
+        if store is not None
+        else None
     )
     started = time.perf_counter()
     result = await OpenMultiAgent().run_tasks(team, task_specs(count, offset), checkpoint=options)

@@ -57,12 +57,13 @@ async def run_long(
     *,
     history: HistoryPolicy | None = HistoryPolicy(),  # noqa: B008  # frozen: shared safely
     restore: bool = False,
+    journal: bool = True,
 ) -> None:
     note = define_tool("note", "Note a finding.", NoteInput, _note)
     worker = AgentConfig(name="worker", adapter=model, max_turns=200, tools=[note])
     team = Team(name="history", agents=[worker])
     options = CheckpointOptions(
-        store=store, run_id=RUN_ID, fence=True, journal=True, history=history
+        store=store, run_id=RUN_ID, fence=True, journal=journal, history=history
     )
     oma = OpenMultiAgent(park_on_model_outage=True)
     with contextlib.suppress(ModelUnavailableError):

@@ -33,7 +33,7 @@ TASK: list[dict[str, Any]] = [{"title": "Pay", "description": "Pay.", "assignee"
 
 
 def _options(store: Any) -> CheckpointOptions:
-    return CheckpointOptions(store=store, run_id=RUN)
+    return CheckpointOptions(journal=False, store=store, run_id=RUN)
 
 
 async def _suspend_tool(store: Any, recorder: Recorder) -> TeamRunResult:
@@ -208,7 +208,7 @@ async def test_checkpointed_decision_must_match_the_ledger(tmp_path: Path) -> No
     with pytest.raises(DurableApprovalError) as caught:
         await OpenMultiAgent().restore(
             charge_team(recorder)[0],
-            checkpoint=CheckpointOptions(store=FileStore(path), run_id="conf-c"),
+            checkpoint=CheckpointOptions(journal=False, store=FileStore(path), run_id="conf-c"),
         )
     assert caught.value.code == "APPROVAL_INTEGRITY_ERROR"
     assert CHARGE_TASK in path.read_text()
@@ -273,7 +273,8 @@ async def test_dispatch_approved_task_that_is_not_ready_is_stale(tmp_path: Path)
     team = Team(name="d", agents=[AgentConfig(name="worker", adapter=model)])
     with pytest.raises(DurableApprovalError) as caught:
         await OpenMultiAgent().restore(
-            team, checkpoint=CheckpointOptions(store=FileStore(path), run_id="conf-d")
+            team,
+            checkpoint=CheckpointOptions(journal=False, store=FileStore(path), run_id="conf-d"),
         )
     assert caught.value.code == "APPROVAL_STALE_DECISION" and model.calls == []
 

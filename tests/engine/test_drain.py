@@ -45,7 +45,7 @@ async def _first_commit(store: InMemoryStore) -> None:
 
 async def test_drain_stops_at_the_next_boundary_and_resume_finishes() -> None:
     store, log, drain = InMemoryStore(), ToolLog(), asyncio.Event()
-    options = CheckpointOptions(store=store, run_id="drain", fence=True)
+    options = CheckpointOptions(journal=False, store=store, run_id="drain", fence=True)
     run = asyncio.create_task(
         OpenMultiAgent(drain=drain).run_tasks(_team(log), TASKS, checkpoint=options)
     )

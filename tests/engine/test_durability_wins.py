@@ -54,7 +54,7 @@ async def test_a_result_that_is_not_json_is_left_out_and_the_run_goes_on(
     result = await OpenMultiAgent(on_progress=events.append).run_tasks(
         _team(),
         TASKS,
-        checkpoint=CheckpointOptions(store=store, run_id="dw"),
+        checkpoint=CheckpointOptions(journal=False, store=store, run_id="dw"),
     )
     assert result.success, result.status
     failures = [e for e in events if e.type == "error"]
@@ -69,7 +69,7 @@ async def test_a_result_that_is_not_json_is_left_out_and_the_run_goes_on(
 
     monkeypatch.setattr(task_runner_module, "_result", original)
     restored = await OpenMultiAgent().restore(
-        _team(), checkpoint=CheckpointOptions(store=store, run_id="dw")
+        _team(), checkpoint=CheckpointOptions(journal=False, store=store, run_id="dw")
     )
     assert restored.success
     assert restored.task_results[a].output == "output of A"
@@ -92,7 +92,7 @@ async def test_data_json_can_hold_is_written_as_json_would_hold_it(
     monkeypatch.setattr(task_runner_module, "_result", with_caller_data)
     store = InMemoryStore()
     result = await OpenMultiAgent().run_tasks(
-        _team(), TASKS, checkpoint=CheckpointOptions(store=store, run_id="dt")
+        _team(), TASKS, checkpoint=CheckpointOptions(journal=False, store=store, run_id="dt")
     )
     assert result.success
     entry = await store.get(Checkpoint(store, run_id="dt").key)

@@ -29,7 +29,7 @@ async def test_restore_puts_the_embedded_shared_memory_back() -> None:
             {"title": "Find", "description": "Find it."},
             {"title": "Sum", "description": "Sum up.", "dependsOn": ["Find"]},
         ],
-        checkpoint=CheckpointOptions(store=checkpoints, run_id="memo"),
+        checkpoint=CheckpointOptions(journal=False, store=checkpoints, run_id="memo"),
     )
     assert done.success, done.status
     written = {e.key: e.value for e in await first_memory.list()}
@@ -42,7 +42,7 @@ async def test_restore_puts_the_embedded_shared_memory_back() -> None:
     fresh_memory = InMemoryStore()  # a new process: its memory store starts empty
     again = await OpenMultiAgent().restore(
         _team(fresh_memory, ScriptedAdapter([{"text": "must not be called"}])),
-        checkpoint=CheckpointOptions(store=checkpoints, run_id="memo"),
+        checkpoint=CheckpointOptions(journal=False, store=checkpoints, run_id="memo"),
     )
     assert again.success and again.identity.attempt == 2
     restored = {e.key: e.value for e in await fresh_memory.list()}

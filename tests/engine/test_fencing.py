@@ -104,7 +104,7 @@ async def test_a_superseded_attempt_stops_before_its_next_tool(backend: Any) -> 
     run_id = f"{RUN}-{uuid.uuid4().hex[:8]}"
     first_store, second_store = _store(backend), _store(backend)
     executions = Executions([], asyncio.Event())
-    options = CheckpointOptions(store=first_store, run_id=run_id, fence=True)
+    options = CheckpointOptions(journal=False, store=first_store, run_id=run_id, fence=True)
     first = asyncio.create_task(
         OpenMultiAgent().run_tasks(_team(executions), TASKS, checkpoint=options)
     )
@@ -120,7 +120,7 @@ async def test_a_superseded_attempt_stops_before_its_next_tool(backend: Any) -> 
     await wait_until(in_its_slow_model_call, "attempt 1 to commit a1 and call its model")
     second = await OpenMultiAgent().restore(
         _team(executions),
-        checkpoint=CheckpointOptions(store=second_store, run_id=run_id, fence=True),
+        checkpoint=CheckpointOptions(journal=False, store=second_store, run_id=run_id, fence=True),
     )
     with pytest.raises(CheckpointFencedError):
         await first
@@ -159,11 +159,11 @@ async def test_an_attempt_superseded_after_its_last_save_does_not_run_the_next_t
     newer: list[Any] = []
 
     async def newer_attempt_takes_over() -> None:
-        options = CheckpointOptions(store=store, run_id=run_id, fence=True)
+        options = CheckpointOptions(journal=False, store=store, run_id=run_id, fence=True)
         newer.append(await OpenMultiAgent().restore(_team(executions), checkpoint=options))
 
     store.hook = newer_attempt_takes_over
-    options = CheckpointOptions(store=store, run_id=run_id, fence=True)
+    options = CheckpointOptions(journal=False, store=store, run_id=run_id, fence=True)
     with pytest.raises(CheckpointFencedError):
         await OpenMultiAgent().run_tasks(_team(executions), TASKS, checkpoint=options)
     assert newer and newer[0].success and newer[0].identity.attempt == 2
@@ -172,7 +172,7 @@ async def test_an_attempt_superseded_after_its_last_save_does_not_run_the_next_t
 
 async def test_two_fresh_runs_of_one_run_id_cannot_both_write() -> None:
     store, executions = InMemoryStore(), Executions([])
-    options = CheckpointOptions(store=store, run_id=RUN, fence=True)
+    options = CheckpointOptions(journal=False, store=store, run_id=RUN, fence=True)
     done = await OpenMultiAgent().run_tasks(_team(executions), TASKS, checkpoint=options)
     assert done.success
     with pytest.raises(CheckpointFencedError):
@@ -189,7 +189,7 @@ async def test_a_store_without_cas_runs_unfenced_with_a_warning() -> None:
     ).run_tasks(
         _team(executions),
         TASKS,
-        checkpoint=CheckpointOptions(store=NoCasStore(), run_id=RUN, fence=True),
+        checkpoint=CheckpointOptions(journal=False, store=NoCasStore(), run_id=RUN, fence=True),
     )
     assert result.success and warnings == ["fencing_unavailable"]
 

@@ -66,13 +66,13 @@ TASKS = [{"title": "Pay", "description": "Pay the invoice.", "assignee": "worker
 async def _crash(store: CrashingStore, team: Team, tasks: list[dict[str, Any]] = TASKS) -> None:
     with pytest.raises(SimulatedCrash):
         await OpenMultiAgent().run_tasks(
-            team, tasks, checkpoint=CheckpointOptions(store=store, run_id=RUN)
+            team, tasks, checkpoint=CheckpointOptions(journal=False, store=store, run_id=RUN)
         )
 
 
 async def _restore(store: CrashingStore, team: Team) -> Any:
     return await OpenMultiAgent().restore(
-        team, checkpoint=CheckpointOptions(store=store, run_id=RUN)
+        team, checkpoint=CheckpointOptions(journal=False, store=store, run_id=RUN)
     )
 
 
@@ -192,7 +192,7 @@ async def test_transient_save_failure_is_reported_and_the_run_continues() -> Non
     result = await OpenMultiAgent(on_progress=events).run_tasks(
         _team(_script(_calls("c1"), {"text": "paid"}), _charge_tool(log)),
         TASKS,
-        checkpoint=CheckpointOptions(store=store, run_id=RUN),
+        checkpoint=CheckpointOptions(journal=False, store=store, run_id=RUN),
     )
     assert result.success and events.kinds() == ["checkpoint_save_failed"]
     saved = await Checkpoint(store, run_id=RUN).load_latest()
@@ -213,7 +213,7 @@ async def test_conflicting_run_ids_refuse_before_any_model_call() -> None:
             _team(model, _charge_tool(log)),
             TASKS,
             run_id="a",
-            checkpoint=CheckpointOptions(store=InMemoryStore(), run_id="b"),
+            checkpoint=CheckpointOptions(journal=False, store=InMemoryStore(), run_id="b"),
         )
     assert model.calls == []
 
@@ -224,11 +224,12 @@ async def test_restore_on_an_empty_store_runs_fresh_and_resume_only_is_a_no_op()
     fresh = await OpenMultiAgent().restore(
         _team(model, _charge_tool(log)),
         TASKS,
-        checkpoint=CheckpointOptions(store=store, run_id=RUN),
+        checkpoint=CheckpointOptions(journal=False, store=store, run_id=RUN),
     )
     assert fresh.success and fresh.identity.attempt == 1 and log.ids() == ["c1"]
     empty = CrashingStore()
     nothing = await OpenMultiAgent().restore(
-        _team(model, _charge_tool(log)), checkpoint=CheckpointOptions(store=empty, run_id=RUN)
+        _team(model, _charge_tool(log)),
+        checkpoint=CheckpointOptions(journal=False, store=empty, run_id=RUN),
     )
     assert nothing.success and nothing.tasks == [] and await empty.list() == []

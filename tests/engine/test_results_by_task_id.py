@@ -29,7 +29,7 @@ def _team() -> Team:
 
 async def test_a_restored_result_is_found_by_its_task_id() -> None:
     store = InMemoryStore()
-    options = CheckpointOptions(store=store, run_id="ids")
+    options = CheckpointOptions(journal=False, store=store, run_id="ids")
     done = await OpenMultiAgent(max_concurrency=1).run_tasks(_team(), TASKS, checkpoint=options)
     assert done.success
     key = Checkpoint(store, run_id="ids").key

@@ -101,7 +101,7 @@ TASKS: list[dict[str, Any]] = [{"title": "Look", "description": "Render it.", "a
 
 async def test_parts_are_committed_as_they_are_and_replayed_after_a_crash() -> None:
     store, ran = InMemoryStore(), list[str]()
-    options = CheckpointOptions(store=store, run_id="rich")
+    options = CheckpointOptions(journal=False, store=store, run_id="rich")
     with pytest.raises(SimulatedCrash):
         await OpenMultiAgent().run_tasks(_team(PARTS, ran, "s2", store), TASKS, checkpoint=options)
     entry = await store.get(Checkpoint(store, run_id="rich").key)
@@ -166,7 +166,7 @@ async def test_bad_parts_are_an_error_result_the_model_sees(
     result = await OpenMultiAgent().run_tasks(
         team,
         TASKS,
-        checkpoint=CheckpointOptions(store=store, run_id="rich"),
+        checkpoint=CheckpointOptions(journal=False, store=store, run_id="rich"),
     )
     assert result.success
     (task_result,) = result.task_results.values()

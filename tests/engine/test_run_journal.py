@@ -99,7 +99,7 @@ async def test_checkpoints_are_v5_with_the_watermark_and_each_task_s_lineage() -
     journal, store = InMemoryRunJournal(), InMemoryStore()
     saves: list[dict[str, Any]] = []
     engine = OpenMultiAgent(journal=journal)
-    options = CheckpointOptions(store=store, run_id="v5")
+    options = CheckpointOptions(journal=False, store=store, run_id="v5")
     original = store.set
 
     async def recording_set(key: str, value: str, *args: Any, **kwargs: Any) -> Any:
@@ -129,7 +129,9 @@ async def test_checkpoints_are_v5_with_the_watermark_and_each_task_s_lineage() -
 async def test_a_run_without_a_journal_still_saves_v4_exactly() -> None:
     store = InMemoryStore()
     await OpenMultiAgent().run_tasks(
-        note_team(Model(1), []), TASKS, checkpoint=CheckpointOptions(store=store, run_id="v4")
+        note_team(Model(1), []),
+        TASKS,
+        checkpoint=CheckpointOptions(journal=False, store=store, run_id="v4"),
     )
     entry = await store.get(checkpoint_key("v4"))
     assert entry is not None
@@ -192,7 +194,7 @@ async def test_a_crashed_run_resumed_numbers_on_and_verifies(
 
 async def test_enforce_lineage_refuses_a_request_a_v4_checkpoint_cannot_explain() -> None:
     store, executed = InMemoryStore(), list[str]()
-    options = CheckpointOptions(store=store, run_id="strict")
+    options = CheckpointOptions(journal=False, store=store, run_id="strict")
     team = note_team(Model(3, fail_at=1), executed)
     tasks = [{**TASKS[0], "maxRetries": 2}]  # retrying cannot help: not retried
     with pytest.raises(SimulatedCrash):
@@ -207,7 +209,7 @@ async def test_enforce_lineage_refuses_a_request_a_v4_checkpoint_cannot_explain(
 
 async def test_a_v5_run_resumed_without_a_journal_saves_v4_without_its_marks() -> None:
     store, executed = InMemoryStore(), list[str]()
-    options = CheckpointOptions(store=store, run_id="back")
+    options = CheckpointOptions(journal=False, store=store, run_id="back")
     with pytest.raises(SimulatedCrash):
         await OpenMultiAgent(journal=InMemoryRunJournal()).run_tasks(
             note_team(Model(4, fail_at=2), executed), TASKS, checkpoint=options, run_id="back"
@@ -239,7 +241,7 @@ async def test_a_result_the_journal_kept_but_the_checkpoint_missed_is_folded_not
     None
 ):
     store, journal, executed = CrashingStore(), InMemoryRunJournal(), list[str]()
-    options = CheckpointOptions(store=store, run_id="tail")
+    options = CheckpointOptions(journal=False, store=store, run_id="tail")
     store.crash_before = _crash_before_first_commit  # killed after the journal's append
     with pytest.raises(SimulatedCrash):
         await OpenMultiAgent(journal=journal).run_tasks(
@@ -263,7 +265,7 @@ async def test_a_result_the_journal_kept_but_the_checkpoint_missed_is_folded_not
 
 async def test_a_tail_the_fold_cannot_place_is_discarded_with_a_warning() -> None:
     store, journal, executed = CrashingStore(), InMemoryRunJournal(), list[str]()
-    options = CheckpointOptions(store=store, run_id="odd")
+    options = CheckpointOptions(journal=False, store=store, run_id="odd")
     store.crash_before = _crash_before_first_commit
     with pytest.raises(SimulatedCrash):
         await OpenMultiAgent(journal=journal).run_tasks(
@@ -304,7 +306,7 @@ class CrashOnCommit(InMemoryStore):
 
 async def test_an_approved_call_committed_only_in_the_journal_is_not_run_again() -> None:
     store, journal, executed = CrashOnCommit(), InMemoryRunJournal(), list[str]()
-    options = CheckpointOptions(store=store, run_id="gate", fence=True)
+    options = CheckpointOptions(journal=False, store=store, run_id="gate", fence=True)
     gated = OpenMultiAgent(journal=journal, on_tool_call=lambda ctx: Suspend("review"))
     suspended = await gated.run_tasks(note_team(Model(1), executed), TASKS, checkpoint=options)
     assert suspended.status.code == "suspended" and executed == []
@@ -340,7 +342,7 @@ class CountingJournal(InMemoryRunJournal):
 async def test_a_restore_reads_the_journal_once() -> None:
     """The fold's read numbers the next events too (a long run's journal is read once)."""
     store, journal, executed = InMemoryStore(), CountingJournal(), list[str]()
-    options = CheckpointOptions(store=store, run_id="once")
+    options = CheckpointOptions(journal=False, store=store, run_id="once")
     with pytest.raises(SimulatedCrash):
         await OpenMultiAgent(journal=journal).run_tasks(
             note_team(Model(3, fail_at=2), executed), TASKS, checkpoint=options, run_id="once"

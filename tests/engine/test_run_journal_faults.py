@@ -127,7 +127,7 @@ def test_hostile_events_are_judged_not_crashed_on() -> None:
 
 async def test_an_unreadable_journal_is_left_alone_for_the_attempt(tmp_path: Path) -> None:
     path, store, executed = tmp_path / "run.jsonl", InMemoryStore(), list[str]()
-    options = CheckpointOptions(store=store, run_id="bad")
+    options = CheckpointOptions(journal=False, store=store, run_id="bad")
     with pytest.raises(SimulatedCrash):
         await OpenMultiAgent(journal=JsonlRunJournal(path)).run_tasks(
             note_team(Model(3, fail_at=2), executed), TASKS, checkpoint=options, run_id="bad"

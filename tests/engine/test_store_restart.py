@@ -109,7 +109,9 @@ async def test_run_survives_a_store_restart_and_resumes_after_a_crash(server: An
         await OpenMultiAgent(on_progress=events).run_tasks(
             _team(server, executions),
             tasks,
-            checkpoint=CheckpointOptions(store=crashing, run_id="restart", fence=True),
+            checkpoint=CheckpointOptions(
+                journal=False, store=crashing, run_id="restart", fence=True
+            ),
         )
     assert time.monotonic() - started >= DOWN_SECONDS  # the run kept going through the outage
     # Both stores retry writes that are safe to repeat through a short outage.
@@ -117,7 +119,7 @@ async def test_run_survives_a_store_restart_and_resumes_after_a_crash(server: An
     assert executions == ["d1", "a1"]
     resumed = await OpenMultiAgent().restore(
         _team(server, executions),
-        checkpoint=CheckpointOptions(store=store, run_id="restart", fence=True),
+        checkpoint=CheckpointOptions(journal=False, store=store, run_id="restart", fence=True),
     )
     assert resumed.success and resumed.identity.attempt == 2
     assert executions == ["d1", "a1", "a1"]  # a1 had no commit: it runs again, d1 never does

@@ -59,7 +59,7 @@ async def test_we_write_it_the_same_way() -> None:
     result = await OpenMultiAgent().run_tasks(
         Team(name="t", agents=[agent]),
         [{"title": "T", "description": "d", "assignee": "w"}],
-        checkpoint=CheckpointOptions(store=store, run_id="flag"),
+        checkpoint=CheckpointOptions(journal=False, store=store, run_id="flag"),
     )
     assert result.success
     entry = await store.get(Checkpoint(store, run_id="flag").key)

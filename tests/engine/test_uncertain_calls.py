@@ -81,14 +81,14 @@ async def _crash_at(store: CrashingStore, bank: Bank, field: str, *, idempotent:
         await OpenMultiAgent().run_tasks(
             bank.team(idempotent=idempotent, script=FIRST_ATTEMPT),
             TASKS,
-            checkpoint=CheckpointOptions(store=store, run_id="pay-1"),
+            checkpoint=CheckpointOptions(journal=False, store=store, run_id="pay-1"),
         )
 
 
 async def _restore(store: CrashingStore, bank: Bank, *, idempotent: bool = False) -> TeamRunResult:
     return await OpenMultiAgent().restore(
         bank.team(idempotent=idempotent, script=FIRST_ATTEMPT),
-        checkpoint=CheckpointOptions(store=store, run_id="pay-1"),
+        checkpoint=CheckpointOptions(journal=False, store=store, run_id="pay-1"),
     )
 
 
@@ -290,7 +290,7 @@ async def test_a_committed_non_idempotent_call_is_replayed_never_rerun() -> None
         await OpenMultiAgent().run_tasks(
             bank.team(idempotent=False, script=FIRST_ATTEMPT),
             TASKS,
-            checkpoint=CheckpointOptions(store=store, run_id="pay-1"),
+            checkpoint=CheckpointOptions(journal=False, store=store, run_id="pay-1"),
         )
     result = await _restore(store, bank)
     assert result.success and result.pending_approvals == [] and bank.transfers == [(CALL, 42)]
@@ -344,7 +344,7 @@ def test_oma_approvals_resolve_settles_an_uncertain_call(tmp_path: Path) -> None
             await file_store.set(entry.key, entry.value, entry.metadata)
         return await OpenMultiAgent().restore(
             bank.team(idempotent=False, script=FIRST_ATTEMPT),
-            checkpoint=CheckpointOptions(store=file_store, run_id="pay-1"),
+            checkpoint=CheckpointOptions(journal=False, store=file_store, run_id="pay-1"),
         )
 
     (request,) = asyncio.run(crash_then_suspend()).pending_approvals
@@ -383,7 +383,7 @@ def test_oma_approvals_resolve_settles_an_uncertain_call(tmp_path: Path) -> None
     async def resume() -> TeamRunResult:
         return await OpenMultiAgent().restore(
             bank.team(idempotent=False, script=FIRST_ATTEMPT),
-            checkpoint=CheckpointOptions(store=file_store, run_id="pay-1"),
+            checkpoint=CheckpointOptions(journal=False, store=file_store, run_id="pay-1"),
         )
 
     result = asyncio.run(resume())

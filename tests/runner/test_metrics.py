@@ -48,7 +48,7 @@ async def test_saves_failures_and_tool_calls_from_engine_events() -> None:
     first = RunnerMetrics(CollectorRegistry())
     with pytest.raises(SimulatedCrash):
         await OpenMultiAgent(on_progress=first.on_progress).run_tasks(
-            _team(), TASKS, checkpoint=CheckpointOptions(store=store, run_id="m")
+            _team(), TASKS, checkpoint=CheckpointOptions(journal=False, store=store, run_id="m")
         )
     assert first.report()["toolCalls"] == {"executed": 1, "replayed": 0}
 
@@ -56,7 +56,7 @@ async def test_saves_failures_and_tool_calls_from_engine_events() -> None:
     second = RunnerMetrics(registry)
     store.fail_next_writes = 1  # one best-effort save fails; the run goes on
     result = await OpenMultiAgent(on_progress=second.on_progress).restore(
-        _team(), checkpoint=CheckpointOptions(store=store, run_id="m")
+        _team(), checkpoint=CheckpointOptions(journal=False, store=store, run_id="m")
     )
     assert result.success
     assert value(registry, "oma_runner_tool_calls_total", source="replayed") == 1

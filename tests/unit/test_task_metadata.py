@@ -63,7 +63,7 @@ async def test_a_run_stores_task_metadata_redacted_and_refuses_a_forged_checkpoi
         {"title": "T", "description": "d", "metadata": {"ticket": "INC-1 password=hunter2"}}
     ]
     done = await OpenMultiAgent().run_tasks(
-        team, tasks, checkpoint=CheckpointOptions(store=store, run_id="m")
+        team, tasks, checkpoint=CheckpointOptions(journal=False, store=store, run_id="m")
     )
     assert done.success
     stored = await store.get("__oma_checkpoint__/m/latest")
@@ -85,7 +85,7 @@ async def test_a_run_stores_task_metadata_redacted_and_refuses_a_forged_checkpoi
     model = ScriptedAdapter([{"text": "must not run"}])
     forged = Team(name="m", agents=[AgentConfig(name="a", adapter=model)])
     assert await Checkpoint(store, run_id="m").load_latest() is not None  # as the reference
-    options = CheckpointOptions(store=store, run_id="m")
+    options = CheckpointOptions(journal=False, store=store, run_id="m")
     with pytest.raises(OmaError, match=r"Invalid checkpoint task: .*names a credential") as refused:
         await OpenMultiAgent().restore(forged, checkpoint=options)
     assert refused.value.code == "INVALID_CHECKPOINT_STATE"
@@ -110,7 +110,7 @@ async def test_a_run_keeps_its_metadata_cut() -> None:
     done = await OpenMultiAgent().run_tasks(
         team,
         [{"title": "T", "description": "d"}],
-        checkpoint=CheckpointOptions(store=store, run_id="r"),
+        checkpoint=CheckpointOptions(journal=False, store=store, run_id="r"),
         metadata={"note": "z" * 3000},
     )
     assert done.success

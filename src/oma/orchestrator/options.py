@@ -22,11 +22,13 @@ class CheckpointOptions:
     default so a library run writes exactly what the reference writes; ``oma run`` and the
     Kubernetes runner turn it on.
 
-    ``journal``: in a store that keeps journals (Redis, PostgreSQL, in-memory), a new run keeps
-    its checkpoint as a journal (a snapshot, then one delta per boundary, compacted), so a
-    boundary writes what changed instead of the whole snapshot (``oma.checkpoint.journal``).
-    Off by default for the same reason (the reference reads only whole snapshots); ``oma run``
-    and the runner turn it on. A run resumed keeps the layout it was found in.
+    ``journal`` (on by default): in a store that keeps journals (Redis, PostgreSQL, in-memory),
+    a new run keeps its checkpoint as a journal (a snapshot, then one delta per boundary,
+    compacted), so a boundary writes what changed instead of the whole snapshot
+    (``oma.checkpoint.journal``: 2,400x the final snapshot over 1,000 turns becomes a few
+    times it). ``journal=False`` keeps whole snapshots, for a store a TypeScript process reads
+    (the reference reads only those). A store without journals (a file, a redacting store)
+    keeps snapshots either way, and a run resumed keeps the layout it was found in.
 
     ``history``: a journal keeps the run's past boundaries, chained, for this retention
     (``oma.checkpoint.retention``; the default keeps every one until the checkpoint is
@@ -40,7 +42,7 @@ class CheckpointOptions:
     key: str | None = None
     fence: bool = False
     attempt_log: bool = False
-    journal: bool = False
+    journal: bool = True
     history: HistoryPolicy | None = field(default_factory=HistoryPolicy)
 
 
