@@ -7,11 +7,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from oma import jsonutil
 from oma.checkpoint import chain, segments
 from oma.checkpoint.journal import JournalWriter, load_journal
 from oma.checkpoint.keys import segments_journal_key
 from oma.checkpoint.retention import HistoryPolicy
+from oma.checkpoint.stored import remove_checkpoint
+from oma.errors import CheckpointDecodeError
 from oma.store import InMemoryStore
 
 KEY = "__oma_checkpoint__/seg-unit/latest"
@@ -128,3 +132,80 @@ async def test_items_nested_past_the_limit_are_not_vouched_for() -> None:
     await _writer(plain, _wire([_message(n) for n in range(10)]))
     _, stored = await _loaded(plain, depth=200)
     assert stored.within_depth is True
+
+
+async def test_an_unfenced_writer_whose_checkpoint_was_deleted_writes_its_segments_again() -> None:
+    """Last one wins: its next save replaces the journal, naming only segments it writes then
+    (it named segments of the deleted segments journal before: a checkpoint no restore read)."""
+    store = InMemoryStore()
+    writer = JournalWriter(store, KEY, fenced=False, history=HistoryPolicy())
+    await writer.save(_wire([_message(n) for n in range(20)]), {}, 1)
+    await writer.save(_wire([_message(n) for n in range(40)]), {}, 1)
+    assert await remove_checkpoint(store, KEY)  # deleted while the run goes on
+    for more in (0, 20):
+        handed = _wire([_message(n) for n in range(40 + more)])
+        await writer.save(handed, {}, 1)
+        document, _ = await _loaded(store)
+        assert document == handed
+
+
+async def test_segments_left_by_a_base_that_never_landed_go_with_a_delete() -> None:
+    store = InMemoryStore()
+    assert await store.journal_write(
+        SIDE, ['{"prev":null,"items":1}\n[1]'], version="v", expected=None, replace=True
+    )
+    assert not await remove_checkpoint(store, KEY)  # no checkpoint there
+    assert await store.journal_version(SIDE) is None
+
+
+async def test_a_base_naming_one_chain_from_many_places_is_refused_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A forged base: 2,000 lists all naming one chain of 1,000 segments. Refused after at most
+    two walks of it, by restore and by verify (each segment hashed a bounded number of times),
+    not in work quadratic in what the store returned."""
+    store = InMemoryStore()
+    writer = await _writer(store, _wire([_message(0)]))
+    texts: list[str] = []
+    prev: segments.SegmentRef | None = None
+    for number in range(1000):
+        text = segments.record(prev, 1, "[1]")
+        texts.append(text)
+        prev = segments.SegmentRef(number, chain.digest(text), 1)
+    assert prev is not None
+    await store.delete(SIDE)
+    assert await store.journal_write(SIDE, texts, version="v", expected=None, replace=True)
+    entry = await store.journal_get(KEY)
+    assert entry is not None and writer.current is not None
+    line, body = chain.split(entry.records[0])
+    assert line is not None
+    document = jsonutil.loads(body)
+    named = {segments.MARK: [prev.number, prev.digest, 1000], "rest": []}
+    document["inFlightTasks"] = [
+        {"taskId": f"t{n}", "conversationMessages": named, "toolCalls": named} for n in range(1000)
+    ]
+    forged = chain.headed(chain.parse_header(line), jsonutil.dumps(document))
+    store._journals[KEY] = entry.model_copy(update={"records": [forged]})
+    hashed = headers = 0
+    digest, header = chain.digest, segments._header
+
+    def counted(text: str) -> str:
+        nonlocal hashed
+        hashed += 1
+        return digest(text)
+
+    def read(number: int, line: str) -> tuple[tuple[int, str] | None, int]:
+        nonlocal headers
+        headers += 1
+        return header(number, line)
+
+    monkeypatch.setattr(chain, "digest", counted)
+    monkeypatch.setattr(segments, "_header", read)
+    with pytest.raises(CheckpointDecodeError, match="names a segment twice"):
+        await load_journal(store, KEY, 200)
+    # the read's look for what to fetch once, then resolve's walks of the first two lists
+    assert hashed <= 2 * 1000 + 10 and headers <= 3 * 1000 + 10
+    # verify's check of what a base names (the history shares what it found right)
+    hashed = 0
+    assert segments.check(document, segments.by_number(await store.journal_get(SIDE)), {}) == {}
+    assert hashed <= 1000 + 10

@@ -212,6 +212,7 @@ class History:
         """Each segment a base names that is missing, changed or not its items; bases found
         changed (``named``: their indexes) are no evidence of what they name."""
         bad: dict[int, str] = {}
+        known: dict[tuple[int, str], int] = {}  # segments found right, shared by every base
         for index, record in enumerate(self.records):
             if record.kind != "base" or segments.MARK not in record.text or index in named:
                 continue
@@ -219,7 +220,7 @@ class History:
                 document = jsonutil.loads(chain.split(record.text)[1])
             except ValueError:
                 continue
-            for number, problem in segments.check(document, self.segment_texts).items():
+            for number, problem in segments.check(document, self.segment_texts, known).items():
                 bad.setdefault(number, problem)
         return bad
 

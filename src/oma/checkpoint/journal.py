@@ -424,6 +424,8 @@ class JournalWriter:
         if record is not None:
             texts = [record]
         elif self._segments is not None:
+            if mode == "replace":
+                self._segments.forget()  # a new journal: it names only segments it writes
             placeholders, named_bytes = await self._segments.placeholders(wire)
             texts = base_records(wire, placeholders)
         else:

@@ -232,9 +232,15 @@ def resolve(
     return named, within and depth_limit is not None
 
 
-def check(document: Any, texts: Mapping[int, str]) -> dict[int, str]:
-    """What is wrong with the segments a base names, by number (empty: each is what it
-    says): the first one found wrong on each list's way back from its last."""
+def check(
+    document: Any, texts: Mapping[int, str], known: dict[tuple[int, str], int] | None = None
+) -> dict[int, str]:
+    """What is wrong with the segments a base names, by number (empty: each is what it says):
+    the first one found wrong on each list's way back from its last. ``known`` (shared by the
+    bases of one history) holds each segment already found right, with the items up to it, so
+    a chain is walked only back to where an earlier base's walk reached: each segment is
+    hashed and parsed once per history, however many bases name it."""
+    known = {} if known is None else known
     bad: dict[int, str] = {}
     for _, value in _placeholders(document):
         try:
@@ -243,42 +249,73 @@ def check(document: Any, texts: Mapping[int, str]) -> dict[int, str]:
             continue  # the base's own fault: its assembly names it
         if last is None:
             continue
-        try:
-            walked = _walk(last, texts)
-        except ValueError as exc:
-            number = _number_in(str(exc), last[0])
-            bad.setdefault(number, str(exc))
+        chain_back: list[tuple[tuple[int, str], int]] = []
+        link: tuple[int, str] | None = (last[0], last[1])
+        below, failed = 0, False
+        while link is not None:
+            if link in known:
+                below = known[link]
+                break
+            if any(link[0] == number for (number, _), _ in chain_back):
+                bad.setdefault(link[0], f"segment {link[0]} is named twice")
+                failed = True
+                break
+            problem, items, before = _checked(link, texts)
+            if problem is not None:
+                bad.setdefault(link[0], problem)
+                failed = True
+                break
+            chain_back.append((link, items))
+            link = before
+        if failed:
             continue
-        for ref, body in walked:
-            try:
-                chunk = jsonutil.loads(body)
-            except ValueError:
-                chunk = None
-            if not isinstance(chunk, list) or len(chunk) != ref.items:
-                bad.setdefault(
-                    ref.number, f"segment {ref.number} does not hold its {ref.items} items"
-                )
+        for found, items in reversed(chain_back):
+            below += items
+            known[found] = below
+        if below != last[2]:
+            problem = f"the segments ending at segment {last[0]} do not hold {last[2]} items"
+            bad.setdefault(last[0], problem)
     return bad
 
 
-def _number_in(message: str, default: int) -> int:
-    words = message.split()
-    if len(words) > 1 and words[0] == "segment" and words[1].rstrip(",").isdigit():
-        return int(words[1].rstrip(","))
-    return default
+def _checked(
+    link: tuple[int, str], texts: Mapping[int, str]
+) -> tuple[str | None, int, tuple[int, str] | None]:
+    """One segment checked: what is wrong with it (``None``: nothing), its items, the link
+    before it."""
+    number, digest = link
+    text = texts.get(number)
+    if text is None:
+        return f"segment {number}, which it names, is missing from the store", 0, None
+    if chain.digest(text) != digest:
+        return f"segment {number} changed since it was named", 0, None
+    try:
+        before, items, body = _segment(number, text)
+        chunk = jsonutil.loads(body)
+    except ValueError as exc:
+        return str(exc), 0, None
+    if not isinstance(chunk, list) or len(chunk) != items:
+        return f"segment {number} does not hold the {items} items it says", 0, None
+    return None, items, before
 
 
 def _parsed(texts: list[str], depth_limit: int | None) -> tuple[list[Any], bool]:
     """Every segment parsed in one call (the depth bound costs one padding, not one per
     segment), and whether each is known to nest within its place under ``depth_limit``.
-    ``ValueError`` unless the texts are that many JSON values."""
+    ``ValueError`` unless the texts join into that many JSON values. The joined parse cannot
+    tell where one text ends: texts a forged base vouches for could move items between its own
+    segments (each segment's count is still checked), nothing the forger could not write into
+    the base itself."""
     if not texts:
         return [], True
     joined = "[" + ",".join(texts) + "]"
-    if depth_limit is None:
-        values, within = jsonutil.loads(joined), False
-    else:  # the joined list is one level above each segment's place
-        values, within = jsonutil.loads_within(joined, depth_limit - _LEVELS_ABOVE + 1)
+    try:
+        if depth_limit is None:
+            values, within = jsonutil.loads(joined), False
+        else:  # the joined list is one level above each segment's place
+            values, within = jsonutil.loads_within(joined, depth_limit - _LEVELS_ABOVE + 1)
+    except ValueError as exc:
+        raise ValueError(f"a segment it names is not JSON ({exc})") from exc
     if not isinstance(values, list) or len(values) != len(texts):
         raise ValueError("the segments named are not one JSON array each")
     return values, within
@@ -307,15 +344,15 @@ async def read_named(store: JournalStore, key: str, base: str) -> dict[int, str]
 def _all_there(document: Any, texts: Mapping[int, str]) -> bool:
     """Whether every segment each list leads to is among ``texts`` (links followed by the
     headers alone: ``resolve`` checks the rest)."""
+    visited: set[int] = set()  # across lists: a forged base cannot make the walk quadratic
     for _, value in _placeholders(document):
         try:
             last = _named(value)[0]
         except ValueError:
             continue
         link = (last[0], last[1]) if last is not None else None
-        for _ in range(len(texts) + 1):
-            if link is None:
-                break
+        while link is not None and link[0] not in visited:
+            visited.add(link[0])
             text = texts.get(link[0])
             if text is None:
                 return False
@@ -348,9 +385,16 @@ class SegmentWriter:
         """Name again the segments a load found (a restored run's base need not rewrite them)."""
         self.lists = dict(named)
 
+    def forget(self) -> None:
+        """Name none of the segments written so far: the next base writes its lists again (a
+        journal replaced, perhaps after a delete took the segments journal with it)."""
+        self.lists, self._version, self._end = {}, None, None
+
     async def placeholders(self, wire: dict[str, Any]) -> tuple[dict[Path, Any], int]:
         """What a base holds instead of each long list of ``wire`` (by the list's path), new
         segments written first; and the bytes of the segments named."""
+        if self._end is None:
+            await self._read_head()
         plan: list[tuple[Place, list[SegmentRef], list[Any], str | None]] = []
         named_bytes = 0
         for place in places(wire):
@@ -406,9 +450,8 @@ class SegmentWriter:
         (an attempt that lost the run, whose base will not be read) is read past."""
         for _ in range(_WRITE_TRIES):
             if self._end is None:
-                head = await self.store.journal_head(self.key)
-                self._version = head.version if head is not None else None
-                self._end = head.base + head.records if head is not None else 0
+                await self._read_head()
+            assert self._end is not None
             version = new_version()
             try:
                 ok = await self.store.journal_write(
@@ -426,3 +469,12 @@ class SegmentWriter:
                 return first
             self._end = None
         raise CheckpointFencedError(self.key, None)
+
+    async def _read_head(self) -> None:
+        """Where the next segment goes. No segments journal while this writer names segments
+        (a delete took it): it names none, and the next base writes its lists again."""
+        head = await self.store.journal_head(self.key)
+        if head is None and self.lists:
+            self.lists = {}
+        self._version = head.version if head is not None else None
+        self._end = head.base + head.records if head is not None else 0

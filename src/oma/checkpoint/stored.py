@@ -82,17 +82,21 @@ async def remove_checkpoint(store: MemoryStore, key: str) -> bool:
     event journal and segments the store keeps for it; ``False`` when neither checkpoint nor log was
     there."""
     journal = await store.journal_version(key) if supports_journal(store) else None
-    if (
+    found = not (
         journal is None
         and await store.get(key) is None
         and await store.get(attempts_key(key)) is None
-    ):
+    )
+    # What sits beside a checkpoint goes even when the checkpoint never landed (a first base
+    # whose segments were written, then the write lost); the segments before the journal that
+    # names them, so no checkpoint is left naming segments that are gone.
+    await store.delete(segments_journal_key(key))
+    await store.delete(events_journal_key(key))
+    if not found:
         return False
     await store.delete(key)
     await store.delete(attempts_key(key))
     await store.delete(tool_record_key(key))
-    await store.delete(events_journal_key(key))
-    await store.delete(segments_journal_key(key))
     return True
 
 
