@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from oma import jsonutil
 from oma.checkpoint.journal import JournalWriter
+from oma.store import InMemoryStore, JournalStore
+from tests.engine.server_stores import server_store
+
+
+@pytest.fixture(params=["memory", "redis", "postgres"])
+async def journal_store(request: pytest.FixtureRequest) -> AsyncIterator[JournalStore]:
+    """Each store that keeps journals: in memory, and a fresh part of the session's Redis and
+    PostgreSQL servers."""
+    if request.param == "memory":
+        yield InMemoryStore()
+        return
+    async with server_store(request, request.param, "jrn") as made:
+        yield made
 
 
 @pytest.fixture

@@ -23,6 +23,22 @@ from tests.servers.redis_server import RedisServer
 from tests.stores.conftest import unique_name
 
 
+def _ran_on_redis(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    turns: int = 6,
+) -> tuple[RedisServer, str, str]:
+    """``oma run`` of the kit's spec into a fresh Redis namespace: the server, the namespace,
+    and the store URL the CLI takes."""
+    server: RedisServer = request.getfixturevalue("redis_server")
+    namespace = unique_name("h")
+    monkeypatch.setenv("OMA_LEDGER_PATH", str(tmp_path / "ledger.jsonl"))
+    spec = spec_file(tmp_path, {"redis": {"url": server.url, "namespace": namespace}}, turns)
+    assert cli("run", str(spec), "--run-id", RUN)[0] == 0
+    return server, namespace, f"{server.url}?namespace={namespace}"
+
+
 @pytest.mark.parametrize("backend", ["redis", "postgres"])
 def test_history_lists_every_boundary_and_each_exports_as_it_was_saved(
     backend: str,
@@ -64,12 +80,7 @@ def test_history_lists_every_boundary_and_each_exports_as_it_was_saved(
 def test_verify_names_the_record_a_store_changed_and_history_shows_it_escaped(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    server: RedisServer = request.getfixturevalue("redis_server")
-    namespace = unique_name("h")
-    url = f"{server.url}?namespace={namespace}"
-    monkeypatch.setenv("OMA_LEDGER_PATH", str(tmp_path / "ledger.jsonl"))
-    spec = spec_file(tmp_path, {"redis": {"url": server.url, "namespace": namespace}})
-    assert cli("run", str(spec), "--run-id", RUN)[0] == 0
+    server, namespace, url = _ran_on_redis(request, tmp_path, monkeypatch)
     field = f"3:{checkpoint_key(RUN)}"
     records = f"{{{namespace}}}:jrecords"
 
@@ -211,12 +222,7 @@ def test_oma_fork_refuses_bad_input_and_writes_nothing(
 def test_verify_names_a_segment_a_store_changed_and_nothing_reads_it(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    server: RedisServer = request.getfixturevalue("redis_server")
-    namespace = unique_name("h")
-    url = f"{server.url}?namespace={namespace}"
-    monkeypatch.setenv("OMA_LEDGER_PATH", str(tmp_path / "ledger.jsonl"))
-    spec = spec_file(tmp_path, {"redis": {"url": server.url, "namespace": namespace}}, turns=40)
-    assert cli("run", str(spec), "--run-id", RUN)[0] == 0
+    server, namespace, url = _ran_on_redis(request, tmp_path, monkeypatch, turns=40)
     side = segments_journal_key(checkpoint_key(RUN))
 
     async def tamper() -> None:

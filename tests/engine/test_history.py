@@ -8,7 +8,6 @@ rebuilds is compared with that recording, byte for byte.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import pytest
@@ -22,25 +21,15 @@ from oma.errors import CheckpointHistoryError
 from oma.store import InMemoryStore, JournalStore
 from oma.store.journal import JournalEntry
 from tests.engine.long_runs import RUN_ID, StopsAt, run_long, segment_texts
-from tests.engine.server_stores import server_store
-
-
-@pytest.fixture(params=["memory", "redis", "postgres"])
-async def store(request: pytest.FixtureRequest) -> AsyncIterator[JournalStore]:
-    if request.param == "memory":
-        yield InMemoryStore()
-        return
-    async with server_store(request, request.param, "hist") as made:
-        yield made
 
 
 async def test_every_boundary_of_a_resumed_run_is_rebuilt_as_it_was_saved(
-    store: JournalStore, recorded: list[str]
+    journal_store: JournalStore, recorded: list[str]
 ) -> None:
-    await run_long(store, StopsAt(60, stop=40))
+    await run_long(journal_store, StopsAt(60, stop=40))
     first_attempt = len(recorded)
-    await run_long(store, StopsAt(60, stop=None), restore=True)
-    history = await read_history(store, checkpoint_key(RUN_ID))
+    await run_long(journal_store, StopsAt(60, stop=None), restore=True)
+    history = await read_history(journal_store, checkpoint_key(RUN_ID))
     assert history is not None
     boundaries = history.boundaries()
     assert [b.seq for b in boundaries] == list(range(1, len(recorded) + 1))
@@ -56,7 +45,7 @@ async def test_every_boundary_of_a_resumed_run_is_rebuilt_as_it_was_saved(
     assert [b.what for b in boundaries[-2:]] == ["task completed", "run finished"]
     assert history.verify() == []
     # the latest, as a restore reads it, is the last boundary
-    latest = await Checkpoint(store, run_id=RUN_ID).load_latest()
+    latest = await Checkpoint(journal_store, run_id=RUN_ID).load_latest()
     assert latest is not None and latest.to_json() == recorded[-1]
 
 

@@ -10,8 +10,6 @@ or read right.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 
 from oma import jsonutil
@@ -24,19 +22,9 @@ from oma.errors import CheckpointDecodeError
 from oma.store import InMemoryStore, JournalStore
 from oma.store.journal import JournalEntry
 from tests.engine.long_runs import RUN_ID, StopsAt, run_long
-from tests.engine.server_stores import server_store
 
 KEY = checkpoint_key(RUN_ID)
 SIDE = segments_journal_key(KEY)
-
-
-@pytest.fixture(params=["memory", "redis", "postgres"])
-async def store(request: pytest.FixtureRequest) -> AsyncIterator[JournalStore]:
-    if request.param == "memory":
-        yield InMemoryStore()
-        return
-    async with server_store(request, request.param, "seg") as made:
-        yield made
 
 
 def _body(record: str) -> object:
@@ -50,15 +38,15 @@ def _chained(base: str, texts: dict[int, str]) -> set[int]:
 
 
 async def test_a_long_run_names_its_lists_by_segments_and_every_boundary_is_as_saved(
-    store: JournalStore, recorded: list[str]
+    journal_store: JournalStore, recorded: list[str]
 ) -> None:
-    await run_long(store, StopsAt(120, stop=80))
+    await run_long(journal_store, StopsAt(120, stop=80))
     first_attempt = len(recorded)
-    written_before_claim = await store.journal_get(SIDE, history=True)
+    written_before_claim = await journal_store.journal_get(SIDE, history=True)
     assert written_before_claim is not None and len(written_before_claim.records) >= 3
-    await run_long(store, StopsAt(120, stop=None), restore=True)
+    await run_long(journal_store, StopsAt(120, stop=None), restore=True)
 
-    history = await read_history(store, KEY)
+    history = await read_history(journal_store, KEY)
     assert history is not None
     boundaries = history.boundaries()
     for boundary, saved in zip(boundaries, recorded, strict=True):
@@ -79,23 +67,25 @@ async def test_a_long_run_names_its_lists_by_segments_and_every_boundary_is_as_s
     assert named(last_of_attempt_1) and named(last_of_attempt_1) <= named(claim)
     new = named(claim) - named(last_of_attempt_1)
     assert all(n >= len(written_before_claim.records) for n in new)
-    latest = await Checkpoint(store, run_id=RUN_ID).load_latest()
+    latest = await Checkpoint(journal_store, run_id=RUN_ID).load_latest()
     assert latest is not None and latest.to_json() == recorded[-1]
 
 
-async def test_a_restore_reads_a_short_tail(store: JournalStore, recorded: list[str]) -> None:
-    await run_long(store, StopsAt(150, stop=140))
-    entry = await store.journal_get(KEY)
+async def test_a_restore_reads_a_short_tail(
+    journal_store: JournalStore, recorded: list[str]
+) -> None:
+    await run_long(journal_store, StopsAt(150, stop=140))
+    entry = await journal_store.journal_get(KEY)
     assert entry is not None
     base = entry.records[0]
-    side = segments.by_number(await store.journal_get(SIDE))
+    side = segments.by_number(await journal_store.journal_get(SIDE))
     named = _chained(base, side)
     weight = len(base) + sum(len(side[n]) for n in named)
     tail = sum(len(record) for record in entry.records[1:])
     largest = max(len(record) for record in entry.records[1:])
     assert tail <= max(weight * TAIL_SHARE, TAIL_FLOOR) + largest
     assert len(recorded[-1]) > 4 * max(weight * TAIL_SHARE, TAIL_FLOOR)  # the bound bites
-    loaded = await Checkpoint(store, run_id=RUN_ID).load_latest()
+    loaded = await Checkpoint(journal_store, run_id=RUN_ID).load_latest()
     assert loaded is not None and loaded.to_json() == recorded[-1]
 
 
@@ -230,10 +220,10 @@ async def test_segments_another_writer_appended_or_rebased_are_read_past(
         assert jsonutil.dumps(history.rebuild(boundary.seq)) == saved
 
 
-async def test_the_segments_go_with_their_checkpoint(store: JournalStore) -> None:
-    await run_long(store, StopsAt(60, stop=50))
-    assert await store.journal_version(SIDE) is not None
-    listed = await saved_checkpoints(store)
+async def test_the_segments_go_with_their_checkpoint(journal_store: JournalStore) -> None:
+    await run_long(journal_store, StopsAt(60, stop=50))
+    assert await journal_store.journal_version(SIDE) is not None
+    listed = await saved_checkpoints(journal_store)
     assert [c.key for c in listed.checkpoints] == [KEY]  # the segments are no run of their own
-    assert await remove_checkpoint(store, KEY)
-    assert await store.journal_version(SIDE) is None
+    assert await remove_checkpoint(journal_store, KEY)
+    assert await journal_store.journal_version(SIDE) is None

@@ -4,10 +4,7 @@ journals keeps snapshots; a resumed run keeps the layout it was found in."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
-
-import pytest
 
 from oma.checkpoint import Checkpoint
 from oma.checkpoint.keys import checkpoint_key
@@ -17,18 +14,8 @@ from oma.orchestrator import CheckpointOptions, OpenMultiAgent
 from oma.store import FileStore, InMemoryStore, JournalStore, MemoryStore
 from oma.team import AgentConfig, Team
 from tests.engine.long_runs import StopsAt, run_long
-from tests.engine.server_stores import server_store
 
 RUN = "library-default"
-
-
-@pytest.fixture(params=["memory", "redis", "postgres"])
-async def store(request: pytest.FixtureRequest) -> AsyncIterator[JournalStore]:
-    if request.param == "memory":
-        yield InMemoryStore()
-        return
-    async with server_store(request, request.param, "libj") as made:
-        yield made
 
 
 async def _run(store: MemoryStore, *, journal: bool | None = None) -> None:
@@ -45,20 +32,22 @@ async def _run(store: MemoryStore, *, journal: bool | None = None) -> None:
     assert result.success, result.status
 
 
-async def test_a_library_run_given_a_store_writes_the_journal(store: JournalStore) -> None:
-    await _run(store)  # journal left to its default
+async def test_a_library_run_given_a_store_writes_the_journal(journal_store: JournalStore) -> None:
+    await _run(journal_store)  # journal left to its default
     key = checkpoint_key(RUN)
-    assert await store.journal_version(key) is not None
-    assert await store.get(key) is None  # no whole snapshot beside it
-    loaded = await Checkpoint(store, run_id=RUN).load_latest()
+    assert await journal_store.journal_version(key) is not None
+    assert await journal_store.get(key) is None  # no whole snapshot beside it
+    loaded = await Checkpoint(journal_store, run_id=RUN).load_latest()
     assert loaded is not None and len(loaded.completed_task_results) == 1
 
 
-async def test_journal_false_writes_the_reference_s_whole_snapshot(store: JournalStore) -> None:
-    await _run(store, journal=False)
+async def test_journal_false_writes_the_reference_s_whole_snapshot(
+    journal_store: JournalStore,
+) -> None:
+    await _run(journal_store, journal=False)
     key = checkpoint_key(RUN)
-    assert await store.journal_version(key) is None
-    entry = await store.get(key)
+    assert await journal_store.journal_version(key) is None
+    entry = await journal_store.get(key)
     assert entry is not None and entry.value.startswith('{"version":')
 
 
