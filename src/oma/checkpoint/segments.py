@@ -126,17 +126,26 @@ def _walk(last: tuple[int, str, int], texts: Mapping[int, str]) -> list[tuple[Se
         if number in seen:
             raise ValueError(f"segment {number} is named twice")
         seen.add(number)
-        text = texts.get(number)
-        if text is None:
-            raise ValueError(f"segment {number}, which it names, is missing from the store")
-        if chain.digest(text) != digest:
-            raise ValueError(f"segment {number} changed since it was named")
-        link, items, body = _segment(number, text)
+        link, items, body = _read((number, digest), texts)
         out.append((SegmentRef(number, digest, items), body))
     out.reverse()
     if sum(ref.items for ref, _ in out) != total:
         raise ValueError(f"the segments ending at segment {last[0]} do not hold {total} items")
     return out
+
+
+def _read(
+    link: tuple[int, str], texts: Mapping[int, str]
+) -> tuple[tuple[int, str] | None, int, str]:
+    """The segment ``link`` names, if it is the text named: its link to the one before it, its
+    count of items and their text; ``ValueError`` says what is wrong with it."""
+    number, digest = link
+    text = texts.get(number)
+    if text is None:
+        raise ValueError(f"segment {number}, which it names, is missing from the store")
+    if chain.digest(text) != digest:
+        raise ValueError(f"segment {number} changed since it was named")
+    return _segment(number, text)
 
 
 def _segment(number: int, text: str) -> tuple[tuple[int, str] | None, int, str]:
@@ -158,9 +167,8 @@ def _header(number: int, line: str) -> tuple[tuple[int, str] | None, int]:
         raise ValueError(f"segment {number} does not say how many items it holds")
     if prev is None:
         return None, items
-    if not (isinstance(prev, list) and len(prev) == 2 and type(prev[0]) is int):
-        raise ValueError(f"segment {number} does not name the one before it")
-    if prev[0] < 0 or not _is_digest(prev[1]):
+    named = isinstance(prev, list) and len(prev) == 2 and type(prev[0]) is int
+    if not (named and prev[0] >= 0 and _is_digest(prev[1])):
         raise ValueError(f"segment {number} does not name the one before it")
     return (prev[0], prev[1]), items
 
@@ -283,19 +291,13 @@ def _checked(
 ) -> tuple[str | None, int, tuple[int, str] | None]:
     """One segment checked: what is wrong with it (``None``: nothing), its items, the link
     before it."""
-    number, digest = link
-    text = texts.get(number)
-    if text is None:
-        return f"segment {number}, which it names, is missing from the store", 0, None
-    if chain.digest(text) != digest:
-        return f"segment {number} changed since it was named", 0, None
     try:
-        before, items, body = _segment(number, text)
+        before, items, body = _read(link, texts)
         chunk = jsonutil.loads(body)
     except ValueError as exc:
         return str(exc), 0, None
     if not isinstance(chunk, list) or len(chunk) != items:
-        return f"segment {number} does not hold the {items} items it says", 0, None
+        return f"segment {link[0]} does not hold the {items} items it says", 0, None
     return None, items, before
 
 

@@ -78,9 +78,9 @@ async def saved_checkpoints(store: MemoryStore) -> StoreListing:
 
 
 async def remove_checkpoint(store: MemoryStore, key: str) -> bool:
-    """Delete the checkpoint under ``key``, its attempt log, its record of MCP tools and the
-    event journal and segments the store keeps for it; ``False`` when neither checkpoint nor log was
-    there."""
+    """Delete the checkpoint under ``key``, its attempt log, its record of MCP tools, and the
+    event journal and segments the store keeps for it; ``False`` when neither checkpoint nor
+    log was there."""
     journal = await store.journal_version(key) if supports_journal(store) else None
     found = not (
         journal is None
