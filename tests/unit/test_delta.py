@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import random
 import weakref
 from typing import Any
@@ -265,45 +266,104 @@ def _mutate(rng: random.Random, value: Any, depth: int) -> Any:
     return _random_value(rng, max(depth, 0))
 
 
+def _random_documents(seed: int) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    documents = [{k: _random_value(rng, 4) for k in "pqrs"}]
+    for _ in range(6):  # a chain of deltas, as boundaries make them
+        changed = _mutate(rng, documents[-1], 5)
+        documents.append(changed if isinstance(changed, dict) else {"p": changed})
+    return documents
+
+
+def _check_chain(documents: list[dict[str, Any]]) -> None:
+    """Each delta of the chain round trips alone, and the whole chain applied to one document
+    copying on write (as a restore assembles a journal) gives each document in turn."""
+    encoder = DeltaEncoder()  # one writer's chain: copies from the previous delta too
+    built, shared = orjson.loads(orjson.dumps(documents[0])), set[int]()
+    for old, new in itertools.pairwise(documents):
+        ops = _round_trip(old, new, encoder)
+        apply(built, orjson.loads(orjson.dumps(relative(ops))), shared)
+        assert orjson.dumps(built) == orjson.dumps(new)
+
+
 @pytest.mark.parametrize("seed", range(300))
 def test_random_documents_round_trip(seed: int) -> None:
-    rng = random.Random(seed)
-    old = {k: _random_value(rng, 4) for k in "pqrs"}
-    new = old
-    encoder = DeltaEncoder()  # one writer's chain: copies from the previous delta too
-    for _ in range(6):  # a chain of deltas, as boundaries make them
-        changed = _mutate(rng, new, 5)
-        if not isinstance(changed, dict):
-            changed = {"p": changed}
-        _round_trip(new, changed, encoder)
-        new = changed
+    _check_chain(_random_documents(seed))
 
 
-@pytest.mark.parametrize("seed", range(40))
-def test_random_conversations_round_trip(seed: int) -> None:
+def _conversations(seed: int) -> list[dict[str, Any]]:
     """Snapshot-shaped chains: messages appended to a conversation and its tail, records
-    written twice, results made from a finished conversation."""
+    written twice, results made from a finished conversation, messages changed in place."""
     rng = random.Random(seed)
-    encoder = DeltaEncoder()
     doc: dict[str, Any] = {"createdAt": "t0", "completed": [], "inFlight": []}
+    documents = [doc]
     conversation: list[Any] = []
     for step in range(60):
         message = {"role": rng.choice(["user", "assistant"]), "text": "w" * rng.randrange(90)}
         conversation = [*conversation, message]
+        if len(conversation) > 2 and rng.random() < 0.3:  # a message written over in place
+            at = rng.randrange(len(conversation))
+            conversation[at] = {**conversation[at], "text": f"changed at {step}"}
         record = {"tool": "note", "output": "o" * rng.randrange(100), "n": step}
-        in_flight = {
+        in_flight: dict[str, Any] = {
             "conv": conversation,
             "messages": conversation[1:],
             "pending": [{"record": record}] if rng.random() < 0.5 else None,
             "calls": [copy.deepcopy(record)] * rng.randrange(2),
         }
+        if len(conversation) > 2 and rng.random() < 0.3:  # one side of the shared items only
+            messages = in_flight["messages"] = list(in_flight["messages"])
+            at = rng.randrange(len(messages))
+            messages[at] = {**messages[at], "text": f"this side only at {step}"}
         new: dict[str, Any] = {**doc, "createdAt": f"t{step}", "inFlight": [in_flight]}
         if rng.random() < 0.1:  # the task ends: its result is made from the conversation
             result = {"messages": copy.deepcopy(conversation[1:]), "output": "done"}
             new = {**new, "completed": [*doc["completed"], result], "inFlight": []}
             conversation = []
-        _round_trip(doc, new, encoder)
+        documents.append(new)
         doc = new
+    return documents
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_conversations_round_trip(seed: int) -> None:
+    _check_chain(_conversations(seed))
+
+
+@pytest.mark.parametrize(
+    "writes",
+    [
+        [["s", ["b", 0, "text"], "changed"]],  # into the copy
+        [["s", ["a", 0, "text"], "changed"]],  # into the source
+        [["x", ["a", 1, "parts"], [3]]],  # a list in the source, extended
+        [["t", ["b", 1, "parts"], 0]],  # a list in the copy, cut
+        [["d", ["b", 0, "text"]]],
+        [["c", ["b", 1, "parts"], ["a", 1, "parts"], 0, 2], ["s", ["a", 1, "parts", 0], 9]],
+    ],
+)
+def test_a_write_into_a_shared_item_changes_only_the_side_it_names(writes: list[Any]) -> None:
+    """Copying on write: what a range copy shares is copied where a later record writes into
+    it, so the other side keeps what it held (the deep copy's result, exactly)."""
+    base = {"a": [{"text": "m0"}, {"parts": [1, 2]}], "b": []}
+    copy_op = ["o", ["b"], ["a"], 0, 2]
+    deep = orjson.loads(orjson.dumps(base))
+    apply(deep, [copy_op])
+    apply(deep, orjson.loads(orjson.dumps(writes)))
+    shared_doc, shared = orjson.loads(orjson.dumps(base)), set[int]()
+    apply(shared_doc, [copy_op], shared)  # one record
+    apply(shared_doc, orjson.loads(orjson.dumps(writes)), shared)  # a later one
+    assert orjson.dumps(shared_doc) == orjson.dumps(deep)
+    assert shared_doc["a"] != shared_doc["b"]
+
+
+def test_a_copy_made_from_before_the_delta_keeps_what_the_delta_then_changes() -> None:
+    """``o`` reads the document as it was: a write into a source item later in the same delta
+    does not reach the copy."""
+    ops: list[list[Any]] = [["o", ["b"], ["a"], 0, 1], ["s", ["a", 0, "text"], "after"]]
+    doc: dict[str, Any] = {"a": [{"text": "before"}], "b": []}
+    shared = set[int]()
+    apply(doc, ops, shared)
+    assert doc == {"a": [{"text": "after"}], "b": [{"text": "before"}]}
 
 
 def test_a_list_marked_as_grown_from_the_old_one_costs_only_its_new_items() -> None:

@@ -140,6 +140,19 @@ FAILING: list[tuple[str, str, Callable[[], Snapshot], Mutation]] = [
     ),
     ("inFlight-negative-turns", "2.6.3", fx.v3, _set("inFlightTasks.0.turns", -1)),
     ("inFlight-messages-not-array", "2.6.3", fx.v3, _set("inFlightTasks.0.messages", "hi")),
+    ("inFlight-message-not-object", "2.6.3", fx.v3, _set("inFlightTasks.0.messages", ["hi"])),
+    (
+        "inFlight-conversation-message-not-object",
+        "2.6.3",
+        fx.v3,
+        _set("inFlightTasks.0.conversationMessages", [{"role": "user", "content": []}, None]),
+    ),
+    (
+        "inFlight-conversation-not-array",
+        "2.6.3",
+        fx.v3,
+        _set("inFlightTasks.0.conversationMessages", {"0": {"role": "user"}}),
+    ),
     (
         "inFlight-record-output-not-string",
         "2.6.3",

@@ -53,23 +53,32 @@ def _shown(value: Any) -> str:
     return _SHOWN.repr(value)[:160]
 
 
-def apply(doc: dict[str, Any], ops: list[Op]) -> dict[str, Any]:
+def apply(doc: dict[str, Any], ops: list[Op], shared: set[int] | None = None) -> dict[str, Any]:
     """Apply ``ops`` to ``doc`` in place (and return it). Raises ``ValueError`` on an
-    operation that does not fit the document (a journal that does not belong to its base)."""
-    _apply(doc, ops, None)
+    operation that does not fit the document (a journal that does not belong to its base).
+
+    ``shared``: copy on write. A range copy then puts the very items of its source in its
+    target and notes them here, and a later operation that writes inside one of them (in any
+    record applied with the same set) first replaces it, where it writes, by a copy of its own:
+    a reader that keeps only the final document (a restore) gets one without copying a long
+    conversation into the runner's list beside it. Items in both lists stay the same objects,
+    as in a live run. Without it every copy is deep (a caller that keeps documents apart)."""
+    _apply(doc, ops, None, shared)
     return doc
 
 
-def apply_within(doc: dict[str, Any], ops: list[Op], limit: int) -> bool:
+def apply_within(
+    doc: dict[str, Any], ops: list[Op], limit: int, shared: set[int] | None = None
+) -> bool:
     """``apply``, and whether every value the delta wrote is known to keep the document within
     ``limit`` levels (``jsonutil.nesting_depth``) given that ``doc`` was: a value written at a
     path of n steps adds at most n levels to its own. Only what the delta writes is measured
     (a copy to a path no deeper than its source is bounded by where it came from, another is
     measured), never the whole document. ``False``: not known, for the caller to measure."""
-    return _apply(doc, ops, limit)
+    return _apply(doc, ops, limit, shared)
 
 
-def _apply(doc: dict[str, Any], ops: list[Op], limit: int | None) -> bool:
+def _apply(doc: dict[str, Any], ops: list[Op], limit: int | None, shared: set[int] | None) -> bool:
     try:
         ops = resolved(ops)
     except (KeyError, IndexError, TypeError) as exc:
@@ -78,7 +87,9 @@ def _apply(doc: dict[str, Any], ops: list[Op], limit: int | None) -> bool:
     try:
         # Sources in the document before the delta are read before anything changes.
         before = {
-            i: _source(doc, op, _room(op, limit)) for i, op in enumerate(ops) if op[0] in _BEFORE
+            i: _source(doc, op, _room(op, limit), shared)
+            for i, op in enumerate(ops)
+            if op[0] in _BEFORE
         }
     except (KeyError, IndexError, TypeError, ValueError) as exc:
         raise ValueError(f"a journal operation's source does not exist: {exc}") from exc
@@ -86,7 +97,7 @@ def _apply(doc: dict[str, Any], ops: list[Op], limit: int | None) -> bool:
         try:
             # Once one operation is not known to fit, the rest need not be measured.
             room = _room(op, limit) if within else None
-            fits = _apply_one(doc, op, before.get(index), room)
+            fits = _apply_one(doc, op, before.get(index), room, shared)
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             raise ValueError(f"journal operation {_shown(op)} does not apply: {exc}") from exc
         within = within and fits
@@ -156,7 +167,9 @@ def _absolute(path: Any, base: Any) -> Any:
     return [*base[:keep], *path[1:]]
 
 
-def _source(doc: dict[str, Any], op: Op, room: int | None = None) -> tuple[Any, bool]:
+def _source(
+    doc: dict[str, Any], op: Op, room: int | None = None, shared: set[int] | None = None
+) -> tuple[Any, bool]:
     """A deep copy of what a copying operation copies, read from ``doc`` as it is now, and
     whether it is known to nest at most ``room`` levels (the copied items as one list, for a
     range). A ``room`` is given only while ``doc`` is known to be within the limit, so a value
@@ -175,6 +188,9 @@ def _source(doc: dict[str, Any], op: Op, room: int | None = None) -> tuple[Any, 
         if stop > len(found):
             raise ValueError("the copy source is shorter than the copied range")
         found = found[start:stop]
+        if shared is not None and (fits or room is None):  # nothing to measure: share them
+            shared.update(id(item) for item in found if isinstance(item, dict | list))
+            return found, fits
     if fits:
         return _copied(found, None)[0], True
     return _copied(found, room)
@@ -215,34 +231,38 @@ def _fits(value: Any, room: int | None) -> bool:
 
 
 def _apply_one(
-    doc: dict[str, Any], op: Op, before: tuple[Any, bool] | None, room: int | None
+    doc: dict[str, Any],
+    op: Op,
+    before: tuple[Any, bool] | None,
+    room: int | None,
+    shared: set[int] | None = None,
 ) -> bool:
     """Apply one operation; whether what it wrote fits in ``room`` levels."""
     kind, path = op[0], op[1]
     if kind in ("c", "o", "v", "w"):
-        value, fits = before if before is not None else _source(doc, op, room)
+        value, fits = before if before is not None else _source(doc, op, room, shared)
         if kind in ("c", "o"):
-            _list_at(doc, path).extend(value)
+            _list_at(doc, path, shared).extend(value)
         else:
-            _set(doc, path, value)
+            _set(doc, path, value, shared)
         return fits
     if kind == "s":
-        _set(doc, path, op[2])
+        _set(doc, path, op[2], shared)
         return _fits(op[2], room)
     if kind == "x":
         items = op[2]
         if not isinstance(items, list):
             raise TypeError("extend needs a list of items")
-        _list_at(doc, path).extend(items)
+        _list_at(doc, path, shared).extend(items)
         return _fits(items, room)
     if kind == "t":
-        target, size = _list_at(doc, path), op[2]
+        target, size = _list_at(doc, path, shared), op[2]
         if type(size) is not int or not 0 <= size <= len(target):
             raise ValueError("truncation outside the list")
         del target[size:]
         return True  # removing never deepens
     if kind == "d":
-        parent = _at(doc, path[:-1])
+        parent = _at(doc, path[:-1], shared)
         if not isinstance(parent, dict):
             raise TypeError("delete from a value that is not an object")
         del parent[path[-1]]
@@ -250,10 +270,10 @@ def _apply_one(
     raise ValueError(f"unknown operation {_shown(kind)}")
 
 
-def _set(doc: dict[str, Any], path: Path, value: Any) -> None:
+def _set(doc: dict[str, Any], path: Path, value: Any, shared: set[int] | None = None) -> None:
     if not path:
         raise ValueError("an operation needs a non-empty path")
-    parent, last = _at(doc, path[:-1]), path[-1]
+    parent, last = _at(doc, path[:-1], shared), path[-1]
     if isinstance(parent, list):
         if type(last) is not int or not 0 <= last <= len(parent):
             raise IndexError(f"index {_shown(last)} outside a list of {len(parent)}")
@@ -267,7 +287,9 @@ def _set(doc: dict[str, Any], path: Path, value: Any) -> None:
         raise TypeError("set on a value that is neither object nor list")
 
 
-def _at(doc: Any, path: Any) -> Any:
+def _at(doc: Any, path: Any, shared: set[int] | None = None) -> Any:
+    """The value at ``path``; with ``shared`` (a write is about to change it), each shared
+    container on the way, the value included, first replaced by a copy of its own."""
     # The hot loop of a journal's assembly (a few steps per operation, thousands of
     # operations): exact type tests, and the lookup's own KeyError/IndexError for a step that
     # is not there. A JSON object's keys are strings, so a number finds nothing in one; a list
@@ -281,7 +303,11 @@ def _at(doc: Any, path: Any) -> Any:
             if (kind is dict and type(step) is str) or (
                 kind is list and type(step) is int and step >= 0
             ):
-                node = node[step]
+                child = node[step]
+                if shared and id(child) in shared:
+                    # An id can outlive its object and name a new one: a copy too many, no harm.
+                    child = node[step] = _copied(child, None)[0]
+                node = child
             else:
                 raise KeyError(step)
     except (KeyError, IndexError):
@@ -289,8 +315,8 @@ def _at(doc: Any, path: Any) -> Any:
     return node
 
 
-def _list_at(doc: Any, path: Path) -> list[Any]:
-    node = _at(doc, path)
+def _list_at(doc: Any, path: Path, shared: set[int] | None = None) -> list[Any]:
+    node = _at(doc, path, shared)
     if not isinstance(node, list):
         raise TypeError(f"{_shown(path)} is not a list")
     return node

@@ -21,6 +21,7 @@ kept can be rebuilt (``oma.checkpoint.history``).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from oma.checkpoint import chain, delta, delta_diff, segments
 from oma.checkpoint.boundary_note import note
 from oma.checkpoint.delta_diff import DeltaEncoder
 from oma.checkpoint.history import copy_back
+from oma.checkpoint.keys import segments_journal_key
 from oma.checkpoint.retention import HistoryPolicy, KnownBase, drop_before
 from oma.checkpoint.segments import Named, Path, SegmentWriter
 from oma.errors import CheckpointDecodeError, CheckpointFencedError, CheckpointLostError
@@ -116,10 +118,20 @@ async def load_journal(
     ``depth_limit``, ``StoredCheckpoint.within_depth`` says whether the document is known to
     nest at most that many levels: the base bounded by the parser, each delta by what it wrote
     (``delta.apply_within``), so the reader need not walk the whole document."""
-    entry = await store.journal_get(key)
+    # Both journals at once: the segments journal is read whole whatever the base names, so
+    # its read need not wait for the base (one round trip's wait on a remote store, not two).
+    entry, side = await asyncio.gather(
+        store.journal_get(key),
+        store.journal_get(segments_journal_key(key)),
+        return_exceptions=True,
+    )
+    if isinstance(entry, BaseException):
+        raise entry
     if entry is None:
         return None
-    named = await segments.read_named(store, key, entry.records[0]) if entry.records else None
+    if not entry.records:
+        return assemble_journal(entry, key, depth_limit, None)
+    named = await segments.read_named(store, key, entry.records[0], side)
     return assemble_journal(entry, key, depth_limit, named)
 
 
@@ -146,15 +158,16 @@ def assemble_journal(
     except ValueError as exc:
         raise CheckpointDecodeError(key, f"journal base: {exc}") from exc
     within = within and fits
+    shared: set[int] = set()  # the document is only read once built: copy on write
     for number, record in enumerate(entry.records[1:], start=1):
         try:
             ops = jsonutil.loads(chain.body(record))
             if not isinstance(ops, list):
                 raise ValueError("a journal record is a JSON array of operations")
             if within and depth_limit is not None:
-                within = delta.apply_within(document, ops, depth_limit)
+                within = delta.apply_within(document, ops, depth_limit, shared)
             else:
-                delta.apply(document, ops)
+                delta.apply(document, ops, shared)
         except ValueError as exc:
             raise CheckpointDecodeError(
                 key, f"journal record {entry.start + number}: {exc}"

@@ -22,6 +22,7 @@ race, a task that ended) stay until the checkpoint is deleted.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -323,10 +324,23 @@ def _parsed(texts: list[str], depth_limit: int | None) -> tuple[list[Any], bool]
     return values, within
 
 
-async def read_named(store: JournalStore, key: str, base: str) -> dict[int, str] | None:
+class Unread(enum.Enum):
+    """``read_named``'s plain read, not asked for yet."""
+
+    UNREAD = enum.auto()
+
+
+async def read_named(
+    store: JournalStore,
+    key: str,
+    base: str,
+    read: JournalEntry | BaseException | Unread | None = Unread.UNREAD,
+) -> dict[int, str] | None:
     """The segment records a base (a record's text) names, read from the checkpoint ``key``'s
-    segments journal, by number (``None``: it names none). A plain read first; the history
-    only when a segment it leads to lies before the segments journal's own base."""
+    segments journal, by number (``None``: it names none). A plain read first (``read``: its
+    answer, already asked for beside the checkpoint's own journal); the history only when a
+    segment it leads to lies before the segments journal's own base, or was appended after
+    that plain read."""
     body = chain.body(base)
     if MARK not in body:
         return None
@@ -337,7 +351,9 @@ async def read_named(store: JournalStore, key: str, base: str) -> dict[int, str]
     if not named_numbers(document):
         return None
     side = segments_journal_key(key)
-    texts = by_number(await store.journal_get(side))
+    if isinstance(read, BaseException):
+        raise read
+    texts = by_number(await store.journal_get(side) if read is Unread.UNREAD else read)
     if not _all_there(document, texts):
         texts = by_number(await store.journal_get(side, history=True))
     return texts
