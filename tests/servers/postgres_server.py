@@ -48,6 +48,9 @@ class PostgresServer:
     password: str = field(default_factory=lambda: "pw-" + secrets.token_urlsafe(12))
     port: int = 0
     workdir: Path = field(default_factory=lambda: make_workdir("oma-pg-"))
+    # Commits flushed to disk (fsync, synchronous commit, full pages) as a production server
+    # runs; off for the test suites, where durability against a power cut is not under test.
+    durable: bool = False
     _process: subprocess.Popen[bytes] | None = None
     _argv: list[str] = field(default_factory=list)
 
@@ -84,9 +87,11 @@ class PostgresServer:
             argv = [
                 str(self.bin_dir / "postgres"), "-D", str(data), "-p", str(self.port),
                 "-h", ",".join(listen_addresses()), "-k", str(sockets),
-                "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
                 "-c", "max_connections=300", "-c", "shared_buffers=32MB",
             ]  # fmt: skip
+            if not self.durable:
+                argv += ["-c", "fsync=off", "-c", "synchronous_commit=off"]
+                argv += ["-c", "full_page_writes=off"]
             self._process = spawn(argv, log, user=self.run_as)
             try:
                 wait_until(self._answers, self._process, log, "postgres")

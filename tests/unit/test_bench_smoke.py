@@ -24,6 +24,9 @@ from oma.orchestrator.snapshot_wire import EncodedSnapshot
 from oma.store import InMemoryStore
 from oma.team import AgentConfig, Team
 from oma.tools import ToolContext, define_tool
+from tests.servers.fixtures import missing
+from tests.servers.postgres_server import postgres_bin_dir
+from tests.servers.redis_server import redis_binary
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -131,6 +134,20 @@ def test_checkpoint_overhead_measures_saves_against_the_clients_plain_write() ->
         if client >= 0.05:  # the memory baseline rounds to 0.00 ms
             assert abs(save / client - ratio) <= 0.01 + 0.05 * ratio, row
             assert abs((encode + client) / client - floor) <= 0.01 + 0.05 * floor, row
+
+
+def test_boundary_save_pairs_each_save_with_the_clients_durable_write() -> None:
+    if redis_binary() is None or postgres_bin_dir() is None:
+        missing("redis-server and PostgreSQL")
+    output = _bench("boundary_save.py")
+    assert "appendfsync always" in output and "synchronous_commit" in output
+    rows = _rows(output, "backend")
+    assert [row[0] for row in rows] == ["redis", "postgres"]
+    for row in rows:
+        assert int(row[1]) == 100 and int(row[2]) == 3 * 100 - 3  # three boundaries a turn
+        save, client, ratio = float(row[3]), float(row[5]), float(row[7].rstrip("x"))
+        assert abs(save / client - ratio) <= 0.01 + 0.05 * ratio, row
+        assert int(row[9]) > 0  # bytes written per boundary
 
 
 def test_checkpoint_overhead_measures_both_layouts_amplification() -> None:

@@ -7,7 +7,7 @@ appended. A writer that loses the comparison changes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC
 from typing import Any
 
@@ -21,12 +21,12 @@ from oma.store import postgres_sql as q
 from oma.store.base import Metadata
 from oma.store.journal import JournalEntry
 
-Compose = Any  # a callable turning a template into the store's composed statement
+Compose = Callable[[sql.SQL], bytes]  # a template made the store's statement
 
 
 async def read(
     conn: psycopg.AsyncConnection[Any],
-    statement: sql.Composed,
+    statement: bytes,
     key: str,
     where: str,
     history: bool = False,
@@ -112,6 +112,9 @@ async def write(
         "metadata": jsonutil.dumps(metadata) if metadata is not None else None,
         "records": [record.encode("utf-8", "surrogatepass") for record in records],
     }
+    if expected is not None and not (force or replace or rebase):
+        cursor = await conn.execute(compose(q.JOURNAL_APPEND), params)
+        return await cursor.fetchone() is not None
     async with conn.transaction():
         if force:
             await conn.execute(compose(q.JOURNAL_FORCE), params)

@@ -249,6 +249,28 @@ JOURNAL_ADVANCE = sql.SQL(
     RETURNING records - %(count)s, start
     """
 )
+# A plain append (the write of nearly every boundary) as one statement: the version compared
+# and advanced, the records added after the ones there, in one round trip and one commit (a
+# transaction around the two statements cost a BEGIN and a COMMIT more). One row when the
+# version matched, none when another writer changed it (then nothing was added).
+JOURNAL_APPEND = sql.SQL(
+    """
+    WITH head AS (
+        UPDATE {journal} SET
+            version = %(version)s,
+            records = records + %(count)s,
+            metadata = %(metadata)s::json,
+            updated_at = statement_timestamp()
+        WHERE key = %(key)s AND version = %(expected)s
+        RETURNING records - %(count)s AS first
+    ), added AS (
+        INSERT INTO {journal_records} (key, seq, record)
+        SELECT %(key)s, head.first + t.ord - 1, t.record
+        FROM head, unnest(%(records)s::bytea[]) WITH ORDINALITY AS t (record, ord)
+    )
+    SELECT first FROM head
+    """
+)
 JOURNAL_DROP_BEFORE = sql.SQL(
     "DELETE FROM {journal_records} WHERE key = %(key)s AND seq < %(start)s"
 )
