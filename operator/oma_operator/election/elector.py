@@ -24,11 +24,11 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 import httpx
 from prometheus_client import REGISTRY, CollectorRegistry, Gauge
 
-from oma.timeutil import now_iso
 from oma_operator.election.rules import (
     JITTER,
     Record,
@@ -49,6 +49,11 @@ DEFAULT_TIMING = Timing()
 LOST_EXIT = 3  # the exit status of a leader that lost its lease (the kubelet restarts it)
 WATCHDOG_TICK = 0.05  # seconds between the watchdog's looks at the renew deadline
 RELEASE_SECONDS = 5.0  # how long a stopping leader tries to release its lease
+
+
+def now_micro() -> str:
+    """Now as a Kubernetes MicroTime (a Lease's times have exactly six fraction digits)."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def default_identity() -> str:
@@ -146,7 +151,7 @@ class Elector:
             namespace=self.namespace,
             identity=self.identity,
             timing=self.timing,
-            now_iso=now_iso(),
+            now_iso=now_micro(),
         )
         sent = self._clock()
         try:
@@ -214,7 +219,7 @@ class Elector:
                 namespace=self.namespace,
                 identity=self.identity,
                 timing=self.timing,
-                now_iso=now_iso(),
+                now_iso=now_micro(),
             )
             sent = self._clock()
             try:
@@ -264,7 +269,7 @@ class Elector:
                     if current is None or read_record(current).holder != self.identity:
                         return  # gone, or someone else's already: nothing to hand over
                     lease = released(
-                        current, name=self.name, namespace=self.namespace, now_iso=now_iso()
+                        current, name=self.name, namespace=self.namespace, now_iso=now_micro()
                     )
                     try:
                         await self.kube.replace_lease(self.namespace, lease)
