@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import logging
 import os
+import signal
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -13,7 +14,11 @@ import kopf
 
 from oma.pod_contract import LOG_FORMATS
 from oma_operator import handlers, login, masking, runtime  # noqa: F401 (importing registers handlers)
+from oma_operator.election.elector import LEADER, Elector, default_identity
+from oma_operator.election.liveness import serve_standby_liveness
+from oma_operator.election.rules import Timing, TimingError
 from oma_operator.install.uninstall import stop_operator
+from oma_operator.k8s.client import Kube
 from oma_operator.runs.metrics import serve
 from oma_operator.runs.retention import FINISHED
 from oma_operator.runs.run_queue import RUN_QUEUE
@@ -23,6 +28,8 @@ T = TypeVar("T")
 LOG_LEVELS = ("debug", "info", "warning")
 CREATOR_POLICIES = ("installed", "absent")
 DEFAULT_METRICS_PORT = 8000  # 8080 is the chart's liveness port
+DEFAULT_LEASE = "oma-operator"
+TRUE = ("1", "true", "yes", "on")
 
 
 def _port(text: str) -> int:
@@ -33,6 +40,16 @@ def _port(text: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"{port} is not a port number (0-65535)")
     return port
+
+
+def _seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return seconds
 
 
 def _one_of(choices: tuple[str, ...]) -> Callable[[str], str]:
@@ -131,6 +148,54 @@ def main() -> None:
         help="debug adds every API request and kopf's own details (env OMA_LOG_LEVEL, "
         "default info)",
     )
+    election = parser.add_argument_group(
+        "leader election",
+        "several operator processes (the chart's operator.replicas) share one Lease: the one "
+        "holding it acts, the others stand by and take over when it is lost (docs/operator.md)",
+    )
+    election.add_argument(
+        "--leader-election",
+        action=argparse.BooleanOptionalAction,
+        default=os.environ.get("OMA_LEADER_ELECTION", "false").lower() in TRUE,
+        help="act only while holding the Lease (env OMA_LEADER_ELECTION=true; default off: "
+        "one local operator needs none; the chart turns it on)",
+    )
+    election.add_argument(
+        "--leader-election-lease",
+        metavar="NAME",
+        default=os.environ.get("OMA_LEADER_ELECTION_LEASE", DEFAULT_LEASE),
+        help=f"the Lease's name (env OMA_LEADER_ELECTION_LEASE, default {DEFAULT_LEASE}; the "
+        "chart uses its operator's name)",
+    )
+    election.add_argument(
+        "--leader-election-namespace",
+        metavar="NAMESPACE",
+        default=os.environ.get("OMA_LEADER_ELECTION_NAMESPACE"),
+        help="the Lease's namespace (env OMA_LEADER_ELECTION_NAMESPACE; default: the one "
+        "--namespace, else the service account's or the kubeconfig context's namespace)",
+    )
+    election.add_argument(
+        "--leader-election-identity",
+        metavar="ID",
+        default=os.environ.get("OMA_LEADER_ELECTION_IDENTITY") or default_identity(),
+        help="this process's name in the Lease (env OMA_LEADER_ELECTION_IDENTITY; default the "
+        "pod's name from POD_ID, else host name and process id); unique per process",
+    )
+    defaults = Timing()
+    for flag, env, default, what in (
+        ("--lease-duration", "OMA_LEASE_DURATION_SECONDS", defaults.lease_seconds,
+         "how long after a standby last saw the Lease change it takes it over"),
+        ("--lease-renew-deadline", "OMA_LEASE_RENEW_DEADLINE_SECONDS", defaults.renew_deadline,
+         "how long the leader keeps acting without renewing before it stops"),
+        ("--lease-retry-period", "OMA_LEASE_RETRY_PERIOD_SECONDS", defaults.retry_period,
+         "how often the leader renews and a standby looks"),
+    ):  # fmt: skip
+        election.add_argument(
+            flag,
+            type=_seconds,
+            default=os.environ.get(env, f"{default:g}"),
+            help=f"{what} (env {env}, default {default:g} s)",
+        )
     args = parser.parse_args()
     configure_logging(args.log_format, args.log_level)
     if args.stop_deployment:  # the uninstall hook: no settings needed, none that could refuse
@@ -149,21 +214,74 @@ def main() -> None:
         )
     except SettingsError as exc:
         raise SystemExit(f"oma-operator: {exc}") from None
+    timing: Timing | None = None
+    if args.leader_election:
+        try:
+            timing = Timing(args.lease_duration, args.lease_renew_deadline, args.lease_retry_period)
+        except TimingError as exc:
+            parser.error(str(exc))
     runtime.configure(settings)
     RUN_QUEUE.configure(settings.limits)
     FINISHED.default_ttl = settings.finished_ttl_seconds
     FINISHED.delete_store_records = settings.delete_store_records
     serve(args.metrics_port, args.metrics_address)
-    asyncio.run(
-        _connected(
-            kopf.operator(
-                standalone=True,
-                clusterwide=bool(args.all_namespaces),
-                namespaces=args.namespace or [],
-                liveness_endpoint=args.liveness,
-            )
-        )
+    if timing is None:  # the one operator: it acts from the start
+        LEADER.gauge.set(1)
+        asyncio.run(_connected(_operator(args)))
+    else:
+        asyncio.run(_connected(_elected(args, timing)))
+
+
+def _operator(args: argparse.Namespace) -> Coroutine[Any, Any, None]:
+    return kopf.operator(
+        standalone=True,
+        clusterwide=bool(args.all_namespaces),
+        namespaces=args.namespace or [],
+        liveness_endpoint=args.liveness,
     )
+
+
+async def _elected(args: argparse.Namespace, timing: Timing) -> None:
+    """Stand by until this process holds the Lease, then run kopf while renewing it. A
+    standby serves the liveness endpoint and nothing else; a SIGTERM ends it at once. A leader
+    stopped by SIGTERM stops kopf (its cleanup runs while the lease is still renewed), then
+    releases the lease; a leader that cannot renew exits at once (``Elector.lose``)."""
+    kube = await Kube.connect()  # the elector's own connection pool (election.elector)
+    namespace = args.leader_election_namespace or (
+        args.namespace[0] if args.namespace and len(args.namespace) == 1 else kube.namespace
+    )
+    elector = Elector(
+        kube,
+        namespace=namespace,
+        name=args.leader_election_lease,
+        identity=args.leader_election_identity,
+        timing=timing,
+    )
+    loop = asyncio.get_running_loop()
+    acquired = asyncio.create_task(elector.acquire(), name="leader-election")
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, acquired.cancel)
+    liveness = await serve_standby_liveness(args.liveness) if args.liveness else None
+    try:
+        try:
+            await acquired
+        except asyncio.CancelledError:
+            logging.getLogger(__name__).info("standby stopping: it never led")
+            return
+        finally:
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(signum)  # kopf installs its own
+            if liveness is not None:
+                await liveness.cleanup()  # kopf serves it from now on
+        keeper = asyncio.create_task(elector.keep(), name="lease-renewal")
+        try:
+            await _operator(args)
+        finally:
+            keeper.cancel()
+            await asyncio.gather(keeper, return_exceptions=True)
+            await elector.release()
+    finally:
+        await elector.aclose()
 
 
 def configure_logging(log_format: str, level: str) -> None:

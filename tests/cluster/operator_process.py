@@ -34,6 +34,18 @@ class OperatorProcess:
         self._process.wait()
         self._process = None
 
+    def exited(self) -> int | None:
+        """Its exit status once it has ended by itself (None while it runs)."""
+        assert self._process is not None, "no operator process was started"
+        return self._process.poll()
+
+    def terminate(self, timeout: float = 30) -> int:
+        """SIGTERM (its cleanup runs); its exit status once it has ended."""
+        assert self._process is not None, "no operator process is running"
+        process, self._process = self._process, None
+        process.terminate()
+        return process.wait(timeout=timeout)
+
     def stop(self) -> None:
         process, self._process = self._process, None
         if process is None or process.poll() is not None:

@@ -18,6 +18,9 @@ import yaml
 
 from devcluster import KubeClient
 from devcluster.kube import ApiError
+from oma_operator.election.elector import Elector
+from oma_operator.election.rules import Timing
+from oma_operator.k8s.client import Kube
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import Endpoint, SideEffects
 from tests.cluster.helpers import delete_namespace, evict, wait_for
@@ -36,6 +39,7 @@ from tests.cluster.operators import (
     helm,
     operating,
     runner_account,
+    token_kubeconfig,
 )
 
 __all__ = ["crds_installed"]  # a fixture
@@ -67,6 +71,9 @@ def test_lint_and_template(cluster: ClusterHandle) -> None:
             "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicyBinding",
+            # leader election: the operator's Lease
+            "Role",
+            "RoleBinding",
             # the pre-delete hook that stops the operator before its RBAC goes
             "Role",
             "RoleBinding",
@@ -760,3 +767,124 @@ async def test_releases_of_one_name_in_two_namespaces_and_two_in_one_namespace(
             )
         for name in namespaces:
             await delete_namespace(kube, name)
+
+
+def _deployment(cluster: ClusterHandle, *args: str) -> dict[str, Any]:
+    rendered = helm(
+        cluster, "template", "t", str(CHART), "-n", "oma", "--kube-version", KUBE_VERSION, *args
+    )
+    (deployment,) = [
+        d for d in yaml.safe_load_all(rendered.stdout) if d and d["kind"] == "Deployment"
+    ]
+    found: dict[str, Any] = deployment
+    return found
+
+
+def test_leader_election_renders_a_lease_role_the_operator_s_env_and_a_rolling_update(
+    cluster: ClusterHandle,
+) -> None:
+    deployment = _deployment(cluster, "--set", "operator.replicas=2")
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    env = {
+        e["name"]: e.get("value")
+        for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["OMA_LEADER_ELECTION"] == "true"
+    assert env["OMA_LEADER_ELECTION_LEASE"] == "t-operator"
+    assert env["OMA_LEADER_ELECTION_NAMESPACE"] == "oma"
+    assert (env["OMA_LEASE_DURATION_SECONDS"], env["OMA_LEASE_RENEW_DEADLINE_SECONDS"]) == (
+        "10",
+        "7",
+    )
+    assert env["OMA_LEASE_RETRY_PERIOD_SECONDS"] == "2"
+    rendered = helm(
+        cluster, "template", "t", str(CHART), "-n", "oma", "--kube-version", KUBE_VERSION
+    ).stdout
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(rendered) if d}
+    role = docs[("Role", "t-operator-leader-election")]
+    assert role["metadata"]["namespace"] == "oma"
+    assert role["rules"] == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get", "create", "update"],
+        }
+    ]
+    # Without it: one replica at most, Recreate, no Lease role, no election env.
+    off = _deployment(cluster, "--set", "operator.leaderElection.enabled=false")
+    assert off["spec"]["strategy"] == {"type": "Recreate"}
+    assert not any(
+        e["name"].startswith("OMA_LEADER")
+        for e in off["spec"]["template"]["spec"]["containers"][0]["env"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("values", "says"),
+    [
+        (
+            ["operator.replicas=2", "operator.leaderElection.enabled=false"],
+            "needs operator.leaderElection",
+        ),
+        (["operator.leaderElection.renewDeadlineSeconds=10"], "renewDeadlineSeconds must be under"),
+        (["operator.leaderElection.retryPeriodSeconds=6"], "retryPeriodSeconds x 1.2"),
+        (
+            ["operator.leaderElection.leaseDurationSeconds=1000"],
+            "/operator/leaderElection/leaseDurationSeconds",
+        ),
+        (["operator.leaderElection.enabeld=true"], "enabeld"),
+        (["operator.replicas=11"], "/operator/replicas"),
+        (
+            ["operator.env[0].name=OMA_LEASE_DURATION_SECONDS", "operator.env[0].value=short"],
+            "may not set",
+        ),
+    ],
+)
+def test_leader_election_values_that_cannot_keep_one_leader_fail(
+    cluster: ClusterHandle, values: list[str], says: str
+) -> None:
+    args = [a for value in values for a in ("--set", value)]
+    refused = helm(
+        cluster, "template", "t", str(CHART), "--kube-version", KUBE_VERSION, *args, check=False
+    )
+    assert refused.returncode != 0 and says in refused.stderr, refused.stderr
+
+
+@pytest.mark.timeout(120)
+async def test_the_chart_s_rbac_lets_its_operator_take_renew_and_release_its_lease(
+    cluster: ClusterHandle, kube: KubeClient, namespace: str, tmp_path: Path
+) -> None:
+    release = f"le-{uuid.uuid4().hex[:6]}"
+    install = ["install", release, str(CHART), "-n", namespace, "--skip-crds"]
+    install += ["--set", "operator.replicas=0", "--set", "operator.uninstallHook=false"]
+    await asyncio.to_thread(helm, cluster, *install)
+    account = f"{release}-operator"
+    config = await token_kubeconfig(kube, cluster, namespace, account, tmp_path / "op.kubeconfig")
+    client = await Kube.connect(kubeconfig=str(config))
+    lost: list[str] = []
+    elector = Elector(
+        client,
+        namespace=namespace,
+        name=account,
+        identity="pod-1",
+        on_lost=lost.append,
+        timing=Timing(),
+    )
+    try:
+        await elector.acquire()  # creates the Lease
+        await elector.renew()
+        await elector.release()
+        lease = await kube.get(
+            f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{account}"
+        )
+        assert lease["spec"]["holderIdentity"] == ""
+        assert elector.leading is False and lost == []
+    finally:
+        await elector.aclose()
+        await asyncio.to_thread(
+            helm, cluster, "uninstall", release, "-n", namespace, "--no-hooks", check=False
+        )

@@ -40,8 +40,8 @@ def test_every_model_field_and_helm_value_is_listed() -> None:
     assert "| `store.postgres.schema` |" in runspec and "| `plan.tasks[].id` |" in runspec
     assert "| `agents[].tools` | array of string | default `[]` |" in runspec
     assert (
-        "| `operator.replicas` | integer | `1` | 0–1 | "
-        "0 leaves the RBAC in place without running the operator |"
+        "| `operator.replicas` | integer | `1` | 0–10 | "
+        "0 leaves the RBAC in place without running the operator; 2 or more need leaderElection |"
     ) in values
     assert "runnerEgress` | array | `[]` |  | Where runner pods may connect" in values
 

@@ -20,6 +20,7 @@ from prometheus_client.metrics_core import Metric
 
 from oma.budget.state import BudgetReport
 from oma.orchestrator.events import OrchestratorEvent
+from oma_operator.election.elector import LeaderGauge
 from oma_operator.runs import metrics as operator_metrics
 from oma_runner import metrics as runner_metrics
 
@@ -118,6 +119,7 @@ def _operator_families() -> list[Metric]:
     }
     body: Any = {"metadata": {"uid": "u1", "namespace": "team-a"}, "status": {"budget": budget}}
     metrics.teamrun_seen(body, "ADDED")
+    LeaderGauge(registry)  # leader election's series, on the same endpoint
     return list(registry.collect())
 
 

@@ -31,7 +31,13 @@ from oma_operator.k8s.errors import (
     kube_error,
 )
 from oma_operator.k8s.kubeconfig import merged
-from oma_operator.resources.bodies import DecisionBody, ObjectMeta, PodBody, TeamRunBody
+from oma_operator.resources.bodies import (
+    DecisionBody,
+    LeaseBody,
+    ObjectMeta,
+    PodBody,
+    TeamRunBody,
+)
 from oma_operator.resources.models import GROUP, VERSION
 
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -308,6 +314,26 @@ class Kube:
             json={"spec": {"replicas": replicas}},
             headers={"Content-Type": "application/merge-patch+json"},
         )
+
+    # -- the operator's leader-election Lease (election.elector) ---------------------------------
+    async def get_lease(self, namespace: str, name: str) -> LeaseBody | None:
+        path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
+        try:
+            return cast(LeaseBody, await self._call("GET", path))
+        except KubeNotFound:
+            return None
+
+    async def create_lease(self, namespace: str, lease: LeaseBody) -> LeaseBody:
+        """Create it; 409 (``KubeConflict``) when another candidate created it first."""
+        path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+        return cast(LeaseBody, await self._call("POST", path, json=lease))
+
+    async def replace_lease(self, namespace: str, lease: LeaseBody) -> LeaseBody:
+        """Replace it (PUT) as it was read: ``lease.metadata.resourceVersion`` is a
+        precondition, so a write by anyone since fails with 409 (``KubeConflict``)."""
+        name = lease["metadata"]["name"]
+        path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
+        return cast(LeaseBody, await self._call("PUT", path, json=lease))
 
     # -- teamruns ------------------------------------------------------------------------------
     async def patch_teamrun_status(

@@ -1,5 +1,5 @@
 """Typed views of the Kubernetes objects the operator reads: a TeamRun with its status, a runner
-Pod, an ApprovalDecision (pure).
+Pod, an ApprovalDecision, the operator's leader-election Lease (pure).
 
 They are ``TypedDict``s over the JSON the API server sends, as kopf's ``RawBody``: no copy, no
 parsing, and mypy refuses a misspelt key (``status["pahse"]``) or a phase that is not one. Every
@@ -133,6 +133,25 @@ class DecisionBody(TypedDict, total=False):
     metadata: ObjectMeta
     spec: dict[str, Any]  # parsed by models.ApprovalDecisionSpec where it is trusted
     status: DecisionStatus
+
+
+class LeaseSpec(TypedDict, total=False):
+    """A ``coordination.k8s.io/v1`` Lease's spec as the API server keeps it. Anyone allowed to
+    write the Lease may put anything here (the schema checks types, not sense): the elector
+    reads it through ``election.rules.read_record``, which trusts none of it."""
+
+    holderIdentity: str
+    leaseDurationSeconds: int
+    acquireTime: str  # MicroTime, e.g. 2026-01-02T03:04:05.123456Z
+    renewTime: str
+    leaseTransitions: int
+
+
+class LeaseBody(TypedDict, total=False):
+    apiVersion: str
+    kind: str
+    metadata: ObjectMeta
+    spec: LeaseSpec
 
 
 def teamrun_view(raw: Mapping[str, Any]) -> TeamRunBody:
