@@ -151,7 +151,7 @@ def main() -> None:
     election = parser.add_argument_group(
         "leader election",
         "several operator processes (the chart's operator.replicas) share one Lease: the one "
-        "holding it acts, the others stand by and take over when it is lost (docs/operator.md)",
+        "holding it acts, the others stand by and take over when it is lost (docs/operations.md)",
     )
     election.add_argument(
         "--leader-election",
