@@ -15,61 +15,23 @@ import pytest
 
 from devcluster import KubeClient
 from oma_operator.election.elector import LOST_EXIT, Elector
-from oma_operator.election.rules import Timing
 from oma_operator.k8s.client import Kube
 from tests.cluster.conftest import ClusterHandle
+from tests.cluster.election_kit import (
+    LEASE,
+    TAKE_OVER_LIMIT,
+    TIMING,
+    Pair,
+    holder,
+    leases,
+    said,
+)
 from tests.cluster.helpers import wait_for
 from tests.cluster.operator_kit import crds_installed
-from tests.cluster.operator_process import OperatorProcess
 from tests.cluster.operators import token_kubeconfig
 
 pytestmark = pytest.mark.cluster
 __all__ = ["crds_installed"]
-LEASE = "oma-operator"
-TAKE_OVER_LIMIT = 15.0  # issue 46: the standby acts within 15 s of the leader's loss
-TIMING = Timing()  # the defaults the chart uses: 10 s lease, 7 s renew deadline, 2 s retry
-
-
-def leases(namespace: str) -> str:
-    return f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
-
-
-async def holder(kube: KubeClient, namespace: str) -> str:
-    try:
-        lease = await kube.get(f"{leases(namespace)}/{LEASE}")
-    except Exception:  # not created yet
-        return ""
-    return str((lease.get("spec") or {}).get("holderIdentity") or "")
-
-
-def said(log: Path, text: str) -> bool:
-    return log.is_file() and text in log.read_text()
-
-
-class Pair:
-    """Two operator processes, ``a`` and ``b``, with leader election, each its own log."""
-
-    def __init__(self, cluster: ClusterHandle, namespace: str, folder: Path) -> None:
-        self.logs = {name: folder / f"operator-{name}.log" for name in "ab"}
-        self.processes = {
-            name: OperatorProcess(
-                cluster.kubeconfig,
-                namespace,
-                self.logs[name],
-                "--leader-election",
-                "--metrics-port",
-                "0",
-                OMA_LEADER_ELECTION_IDENTITY=f"op-{name}",
-                OMA_CREATOR_POLICY="installed",
-            )
-            for name in "ab"
-        }
-
-    def other(self, name: str) -> str:
-        return "b" if name == "a" else "a"
-
-    def leading(self, name: str) -> bool:
-        return said(self.logs[name], "leading: took lease")
 
 
 @pytest.fixture

@@ -26,9 +26,9 @@ from tests.cluster.approval_kit import (
 )
 from tests.cluster.conftest import ClusterHandle
 from tests.cluster.e2e_env import Endpoint, SideEffects
+from tests.cluster.election_kit import TAKE_OVER_LIMIT, Pair, holder
 from tests.cluster.helpers import evict, get_or_none, wait_for
 from tests.cluster.operator_kit import TEAMRUNS, crds_installed, redis_secret, status_of
-from tests.cluster.test_leader_election import TAKE_OVER_LIMIT, Pair, holder
 
 __all__ = ["admission_policies", "crds_installed", "redis_secret"]
 pytestmark = pytest.mark.cluster

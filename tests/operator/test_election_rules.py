@@ -123,7 +123,7 @@ def test_no_lease_body_crashes_the_rules(garbage: Any, spec: dict[str, Any]) -> 
         {"metadata": garbage, "spec": garbage},
         {"metadata": {"resourceVersion": "1"}, "spec": spec},
     ):
-        record = read_record(body)
+        record = read_record(cast(LeaseBody, body))  # what an API server or a forger sent
         assert isinstance(record.holder, str)
         assert record.lease_seconds is None or 0 < record.lease_seconds <= MAX_LEASE_SECONDS
         assert record.transitions >= 0

@@ -80,8 +80,9 @@ def _mapping(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def read_record(body: Mapping[str, Any] | None) -> Record:
-    """The Lease ``body`` (None: there is none) as a ``Record``; never raises."""
+def read_record(body: LeaseBody | None) -> Record:
+    """The Lease ``body`` (None: there is none) as a ``Record``; never raises. Its view is
+    typed, its values are not trusted: anyone with write access to the Lease wrote them."""
     raw: Mapping[str, Any] = body if isinstance(body, Mapping) else {}
     meta = _mapping(raw.get("metadata"))
     spec = _mapping(raw.get("spec"))
