@@ -122,7 +122,11 @@ async def test_operator_killed_at_random_moments_neither_duplicates_nor_loses_at
     log = tmp_path / "operator.log"
     kills = evictions = 0
     status: dict[str, Any] = {}
-    settings = OperatorSettings(progress_seconds=1)
+    # One operator killed (SIGKILL) and replaced by a new pod every few seconds: with leader
+    # election (the chart's default) each new pod would wait out its predecessor's Lease (10 s)
+    # and be killed before it ever acted. Hand-overs under kills are test_leader_handover_e2e's.
+    election_off = ("operator.leaderElection.enabled=false",)
+    settings = OperatorSettings(progress_seconds=1, chart_values=election_off)
     async with operating(cluster, kube, namespace, log, settings) as operator:
         await kube.create(TEAMRUNS.format(ns=namespace), body)
         deadline = time.monotonic() + 360
