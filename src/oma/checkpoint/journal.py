@@ -129,9 +129,7 @@ async def load_journal(
         raise entry
     if entry is None:
         return None
-    if not entry.records:
-        return assemble_journal(entry, key, depth_limit, None)
-    named = await segments.read_named(store, key, entry.records[0], side)
+    named = await segments.read_named(store, key, entry.records[0], side) if entry.records else None
     return assemble_journal(entry, key, depth_limit, named)
 
 
