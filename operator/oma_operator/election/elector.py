@@ -145,14 +145,7 @@ class Elector:
                 return False
             if not record.resource_version:
                 return False  # never replaced unconditionally (rules._body)
-        lease = claim(
-            current,
-            name=self.name,
-            namespace=self.namespace,
-            identity=self.identity,
-            timing=self.timing,
-            now_iso=now_micro(),
-        )
+        lease = self._claim(current)
         sent = self._clock()
         try:
             if current is None:
@@ -163,6 +156,17 @@ class Elector:
             return False
         self._lead(written, sent)
         return True
+
+    def _claim(self, current: LeaseBody | None) -> LeaseBody:
+        """The Lease this process writes to take ``current`` or renew it (``rules.claim``)."""
+        return claim(
+            current,
+            name=self.name,
+            namespace=self.namespace,
+            identity=self.identity,
+            timing=self.timing,
+            now_iso=now_micro(),
+        )
 
     def _tell(self, record: Record) -> None:
         if record.holder != self._told and record.holder != self.identity:
@@ -213,14 +217,7 @@ class Elector:
             holder = read_record(current).holder
             if holder != self.identity:
                 raise LostLease(f"lease {self.where} is now held by {holder or 'nobody'}")
-            lease = claim(
-                current,
-                name=self.name,
-                namespace=self.namespace,
-                identity=self.identity,
-                timing=self.timing,
-                now_iso=now_micro(),
-            )
+            lease = self._claim(current)
             sent = self._clock()
             try:
                 written = await self.kube.replace_lease(self.namespace, lease)
