@@ -209,3 +209,30 @@ async def test_a_base_naming_one_chain_from_many_places_is_refused_at_once(
     hashed = 0
     assert segments.check(document, segments.by_number(await store.journal_get(SIDE)), {}) == {}
     assert hashed <= 1000 + 10
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["caf\u00e9 \u2603 \U0001f600", "lone \ud800 surrogate", "\u202e bidi \x1b[31m"],
+    ids=["non-ascii", "lone-surrogate", "controls"],
+)
+async def test_segments_holding_any_json_string_read_back_exactly(text: str) -> None:
+    # Segments are read as UTF-8 (encoded once for the digest and the parse): text orjson
+    # refuses (a lone surrogate) must still come back as written, not altered or refused.
+    store = InMemoryStore()
+    wire = _wire([_message(n) for n in range(10)] + [_message(0) | {"note": text}])
+    await _writer(store, wire)
+    document, _ = await _loaded(store, depth=200)
+    assert document == wire
+    assert document["inFlightTasks"][0]["conversationMessages"][-1]["note"] == text
+
+
+async def test_a_long_integer_in_a_segment_reads_back_exact() -> None:
+    store = InMemoryStore()
+    big = 2**64 + 1  # orjson would read it as a float
+    calls = [{"toolName": "t", "input": {"n": big}, "output": "x" * 300} for _ in range(8)]
+    wire = _wire([_message(n) for n in range(10)], calls)
+    await _writer(store, wire)
+    document, _ = await _loaded(store, depth=200)
+    assert document == wire
+    assert type(document["inFlightTasks"][0]["toolCalls"][0]["input"]["n"]) is int

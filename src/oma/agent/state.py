@@ -21,6 +21,7 @@ from oma.checkpoint.runner_state import (
 )
 from oma.checkpoint.runner_state import TokenUsage as CheckpointUsage
 from oma.checkpoint.runner_state import ToolUseBlock as CheckpointToolUse
+from oma.gc_pause import gc_paused
 from oma.llm.types import LLMMessage, TokenUsage, ToolUseBlock
 
 # One call for a restored conversation of thousands of messages: per-message calls cost a
@@ -198,14 +199,8 @@ class RunnerState:
 
     @classmethod
     def from_checkpoint(cls, saved: InFlightTask) -> RunnerState:
-        conversation = _MESSAGES.validate_python(saved.conversation_messages)
-        # ``messages`` is usually the conversation's tail (all but the prompt): the same
-        # messages, as in a live run, instead of validating each of them twice.
-        tail = conversation[len(conversation) - len(saved.messages) :] if saved.messages else []
-        if saved.messages and saved.messages == saved.conversation_messages[-len(tail) :]:
-            messages = tail
-        else:
-            messages = _MESSAGES.validate_python(saved.messages)
+        with gc_paused():  # thousands of models at once, none in a cycle
+            conversation, messages = _conversation(saved)
         return cls(
             conversation=conversation,
             messages=messages,
@@ -230,6 +225,17 @@ class RunnerState:
             lineage=_copied(saved.conversation_lineage),
             journal_seq=saved.journal_seq,
         )
+
+
+def _conversation(saved: InFlightTask) -> tuple[list[LLMMessage], list[LLMMessage]]:
+    """A saved task's conversation and the runner's ``messages``, validated into models."""
+    conversation = _MESSAGES.validate_python(saved.conversation_messages)
+    # ``messages`` is usually the conversation's tail (all but the prompt): the same
+    # messages, as in a live run, instead of validating each of them twice.
+    tail = conversation[len(conversation) - len(saved.messages) :] if saved.messages else []
+    if saved.messages and saved.messages == saved.conversation_messages[-len(tail) :]:
+        return conversation, tail
+    return conversation, _MESSAGES.validate_python(saved.messages)
 
 
 def _same(item: Any) -> Any:

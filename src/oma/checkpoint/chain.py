@@ -47,7 +47,17 @@ class RecordHeader(BaseModel):
 
 def digest(record: str) -> str:
     """The digest the next record names: of the whole record, header and body."""
-    return hashlib.sha256(record.encode("utf-8", "surrogatepass")).hexdigest()[:DIGEST_CHARS]
+    return digest_of_bytes(encoded(record))
+
+
+def encoded(record: str) -> bytes:
+    """A record's bytes as its digest is taken (a lone surrogate kept, as JSON may hold one)."""
+    return record.encode("utf-8", "surrogatepass")
+
+
+def digest_of_bytes(raw: bytes) -> str:
+    """``digest`` of a record already ``encoded``."""
+    return hashlib.sha256(raw).hexdigest()[:DIGEST_CHARS]
 
 
 def headed(header: RecordHeader, body: str) -> str:

@@ -36,6 +36,7 @@ from oma.checkpoint.keys import segments_journal_key
 from oma.checkpoint.retention import HistoryPolicy, KnownBase, drop_before
 from oma.checkpoint.segments import Named, Path, SegmentWriter
 from oma.errors import CheckpointDecodeError, CheckpointFencedError, CheckpointLostError
+from oma.gc_pause import gc_paused
 from oma.store.journal import JournalEntry, JournalStore, new_version
 
 # A new base once the deltas since the last one hold more than 4 times its bytes: a reader reads
@@ -130,7 +131,8 @@ async def load_journal(
     if entry is None:
         return None
     named = await segments.read_named(store, key, entry.records[0], side) if entry.records else None
-    return assemble_journal(entry, key, depth_limit, named)
+    with gc_paused():
+        return assemble_journal(entry, key, depth_limit, named)
 
 
 def assemble_journal(

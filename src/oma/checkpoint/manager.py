@@ -10,6 +10,7 @@ from oma.checkpoint.keys import checkpoint_key
 from oma.checkpoint.snapshot import CheckpointSnapshot, CheckpointSnapshotV1
 from oma.checkpoint.validation import MAX_SNAPSHOT_DEPTH, parse_snapshot
 from oma.errors import CheckpointDecodeError
+from oma.gc_pause import gc_paused
 from oma.store.base import MemoryStore, supports_compare_and_set
 from oma.store.journal import supports_journal
 
@@ -50,7 +51,9 @@ class Checkpoint:
             found = await load_journal(self.store, self.key, MAX_SNAPSHOT_DEPTH)
             if found is not None:
                 document, stored = found
-                return parse_snapshot(document, self.key, depth_checked=stored.within_depth), stored
+                with gc_paused():
+                    snapshot = parse_snapshot(document, self.key, depth_checked=stored.within_depth)
+                return snapshot, stored
         entry = await self.store.get(self.key)
         if entry is None:
             return None, None
@@ -80,11 +83,12 @@ class Checkpoint:
 def decode_snapshot(text: str, key: str) -> CheckpointSnapshot:
     """The snapshot stored as ``text`` at ``key``: ``CheckpointDecodeError`` when it is not JSON,
     ``CheckpointValidationError`` when it is not a valid snapshot."""
-    try:
-        raw, bounded = jsonutil.loads_within(text, MAX_SNAPSHOT_DEPTH)
-    except ValueError as exc:
-        raise CheckpointDecodeError(key, str(exc)) from exc
-    return parse_snapshot(raw, key, depth_checked=bounded)
+    with gc_paused():
+        try:
+            raw, bounded = jsonutil.loads_within(text, MAX_SNAPSHOT_DEPTH)
+        except ValueError as exc:
+            raise CheckpointDecodeError(key, str(exc)) from exc
+        return parse_snapshot(raw, key, depth_checked=bounded)
 
 
 def snapshot_metadata(snapshot: CheckpointSnapshot) -> dict[str, Any]:

@@ -24,7 +24,7 @@ def _json_objects(items: Any) -> list[LLMMessage]:
     document's are strings (a Python caller's other keys are written as JSON writes them)."""
     if type(items) is not list:
         raise ValueError("expected a list of messages")
-    if not all(type(item) is dict for item in items):
+    if not set(map(type, items)) <= {dict}:  # a loop in C: a tenth of a generator's time
         index = next(i for i, item in enumerate(items) if type(item) is not dict)
         raise ValueError(f"message {index} is not a JSON object")
     return items

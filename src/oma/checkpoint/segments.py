@@ -115,10 +115,11 @@ def _is_digest(value: Any) -> bool:
     return isinstance(value, str) and len(value) == chain.DIGEST_CHARS
 
 
-def _walk(last: tuple[int, str, int], texts: Mapping[int, str]) -> list[tuple[SegmentRef, str]]:
-    """The segments of one list, first to last, each with its items' text, followed back from
-    the last one its base names; ``ValueError`` names one missing, changed or malformed."""
-    out: list[tuple[SegmentRef, str]] = []
+def _walk(last: tuple[int, str, int], texts: Mapping[int, str]) -> list[tuple[SegmentRef, bytes]]:
+    """The segments of one list, first to last, each with its items' text (UTF-8), followed
+    back from the last one its base names; ``ValueError`` names one missing, changed or
+    malformed."""
+    out: list[tuple[SegmentRef, bytes]] = []
     number, digest, total = last
     link: tuple[int, str] | None = (number, digest)
     seen: set[int] = set()
@@ -137,26 +138,23 @@ def _walk(last: tuple[int, str, int], texts: Mapping[int, str]) -> list[tuple[Se
 
 def _read(
     link: tuple[int, str], texts: Mapping[int, str]
-) -> tuple[tuple[int, str] | None, int, str]:
+) -> tuple[tuple[int, str] | None, int, bytes]:
     """The segment ``link`` names, if it is the text named: its link to the one before it, its
-    count of items and their text; ``ValueError`` says what is wrong with it."""
+    count of items and their text as UTF-8 (encoded once: for the digest, then the parse);
+    ``ValueError`` says what is wrong with it."""
     number, digest = link
     text = texts.get(number)
     if text is None:
         raise ValueError(f"segment {number}, which it names, is missing from the store")
-    if chain.digest(text) != digest:
+    raw = chain.encoded(text)
+    if chain.digest_of_bytes(raw) != digest:
         raise ValueError(f"segment {number} changed since it was named")
-    return _segment(number, text)
+    end = raw.find(b"\n")
+    link_before, items = _header(number, raw[:end] if end >= 0 else b"")
+    return link_before, items, raw[end + 1 :] if end >= 0 else raw
 
 
-def _segment(number: int, text: str) -> tuple[tuple[int, str] | None, int, str]:
-    """A segment record's link to the one before it, its count of items, and their text."""
-    end = text.find("\n")
-    link, items = _header(number, text[:end] if end >= 0 else "")
-    return link, items, text[end + 1 :] if end >= 0 else text
-
-
-def _header(number: int, line: str) -> tuple[tuple[int, str] | None, int]:
+def _header(number: int, line: str | bytes) -> tuple[tuple[int, str] | None, int]:
     try:  # two small numbers and a digest: what orjson cannot read exactly is refused
         header = orjson.loads(line)
     except orjson.JSONDecodeError:
@@ -302,7 +300,7 @@ def _checked(
     return None, items, before
 
 
-def _parsed(texts: list[str], depth_limit: int | None) -> tuple[list[Any], bool]:
+def _parsed(texts: list[bytes], depth_limit: int | None) -> tuple[list[Any], bool]:
     """Every segment parsed in one call (the depth bound costs one padding, not one per
     segment), and whether each is known to nest within its place under ``depth_limit``.
     ``ValueError`` unless the texts join into that many JSON values. The joined parse cannot
@@ -311,7 +309,7 @@ def _parsed(texts: list[str], depth_limit: int | None) -> tuple[list[Any], bool]
     the base itself."""
     if not texts:
         return [], True
-    joined = "[" + ",".join(texts) + "]"
+    joined = b"[" + b",".join(texts) + b"]"
     try:
         if depth_limit is None:
             values, within = jsonutil.loads(joined), False
