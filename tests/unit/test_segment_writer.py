@@ -236,3 +236,28 @@ async def test_a_long_integer_in_a_segment_reads_back_exact() -> None:
     document, _ = await _loaded(store, depth=200)
     assert document == wire
     assert type(document["inFlightTasks"][0]["toolCalls"][0]["input"]["n"]) is int
+
+
+async def test_two_completed_results_of_one_task_never_make_a_base_unreadable() -> None:
+    # The engine writes one result per task, but a forked run's patch, or a reference process,
+    # may leave two under one task id: their lists share an id, and a later base named one
+    # segment for both, which no restore would read ("it names a segment twice"). Such lists
+    # stay whole in the base.
+    def result() -> dict[str, Any]:
+        messages = [_message(n) for n in range(10)]
+        return {"taskId": "t1", "agentResult": {"success": True, "messages": messages}}
+
+    store = InMemoryStore()
+    wire: dict[str, Any] = {**_wire([]), "completedTaskResults": [result(), result()]}
+    writer = await _writer(store, wire)
+    for n in range(40):  # enough saves for several new bases
+        extra = {"taskId": f"x{n}", "agentResult": {"success": True, "output": "y" * 400}}
+        wire = {**wire, "completedTaskResults": [*wire["completedTaskResults"], extra]}
+        await writer.save(wire, {}, 1)
+        document, _ = await _loaded(store, depth=200)
+        assert document == wire
+    entry = await store.journal_get(KEY, history=True)
+    assert entry is not None
+    headers = [chain.split(record)[0] for record in entry.records]
+    kinds = [chain.parse_header(line).kind for line in headers if line is not None]
+    assert kinds.count("base") >= 2  # a later base was written, and read back above

@@ -23,6 +23,7 @@ race, a task that ended) stay until the checkpoint is deleted.
 from __future__ import annotations
 
 import enum
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -69,7 +70,18 @@ class Place(NamedTuple):
 
 
 def places(document: Any) -> list[Place]:
-    """Every place of ``document`` whose list may be kept as segments."""
+    """Every place of ``document`` whose list may be kept as segments. A list id found at two
+    places (two results of one task id: the engine writes one, a patch or another process may
+    write more) names neither: such lists stay whole, as a writer naming one segment from both
+    would write a base no reader accepts."""
+    found = _places(document)
+    ids = Counter(place.list_id for place in found)
+    return [
+        place if ids[place.list_id] == 1 else place._replace(list_id=None) for place in found
+    ]
+
+
+def _places(document: Any) -> list[Place]:
     if not isinstance(document, dict):
         return []
     out: list[Place] = []
