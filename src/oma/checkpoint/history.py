@@ -10,7 +10,6 @@ unreadable or does not follow the one before; the journal's metadata vouches for
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,9 +21,6 @@ from oma.checkpoint.keys import segments_journal_key
 from oma.errors import CheckpointDecodeError, CheckpointHistoryError
 from oma.store.base import MemoryStore
 from oma.store.journal import JournalEntry, JournalStore, supports_journal
-
-# How a base's assembly names the segment it could not read ("segment 12 changed ...").
-_SEGMENT_NAMED = re.compile(r"\bsegment (\d+)\b")
 
 
 @dataclass(frozen=True)
@@ -276,8 +272,8 @@ class History:
             try:
                 document = self._apply(document, record)
             except CheckpointDecodeError as exc:
-                found = _SEGMENT_NAMED.search(exc.detail) if record.kind == "base" else None
-                if found is None or int(found[1]) not in bad_segments:
+                cause = exc.__cause__ if record.kind == "base" else None
+                if not (isinstance(cause, segments.SegmentError) and cause.number in bad_segments):
                     name(index, exc.detail)  # else the segment's own finding says it
                 document = None
 

@@ -46,6 +46,15 @@ _LEVELS_ABOVE = 4
 _WRITE_TRIES = 5
 
 
+class SegmentError(ValueError):
+    """What is wrong with one segment a base names: ``number`` is the segment's (a reader of
+    the history names it once, not again at every base that leads to it)."""
+
+    def __init__(self, number: int, problem: str) -> None:
+        super().__init__(problem)
+        self.number = number
+
+
 class SegmentRef(NamedTuple):
     """A segment: its number in the segments journal, its record's digest, its items."""
 
@@ -76,9 +85,7 @@ def places(document: Any) -> list[Place]:
     would write a base no reader accepts."""
     found = _places(document)
     ids = Counter(place.list_id for place in found)
-    return [
-        place if ids[place.list_id] == 1 else place._replace(list_id=None) for place in found
-    ]
+    return [place if ids[place.list_id] == 1 else place._replace(list_id=None) for place in found]
 
 
 def _places(document: Any) -> list[Place]:
@@ -138,13 +145,15 @@ def _walk(last: tuple[int, str, int], texts: Mapping[int, str]) -> list[tuple[Se
     while link is not None:
         number, digest = link
         if number in seen:
-            raise ValueError(f"segment {number} is named twice")
+            raise SegmentError(number, f"segment {number} is named twice")
         seen.add(number)
         link, items, body = _read((number, digest), texts)
         out.append((SegmentRef(number, digest, items), body))
     out.reverse()
     if sum(ref.items for ref, _ in out) != total:
-        raise ValueError(f"the segments ending at segment {last[0]} do not hold {total} items")
+        raise SegmentError(
+            last[0], f"the segments ending at segment {last[0]} do not hold {total} items"
+        )
     return out
 
 
@@ -157,10 +166,10 @@ def _read(
     number, digest = link
     text = texts.get(number)
     if text is None:
-        raise ValueError(f"segment {number}, which it names, is missing from the store")
+        raise SegmentError(number, f"segment {number}, which it names, is missing from the store")
     raw = chain.encoded(text)
     if chain.digest_of_bytes(raw) != digest:
-        raise ValueError(f"segment {number} changed since it was named")
+        raise SegmentError(number, f"segment {number} changed since it was named")
     end = raw.find(b"\n")
     link_before, items = _header(number, raw[:end] if end >= 0 else b"")
     return link_before, items, raw[end + 1 :] if end >= 0 else raw
@@ -172,15 +181,15 @@ def _header(number: int, line: str | bytes) -> tuple[tuple[int, str] | None, int
     except orjson.JSONDecodeError:
         header = None
     if not (isinstance(header, dict) and set(header) == {"prev", "items"}):
-        raise ValueError(f"segment {number} has no header")
+        raise SegmentError(number, f"segment {number} has no header")
     prev, items = header["prev"], header["items"]
     if not (type(items) is int and items >= 1):
-        raise ValueError(f"segment {number} does not say how many items it holds")
+        raise SegmentError(number, f"segment {number} does not say how many items it holds")
     if prev is None:
         return None, items
     named = isinstance(prev, list) and len(prev) == 2 and type(prev[0]) is int
     if not (named and prev[0] >= 0 and _is_digest(prev[1])):
-        raise ValueError(f"segment {number} does not name the one before it")
+        raise SegmentError(number, f"segment {number} does not name the one before it")
     return (prev[0], prev[1]), items
 
 
@@ -239,8 +248,8 @@ def resolve(
         items: list[Any] = []
         for (ref, _), chunk in zip(walked, chunks[at : at + len(walked)], strict=True):
             if not isinstance(chunk, list) or len(chunk) != ref.items:
-                raise ValueError(
-                    f"segment {ref.number} does not hold the {ref.items} items it says"
+                raise SegmentError(
+                    ref.number, f"segment {ref.number} does not hold the {ref.items} items it says"
                 )
             items.extend(chunk)
         at += len(walked)
