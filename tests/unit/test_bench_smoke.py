@@ -166,6 +166,16 @@ def test_boundary_save_pairs_each_save_with_the_clients_durable_write() -> None:
         assert int(row[9]) > 0  # bytes written per boundary
 
 
+def test_boundary_save_breaks_a_save_down_into_its_parts() -> None:
+    if redis_binary() is None:
+        missing("redis-server")
+    output = _bench("boundary_save.py", "--backends", "redis", "--breakdown")
+    parts = [line.split() for line in output.splitlines() if "p50 ms: diff" in line]
+    assert len(parts) == 1, output
+    diff, chain, store, rest, client = (float(parts[0][i].rstrip(",;")) for i in (3, 5, 8, 11, 13))
+    assert min(diff, chain, store, client) > 0 and rest >= 0
+
+
 def test_checkpoint_overhead_measures_both_layouts_amplification() -> None:
     output = _bench(
         "checkpoint_overhead.py", "--parts", "amplification", "--backends", "memory,file"
