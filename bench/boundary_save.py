@@ -207,7 +207,7 @@ async def main(args: argparse.Namespace) -> None:
         "per boundary, ms: save = JournalWriter.save (diff, encoding, header, store writes); "
         "client = the\nclient's durable write of the same records alone (Redis RPUSH with "
         "appendfsync always; PostgreSQL\none autocommit INSERT, records in binary, fsync and "
-        "synchronous_commit on); x = p50 / client p50; sum x = total /\nclient total; "
+        "synchronous_commit on); x = p50 / client p50;\nsum x = total / client total; "
         "bytes = written per boundary\n"
     )
     print(
