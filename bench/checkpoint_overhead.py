@@ -2,12 +2,16 @@
 amplification of a long conversation.
 
     .venv/bin/python bench/checkpoint_overhead.py [--quick] [--parts P,...] [--backends B,...]
-        [--langgraph]
+        [--langgraph] [--shape conversation|run]
 
 Starts its own redis-server and PostgreSQL as child processes (Debian packages, as the tests
 use) and stops them at the end. Prints, per backend and snapshot size (about 10 KB, 100 KB,
 1 MB): p50/p99 of ``Checkpoint.save`` (plain and fenced) and of a raw ``set`` of the same
-string to the same store in the same run, and their ratio. Then runs agent conversations of
+string to the same store in the same run, and their ratio; and against issue 47's baseline,
+``orjson.dumps`` of the same document (as plain data) plus the client's write of its bytes.
+``--shape run`` saves snapshots shaped as a long run leaves them (completed tasks with their
+results, tool calls and results, one long in-flight conversation) instead of one conversation
+of long messages. Then runs agent conversations of
 10, 300 and 1,000 turns (60 with ``--quick``) on each backend, in both checkpoint layouts
 (whole snapshots, and the journal where the store keeps one), and prints total bytes written /
 final snapshot size and the checkpoint cost per boundary against a run with checkpointing off.
@@ -39,6 +43,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "src")]
 
+import orjson  # noqa: E402
 from bench.langgraph_side import (  # noqa: E402
     LangGraphSide,
     ServerUrls,
@@ -54,6 +59,7 @@ from bench.plain_writes import (  # noqa: E402
     postgres_writer,
     redis_writer,
 )
+from bench.restore_cost import snapshot_of_size as run_shaped_snapshot  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 from tests.servers.postgres_server import PostgresServer, postgres_bin_dir  # noqa: E402
 from tests.servers.redis_server import RedisServer, redis_binary  # noqa: E402
@@ -73,6 +79,10 @@ from oma.tools import ToolContext, define_tool  # noqa: E402
 
 SIZES = {"10 KB": 10_000, "100 KB": 100_000, "1 MB": 1_000_000}
 WARM_UP_ROUNDS = 5  # untimed rounds before a size is measured
+# conversation: one in-flight task whose conversation of long text messages fills the size;
+# run: what a long run leaves (completed tasks with their results, tool calls and tool results,
+# and one long in-flight task: ``bench/restore_cost.py``), many more, smaller, objects.
+SHAPES = ("conversation", "run")
 
 
 def snapshot_of_size(target: int) -> CheckpointSnapshotV4:
@@ -149,13 +159,19 @@ async def timed(action: Callable[[], Awaitable[Any]], repeats: int) -> list[floa
     return samples
 
 
+def shaped_snapshot(shape: str, size: int) -> CheckpointSnapshotV4:
+    if shape == "run":
+        return parse_snapshot(run_shaped_snapshot(size), "bench")  # type: ignore[return-value]
+    return snapshot_of_size(size)
+
+
 async def measure_saves(
-    store: MemoryStore, client: PlainWriter, label: str, repeats: int
+    store: MemoryStore, client: PlainWriter, label: str, repeats: int, shape: str
 ) -> list[str]:
     rows = []
     for size_name, size in SIZES.items():
         count = max(5, repeats // (4 if size >= 1_000_000 else 1))
-        snapshot = snapshot_of_size(size)
+        snapshot = shaped_snapshot(shape, size)
         rows.append(await measure_size(store, client, label, size_name, snapshot, count))
     return rows
 
@@ -169,11 +185,19 @@ async def measure_size(
     count: int,
 ) -> str:
     text = snapshot.to_json()
+    document = orjson.loads(text)  # the same document as plain data, as a caller may hold it
     checkpoint = Checkpoint(store, run_id=f"bench-{label}")
 
     async def encode() -> None:
         snapshot.to_json()
         snapshot_metadata(snapshot)
+
+    async def dumps() -> None:
+        orjson.dumps(document)
+
+    async def dumps_and_write() -> None:
+        # Issue 47's baseline: encoding the document is not counted against a save.
+        await client.write("bench/encoded", orjson.dumps(document))
 
     # Round by round, so that a change of the machine's pace during the run (other processes,
     # the server's own work) weighs on the baseline and on our write alike; a few untimed
@@ -183,13 +207,16 @@ async def measure_size(
         lambda: store.set("bench/raw", text),
         lambda: checkpoint.save(snapshot),
         encode,
+        dumps,
+        dumps_and_write,
     )
     for _ in range(WARM_UP_ROUNDS):
         for action in actions:
             await action()
-    plain_write, raw, plain, encodings = [], [], [], []
+    plain_write, raw, plain, encodings, dumped, baseline = [], [], [], [], [], []
+    series = (plain_write, raw, plain, encodings, dumped, baseline)
     for _ in range(count):
-        for action, samples in zip(actions, (plain_write, raw, plain, encodings), strict=True):
+        for action, samples in zip(actions, series, strict=True):
             samples.extend(await timed(action, 1))
     encoding = statistics.median(encodings)
     stored = await store.get(checkpoint.key)
@@ -211,7 +238,9 @@ async def measure_size(
         f"{statistics.median(raw):7.2f} {percentile(raw, 0.99):7.2f}  "
         f"{statistics.median(plain):7.2f} {percentile(plain, 0.99):7.2f}  {fenced_cell}  "
         f"{statistics.median(plain) / p50_client:6.2f}x {encoding:7.2f} "
-        f"{(encoding + p50_client) / p50_client:6.2f}x"
+        f"{(encoding + p50_client) / p50_client:6.2f}x  "
+        f"{statistics.median(dumped):7.2f} {statistics.median(baseline):7.2f} "
+        f"{statistics.median(plain) / statistics.median(baseline):6.2f}x"
     )
 
 
@@ -370,6 +399,7 @@ async def main(
     names: tuple[str, ...] = (),
     langgraph_python: Path | None = None,
     turns: tuple[int, ...] = (),
+    shape: str = "conversation",
 ) -> None:
     repeats, turn_counts = (10, (60,)) if quick else (60, (10, 300, 1000))
     turn_counts = turns or turn_counts
@@ -388,16 +418,20 @@ async def main(
                     "(the baseline),\nset = our store's set of it, save = Checkpoint.save of the "
                     "model; ratio = p50 save / p50 client;\nfloor = (p50 encode + p50 client) / "
                     "p50 client, encode = the model's JSON and metadata alone:\nwhat a save "
-                    "would cost with a store that wrote as cheaply as the client\n"
+                    "would cost with a store that wrote as cheaply as the client;\ndumps = "
+                    "orjson.dumps of the same document as plain data, base = dumps + the client's "
+                    "write of\nits bytes (issue 47's baseline), x base = p50 save / p50 base\n"
+                    f"snapshot shape: {shape}\n"
                 )
                 print(
                     f"{'backend':9} {'size':>6} {'bytes':>9} {'client':>7} {'p99':>7}  "
                     f"{'set p50':>7} {'p99':>7}  {'save p50':>7} {'p99':>7}  "
-                    f"{'fenced':>7} {'p99':>7}  {'ratio':>7} {'encode':>7} {'floor':>7}"
+                    f"{'fenced':>7} {'p99':>7}  {'ratio':>7} {'encode':>7} {'floor':>7}  "
+                    f"{'dumps':>7} {'base':>7} {'x base':>7}"
                 )
                 for name, (make, make_client) in chosen.items():
                     store, client = await make(), await make_client()
-                    for row in await measure_saves(store, client, name, repeats):
+                    for row in await measure_saves(store, client, name, repeats, shape):
                         print(row)
                     await close_store(store)
                     await client.close()
@@ -495,10 +529,17 @@ if __name__ == "__main__":
         default=(),
         help="comma-separated turn counts for the amplification part (default: 10,300,1000)",
     )
+    parser.add_argument(
+        "--shape",
+        choices=SHAPES,
+        default="conversation",
+        help="the saves part's snapshots: one long conversation (default), or what a long run "
+        "leaves (completed tasks, tool calls and results, a conversation)",
+    )
     args = parser.parse_args()
     unknown = set(args.parts) - set(PARTS)
     if unknown:
         parser.error(f"unknown parts: {','.join(sorted(unknown))}")
     wants_langgraph = args.langgraph and "amplification" in args.parts
     python = ensure_langgraph_venv() if wants_langgraph else None
-    asyncio.run(main(args.quick, args.parts, args.backends, python, args.turns))
+    asyncio.run(main(args.quick, args.parts, args.backends, python, args.turns, args.shape))

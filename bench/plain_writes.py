@@ -7,6 +7,10 @@ write (read) of the same bytes, with none of oma's code in the path.
 - redis: redis-py's ``SET``;
 - postgres: psycopg's upsert of the text into a two-column table (key, value).
 
+A write takes the text as ``str`` or as UTF-8 ``bytes`` (what ``orjson.dumps`` returns): each
+client takes what it can send as it is (redis-py and a file take bytes; a ``text`` column takes
+a ``str``, so psycopg's write decodes).
+
 Reads are the same calls' counterparts: a dict lookup, reading the file, ``GET``, a ``SELECT``
 of the value by key.
 """
@@ -22,7 +26,7 @@ from pathlib import Path
 import psycopg
 import redis.asyncio as redis_asyncio
 
-Write = Callable[[str, str], Awaitable[None]]
+Write = Callable[[str, str | bytes], Awaitable[None]]
 Read = Callable[[str], Awaitable[str | None]]
 TABLE = "plain_write"
 CREATE = f"CREATE TABLE IF NOT EXISTS {TABLE} (key text PRIMARY KEY, value text NOT NULL)"
@@ -47,8 +51,8 @@ async def _nothing() -> None:
 def memory_writer() -> PlainWriter:
     held: dict[str, str] = {}
 
-    async def write(key: str, value: str) -> None:
-        held[key] = value
+    async def write(key: str, value: str | bytes) -> None:
+        held[key] = value if isinstance(value, str) else value.decode()
 
     async def read(key: str) -> str | None:
         return held.get(key)
@@ -60,11 +64,11 @@ def file_writer(directory: Path) -> PlainWriter:
     def target_of(key: str) -> Path:
         return directory / f"plain-{key.replace('/', '_')}.json"
 
-    def write_sync(key: str, value: str) -> None:
+    def write_sync(key: str, value: str | bytes) -> None:
         target = target_of(key)
         temporary = target.with_suffix(".tmp")
-        with temporary.open("w", encoding="utf-8") as out:
-            out.write(value)
+        with temporary.open("wb") as out:
+            out.write(value.encode() if isinstance(value, str) else value)
             out.flush()
             os.fsync(out.fileno())
         os.replace(temporary, target)
@@ -74,7 +78,7 @@ def file_writer(directory: Path) -> PlainWriter:
         finally:
             os.close(fd)
 
-    async def write(key: str, value: str) -> None:
+    async def write(key: str, value: str | bytes) -> None:
         await asyncio.to_thread(write_sync, key, value)  # as FileStore does its file I/O
 
     async def read(key: str) -> str | None:
@@ -87,7 +91,7 @@ def file_writer(directory: Path) -> PlainWriter:
 async def redis_writer(url: str) -> PlainWriter:
     client = redis_asyncio.Redis.from_url(url)
 
-    async def write(key: str, value: str) -> None:
+    async def write(key: str, value: str | bytes) -> None:
         await client.set(key, value)
 
     async def read(key: str) -> str | None:
@@ -104,8 +108,9 @@ async def postgres_writer(dsn: str) -> PlainWriter:
     connection = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
     await connection.execute(CREATE)
 
-    async def write(key: str, value: str) -> None:
-        await connection.execute(UPSERT, (key, value))
+    async def write(key: str, value: str | bytes) -> None:
+        text = value if isinstance(value, str) else value.decode()
+        await connection.execute(UPSERT, (key, text))
 
     async def read(key: str) -> str | None:
         row = await (await connection.execute(SELECT, (key,))).fetchone()

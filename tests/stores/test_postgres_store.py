@@ -436,3 +436,22 @@ async def test_a_closed_store_fails_at_once_and_not_as_transient(
     assert asyncio.get_running_loop().time() - started < 5  # not retried for retry_for
     assert not isinstance(caught.value, StoreUnavailableError)
     assert caught.value.transient is False and "open a new store" in str(caught.value)
+
+
+async def test_journal_records_in_binary_round_trip_odd_strings(
+    postgres_server: PostgresServer,
+) -> None:
+    """Records travel as a binary bytea array: NUL, a lone surrogate, quotes, braces and
+    backslashes (what a text array would have to escape) come back as written, appended,
+    rebased and replaced."""
+    odd = ["nul\x00", "lone \ud800", 'quote " and {brace}', "back\\slash, comma", "", "é" * 5000]
+    async with PostgresStore(postgres_server.dsn(), schema=unique_name("jbin")) as store:
+        assert await store.journal_write("j", odd, version="v1", expected=None, replace=True)
+        assert await store.journal_write("j", odd[::-1], version="v2", expected="v1", replace=False)
+        entry = await store.journal_get("j")
+        assert entry is not None and entry.records == odd + odd[::-1]
+        assert await store.journal_write(
+            "j", odd[1:], version="v3", expected="v2", replace=False, rebase=True
+        )
+        entry = await store.journal_get("j", history=True)
+        assert entry is not None and entry.records == odd + odd[::-1] + odd[1:]

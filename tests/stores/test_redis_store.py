@@ -439,3 +439,105 @@ async def test_refusals_say_whether_they_pass(
     assert type(caught.value) is StoreError
     assert caught.value.transient is transient and advice in str(caught.value)
     await store.aclose()
+
+
+async def test_a_journal_append_names_one_key_and_its_script_the_rest(
+    redis_server: RedisServer,
+) -> None:
+    """Fourteen key names on every call were about 250 bytes of each boundary's append: the
+    call names the namespace's first key, the script derives the others (same layout)."""
+    namespace = unique_name("keys")
+    async with (
+        _monitor(redis_server) as reader,
+        RedisStore(redis_server.url, namespace=namespace) as store,
+    ):
+        assert await store.journal_write("j", ["base"], version="v1", expected=None, replace=True)
+        await store.ping()
+        await _monitored_until_ping(reader)
+        assert await store.journal_write("j", ["delta"], version="v2", expected="v1", replace=False)
+        await store.ping()
+        lines = await _monitored_until_ping(reader)
+        entry = await store.journal_get("j")
+    sent = [line for line in lines if b" lua] " not in line and b"EVALSHA" in line.upper()]
+    assert len(sent) == 1
+    assert f'"1" "{{{namespace}}}:values" "j"'.encode() in sent[0]
+    assert f"{{{namespace}}}:j".encode() not in sent[0]  # no journal key named by the client
+    derived = [line for line in lines if b" lua] " in line]
+    assert any(f'"{{{namespace}}}:jrecords" "1:j" "delta"'.encode() in line for line in derived)
+    assert entry is not None and entry.records == ["base", "delta"] and entry.version == "v2"
+
+
+class _GarblingRedis:
+    """A server speaking Redis's protocol that answers ``reply`` to every script call (and OK
+    to the rest): what a proxy or an impostor in a Redis server's place could answer."""
+
+    def __init__(self, reply: bytes) -> None:
+        self.reply = reply
+        self.port = 0
+        self._server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> str:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while True:
+                header = await reader.readuntil(b"\r\n")
+                words = []
+                for _ in range(int(header[1:-2])):
+                    size = int((await reader.readuntil(b"\r\n"))[1:-2])
+                    words.append((await reader.readexactly(size + 2))[:-2])
+                command = words[0].upper()
+                if command == b"HELLO":  # the handshake a client starts with: answered as Redis
+                    writer.write(_hello(int(words[1]) if len(words) > 1 else 2))
+                else:
+                    scripted = command in (b"EVAL", b"EVALSHA")
+                    writer.write(self.reply if scripted else b"+OK\r\n")
+                await writer.drain()
+        writer.close()
+
+
+def _hello(protocol: int) -> bytes:
+    fields = b"$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$5\r\n7.0.0\r\n$5\r\nproto\r\n"
+    head = b"%3\r\n" if protocol == 3 else b"*6\r\n"
+    return head + fields + f":{protocol}\r\n".encode()
+
+
+@pytest.mark.parametrize(
+    "reply", [b"+OK\r\n", b":7\r\n", b"$4\r\ntrue\r\n", b"*1\r\n:1\r\n", b"$-1\r\n"]
+)
+async def test_a_write_answered_with_garbage_is_refused_not_taken_for_written(
+    reply: bytes,
+) -> None:
+    """A fenced write believes only the answers its script gives (1 written, 0 compared and
+    lost): anything else was not our script, and taking it for success would let a stale
+    attempt think it still owns the run."""
+    async with _GarblingRedis(reply) as url:
+        store = RedisStore(url, namespace="garbled", retry_for=0)
+        writes = {
+            "journal append": store.journal_write(
+                "k", ["r"], version="v2", expected="v1", replace=False
+            ),
+            "journal replace": store.journal_write(
+                "k", ["r"], version="v2", expected=None, replace=True
+            ),
+            "forced replace": store.journal_write(
+                "k", ["r"], version="v2", expected=None, replace=True, force=True
+            ),
+            "swap": store.compare_and_set("k", "old", "new"),
+            "insert": store.compare_and_set("k", None, "new"),
+        }
+        for what, write in writes.items():
+            with pytest.raises(StoreError, match="answered") as caught:
+                await write
+            error = caught.value
+            assert type(error) is StoreError and error.transient is False, what
+            assert "neither 1 (written) nor 0" in str(error), what
+        await store.aclose()

@@ -29,6 +29,7 @@ from tests.servers.postgres_server import postgres_bin_dir
 from tests.servers.redis_server import redis_binary
 
 ROOT = Path(__file__).resolve().parents[2]
+SIZE_BYTES = {"10 KB": 10_000, "100 KB": 100_000, "1 MB": 1_000_000}  # the saves' sizes
 
 
 def _bench(script: str, *args: str) -> str:
@@ -127,13 +128,28 @@ def test_checkpoint_overhead_measures_saves_against_the_clients_plain_write() ->
     assert [(row[0], " ".join(row[1:3])) for row in rows] == [
         (backend, size) for backend in ("memory", "file") for size in ("10 KB", "100 KB", "1 MB")
     ]
+    assert "x base = p50 save / p50 base" in output and "snapshot shape: conversation" in output
     for row in rows:
-        assert len(row) == 15, row
+        assert len(row) == 18, row
         client, save, ratio = float(row[4]), float(row[8]), float(row[12].rstrip("x"))
         encode, floor = float(row[13]), float(row[14].rstrip("x"))
+        base, base_ratio = float(row[16]), float(row[17].rstrip("x"))
         if client >= 0.05:  # the memory baseline rounds to 0.00 ms
             assert abs(save / client - ratio) <= 0.01 + 0.05 * ratio, row
             assert abs((encode + client) / client - floor) <= 0.01 + 0.05 * floor, row
+        if base >= 0.05:
+            assert abs(save / base - base_ratio) <= 0.01 + 0.05 * base_ratio, row
+
+
+def test_checkpoint_overhead_saves_a_long_runs_snapshot_shape_too() -> None:
+    output = _bench(
+        "checkpoint_overhead.py", "--parts", "saves", "--backends", "memory", "--shape", "run"
+    )
+    assert "snapshot shape: run" in output
+    rows = _rows(output, "backend")
+    assert [" ".join(row[1:3]) for row in rows] == ["10 KB", "100 KB", "1 MB"]
+    for row in rows:
+        assert len(row) == 18 and 0.9 * SIZE_BYTES[" ".join(row[1:3])] <= int(row[3]), row
 
 
 def test_boundary_save_pairs_each_save_with_the_clients_durable_write() -> None:
@@ -148,6 +164,16 @@ def test_boundary_save_pairs_each_save_with_the_clients_durable_write() -> None:
         save, client, ratio = float(row[3]), float(row[5]), float(row[7].rstrip("x"))
         assert abs(save / client - ratio) <= 0.01 + 0.05 * ratio, row
         assert int(row[9]) > 0  # bytes written per boundary
+
+
+def test_boundary_save_breaks_a_save_down_into_its_parts() -> None:
+    if redis_binary() is None:
+        missing("redis-server")
+    output = _bench("boundary_save.py", "--backends", "redis", "--breakdown")
+    parts = [line.split() for line in output.splitlines() if "p50 ms: diff" in line]
+    assert len(parts) == 1, output
+    diff, chain, store, rest, client = (float(parts[0][i].rstrip(",;")) for i in (3, 5, 8, 11, 13))
+    assert min(diff, chain, store, client) > 0 and rest >= 0
 
 
 def test_checkpoint_overhead_measures_both_layouts_amplification() -> None:

@@ -249,6 +249,8 @@ JOURNAL_ADVANCE = sql.SQL(
     RETURNING records - %(count)s, start
     """
 )
+# Records travel in binary (``%(records)b``): as text, psycopg writes each byte of a bytea array
+# as two hex digits and quotes every element, about a tenth of a boundary's write at ~1 KB.
 # A plain append (the write of nearly every boundary) as one statement: the version compared
 # and advanced, the records added after the ones there, in one round trip and one commit (a
 # transaction around the two statements cost a BEGIN and a COMMIT more). One row when the
@@ -266,7 +268,7 @@ JOURNAL_APPEND = sql.SQL(
     ), added AS (
         INSERT INTO {journal_records} (key, seq, record)
         SELECT %(key)s, head.first + t.ord - 1, t.record
-        FROM head, unnest(%(records)s::bytea[]) WITH ORDINALITY AS t (record, ord)
+        FROM head, unnest(%(records)b::bytea[]) WITH ORDINALITY AS t (record, ord)
     )
     SELECT first FROM head
     """
@@ -279,6 +281,6 @@ JOURNAL_ADD_RECORDS = sql.SQL(
     """
     INSERT INTO {journal_records} (key, seq, record)
     SELECT %(key)s, %(start)s + t.ord - 1, t.record
-    FROM unnest(%(records)s::bytea[]) WITH ORDINALITY AS t (record, ord)
+    FROM unnest(%(records)b::bytea[]) WITH ORDINALITY AS t (record, ord)
     """
 )

@@ -114,6 +114,7 @@ class RedisStore:
             self._client = target
             self._owns_client = False
         self._keys = [f"{{{namespace}}}:{field}" for field in redis_scripts.FIELDS]
+        self._script_keys = self._keys[:1]  # a script derives the others (redis_scripts)
         self._digests = DigestMemo()
         self._multi_write: bool | None = None  # set writes its value beside the script (7+)
         self._write = self._client.register_script(redis_scripts.WRITE)
@@ -172,7 +173,7 @@ class RedisStore:
         return int(size) if exists else None
 
     async def list(self) -> Entries:
-        rows = await self._idempotent(lambda: self._read(self._keys, []))
+        rows = await self._idempotent(lambda: self._read(self._script_keys, []))
         return redis_rows.entries(rows, self._label, self._keys)
 
     async def set(self, key: str, value: str, metadata: Metadata | None = None) -> None:
@@ -196,7 +197,7 @@ class RedisStore:
         # script be refused: the value without its digest. There the value goes through it.
         if not await self._beside_scripts():
             args = _write_args(key, value, metadata, expires_at_turn, "s", "")
-            await self._idempotent(lambda: self._write(self._keys, args))
+            await self._idempotent(lambda: self._write(self._script_keys, args))
             self._wrote(key, value, args)
             return
         args = _write_args(key, value, metadata, expires_at_turn, "w", "")
@@ -205,7 +206,7 @@ class RedisStore:
         async def write() -> None:
             pipe = self._client.pipeline(transaction=True)
             pipe.hset(self._keys[0], args[0], value_field)
-            pipe.eval(redis_scripts.WRITE, len(self._keys), *self._keys, *args)
+            pipe.eval(redis_scripts.WRITE, 1, *self._script_keys, *args)
             await pipe.execute()
 
         await self._idempotent(write)
@@ -234,7 +235,8 @@ class RedisStore:
             expected_digest = self._digests.digest(key, expected).hex()
             args = _write_args(key, value, metadata, None, "c", expected_digest)
         try:
-            swapped = bool(await self._translate(self._write(self._keys, args)))
+            reply = await self._translate(self._write(self._script_keys, args))
+            swapped = self._verdict(reply, "compare_and_set")
         except StoreUnavailableError:
             if not self._worked:
                 raise
@@ -246,7 +248,7 @@ class RedisStore:
         return swapped
 
     async def delete(self, key: str) -> None:
-        await self._idempotent(lambda: self._delete(self._keys, [_encode(key)]))
+        await self._idempotent(lambda: self._delete(self._script_keys, [_encode(key)]))
         self._digests.forget(key)
 
     async def clear(self) -> None:
@@ -296,9 +298,7 @@ class RedisStore:
                 try:
                     await pipe.watch(versions)
                     # immediate: the pipe watches; the numbers are small, so a script is cheap
-                    span = await pipe.eval(
-                        redis_scripts.JOURNAL_SPAN, len(self._keys), *self._keys, field
-                    )
+                    span = await pipe.eval(redis_scripts.JOURNAL_SPAN, 1, *self._script_keys, field)
                     pipe.multi()  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
                     pipe.hget(versions, field)
                     pipe.hget(meta, field)
@@ -313,7 +313,9 @@ class RedisStore:
                 if found[0] is None:
                     return []
                 return [*found[:3], span if first is None else first, *(found[3] if names else [])]
-        rows: Sequence[Any] = await self._journal_read(self._keys, [field, "h" if history else "b"])
+        rows: Sequence[Any] = await self._journal_read(
+            self._script_keys, [field, "h" if history else "b"]
+        )
         return rows
 
     def _damaged_numbers(self, raw: Any) -> str:
@@ -334,7 +336,7 @@ class RedisStore:
         return redis_rows.text(raw, where, key, "its version") if raw is not None else None
 
     async def journal_head(self, key: str) -> JournalHead | None:
-        rows = await self._idempotent(lambda: self._journal_head(self._keys, [_encode(key)]))
+        rows = await self._idempotent(lambda: self._journal_head(self._script_keys, [_encode(key)]))
         if not rows:
             return None
         version, metadata, created, *numbers = rows
@@ -378,9 +380,11 @@ class RedisStore:
             *(_encode(record) for record in records),
         ]
         if force:  # the same replacement twice is the same journal: retried like a set
-            return bool(await self._idempotent(lambda: self._journal_write(self._keys, args)))
+            reply = await self._idempotent(lambda: self._journal_write(self._script_keys, args))
+            return self._verdict(reply, "journal write")
         try:
-            return bool(await self._translate(self._journal_write(self._keys, args)))
+            reply = await self._translate(self._journal_write(self._script_keys, args))
+            return self._verdict(reply, "journal write")
         except StoreUnavailableError:
             if not self._worked:
                 raise
@@ -394,8 +398,8 @@ class RedisStore:
                         return True
                     if current != expected:
                         return False
-                    write = self._journal_write(self._keys, args)
-                    return bool(await self._translate(write))
+                    write = self._journal_write(self._script_keys, args)
+                    return self._verdict(await self._translate(write), "journal write")
             raise AssertionError("unreachable: tenacity reraises the last error") from None
 
     async def journal_keys(self) -> JournalKeys:
@@ -444,14 +448,15 @@ class RedisStore:
         if it holds neither value, else (not applied) sent again."""
         async for attempt in self._retrying():
             with attempt:
-                rows = await self._translate(self._read(self._keys, [_encode(key)]))
+                rows = await self._translate(self._read(self._script_keys, [_encode(key)]))
                 entries = redis_rows.entries(rows, self._label, self._keys)
                 current = entries[0].value if entries else None
                 if current == value:
                     return True
                 if current != expected:
                     return False
-                return bool(await self._translate(self._write(self._keys, args)))
+                reply = await self._translate(self._write(self._script_keys, args))
+                return self._verdict(reply, "compare_and_set")
         raise AssertionError("unreachable: tenacity reraises the last error")
 
     def _retrying(self, tried: int = 0) -> AsyncRetrying:
@@ -520,6 +525,20 @@ class RedisStore:
             ) from None
         self._worked = True
         return result
+
+    def _verdict(self, reply: object, what: str) -> bool:
+        """A write script's answer: 1 written, 0 compared and lost. Anything else did not come
+        from our script, and a fenced writer must not take it for a win (nor for a loss)."""
+        if reply == 1 or reply == 0:  # redis-py answers a script's integer with an int
+            return reply == 1
+        shown = damaged.excerpt(reply) if isinstance(reply, bytes | str) else repr(reply)[:60]
+        raise StoreError(
+            f"Redis at {self._where} answered {shown} to a {what} on namespace "
+            f"{self.namespace!r}: neither 1 (written) nor 0 (not written), the only answers "
+            "its script gives. Whether the write happened is unknown. Check that the URL names "
+            "a Redis server (6.2 or newer) and not a proxy or another service answering in its "
+            "place; read the key back before writing again."
+        )
 
     def _clean(self, exc: BaseException) -> str:
         # redis-py prefixes a pipeline's error with the command, arguments (a value) and all.

@@ -22,6 +22,12 @@ Journals (``oma.store.journal``), beside the entries:
 ``{ns}:jcreated`` hash  key -> creation time, microseconds since the epoch (server clock)
 ``{ns}:jbase``    hash  key -> the base's number (absent: 0)
 ``{ns}:jstart``   hash  key -> the first record kept (absent: 0); records below it are dropped
+
+A script is handed one key, ``{ns}:values``, and derives the others from it (``_DERIVE_KEYS``):
+fourteen key names sent with every call were about 250 bytes of each journal append (a
+delta is a few hundred), packed by the client and parsed by the server each time. Every key
+shares the hash tag of the one declared, so a Redis Cluster routes the call to the slot that
+holds them all, and a script without flags may touch undeclared keys of its own slot.
 """
 
 from __future__ import annotations
@@ -45,13 +51,31 @@ FIELDS = (
     "jstart",
 )
 
-# KEYS: the FIELDS keys, in order.
+# Every script starts so: ``KEYS[1]`` is ``{ns}:values`` (the first of FIELDS) and KEYS becomes
+# the FIELDS keys, in order, named after it.
+_DERIVE_KEYS = (
+    "local prefix = string.sub(KEYS[1], 1, -7)\n"
+    "local KEYS = {}\n"
+    "for i, field in ipairs({" + ", ".join(f"'{field}'" for field in FIELDS) + "}) do\n"
+    "  KEYS[i] = prefix .. field\n"
+    "end\n"
+)
+assert FIELDS[0] == "values"  # the one key handed to every script; 6 characters cut above
+
+
+def _script(body: str) -> str:
+    """A script of the store: ``body`` with KEYS as the FIELDS keys (see ``_DERIVE_KEYS``)."""
+    return _DERIVE_KEYS + body
+
+
+# KEYS: ``{ns}:values`` (the others derived: ``_script``).
 # ARGV: key, value, digest, metadata JSON or "", expiry or "", mode, expected digest.
 # mode "s": plain upsert; "a": only if absent; "c": only if the current digest is ARGV[7];
 # "w": plain upsert whose value the same MULTI sets with HSET (ARGV[2] is empty): a value handed
 # to a script is copied through the interpreter, which costs more than the write itself
 # (RedisStore.set). Returns 1 when written, 0 when a compare failed.
-WRITE = """
+WRITE = _script(
+    """
 local key = ARGV[1]
 local mode = ARGV[6]
 if mode == 'a' or mode == 'c' then
@@ -85,6 +109,7 @@ else
 end
 return 1
 """
+)
 
 # Records are start, start + 1, ... without gaps: removed up to the first missing one, so that a
 # damaged record count (not a number, absurd) neither stops the delete nor keeps the server busy;
@@ -97,8 +122,10 @@ for _, from in ipairs({tonumber(redis.call('HGET', KEYS[14], key) or '0') or 0, 
   end
 end"""
 
-# KEYS: the FIELDS keys, in order. ARGV: key. Removes the entry and the journal of the key.
-DELETE = """
+# KEYS: ``{ns}:values`` (the others derived: ``_script``).
+# ARGV: key. Removes the entry and the journal of the key.
+DELETE = _script(
+    """
 local key = ARGV[1]
 for i = 1, 5 do
   redis.call('HDEL', KEYS[i], key)
@@ -113,14 +140,16 @@ redis.call('HDEL', KEYS[13], key)
 redis.call('HDEL', KEYS[14], key)
 return 1
 """.replace("DROP_RECORDS", _DROP_RECORDS)
+)
 
-# KEYS: the FIELDS keys, in order.
+# KEYS: ``{ns}:values`` (the others derived: ``_script``).
 # ARGV: key, new version, mode, has-expected ("1"/"0"), expected version, metadata JSON or "",
 # drop-before ("" or a record number), then the records. mode "a": append; "b": append, the
 # first record appended is the base, and the records below drop-before go; "r": replace; "f":
 # replace without comparing.
 # Returns 1 when written, 0 when the comparison failed or an append found no journal.
-JOURNAL_WRITE = """
+JOURNAL_WRITE = _script(
+    """
 local key = ARGV[1]
 local mode = ARGV[3]
 local current = redis.call('HGET', KEYS[8], key)
@@ -161,16 +190,21 @@ if ARGV[6] == '' then
 else
   redis.call('HSET', KEYS[11], key, ARGV[6])
 end
-local now = redis.call('TIME')
-redis.call('HSETNX', KEYS[12], key, now[1] .. string.format('%06d', tonumber(now[2])))
+if not append then  -- an append found the journal, created by its first write
+  local now = redis.call('TIME')
+  redis.call('HSETNX', KEYS[12], key, now[1] .. string.format('%06d', tonumber(now[2])))
+end
 return 1
 """.replace("DROP_RECORDS", _DROP_RECORDS)
+)
 
-# KEYS: the FIELDS keys, in order. ARGV: key, "h" to read every record kept (else from the base).
+# KEYS: ``{ns}:values`` (the others derived: ``_script``).
+# ARGV: key, "h" to read every record kept (else from the base).
 # Returns {} when there is no journal, else version, metadata (false = none), created, the
 # number of the first record read, then the records (none when the numbers are damaged: not
 # whole numbers with 0 <= start <= base < count <= MAX_RECORDS, which the reader reports).
-JOURNAL_READ = """
+JOURNAL_READ = _script(
+    """
 local key = ARGV[1]
 local version = redis.call('HGET', KEYS[8], key)
 if not version then return {} end
@@ -190,20 +224,25 @@ for i = first, count - 1 do
 end
 return out
 """.replace("MAX_RECORDS", str(MAX_RECORDS))
+)
 
-# KEYS: the FIELDS keys, in order. ARGV: key.
+# KEYS: ``{ns}:values`` (the others derived: ``_script``). ARGV: key.
 # Returns {} when there is no journal, else the raw record count, base and start (false = none).
-JOURNAL_SPAN = """
+JOURNAL_SPAN = _script(
+    """
 local key = ARGV[1]
 if not redis.call('HGET', KEYS[8], key) then return {} end
 return {redis.call('HGET', KEYS[9], key), redis.call('HGET', KEYS[13], key),
         redis.call('HGET', KEYS[14], key)}
 """
+)
 
-# KEYS: the FIELDS keys, in order. ARGV: one key, or none for every key in insertion order
-# (``list``; ``get`` reads one key's fields with a MULTI of HGETs instead, see RedisStore.get).
+# KEYS: ``{ns}:values`` (the others derived: ``_script``).
+# ARGV: one key, or none for every key in insertion order (``list``; ``get`` reads one
+# key's fields with a MULTI of HGETs instead, see RedisStore.get).
 # Returns a flat array: key, value, metadata, created, expiry, key, value, ... (false = nil).
-READ = """
+READ = _script(
+    """
 local keys
 if #ARGV == 1 then
   keys = {ARGV[1]}
@@ -223,11 +262,13 @@ for _, key in ipairs(keys) do
 end
 return out
 """
+)
 
-# KEYS: the FIELDS keys, in order. ARGV: key.
+# KEYS: ``{ns}:values`` (the others derived: ``_script``). ARGV: key.
 # Returns {} when there is no journal, else version, metadata (false = none), created, count,
 # base, start (false = none).
-JOURNAL_HEAD = """
+JOURNAL_HEAD = _script(
+    """
 local key = ARGV[1]
 local version = redis.call('HGET', KEYS[8], key)
 if not version then return {} end
@@ -235,3 +276,4 @@ return {version, redis.call('HGET', KEYS[11], key), redis.call('HGET', KEYS[12],
         redis.call('HGET', KEYS[9], key), redis.call('HGET', KEYS[13], key),
         redis.call('HGET', KEYS[14], key)}
 """
+)
