@@ -41,7 +41,7 @@ from oma_operator.runs.rules.concurrency import Slot, slot_of
 from oma_operator.runs.rules.holds import action_for, hold_of
 from oma_operator.runs.rules.outcomes import classify
 from oma_operator.runs.rules.pods import FINALIZER, LABEL_TEAMRUN, attempt_of, labelled_attempt
-from oma_operator.runs.rules.progress import changed, polled_conditions
+from oma_operator.runs.rules.progress import changed, poll_due, polled_conditions
 from oma_operator.runs.rules.status import backoff_left, condition, ended, merge_conditions
 from oma_operator.runs.run_queue import INDEX_KEY, RUN_QUEUE
 from oma_operator.runs.stuck_pods import reflect_pod_trouble
@@ -95,6 +95,9 @@ async def configure(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
     TICKER.every(POD_RETRY_SECONDS, "Running", retry_pod_creation, "pod-retry")
     RUN_QUEUE.attach(kwargs["teamrun_slots"])  # kopf hands every handler its indices by name
     WATCHED.attach(kwargs["teamrun_bodies"])
+    kube = runtime.kube()
+    kube.teamrun_written = WATCHED.wrote  # a write's answer is newer than the watch's copy
+    kube.limit_rate(runtime.settings().api_qps, runtime.settings().api_burst)
     RUN_QUEUE.start(start_queued)
 
 
@@ -316,6 +319,8 @@ async def progress(teamrun: TeamRunBody) -> None:
     """Mirror tasks done/total and the last checkpoint time from the store into the status,
     and whether the checkpoint was too large to poll (``CheckpointPolled``)."""
     meta, status = teamrun["metadata"], (teamrun.get("status") or {})
+    if not poll_due(status, datetime.now(UTC), runtime.settings().progress_seconds):
+        return  # a run that just started: its end (most short runs) writes the same at once
     spec = spec_of(teamrun)
     polled = await store_progress(teamrun, spec)
     update = changed(status, polled.progress)
@@ -387,6 +392,7 @@ async def teamrun_event(body: kopf.Body, event: kopf.RawEvent, **_: Any) -> None
         await _make_present(teamrun)
     elif kind == "DELETED":
         _taken_up.discard(uid)
+        WATCHED.forget(meta["namespace"], meta["name"])
         LATER.cancel((meta["namespace"], meta["name"]), uid)
     if RUN_QUEUE.active:
         RUN_QUEUE.kick()  # a run may have ended or been deleted: a queued one may start

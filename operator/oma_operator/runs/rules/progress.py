@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -28,6 +29,7 @@ from oma.checkpoint.summary import summarize
 from oma.errors import OmaError
 from oma.store.base import MemoryStore, supports_value_size
 from oma.store.journal import supports_journal
+from oma.timeutil import parse_iso
 from oma.visible import visible
 from oma_operator import masking
 from oma_operator.resources.bodies import Condition, TeamRunStatus
@@ -138,6 +140,21 @@ def _head_report(budget: RunBudget, value: object) -> BudgetReport:
     if type(reserved) is int and reserved >= 0:
         report.reserved_tokens = reserved
     return report
+
+
+def poll_due(status: TeamRunStatus, now: datetime, seconds: float) -> bool:
+    """Whether the progress poll reads a running run's store now: not within ``seconds`` of
+    its attempt's start (``Progressing`` turned True). A run that ends sooner is never polled:
+    the status write at its end carries the same figures, so mirroring them before would be
+    one more write per run and nothing a reader needs. Longer runs are polled as before, a
+    write only when a figure changed."""
+    found = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == "Progressing"), None
+    )
+    if found is None or found.get("status") != "True":
+        return True
+    since = parse_iso(str(found.get("lastTransitionTime") or ""))
+    return since is None or (now - since).total_seconds() >= seconds
 
 
 def changed(status: TeamRunStatus, progress: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,123 @@
+"""What keeps the operator's API requests per run down and deliberate: its rate limit (a token
+bucket, as client-go's QPS and burst), its own writes taken as the newest copy of a TeamRun (no
+409 from a lagging watch), and the progress poll leaving runs that just started alone."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal, cast
+
+import pytest
+
+from oma_operator.k8s.ratelimit import RateLimit
+from oma_operator.k8s.watched import WatchedTeamRuns, newer
+from oma_operator.resources.bodies import Condition, TeamRunBody, TeamRunStatus
+from oma_operator.runs.rules.progress import poll_due
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+
+
+async def test_a_burst_goes_at_once_and_the_rest_waits_its_turn() -> None:
+    clock = Clock()
+    limit = RateLimit(10, 3, clock=clock, sleep=clock.sleep)
+    for _ in range(3):
+        await limit.acquire()
+    assert clock.slept == []  # the burst
+    await limit.acquire()
+    await limit.acquire()
+    assert clock.slept == pytest.approx([0.1, 0.2])  # queued behind each other, 1/qps apart
+    clock.now = 10.0  # idle long enough: the bucket is full again, never fuller than the burst
+    clock.slept.clear()
+    for _ in range(3):
+        await limit.acquire()
+    await limit.acquire()
+    assert clock.slept == pytest.approx([0.1])
+    assert limit.waited == pytest.approx(0.4)
+
+
+def test_a_rate_limit_needs_a_rate_and_a_burst() -> None:
+    with pytest.raises(ValueError, match="qps > 0"):
+        RateLimit(0, 1)
+    with pytest.raises(ValueError, match="burst >= 1"):
+        RateLimit(5, 0)
+
+
+def _teamrun(version: str, phase: str = "Running", name: str = "r") -> TeamRunBody:
+    body: dict[str, Any] = {
+        "metadata": {
+            "namespace": "ns",
+            "name": name,
+            "resourceVersion": version,
+            "managedFields": [{"manager": "x"}],
+        },
+        "status": {"phase": phase},
+    }
+    return cast(TeamRunBody, body)
+
+
+def test_resource_versions_are_compared_only_as_integers() -> None:
+    assert newer("12", "9") and not newer("9", "12") and not newer("9", "9")
+    assert not newer("abc", "9") and not newer("12", None) and not newer(None, "1")
+
+
+def test_the_operators_own_write_is_newer_than_a_lagging_watch() -> None:
+    watched = WatchedTeamRuns()
+    index: dict[tuple[str, str], list[TeamRunBody]] = {("ns", "r"): [_teamrun("10")]}
+    watched.attach(index)
+    watched.wrote(_teamrun("11"))
+    got = watched.get("ns", "r")
+    assert got is not None and got["metadata"]["resourceVersion"] == "11"
+    assert "managedFields" not in got["metadata"]  # not kept: most of a body's size
+    watched.wrote(_teamrun("10"))  # an older answer never replaces a newer copy
+    assert (watched.get("ns", "r") or {})["metadata"]["resourceVersion"] == "11"
+    index[("ns", "r")] = [_teamrun("12")]  # the watch caught up (or someone else wrote)
+    assert (watched.get("ns", "r") or {})["metadata"]["resourceVersion"] == "12"
+    assert watched._written == {}  # dropped once the watch shows as much
+
+
+def test_finished_and_deleted_runs_are_not_kept() -> None:
+    watched = WatchedTeamRuns()
+    watched.attach({})
+    watched.wrote(_teamrun("5"))
+    watched.wrote(_teamrun("6", phase="Succeeded"))
+    assert watched.get("ns", "r") is None
+    watched.wrote(_teamrun("7", name="other"))
+    watched.forget("ns", "other")
+    assert watched.get("ns", "other") is None
+
+
+def test_versions_that_are_not_integers_leave_the_watchs_copy_in_charge() -> None:
+    watched = WatchedTeamRuns()
+    watched.attach({("ns", "r"): [_teamrun("b")]})
+    watched.wrote(_teamrun("c"))
+    assert (watched.get("ns", "r") or {})["metadata"]["resourceVersion"] == "b"
+
+
+def _progressing(since: datetime, status: Literal["True", "False"] = "True") -> TeamRunStatus:
+    condition: Condition = {
+        "type": "Progressing",
+        "status": status,
+        "reason": "AttemptStarted",
+        "message": "",
+        "lastTransitionTime": since.isoformat(),
+        "observedGeneration": 1,
+    }
+    return {"phase": "Running", "conditions": [condition]}
+
+
+def test_a_run_is_polled_only_once_its_attempt_ran_the_poll_period() -> None:
+    now = datetime(2026, 12, 8, tzinfo=UTC)
+    assert not poll_due(_progressing(now - timedelta(seconds=5)), now, 15)
+    assert poll_due(_progressing(now - timedelta(seconds=15)), now, 15)
+    assert poll_due({"phase": "Running"}, now, 15)  # no condition: as before, polled
+    assert poll_due(_progressing(now, status="False"), now, 15)
