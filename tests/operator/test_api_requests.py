@@ -4,13 +4,17 @@ bucket, as client-go's QPS and burst), its own writes taken as the newest copy o
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, cast
 
+import kopf
 import pytest
 
+from oma_operator.handlers import DIFFBASE
 from oma_operator.k8s.ratelimit import RateLimit
 from oma_operator.k8s.watched import WatchedTeamRuns, newer
+from oma_operator.main import _quiet_watch_handlers
 from oma_operator.resources.bodies import Condition, TeamRunBody, TeamRunStatus
 from oma_operator.runs.rules.progress import poll_due
 
@@ -85,14 +89,29 @@ def test_the_operators_own_write_is_newer_than_a_lagging_watch() -> None:
     assert watched._written == {}  # dropped once the watch shows as much
 
 
-def test_finished_and_deleted_runs_are_not_kept() -> None:
+def test_a_run_the_operator_ended_shows_its_end_until_the_watch_does() -> None:
+    watched = WatchedTeamRuns()
+    index: dict[tuple[str, str], list[TeamRunBody]] = {("ns", "r"): [_teamrun("5")]}
+    watched.attach(index)
+    watched.wrote(_teamrun("6", phase="Succeeded"))
+    got = watched.get("ns", "r")  # not the watch's Running copy: nothing writes it again
+    assert got is not None and (got.get("status") or {}).get("phase") == "Succeeded"
+    del index[("ns", "r")]  # the watch showed the end (finished runs are not indexed)
+    assert watched.get("ns", "r") is None and watched._written == {}
+
+
+def test_a_watch_event_as_new_as_a_write_lets_go_of_it() -> None:
     watched = WatchedTeamRuns()
     watched.attach({})
-    watched.wrote(_teamrun("5"))
     watched.wrote(_teamrun("6", phase="Succeeded"))
-    assert watched.get("ns", "r") is None
+    watched.seen(_teamrun("5"))
+    assert watched._written != {}
+    watched.seen(_teamrun("6", phase="Succeeded"))
+    assert watched._written == {}
     watched.wrote(_teamrun("7", name="other"))
-    watched.forget("ns", "other")
+    deleting = _teamrun("8", name="other")
+    deleting["metadata"]["deletionTimestamp"] = "2026-12-08T00:00:00Z"
+    watched.wrote(deleting)
     assert watched.get("ns", "other") is None
 
 
@@ -121,3 +140,28 @@ def test_a_run_is_polled_only_once_its_attempt_ran_the_poll_period() -> None:
     assert poll_due(_progressing(now - timedelta(seconds=15)), now, 15)
     assert poll_due({"phase": "Running"}, now, 15)  # no condition: as before, polled
     assert poll_due(_progressing(now, status="False"), now, 15)
+
+
+def _record(message: str, level: int = logging.INFO) -> logging.LogRecord:
+    return logging.LogRecord("kopf.objects", level, __file__, 1, message, None, None)
+
+
+def test_kopfs_line_per_watch_event_is_left_out_and_nothing_else() -> None:
+    assert not _quiet_watch_handlers(_record("Handler 'runner_pod_changed' succeeded."))
+    assert not _quiet_watch_handlers(_record("Handler 'teamrun_event' succeeded."))
+    assert _quiet_watch_handlers(_record("Handler 'decision_set' succeeded."))  # a real change
+    assert _quiet_watch_handlers(_record("Handler 'teamrun_event' failed with an exception."))
+    assert _quiet_watch_handlers(_record("Handler 'teamrun_event' succeeded.", logging.WARNING))
+
+
+def test_kopf_builds_no_copy_of_teamruns_and_pods_to_compare() -> None:
+    pod = kopf.Body({"kind": "Pod", "metadata": {"name": "p"}, "spec": {"big": "x" * 100}})
+    assert DIFFBASE.build(body=pod) == {}
+    decision = kopf.Body(
+        {
+            "kind": "ApprovalDecision",
+            "metadata": {"name": "d"},
+            "spec": {"decision": "Approved", "content": "x" * 100, "summary": "s"},
+        }
+    )
+    assert DIFFBASE.build(body=decision) == {"spec": {"decision": "Approved"}}

@@ -36,7 +36,7 @@ class WatchedTeamRuns:
     def __init__(self) -> None:
         self._index: BodyIndex | None = None
         # The operator's own last write of a TeamRun, kept only until the watch shows it (or
-        # something newer); so at most the runs written in the last moment, never finished ones.
+        # something newer): at most the runs written in the last moment.
         self._written: dict[Key, TeamRunBody] = {}
 
     def attach(self, index: BodyIndex | None) -> None:
@@ -50,14 +50,20 @@ class WatchedTeamRuns:
         return None
 
     def get(self, namespace: str, name: str) -> TeamRunBody | None:
-        """The newest body known: the watch's, or the operator's own last write when newer;
-        None when not seen, deleted, finished, or no watch yet."""
+        """The newest body known: the watch's, or the operator's own last write when newer
+        (a run the operator just ended shows its end here before the watch does); None when
+        not seen, deleted, finished (as the watch shows it), or no watch yet."""
         key = (namespace, name)
         watched = self._watched(key)
         written = self._written.get(key)
         if written is None:
             return watched
-        if watched is None or newer(
+        if watched is None:
+            if _final(written):  # the watch showed the end: finished runs are not kept
+                del self._written[key]
+                return None
+            return written
+        if newer(
             written["metadata"].get("resourceVersion"), watched["metadata"].get("resourceVersion")
         ):
             return written
@@ -68,20 +74,33 @@ class WatchedTeamRuns:
         """The API server's answer to a write of the TeamRun (its status)."""
         meta = body.get("metadata") or {}
         key = (str(meta.get("namespace")), str(meta.get("name")))
-        if (body.get("status") or {}).get("phase") in FINAL_PHASES or meta.get("deletionTimestamp"):
-            self._written.pop(key, None)  # nothing writes it again but a late outcome
+        if meta.get("deletionTimestamp"):
+            self._written.pop(key, None)
             return
-        watched = self._watched(key)
-        known = self._written.get(key) or watched
+        known = self._written.get(key) or self._watched(key)
         if known is None or newer(
             meta.get("resourceVersion"), (known.get("metadata") or {}).get("resourceVersion")
         ):
             kept = {k: v for k, v in meta.items() if k != "managedFields"}  # most of its size
             self._written[key] = teamrun_view({**body, "metadata": kept})
 
+    def seen(self, body: TeamRunBody) -> None:
+        """A watch event of the TeamRun: a write it shows (or passed) is no longer kept."""
+        meta = body.get("metadata") or {}
+        key = (str(meta.get("namespace")), str(meta.get("name")))
+        written = self._written.get(key)
+        if written is not None and not newer(
+            written["metadata"].get("resourceVersion"), meta.get("resourceVersion")
+        ):
+            del self._written[key]
+
     def forget(self, namespace: str, name: str) -> None:
         """The TeamRun was deleted."""
         self._written.pop((namespace, name), None)
+
+
+def _final(body: TeamRunBody) -> bool:
+    return (body.get("status") or {}).get("phase") in FINAL_PHASES
 
 
 WATCHED = WatchedTeamRuns()

@@ -66,6 +66,12 @@ _recording: defaultdict[tuple[str, str], asyncio.Lock] = defaultdict(asyncio.Loc
 POD_CREATED: ConditionType = "PodCreated"  # False while the current attempt's pod is refused
 
 
+def recording(namespace: str, name: str) -> asyncio.Lock:
+    """The lock every write of a TeamRun's status made from what the operator knows of it
+    holds (an attempt's end, the progress poll): one at a time per TeamRun."""
+    return _recording[(namespace, name)]
+
+
 async def ensure_pod(
     teamrun: TeamRunBody, spec: TeamRunSpec, attempt: int, resume: Resume | None = None
 ) -> None:
