@@ -11,7 +11,7 @@ from typing import Any, Literal, cast
 import kopf
 import pytest
 
-from oma_operator.handlers import DIFFBASE
+from oma_operator.handlers import DIFFBASE, watched_entry
 from oma_operator.k8s.ratelimit import RateLimit
 from oma_operator.k8s.watched import WatchedTeamRuns, newer
 from oma_operator.main import _quiet_watch_handlers
@@ -165,3 +165,13 @@ def test_kopf_builds_no_copy_of_teamruns_and_pods_to_compare() -> None:
         }
     )
     assert DIFFBASE.build(body=decision) == {"spec": {"decision": "Approved"}}
+
+
+def test_a_finished_run_leaves_the_index_of_watched_bodies() -> None:
+    """kopf drops an object's entry only for an empty mapping; for None it keeps the old one."""
+    running = kopf.Body(
+        {"metadata": {"namespace": "ns", "name": "r"}, "status": {"phase": "Running"}}
+    )
+    done = kopf.Body({"metadata": {"namespace": "ns", "name": "r"}, "status": {"phase": "Failed"}})
+    assert set(watched_entry(running)) == {("ns", "r")}
+    assert watched_entry(done) == {}
