@@ -360,7 +360,7 @@ async def progress(teamrun: TeamRunBody) -> None:
             latest.get("status") or {},
             int(latest["metadata"].get("generation", 1)),
         )
-        update = changed(status, polled.progress)
+        update = changed(status, polled.progress, runtime.settings().progress_seconds)
         conditions = polled_conditions(status, polled, generation)
         if conditions is None:
             if update:

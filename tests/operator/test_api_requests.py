@@ -16,7 +16,7 @@ from oma_operator.k8s.ratelimit import RateLimit
 from oma_operator.k8s.watched import WatchedTeamRuns, newer
 from oma_operator.main import _quiet_watch_handlers
 from oma_operator.resources.bodies import Condition, TeamRunBody, TeamRunStatus
-from oma_operator.runs.rules.progress import poll_due
+from oma_operator.runs.rules.progress import changed, poll_due
 
 
 class Clock:
@@ -175,3 +175,33 @@ def test_a_finished_run_leaves_the_index_of_watched_bodies() -> None:
     done = kopf.Body({"metadata": {"namespace": "ns", "name": "r"}, "status": {"phase": "Failed"}})
     assert set(watched_entry(running)) == {("ns", "r")}
     assert watched_entry(done) == {}
+
+
+def _running(start: datetime, **fields: Any) -> TeamRunStatus:
+    status = _progressing(start)
+    return cast(TeamRunStatus, {**status, **fields})
+
+
+def test_progress_is_written_only_on_a_change_a_reader_needs() -> None:
+    start = datetime(2026, 12, 8, tzinfo=UTC)
+
+    def at(seconds: int) -> str:
+        return (start + timedelta(seconds=seconds)).isoformat()
+
+    # 20 s in, one task of two running: a save and a turn are not worth a write of their own
+    first = {"lastCheckpointAt": at(20), "taskSummary": "0/2", "turns": 3}
+    assert changed(_running(start), first, 15) == {}
+    # a task completed: written, with everything that changed along
+    done = {"lastCheckpointAt": at(25), "taskSummary": "1/2", "turns": 1}
+    assert changed(_running(start), done, 15) == done
+    # a run still saving shows it once a minute (4 periods of 15 s) after its last mirror
+    mirrored = _running(start, lastCheckpointAt=at(25), taskSummary="1/2", turns=1)
+    assert changed(mirrored, {**done, "lastCheckpointAt": at(84), "turns": 5}, 15) == {}
+    later = {**done, "lastCheckpointAt": at(85), "turns": 6}
+    assert changed(mirrored, later, 15) == {"lastCheckpointAt": at(85), "turns": 6}
+    # or since the attempt started when nothing was mirrored yet
+    assert changed(_running(start), {"lastCheckpointAt": at(60), "taskSummary": "0/2"}, 15)
+    # spend against a budget is always worth it
+    assert changed(mirrored, {**done, "budgetSummary": "10/100 tokens"}, 15) != {}
+    # without a period (the attempt's end): every difference
+    assert changed(_running(start), first) == first
