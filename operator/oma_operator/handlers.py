@@ -39,7 +39,7 @@ from oma_operator.runs.metrics import METRICS, pod_ended_at
 from oma_operator.runs.queued_runs import queue_run, start_attempt, start_queued
 from oma_operator.runs.retention import FINISHED
 from oma_operator.runs.retries import retry_requested, retry_run
-from oma_operator.runs.rules.concurrency import Slot, slot_of
+from oma_operator.runs.rules.concurrency import Slot, frees_slot, slot_of
 from oma_operator.runs.rules.holds import action_for, hold_of
 from oma_operator.runs.rules.outcomes import classify
 from oma_operator.runs.rules.pods import FINALIZER, LABEL_TEAMRUN, attempt_of, labelled_attempt
@@ -450,8 +450,8 @@ async def teamrun_event(body: kopf.Body, event: kopf.RawEvent, **_: Any) -> None
         _taken_up.discard(uid)
         WATCHED.forget(meta["namespace"], meta["name"])
         LATER.cancel((meta["namespace"], meta["name"]), uid)
-    if RUN_QUEUE.active:
-        RUN_QUEUE.kick()  # a run may have ended or been deleted: a queued one may start
+    if RUN_QUEUE.active and frees_slot(kind, teamrun):
+        RUN_QUEUE.kick()  # a run ended, waits or was deleted: a queued one may start
 
 
 @kopf.on.event(GROUP, VERSION, "approvaldecisions")
