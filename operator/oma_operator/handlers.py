@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -409,10 +409,10 @@ async def teamrun_slots(body: kopf.Body, **_: Any) -> dict[str, Slot]:
 @kopf.index(GROUP, VERSION, "teamruns")
 async def teamrun_bodies(body: kopf.Body, **_: Any) -> dict[tuple[str, str], TeamRunBody]:
     """Every unfinished TeamRun as last seen (``k8s.watched``): ``watched_entry``."""
-    return watched_entry(body)
+    return watched_entry(teamrun_view(body))
 
 
-def watched_entry(body: Mapping[str, Any]) -> dict[tuple[str, str], TeamRunBody]:
+def watched_entry(body: TeamRunBody) -> dict[tuple[str, str], TeamRunBody]:
     """A TeamRun's entry in the index of watched bodies, for writes conditioned on what was
     seen; none for a finished one (nothing writes it again but a late outcome). An empty
     mapping, not None: kopf keeps an object's earlier entry when its index function returns
@@ -421,7 +421,8 @@ def watched_entry(body: Mapping[str, Any]) -> dict[tuple[str, str], TeamRunBody]
     if (body.get("status") or {}).get("phase") in FINAL_PHASES:
         return {}
     meta = {k: v for k, v in body["metadata"].items() if k != "managedFields"}  # most of its size
-    return {(meta["namespace"], meta["name"]): teamrun_view({**body, "metadata": meta})}
+    key = (body["metadata"]["namespace"], body["metadata"]["name"])
+    return {key: teamrun_view({**body, "metadata": meta})}
 
 
 @kopf.on.event(GROUP, VERSION, "teamruns")

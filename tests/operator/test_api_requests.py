@@ -169,10 +169,8 @@ def test_kopf_builds_no_copy_of_teamruns_and_pods_to_compare() -> None:
 
 def test_a_finished_run_leaves_the_index_of_watched_bodies() -> None:
     """kopf drops an object's entry only for an empty mapping; for None it keeps the old one."""
-    running = kopf.Body(
-        {"metadata": {"namespace": "ns", "name": "r"}, "status": {"phase": "Running"}}
-    )
-    done = kopf.Body({"metadata": {"namespace": "ns", "name": "r"}, "status": {"phase": "Failed"}})
+    running = _teamrun("1")
+    done = _teamrun("2", phase="Failed")
     assert set(watched_entry(running)) == {("ns", "r")}
     assert watched_entry(done) == {}
 
