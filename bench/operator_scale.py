@@ -51,13 +51,18 @@ from operatorlib import (
     watch_forever,
 )
 
+from oma_operator.settings import Settings
+
 TARGET_RSS_MB = 300  # the issue's target: decimal megabytes
-TARGET_REQUESTS_PER_RUN = 6  # issue 23: operator API requests per run at scale
+TARGET_REQUESTS_PER_RUN = 3  # issue 47: operator API requests per run at scale
+TARGET_CPU_MS_PER_RUN = 20  # issue 47: operator CPU per run
+TARGET_RUNS_A_MINUTE = 1000  # issue 47: what one operator sustains by its figures
 SCRIPT: list[dict[str, Any]] = [
     {"tool_calls": [{"id": "e1", "name": "echo", "input": {"text": "hello"}}]},
     {"text": "done"},
 ]
 FINAL = ("Succeeded", "Failed", "Rejected")
+DEFAULT_QPS = Settings().api_qps  # the operator's rate limit unless OMA_API_QPS says otherwise
 
 
 @dataclass
@@ -71,6 +76,7 @@ class Runs:
     pod_ended: dict[str, float] = field(default_factory=dict)
     all_final: asyncio.Event = field(default_factory=asyncio.Event)
     counts: Counter[str] = field(default_factory=Counter)  # runs by phase, as the watch shows
+    queued: set[str] = field(default_factory=set)  # runs the watch saw Queued
     most: Counter[str] = field(default_factory=Counter)  # the most at once, by phase
 
     def on_teamrun(self, kind: str, obj: JSON) -> None:
@@ -83,6 +89,8 @@ class Runs:
             self.counts[phase] += 1
             self.most[phase] = max(self.most[phase], self.counts[phase])
         self.phases[name] = phase
+        if phase == "Queued":
+            self.queued.add(name)
         if phase in FINAL and name not in self.finished:
             self.finished[name] = time.monotonic()
             if len(self.finished) >= self.expected:
@@ -233,9 +241,9 @@ async def bench(args: argparse.Namespace, workdir: Path) -> None:
     print()
     print("| process | CPU s (in the window) | CPU ms / run | peak RSS |")
     print("|---|---|---|---|")
-    peak_mib = 0.0
+    peak_mib, op_cpu = 0.0, float("nan")
     if op_before and op_after and op_drained:
-        cpu = op_after.cpu_seconds - op_before.cpu_seconds
+        cpu = op_cpu = op_after.cpu_seconds - op_before.cpu_seconds
         peak_mib = op_after.peak_rss_mib
         print(
             f"| **operator** | {cpu:.1f} | {cpu / total * 1000:.0f} | **{peak_mib:.0f} MiB** "
@@ -292,11 +300,68 @@ async def bench(args: argparse.Namespace, workdir: Path) -> None:
         f"(target at most {TARGET_REQUESTS_PER_RUN}: "
         f"**{'met' if per_run <= TARGET_REQUESTS_PER_RUN else 'not met'}**)"
     )
+    by_run = per_run_requests(events, set(runs.created))
+    for kind, names in (
+        ("never queued", set(runs.created) - runs.queued),
+        ("queued first", runs.queued & set(runs.created)),
+    ):
+        if names:
+            spread = Counter(by_run[n] for n in names)
+            mean = sum(by_run[n] for n in names) / len(names)
+            print(
+                f"- requests per run, runs {kind}: **{mean:.2f}** over {len(names)} runs "
+                f"(runs by their count of requests: {dict(sorted(spread.items()))})"
+            )
+    cpu_ms = op_cpu / total * 1000
+    print(
+        f"- operator CPU: **{cpu_ms:.1f} ms per run** (target at most {TARGET_CPU_MS_PER_RUN}: "
+        f"**{'met' if cpu_ms <= TARGET_CPU_MS_PER_RUN else 'not met'}**)"
+    )
+    qps = float(os.environ.get("OMA_API_QPS") or DEFAULT_QPS)
+    by_rate = 60 * qps / per_run if per_run else float("inf")
+    by_cpu = 60_000 / cpu_ms if cpu_ms > 0 else float("inf")
+    sustained = min(by_rate, by_cpu)
+    print(
+        f"- runs a minute one operator sustains by these figures: **{sustained:.0f}** "
+        f"(its rate limit {qps:g} requests/s / {per_run:.2f} per run: {by_rate:.0f}; one core "
+        f"/ {cpu_ms:.1f} ms per run: {by_cpu:.0f}; target at least {TARGET_RUNS_A_MINUTE}: "
+        f"**{'met' if sustained >= TARGET_RUNS_A_MINUTE else 'not met'}**)"
+    )
+    print(
+        f"- runs a minute measured here: **{total / drained * 60:.0f}** ({total} runs drained "
+        f"in {drained:.1f} s; the runners share this machine's {os.cpu_count()} cores with "
+        "the control plane and the operator)"
+    )
     print()
     print("| verb resource | per run | total |")
     print("|---|---|---|")
     for key, count in ops.most_common():
         print(f"| {key} | {count / total:.2f} | {count} |")
+
+
+def run_of(event: JSON) -> str | None:
+    """The TeamRun an operator request was about (a pod's: its name without ``-a<N>``)."""
+    ref = event.get("objectRef") or {}
+    name = ref.get("name")
+    if not name:
+        return None
+    if ref.get("resource") == "pods":
+        return str(name).rsplit("-a", 1)[0]
+    if ref.get("resource") in ("teamruns", "events"):
+        return str(name).split(".", 1)[0] if ref.get("resource") == "events" else str(name)
+    return None
+
+
+def per_run_requests(events: list[JSON], names: set[str]) -> Counter[str]:
+    """The operator's requests about each of ``names`` (its TeamRun, pods and Events)."""
+    counts: Counter[str] = Counter()
+    for event in events:
+        if (event.get("user") or {}).get("username") != OPERATOR_USER:
+            continue
+        run = run_of(event)
+        if run in names:
+            counts[run] += 1
+    return counts
 
 
 def main() -> None:

@@ -295,7 +295,20 @@ def configure_logging(log_format: str, level: str) -> None:
         log_refkey="object",
     )
     logging.getLogger("httpx").setLevel(logging.DEBUG if level == "debug" else logging.WARNING)
+    if level != "debug":  # a line per watch event of every run said nothing (its CPU: 3 %)
+        logging.getLogger("kopf.objects").addFilter(_quiet_watch_handlers)
     masking.install_log_masking()  # every record: Secret values the operator read masked
+
+
+WATCH_HANDLERS = ("runner_pod_changed", "teamrun_event", "decision_event")
+_ROUTINE_LINES = frozenset(f"Handler {name!r} succeeded." for name in WATCH_HANDLERS)
+
+
+def _quiet_watch_handlers(record: logging.LogRecord) -> bool:
+    """kopf logs "Handler 'x' succeeded." at INFO after every watch event it hands to a
+    handler: several lines per run that tell nothing (what happened to a run is in its status,
+    its Events and the operator's own lines). They are kept at ``--log-level debug``."""
+    return not (record.levelno == logging.INFO and record.getMessage() in _ROUTINE_LINES)
 
 
 async def _connected(work: Coroutine[Any, Any, T]) -> T:

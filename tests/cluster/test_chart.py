@@ -308,6 +308,26 @@ def test_retention_renders_as_the_operator_s_env_and_bad_values_fail_the_schema(
         assert "/retention/" in refused.stderr, refused.stderr
 
 
+def test_the_api_rate_limit_renders_as_the_operator_s_env_and_bad_values_fail_the_schema(
+    cluster: ClusterHandle,
+) -> None:
+    def operator_env(*args: str) -> dict[str, str | None]:
+        container = _operator_container(cluster, *args)
+        return {e["name"]: e.get("value") for e in container["env"]}
+
+    default = operator_env()
+    assert (default["OMA_API_QPS"], default["OMA_API_BURST"]) == ("100", "200")
+    set_ = operator_env("--set-json", "operator.apiQPS=25.5", "--set", "operator.apiBurst=40")
+    assert (set_["OMA_API_QPS"], set_["OMA_API_BURST"]) == ("25.5", "40")
+    for value in ("operator.apiQPS=0", "operator.apiBurst=0", "operator.apiBurst=1.5"):
+        refused = helm(
+            cluster, "template", "t", str(CHART), "--kube-version", KUBE_VERSION,
+            "--set", value, check=False,
+        )  # fmt: skip
+        assert refused.returncode != 0, value
+        assert "/operator/api" in refused.stderr, refused.stderr
+
+
 def test_a_typo_in_values_fails_the_schema(cluster: ClusterHandle) -> None:
     result = helm(
         cluster,
@@ -674,6 +694,8 @@ def test_operator_env_is_added_and_the_charts_own_variables_are_refused(
     assert [v["name"] for v in variables].count("OMA_SECRET_TTL_SECONDS") == 1
     for name, hint in [
         ("OMA_PROGRESS_SECONDS", "use operator.progressSeconds"),
+        ("OMA_API_QPS", "use operator.apiQPS"),
+        ("OMA_API_BURST", "use operator.apiBurst"),
         ("OMA_EVENTS", "use operator.events"),
         ("OMA_CREATOR_POLICY", "use approvals.creatorPolicy"),
         ("OMA_RUNNER_IMAGE", "use image.repository/image.tag"),

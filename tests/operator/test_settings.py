@@ -24,6 +24,7 @@ def test_an_empty_environment_gives_the_documented_defaults() -> None:
     assert (settings.progress_seconds, settings.secret_ttl_seconds) == (15.0, 60.0)
     assert settings.poll_read_limit_bytes == 8 * 1024 * 1024
     assert (settings.finished_ttl_seconds, settings.delete_store_records) == (None, False)
+    assert (settings.api_qps, settings.api_burst) == (100.0, 200)
     assert settings.limits == Limits() and not settings.limits.active
     assert (settings.events, settings.creator_recorded, settings.namespaces) == (
         "notable",
@@ -45,6 +46,8 @@ def test_every_variable_and_flag_reaches_its_field() -> None:
         "OMA_MAX_RUNNING_PER_PROVIDER": "anthropic=2",
         "OMA_TTL_SECONDS_AFTER_FINISHED": "0",
         "OMA_DELETE_STORE_RECORDS": "TRUE",
+        "OMA_API_QPS": "12.5",
+        "OMA_API_BURST": "30",
     }
     settings = Settings.read(
         env,
@@ -68,6 +71,7 @@ def test_every_variable_and_flag_reaches_its_field() -> None:
     assert settings.poll_read_limit_bytes == 2048
     assert settings.limits == Limits(per_namespace=3, per_provider={"anthropic": 2})
     assert (settings.finished_ttl_seconds, settings.delete_store_records) == (0, True)
+    assert (settings.api_qps, settings.api_burst) == (12.5, 30)
 
 
 @pytest.mark.parametrize(
@@ -85,6 +89,11 @@ def test_every_variable_and_flag_reaches_its_field() -> None:
         ("OMA_TTL_SECONDS_AFTER_FINISHED", "31536001", "give whole seconds, 0 to 31536000"),
         ("OMA_DELETE_STORE_RECORDS", "sometimes", "give true or false (or 1 or 0)"),
         ("OMA_MAX_RUNNING_PER_NAMESPACE", "many", "is not a whole number"),
+        ("OMA_API_QPS", "fast", "is not a number of requests a second"),
+        ("OMA_API_QPS", "0", "must be more than 0 requests a second"),
+        ("OMA_API_QPS", "inf", "must be more than 0 requests a second"),
+        ("OMA_API_BURST", "0", "must be a whole number, at least 1"),
+        ("OMA_API_BURST", "2.5", "must be a whole number, at least 1"),
         ("OMA_MAX_RUNNING_PER_PROVIDER", "gemini=2", "PROVIDER one of"),
     ],
 )

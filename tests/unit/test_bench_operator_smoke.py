@@ -93,7 +93,8 @@ def _cluster_binaries() -> bool:
     [
         ("operator_reaction.py", "next attempt's pod created"),
         ("operator_reaction.py --real-node", "(baseline: a bare pod created → Running)"),
-        ("operator_scale.py", "operator API requests"),
+        # requests, CPU and runs a minute per run, each against issue 47's target
+        ("operator_scale.py", "- runs a minute one operator sustains by these figures: **"),
         # the limit holds: the watch never shows more than 5 Running (the report says BROKEN)
         ("operator_scale.py --limit 5", "concurrency limit 5: at most **"),
         # every tarpit held a connection (the operator called it) and the decisions were timed
@@ -128,3 +129,7 @@ def test_quick_runs_print_their_tables(script: str, marker: str) -> None:
     # the report is markdown, as docs/performance.md pastes it: a verdict, the requests table
     assert "\n- target: " in done.stdout
     assert "\n| verb resource | per " in done.stdout
+    if script == "operator_scale.py":
+        for line in ("- operator CPU: **", "- runs a minute measured here: **"):
+            assert line in done.stdout, done.stdout[-2000:]
+        assert "- requests per run, runs never queued: **" in done.stdout, done.stdout[-2000:]

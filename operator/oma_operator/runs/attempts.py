@@ -66,6 +66,20 @@ _recording: defaultdict[tuple[str, str], asyncio.Lock] = defaultdict(asyncio.Loc
 POD_CREATED: ConditionType = "PodCreated"  # False while the current attempt's pod is refused
 
 
+def recording(namespace: str, name: str) -> asyncio.Lock:
+    """The lock every write of a TeamRun's status made from what the operator knows of it
+    holds (an attempt's end, the progress poll): one at a time per TeamRun."""
+    return _recording[(namespace, name)]
+
+
+def about(body: TeamRunBody | PodBody, kind: str) -> dict[str, Any]:
+    """A log record's ``extra`` naming the object it is about, as kopf's own lines do (the
+    ``[namespace/name]`` prefix, or ``object`` in JSON lines)."""
+    meta = body["metadata"]
+    ref = {"kind": kind, "name": meta["name"], "namespace": meta["namespace"]}
+    return {"k8s_ref": {**ref, "uid": meta.get("uid")}, "k8s_skip": True}
+
+
 async def ensure_pod(
     teamrun: TeamRunBody, spec: TeamRunSpec, attempt: int, resume: Resume | None = None
 ) -> None:
@@ -119,6 +133,7 @@ async def ensure_pod(
         await _note_pod_creation(meta["namespace"], meta["name"], attempt, pod, None)
     if not created:
         return
+    log.info("attempt %d: pod %s created", attempt, pod, extra=about(teamrun, "TeamRun"))
     if refused_before:  # answers the PodCreateFailed warning(s), so posted in any mode
         await events.info(
             teamrun, "PodCreated", f"attempt {attempt}: pod {pod} created after the refusals"
@@ -282,6 +297,14 @@ async def record_outcome(
         # What the next pod is built from.
         teamrun = teamrun_view({**teamrun, "status": {**status, **update}})
         await recorded()
+    log.info(
+        "attempt %d ended: %s (%s); %s",
+        attempt,
+        outcome.kind,
+        outcome.reason,
+        decision.message,
+        extra=about(pod_body, "Pod"),
+    )
     METRICS.attempt_ended(outcome.kind)
     METRICS.runner_report(outcome.report)
     unconfirmed = outcome.reason in (SUCCESS_NOT_CONFIRMED, COMPLETED_UNCONFIRMED)

@@ -14,7 +14,15 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from oma_operator.settings.limits import Limits
-from oma_operator.settings.values import boolean, byte_count, names, seconds, time_to_live
+from oma_operator.settings.values import (
+    boolean,
+    byte_count,
+    count,
+    names,
+    rate,
+    seconds,
+    time_to_live,
+)
 
 DEFAULT_RUNNER_IMAGE = "ghcr.io/oma/oma:latest"
 Verbosity = Literal["notable", "all"]
@@ -55,6 +63,11 @@ class Settings:
     finished_ttl_seconds: int | None = None
     # OMA_DELETE_STORE_RECORDS: a TeamRun deleted for its time to live takes its records along.
     delete_store_records: bool = False
+    # OMA_API_QPS, OMA_API_BURST: the operator's rate limit on its API requests (k8s.ratelimit).
+    # At 4 requests per run (5 queued) 100/s lets one operator start and end 1,200-1,500 runs
+    # a minute; a burst of 200 lets a few dozen runs start at once without waiting.
+    api_qps: float = 100.0
+    api_burst: int = 200
 
     @classmethod
     def read(
@@ -104,4 +117,6 @@ class Settings:
             delete_store_records=boolean(
                 "OMA_DELETE_STORE_RECORDS", env.get("OMA_DELETE_STORE_RECORDS", "")
             ),
+            api_qps=rate("OMA_API_QPS", env.get("OMA_API_QPS", ""), defaults.api_qps),
+            api_burst=count("OMA_API_BURST", env.get("OMA_API_BURST", ""), defaults.api_burst),
         )

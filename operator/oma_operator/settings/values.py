@@ -34,6 +34,28 @@ def byte_count(variable: str, text: str, default: int) -> int:
     return int(text)
 
 
+def rate(variable: str, text: str, default: float) -> float:
+    """A positive number a second (fractions allowed); empty: ``default``."""
+    text = text.strip()
+    try:
+        value = float(text) if text else default
+    except ValueError:
+        raise SettingsError(f"{variable}={text!r} is not a number of requests a second") from None
+    if not 0 < value < float("inf"):  # also refuses nan
+        raise SettingsError(f"{variable}={text!r} must be more than 0 requests a second")
+    return value
+
+
+def count(variable: str, text: str, default: int) -> int:
+    """A whole number, at least 1; empty: ``default``."""
+    text = text.strip()
+    if not text:
+        return default
+    if not (text.isascii() and text.isdigit()) or int(text) == 0:
+        raise SettingsError(f"{variable}={text!r} must be a whole number, at least 1")
+    return int(text)
+
+
 def boolean(variable: str, text: str) -> bool:
     """true/false or 1/0 (any case); empty: false."""
     text = text.strip().lower()

@@ -47,6 +47,17 @@ class Slot:
         return (self.queued_at, self.namespace, self.name)
 
 
+def frees_slot(event_type: str | None, teamrun: TeamRunBody) -> bool:
+    """Whether a TeamRun watch event may have freed a slot, so that the queue should weigh its
+    runs now: the run was deleted, or is in a phase that holds none other than ``Queued``
+    (ended, waiting for a person). A run queued or running frees nothing (a queued one was
+    weighed when it was queued); the queue also weighs its runs every few seconds anyway."""
+    if event_type == "DELETED":
+        return True
+    phase = (teamrun.get("status") or {}).get("phase")
+    return phase is not None and phase != "Queued" and phase not in HOLDING_PHASES
+
+
 def slot_of(teamrun: TeamRunBody) -> Slot:
     """A TeamRun's slot view from its raw object (no validation: a run whose spec is invalid
     is refused before it can queue; unknown providers are counted under their name)."""
@@ -99,6 +110,18 @@ class Usage:
         self.namespaces[slot.namespace] += 1
         self.providers.update(slot.providers)
 
+    def full(self, slot: Slot, limits: Limits) -> bool:
+        """Whether ``slot`` cannot start now (``blocked`` without making the message: the
+        queue weighs thousands of runs at a time)."""
+        per_namespace = limits.per_namespace
+        if per_namespace is not None and self.namespaces[slot.namespace] >= per_namespace:
+            return True
+        for provider in slot.providers:
+            limit = limits.per_provider.get(provider)
+            if limit is not None and self.providers[provider] >= limit:
+                return True
+        return False
+
     def blocked(self, slot: Slot, limits: Limits) -> str | None:
         """Why ``slot`` cannot start now (for its status message), or None."""
         held = self.namespaces[slot.namespace]
@@ -118,11 +141,15 @@ class Usage:
 
 
 def admit(queued: Iterable[Slot], holders: Iterable[Slot], limits: Limits) -> list[Slot]:
-    """The queued runs that start now, oldest first, each counted before the next is weighed."""
+    """The queued runs that start now, oldest first, each counted before the next is weighed.
+
+    Only the runs that could start are ordered: with every slot of a namespace taken (the
+    usual state of a long queue) its runs are passed over without sorting thousands of them."""
     usage = Usage.of(holders)
     started = []
-    for slot in sorted(queued, key=lambda s: s.order):
-        if usage.blocked(slot, limits) is None:
+    candidates = [slot for slot in queued if not usage.full(slot, limits)]
+    for slot in sorted(candidates, key=lambda s: s.order):
+        if not usage.full(slot, limits):
             usage.take(slot)
             started.append(slot)
     return started
@@ -132,13 +159,14 @@ def verdict(
     candidate: Slot, queued: Iterable[Slot], holders: Iterable[Slot], limits: Limits
 ) -> str | None:
     """None if ``candidate`` may start now, else why it waits. Runs queued before it are weighed
-    first, so a new run does not overtake them for a freed slot."""
+    first, so a new run does not overtake them for a freed slot. A run the holders alone keep
+    out waits whatever is queued (queued runs only add to what is held): it is told so at
+    once, without weighing the queue."""
     usage = Usage.of(holders)
-    for slot in sorted(queued, key=lambda s: s.order):
-        if slot.uid == candidate.uid:
-            continue
-        if slot.order >= candidate.order:
-            break
-        if usage.blocked(slot, limits) is None:
+    if usage.full(candidate, limits):
+        return usage.blocked(candidate, limits)
+    earlier = [s for s in queued if s.uid != candidate.uid and s.order < candidate.order]
+    for slot in sorted(earlier, key=lambda s: s.order):
+        if not usage.full(slot, limits):
             usage.take(slot)
     return usage.blocked(candidate, limits)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -28,6 +29,7 @@ from oma.checkpoint.summary import summarize
 from oma.errors import OmaError
 from oma.store.base import MemoryStore, supports_value_size
 from oma.store.journal import supports_journal
+from oma.timeutil import parse_iso
 from oma.visible import visible
 from oma_operator import masking
 from oma_operator.resources.bodies import Condition, TeamRunStatus
@@ -140,9 +142,62 @@ def _head_report(budget: RunBudget, value: object) -> BudgetReport:
     return report
 
 
-def changed(status: TeamRunStatus, progress: dict[str, Any]) -> dict[str, Any]:
-    """The part of ``progress`` that differs from ``status`` (empty: no write needed)."""
-    return {key: value for key, value in progress.items() if status.get(key) != value}
+def poll_due(status: TeamRunStatus, now: datetime, seconds: float) -> bool:
+    """Whether the progress poll reads a running run's store now: not within ``seconds`` of
+    its attempt's start (``Progressing`` turned True). A run that ends sooner is never polled:
+    the status write at its end carries the same figures, so mirroring them before would be
+    one more write per run and nothing a reader needs. Longer runs are polled as before, a
+    write only when a figure changed."""
+    found = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == "Progressing"), None
+    )
+    if found is None or found.get("status") != "True":
+        return True
+    since = parse_iso(str(found.get("lastTransitionTime") or ""))
+    return since is None or (now - since).total_seconds() >= seconds
+
+
+QUIET_PERIODS = 4  # progress periods a run's liveness (checkpoint time, turns) may go unmirrored
+
+
+def changed(
+    status: TeamRunStatus, progress: dict[str, Any], period: float | None = None
+) -> dict[str, Any]:
+    """The part of ``progress`` that differs from ``status`` (empty: no write needed).
+
+    With the poll's ``period``, only a change a reader needs is written, and then everything
+    that changed with it: a task completed (``taskSummary``'s first number), the budget's spend,
+    or a checkpoint time ``QUIET_PERIODS`` periods past the mirrored one, or past the attempt's
+    start when none is (a run still saving shows it within a minute by default). Each save
+    alone, and each model turn, are not worth a write of their own: they ride along, and the
+    attempt's end writes them all."""
+    update = {key: value for key, value in progress.items() if status.get(key) != value}
+    if period is None or not update:
+        return update
+    summary = update.get("taskSummary")
+    if summary is not None and _completed(summary) != _completed(status.get("taskSummary")):
+        return update
+    if "budget" in update or "budgetSummary" in update:
+        return update
+    if "lastCheckpointAt" in update:
+        new = parse_iso(str(update["lastCheckpointAt"]))
+        # Never mirrored: counted from the attempt's start (``Progressing`` turned True).
+        old = parse_iso(str(status.get("lastCheckpointAt") or _progressing_since(status) or ""))
+        if new is None or old is None or (new - old).total_seconds() >= QUIET_PERIODS * period:
+            return update
+    return {}
+
+
+def _progressing_since(status: TeamRunStatus) -> str | None:
+    found = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == "Progressing"), None
+    )
+    return str(found.get("lastTransitionTime")) if found is not None else None
+
+
+def _completed(summary: object) -> int:
+    done, _, _total = str(summary or "0/0").partition("/")
+    return int(done) if done.isdigit() else 0
 
 
 def polled_conditions(
