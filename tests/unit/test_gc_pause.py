@@ -51,7 +51,7 @@ async def test_a_load_that_fails_inside_the_pause_leaves_the_collector_on() -> N
     assert await writer.start({"version": 4, "createdAt": "2026-12-08T00:00:00.000Z"}, {}, "x")
     entry = await store.journal_get(key)
     assert entry is not None
-    damaged = entry.records[:-1] + [entry.records[-1] + "]"]  # no longer JSON
+    damaged = [*entry.records[:-1], entry.records[-1] + "]"]  # no longer JSON
     assert await store.journal_write(
         key, damaged, version="v2", expected=entry.version, replace=True
     )
