@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import defaultdict
+import weakref
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -62,14 +62,22 @@ from oma_operator.stores import STORES
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 RECORD_TRIES = 5  # conflicting writes in a row (kopf's own, progress) before giving up for now
-_recording: defaultdict[tuple[str, str], asyncio.Lock] = defaultdict(asyncio.Lock)
+# Held weakly: a TeamRun's lock lives while a write holds or awaits it, so the registry does not
+# keep one lock per run ever seen (3,000 runs: 3,000 locks, for the operator's lifetime).
+_recording: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = (
+    weakref.WeakValueDictionary()
+)
 POD_CREATED: ConditionType = "PodCreated"  # False while the current attempt's pod is refused
 
 
 def recording(namespace: str, name: str) -> asyncio.Lock:
     """The lock every write of a TeamRun's status made from what the operator knows of it
     holds (an attempt's end, the progress poll): one at a time per TeamRun."""
-    return _recording[(namespace, name)]
+    key = (namespace, name)
+    lock = _recording.get(key)
+    if lock is None:
+        lock = _recording[key] = asyncio.Lock()
+    return lock
 
 
 def about(body: TeamRunBody | PodBody, kind: str) -> dict[str, Any]:
@@ -207,7 +215,7 @@ async def _note_pod_creation(
 ) -> None:
     """Set ``PodCreated`` (False with the API's message, or True once the pod exists), on a
     fresh read and only while ``attempt`` is still the current one."""
-    async with _recording[(namespace, name)]:
+    async with recording(namespace, name):
         teamrun = await runtime.kube().get_teamrun(namespace, name)
         if teamrun is None:
             return
@@ -247,7 +255,7 @@ async def record_outcome(
         if on_recorded is not None:
             await on_recorded()
 
-    async with _recording[(namespace, name)]:
+    async with recording(namespace, name):
         # The watch's copy first, its resourceVersion a precondition: read only if it changed.
         teamrun = WATCHED.get(namespace, name) or await runtime.kube().get_teamrun(namespace, name)
         output_read: dict[str, Any] = {}  # a success's output, read once whatever the retries
