@@ -81,6 +81,7 @@ def test_every_variable_and_flag_reaches_its_field() -> None:
         ("OMA_PROGRESS_SECONDS", "0", "must be more than 0 seconds"),
         ("OMA_PROGRESS_SECONDS", "-3", "must be more than 0 seconds"),
         ("OMA_PROGRESS_SECONDS", "nan", "must be more than 0 seconds"),
+        ("OMA_PROGRESS_SECONDS", "inf", "must be more than 0 seconds"),  # a timer never due
         ("OMA_SECRET_TTL_SECONDS", "1m", "is not a number of seconds"),
         ("OMA_POLL_READ_LIMIT_BYTES", "8MiB", "must be a number of bytes, more than 0"),
         ("OMA_POLL_READ_LIMIT_BYTES", "0", "must be a number of bytes, more than 0"),

@@ -14,45 +14,41 @@ class SettingsError(ValueError):
 
 def seconds(variable: str, text: str, default: float) -> float:
     """A positive number of seconds (fractions allowed); empty: ``default``."""
+    return _positive(variable, text, default, "seconds")
+
+
+def rate(variable: str, text: str, default: float) -> float:
+    """A positive number a second (fractions allowed); empty: ``default``."""
+    return _positive(variable, text, default, "requests a second")
+
+
+def _positive(variable: str, text: str, default: float, unit: str) -> float:
     text = text.strip()
     try:
         value = float(text) if text else default
     except ValueError:
-        raise SettingsError(f"{variable}={text!r} is not a number of seconds") from None
-    if not value > 0:  # also refuses nan
-        raise SettingsError(f"{variable}={text!r} must be more than 0 seconds")
+        raise SettingsError(f"{variable}={text!r} is not a number of {unit}") from None
+    if not 0 < value < float("inf"):  # also refuses nan
+        raise SettingsError(f"{variable}={text!r} must be more than 0 {unit}")
     return value
 
 
 def byte_count(variable: str, text: str, default: int) -> int:
     """A whole number of bytes, more than 0; empty: ``default``."""
-    text = text.strip()
-    if not text:
-        return default
-    if not (text.isascii() and text.isdigit()) or int(text) == 0:
-        raise SettingsError(f"{variable}={text!r} must be a number of bytes, more than 0")
-    return int(text)
-
-
-def rate(variable: str, text: str, default: float) -> float:
-    """A positive number a second (fractions allowed); empty: ``default``."""
-    text = text.strip()
-    try:
-        value = float(text) if text else default
-    except ValueError:
-        raise SettingsError(f"{variable}={text!r} is not a number of requests a second") from None
-    if not 0 < value < float("inf"):  # also refuses nan
-        raise SettingsError(f"{variable}={text!r} must be more than 0 requests a second")
-    return value
+    return _whole(variable, text, default, "a number of bytes, more than 0")
 
 
 def count(variable: str, text: str, default: int) -> int:
     """A whole number, at least 1; empty: ``default``."""
+    return _whole(variable, text, default, "a whole number, at least 1")
+
+
+def _whole(variable: str, text: str, default: int, must_be: str) -> int:
     text = text.strip()
     if not text:
         return default
     if not (text.isascii() and text.isdigit()) or int(text) == 0:
-        raise SettingsError(f"{variable}={text!r} must be a whole number, at least 1")
+        raise SettingsError(f"{variable}={text!r} must be {must_be}")
     return int(text)
 
 
