@@ -197,11 +197,20 @@ def test_operator_pod_knobs_render_and_bad_ones_fail_the_schema(cluster: Cluster
         ("operator.podLabels", '{"k": 1}', "/operator/podLabels/k"),
         ("operator.events", '"some"', "/operator/events"),
     ]:
-        refused = helm(
-            cluster, "template", "t", str(CHART), "--kube-version", KUBE_VERSION,
-            "--set-json", f"{key}={bad}", check=False,
-        )  # fmt: skip
+        refused = _template_refused(cluster, "--set-json", f"{key}={bad}")
         assert refused.returncode != 0 and where in refused.stderr, (key, refused.stderr)
+
+
+def _template_refused(cluster: ClusterHandle, *args: str) -> subprocess.CompletedProcess[str]:
+    """``helm template`` of the chart with ``args``, which the caller expects to fail."""
+    return helm(
+        cluster, "template", "t", str(CHART), "--kube-version", KUBE_VERSION, *args, check=False
+    )
+
+
+def _operator_env(cluster: ClusterHandle, *args: str) -> dict[str, str | None]:
+    """The operator container's environment, name to value, rendered with ``args``."""
+    return {e["name"]: e.get("value") for e in _operator_container(cluster, *args)["env"]}
 
 
 def _operator_container(cluster: ClusterHandle, *args: str) -> dict[str, Any]:
@@ -217,11 +226,7 @@ def _operator_container(cluster: ClusterHandle, *args: str) -> dict[str, Any]:
 def test_concurrency_limits_render_as_the_operators_env_and_bad_ones_fail_the_schema(
     cluster: ClusterHandle, tmp_path: Path
 ) -> None:
-    def operator_env(*args: str) -> dict[str, str | None]:
-        container = _operator_container(cluster, *args)
-        return {e["name"]: e.get("value") for e in container["env"]}
-
-    unset = operator_env()
+    unset = _operator_env(cluster)
     assert "OMA_MAX_RUNNING_PER_NAMESPACE" not in unset
     assert "OMA_MAX_RUNNING_PER_PROVIDER" not in unset
     # A values file: YAML numbers reach the template as floats; a million must stay a whole number.
@@ -229,22 +234,19 @@ def test_concurrency_limits_render_as_the_operators_env_and_bad_ones_fail_the_sc
     values.write_text(
         "concurrency:\n  perNamespace: 1000000\n  perProvider: {openai: 10, anthropic: 20}\n"
     )
-    env = operator_env("-f", str(values))
+    env = _operator_env(cluster, "-f", str(values))
     assert env["OMA_MAX_RUNNING_PER_NAMESPACE"] == "1000000"
     assert env["OMA_MAX_RUNNING_PER_PROVIDER"] == "anthropic=20,openai=10"
-    assert operator_env("--set", "concurrency.perNamespace=3")["OMA_MAX_RUNNING_PER_NAMESPACE"] == (
-        "3"
-    )
+    assert _operator_env(cluster, "--set", "concurrency.perNamespace=3")[
+        "OMA_MAX_RUNNING_PER_NAMESPACE"
+    ] == ("3")
     for value, where in [
         ("concurrency.perNamespace=-1", "/concurrency/perNamespace"),
         ("concurrency.perProvider.gemini=1", "additional properties 'gemini' not allowed"),
         ("concurrency.perProvider.openai=0", "/concurrency/perProvider/openai"),
         ("concurrency.perNamespace=two", "/concurrency/perNamespace"),
     ]:
-        refused = helm(
-            cluster, "template", "t", str(CHART), "--kube-version", KUBE_VERSION,
-            "--set", value, check=False,
-        )  # fmt: skip
+        refused = _template_refused(cluster, "--set", value)
         assert refused.returncode != 0 and where in refused.stderr, (value, refused.stderr)
 
 
@@ -264,46 +266,33 @@ def test_logging_renders_as_the_operator_s_arguments_and_bad_values_fail_the_sch
         ("logging.level=trace", "/logging/level"),
         ("logging.colour=true", "additional properties 'colour' not allowed"),
     ]:
-        refused = helm(
-            cluster, "template", "t", str(CHART), "--kube-version", KUBE_VERSION,
-            "--set", value, check=False,
-        )  # fmt: skip
+        refused = _template_refused(cluster, "--set", value)
         assert refused.returncode != 0 and where in refused.stderr, (value, refused.stderr)
 
 
 def test_retention_renders_as_the_operator_s_env_and_bad_values_fail_the_schema(
     cluster: ClusterHandle,
 ) -> None:
-    def operator_env(*args: str) -> dict[str, str | None]:
-        container = _operator_container(cluster, *args)
-        return {e["name"]: e.get("value") for e in container["env"]}
-
-    unset = operator_env()
+    unset = _operator_env(cluster)
     assert "OMA_TTL_SECONDS_AFTER_FINISHED" not in unset  # kept by default
     assert "OMA_DELETE_STORE_RECORDS" not in unset
-    tidy = operator_env("--set", "retention.deleteStoreRecords=true")
+    tidy = _operator_env(cluster, "--set", "retention.deleteStoreRecords=true")
     assert tidy["OMA_DELETE_STORE_RECORDS"] == "true"
-    day = operator_env("--set", "retention.ttlSecondsAfterFinished=86400")
+    day = _operator_env(cluster, "--set", "retention.ttlSecondsAfterFinished=86400")
     assert day["OMA_TTL_SECONDS_AFTER_FINISHED"] == "86400"
-    at_once = operator_env("--set", "retention.ttlSecondsAfterFinished=0")
+    at_once = _operator_env(cluster, "--set", "retention.ttlSecondsAfterFinished=0")
     assert at_once["OMA_TTL_SECONDS_AFTER_FINISHED"] == "0"
     assert "OMA_RUNNER_OTLP_ENDPOINT" not in unset  # no traces by default
-    traced = operator_env("--set", "tracing.otlpEndpoint=http://otel-collector.obs:4318")
+    traced = _operator_env(cluster, "--set", "tracing.otlpEndpoint=http://otel-collector.obs:4318")
     assert traced["OMA_RUNNER_OTLP_ENDPOINT"] == "http://otel-collector.obs:4318"
-    not_a_url = helm(
-        cluster, "template", "t", str(CHART), "--kube-version", KUBE_VERSION,
-        "--set", "tracing.otlpEndpoint=collector:4318", check=False,
-    )  # fmt: skip
+    not_a_url = _template_refused(cluster, "--set", "tracing.otlpEndpoint=collector:4318")
     assert not_a_url.returncode != 0 and "/tracing/otlpEndpoint" in not_a_url.stderr
     for value in (
         "retention.ttlSecondsAfterFinished=-1",
         "retention.ttlSecondsAfterFinished=x",
         "retention.deleteStoreRecords=maybe",
     ):
-        refused = helm(
-            cluster, "template", "t", str(CHART), "--kube-version", KUBE_VERSION,
-            "--set", value, check=False,
-        )  # fmt: skip
+        refused = _template_refused(cluster, "--set", value)
         assert refused.returncode != 0, value
         assert "/retention/" in refused.stderr, refused.stderr
 
@@ -311,19 +300,14 @@ def test_retention_renders_as_the_operator_s_env_and_bad_values_fail_the_schema(
 def test_the_api_rate_limit_renders_as_the_operator_s_env_and_bad_values_fail_the_schema(
     cluster: ClusterHandle,
 ) -> None:
-    def operator_env(*args: str) -> dict[str, str | None]:
-        container = _operator_container(cluster, *args)
-        return {e["name"]: e.get("value") for e in container["env"]}
-
-    default = operator_env()
+    default = _operator_env(cluster)
     assert (default["OMA_API_QPS"], default["OMA_API_BURST"]) == ("100", "200")
-    set_ = operator_env("--set-json", "operator.apiQPS=25.5", "--set", "operator.apiBurst=40")
+    set_ = _operator_env(
+        cluster, "--set-json", "operator.apiQPS=25.5", "--set", "operator.apiBurst=40"
+    )
     assert (set_["OMA_API_QPS"], set_["OMA_API_BURST"]) == ("25.5", "40")
     for value in ("operator.apiQPS=0", "operator.apiBurst=0", "operator.apiBurst=1.5"):
-        refused = helm(
-            cluster, "template", "t", str(CHART), "--kube-version", KUBE_VERSION,
-            "--set", value, check=False,
-        )  # fmt: skip
+        refused = _template_refused(cluster, "--set", value)
         assert refused.returncode != 0, value
         assert "/operator/api" in refused.stderr, refused.stderr
 
@@ -614,10 +598,7 @@ def test_the_creator_policy_value_tells_the_operator_whether_to_believe_the_anno
         container = deployment["spec"]["template"]["spec"]["containers"][0]
         env = {e["name"]: e.get("value") for e in container["env"]}
         assert env["OMA_CREATOR_POLICY"] == told, value
-    refused = helm(
-        cluster, "template", "t", str(CHART), "--kube-version", KUBE_VERSION,
-        "--set", "approvals.creatorPolicy=maybe", check=False,
-    )  # fmt: skip
+    refused = _template_refused(cluster, "--set", "approvals.creatorPolicy=maybe")
     assert refused.returncode != 0 and "/approvals/creatorPolicy" in refused.stderr
 
 
@@ -666,13 +647,7 @@ def test_a_runner_account_named_in_the_values_is_used_in_every_namespace(
     runner.serviceAccountName is used everywhere (it was silently ignored)."""
 
     def operator_env(*values: str) -> dict[str, str | None]:
-        args = [a for value in values for a in ("--set", value)]
-        rendered = helm(
-            cluster, "template", "t", str(CHART), "--kube-version", KUBE_VERSION, *args
-        ).stdout
-        (deployment,) = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "Deployment"]
-        container = deployment["spec"]["template"]["spec"]["containers"][0]
-        return {e["name"]: e.get("value") for e in container["env"]}
+        return _operator_env(cluster, *[a for value in values for a in ("--set", value)])
 
     assert operator_env()["OMA_RUNNER_SERVICE_ACCOUNT"] == "t-runner"
     assert "OMA_RUNNER_SERVICE_ACCOUNT" not in operator_env("operator.watchAllNamespaces=true")
@@ -709,16 +684,14 @@ def test_operator_env_is_added_and_the_charts_own_variables_are_refused(
         ("OMA_RUNNER_OTLP_ENDPOINT", "use tracing.otlpEndpoint"),
         ("POD_ID", "the chart sets it"),
     ]:
-        refused = helm(
-            cluster, "template", "t", str(CHART), "--kube-version", KUBE_VERSION,
-            "--set-json", f'operator.env=[{{"name": "{name}", "value": "1"}}]', check=False,
-        )  # fmt: skip
+        refused = _template_refused(
+            cluster, "--set-json", f'operator.env=[{{"name": "{name}", "value": "1"}}]'
+        )
         assert refused.returncode != 0, name
         assert f"operator.env may not set {name}: " in refused.stderr and hint in refused.stderr
-    unnamed = helm(
-        cluster, "template", "t", str(CHART), "--kube-version", KUBE_VERSION,
-        "--set-json", 'operator.env=[{"name": "NOT A NAME", "value": "1"}]', check=False,
-    )  # fmt: skip
+    unnamed = _template_refused(
+        cluster, "--set-json", 'operator.env=[{"name": "NOT A NAME", "value": "1"}]'
+    )
     assert unnamed.returncode != 0 and "/operator/env/0/name" in unnamed.stderr
 
 
